@@ -1,0 +1,264 @@
+//! `pack`, `unpack` and `list`.
+
+use std::io::{IsTerminal, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use barge::error::escape_bytes;
+use barge::format::{Event, Limits};
+use barge::land::sync::SyncLander;
+use barge::land::{read_events, Driver};
+use barge::root::{open_dest, raise_fd_limit, Confinement, Mapped};
+use barge::{Progress, TreePath};
+use rustix::fs::{fstat, open, seek, FileType, Mode, OFlags, SeekFrom};
+use serde_json::{json, Map};
+
+use crate::report::{human_bytes, json_path, summary, with_progress};
+use crate::OutputArgs;
+
+/// Skipped entries named one by one before the rest are only counted.
+const SKIPS_NAMED: usize = 10;
+
+fn is_stdio(path: Option<&Path>) -> bool {
+    path.is_none_or(|p| p.as_os_str() == "-")
+}
+
+/// `barge pack DIR [-o FILE|-]`.
+pub fn pack(dir: &Path, output: Option<&Path>, out: OutputArgs) -> Result<ExitCode> {
+    raise_fd_limit();
+    let root = open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .with_context(|| format!("cannot open directory {}", dir.display()))?;
+    let stdout = std::io::stdout();
+    let file = match output {
+        Some(path) if !is_stdio(Some(path)) => Some(
+            open(
+                path,
+                OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o644),
+            )
+            .with_context(|| format!("cannot create {}", path.display()))?,
+        ),
+        None if stdout.is_terminal() => {
+            bail!("refusing to write an archive to a terminal: use -o FILE or redirect stdout")
+        }
+        _ => None,
+    };
+    let sink = file.as_ref().map_or(stdout.as_fd(), |f| f.as_fd());
+    let progress = Progress::default();
+    let (result, elapsed) =
+        with_progress(out, &progress, || barge::pack::pack(root, sink, &progress));
+    let packed = match result {
+        Ok(packed) => packed,
+        Err(e) => {
+            if let (Some(path), Some(_)) = (output, &file) {
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(e)
+                .with_context(|| format!("pack {} failed; no archive written", dir.display()));
+        }
+    };
+    warn_skipped(&packed.skipped);
+    let line = format!(
+        "packed {} dirs, {} files, {} ({} archive)",
+        packed.dirs,
+        packed.files,
+        human_bytes(packed.bytes),
+        human_bytes(packed.archive_bytes)
+    );
+    let mut fields = Map::new();
+    fields.insert("dirs".into(), json!(packed.dirs));
+    fields.insert("files".into(), json!(packed.files));
+    fields.insert("bytes".into(), json!(packed.bytes));
+    fields.insert("archive_bytes".into(), json!(packed.archive_bytes));
+    fields.insert("skipped".into(), json!(packed.skipped.len()));
+    summary(out, &line, fields, elapsed);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn warn_skipped(skipped: &[(TreePath, &'static str)]) {
+    for (path, kind) in skipped.iter().take(SKIPS_NAMED) {
+        eprintln!("barge: warning: skipped {kind} {path}");
+    }
+    if skipped.len() > SKIPS_NAMED {
+        eprintln!(
+            "barge: warning: ... and {} more",
+            skipped.len() - SKIPS_NAMED
+        );
+    }
+    if !skipped.is_empty() {
+        eprintln!(
+            "barge: skipped {} entries that are neither regular files nor directories",
+            skipped.len()
+        );
+    }
+}
+
+/// An archive to read: mapped when it is a regular file, streamed otherwise.
+enum Input {
+    Mapped(Mapped),
+    Stream(Option<OwnedFd>),
+}
+
+impl Input {
+    fn open(path: Option<&Path>) -> Result<Input> {
+        let name = path.map_or("stdin".into(), |p| p.display().to_string());
+        let owned = match path {
+            Some(p) if !is_stdio(Some(p)) => Some(
+                open(
+                    p,
+                    OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY,
+                    Mode::empty(),
+                )
+                .with_context(|| format!("cannot open archive {name}"))?,
+            ),
+            _ => None,
+        };
+        let stdin = std::io::stdin();
+        let fd = owned.as_ref().map_or(stdin.as_fd(), |f| f.as_fd());
+        let stat = fstat(fd).with_context(|| format!("cannot stat archive {name}"))?;
+        let at_start = seek(fd, SeekFrom::Current(0)).is_ok_and(|pos| pos == 0);
+        if FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile && at_start {
+            let owned = match owned {
+                Some(f) => f,
+                None => fd.try_clone_to_owned().context("cannot dup stdin")?,
+            };
+            let mapped = Mapped::new(&owned, stat.st_size as u64, Path::new(&name))?;
+            return Ok(Input::Mapped(mapped));
+        }
+        if FileType::from_raw_mode(stat.st_mode) == FileType::Directory {
+            bail!("archive {name} is a directory");
+        }
+        Ok(Input::Stream(owned))
+    }
+
+    /// The fd that must stay open (a streamed archive given by path).
+    fn kept_fd(&self) -> Option<i32> {
+        match self {
+            Input::Stream(Some(fd)) => Some(fd.as_raw_fd()),
+            _ => None,
+        }
+    }
+
+    fn stream_fd(fd: &Option<OwnedFd>) -> BorrowedFd<'_> {
+        // SAFETY: stdin stays open for the life of the process.
+        let stdin = unsafe { BorrowedFd::borrow_raw(0) };
+        fd.as_ref().map_or(stdin, |f| f.as_fd())
+    }
+}
+
+/// `barge unpack [ARCHIVE|-] DEST`.
+pub fn unpack(
+    archive: Option<&Path>,
+    dest: &Path,
+    sandbox: bool,
+    limits: Limits,
+    out: OutputArgs,
+) -> Result<ExitCode> {
+    let input = Input::open(archive)?;
+    raise_fd_limit();
+    let (root, confinement) = open_dest(dest, sandbox, input.kept_fd())
+        .with_context(|| format!("cannot prepare destination {}", dest.display()))?;
+    if let Confinement::Unavailable(reason) = &confinement {
+        eprintln!("barge: notice: sandbox unavailable ({reason}); containment rests on fd-relative landing");
+    }
+    let progress = Progress::default();
+    let driver = Driver::new(SyncLander::new(root), &progress);
+    let (result, elapsed) = with_progress(out, &progress, || match &input {
+        Input::Mapped(mapped) => driver.run_bytes(mapped.bytes(), limits),
+        Input::Stream(fd) => driver.run_stream(Input::stream_fd(fd), limits),
+    });
+    let landed = result.with_context(|| format!("unpack into {} stopped", dest.display()))?;
+    let line = format!(
+        "unpacked {} dirs, {} files, {}",
+        landed.dirs,
+        landed.files,
+        human_bytes(landed.bytes)
+    );
+    let mut fields = Map::new();
+    fields.insert("dirs".into(), json!(landed.dirs));
+    fields.insert("files".into(), json!(landed.files));
+    fields.insert("bytes".into(), json!(landed.bytes));
+    fields.insert(
+        "sandboxed".into(),
+        json!(confinement == Confinement::Sandboxed),
+    );
+    summary(out, &line, fields, elapsed);
+    // The mapping is released by the exit; unmapping it first only costs time.
+    std::mem::forget(input);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `barge list [ARCHIVE|-]`.
+pub fn list(archive: Option<&Path>, json: bool, limits: Limits) -> Result<ExitCode> {
+    let input = Input::open(archive)?;
+    let stdout = std::io::stdout();
+    let mut w = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    let mut print = |decoder: &barge::format::Decoder, event: Event<'_>| -> barge::Result<()> {
+        let (name, kind, size, mode): (&[u8], _, _, _) = match event {
+            Event::Dir { mode, .. } => (b"", FileType::Directory, 0, mode),
+            Event::File {
+                name, size, mode, ..
+            } => (name, FileType::RegularFile, size, mode),
+            _ => return Ok(()),
+        };
+        let path = TreePath::join(decoder.dir_names(), name);
+        let line = if json {
+            let mut fields = Map::new();
+            json_path(&mut fields, "path", &path.0);
+            fields.insert(
+                "kind".into(),
+                json!(if kind == FileType::Directory {
+                    "dir"
+                } else {
+                    "file"
+                }),
+            );
+            fields.insert("size".into(), json!(size));
+            fields.insert("mode".into(), json!(mode));
+            serde_json::Value::Object(fields).to_string()
+        } else {
+            let slash = if kind == FileType::Directory { "/" } else { "" };
+            format!(
+                "{} {size:>12} {}{slash}",
+                mode_string(kind, mode),
+                escape_bytes(&path.0)
+            )
+        };
+        writeln!(w, "{line}").map_err(|source| barge::Error::Io {
+            op: "write listing",
+            path: TreePath(b"<stdout>".to_vec()),
+            source,
+        })
+    };
+    let result = match &input {
+        Input::Mapped(mapped) => barge::format::decode_all(mapped.bytes(), limits, &mut print),
+        Input::Stream(fd) => read_events(Input::stream_fd(fd), limits, &mut print),
+    };
+    let flushed = w.flush();
+    result.context("list stopped")?;
+    flushed.context("cannot write the listing")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `drwxr-xr-x`-style rendering of a kind and mode.
+fn mode_string(kind: FileType, mode: u32) -> String {
+    let mut s = String::with_capacity(10);
+    s.push(if kind == FileType::Directory {
+        'd'
+    } else {
+        '-'
+    });
+    for shift in [6, 3, 0] {
+        let bits = (mode >> shift) & 7;
+        s.push(if bits & 4 != 0 { 'r' } else { '-' });
+        s.push(if bits & 2 != 0 { 'w' } else { '-' });
+        s.push(if bits & 1 != 0 { 'x' } else { '-' });
+    }
+    s
+}

@@ -1,0 +1,134 @@
+//! The `barge` command: pack, unpack and list barge archives.
+
+mod archive;
+mod report;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Move whole file trees with the fewest syscalls, never writing outside the destination.
+#[derive(Parser, Debug)]
+#[command(name = "barge", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Limits on an untrusted archive.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct LimitArgs {
+    /// Refuse archives nested deeper than this many directories.
+    #[arg(long, value_name = "N", default_value_t = barge::format::DEFAULT_MAX_DEPTH)]
+    max_depth: usize,
+    /// Refuse archives with more than N entries (dirs + files).
+    #[arg(long, value_name = "N")]
+    max_entries: Option<u64>,
+    /// Refuse archives with more than N bytes of file content.
+    #[arg(long, value_name = "N")]
+    max_bytes: Option<u64>,
+}
+
+impl LimitArgs {
+    fn limits(self) -> barge::format::Limits {
+        barge::format::Limits {
+            max_depth: self.max_depth,
+            max_entries: self.max_entries,
+            max_bytes: self.max_bytes,
+        }
+    }
+}
+
+/// Output options shared by the commands.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct OutputArgs {
+    /// Print a summary (entries, bytes, time) on stderr when done.
+    #[arg(short, long)]
+    verbose: bool,
+    /// Print the summary as one JSON object on stderr when done (implies --verbose).
+    #[arg(long)]
+    json: bool,
+    /// Never show the progress line (it is shown only on a terminal, after one second).
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Pack the tree below DIR into an archive.
+    ///
+    /// Regular files and directories are stored with their permission bits; symlinks,
+    /// devices, fifos and sockets are skipped with a warning. Entries are sorted by name,
+    /// so the same tree always gives the same archive.
+    Pack {
+        /// The directory to pack.
+        dir: PathBuf,
+        /// Where to write the archive ('-' for stdout, the default when it is not a terminal).
+        #[arg(short, long, value_name = "FILE|-")]
+        output: Option<PathBuf>,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// Unpack an archive (a file, or '-' for stdin) into DEST.
+    ///
+    /// DEST is created when missing and may already hold files: nothing in it is ever
+    /// overwritten or followed (an existing file, symlink, fifo or device named like an entry
+    /// is an error); existing directories are merged into. By default the landing runs in a
+    /// user namespace chrooted to DEST, so even a bug cannot write outside it.
+    #[command(override_usage = "barge unpack [OPTIONS] [ARCHIVE|-] <DEST>")]
+    Unpack {
+        /// [ARCHIVE|-] DEST: the archive (stdin when omitted or '-') and the destination.
+        #[arg(required = true, num_args = 1..=2, value_name = "PATH")]
+        paths: Vec<PathBuf>,
+        /// Do not enter the user-namespace chroot (containment then rests on layers 1-2).
+        #[arg(long)]
+        no_sandbox: bool,
+        #[command(flatten)]
+        limits: LimitArgs,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// List the entries of an archive (a file, or '-' for stdin), like `tar -tv`.
+    List {
+        /// The archive (stdin when omitted or '-').
+        archive: Option<PathBuf>,
+        /// One JSON object per line: path (or path_hex when not UTF-8), kind, size, mode.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        limits: LimitArgs,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Pack { dir, output, out } => archive::pack(&dir, output.as_deref(), out),
+        Command::Unpack {
+            paths,
+            no_sandbox,
+            limits,
+            out,
+        } => {
+            let (archive, dest) = match &paths[..] {
+                [dest] => (None, dest),
+                [archive, dest] => (Some(archive.as_path()), dest),
+                _ => unreachable!("clap checks 1..=2 paths"),
+            };
+            archive::unpack(archive, dest, !no_sandbox, limits.limits(), out)
+        }
+        Command::List {
+            archive,
+            json,
+            limits,
+        } => archive::list(archive.as_deref(), json, limits.limits()),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("barge: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

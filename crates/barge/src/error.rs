@@ -1,0 +1,122 @@
+//! The one error type of the library: every message names the entry and what went wrong.
+
+use std::fmt;
+use std::io;
+
+use crate::format::FormatError;
+
+/// A path inside a tree, kept as raw bytes and shown with non-UTF-8 bytes escaped.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TreePath(pub Vec<u8>);
+
+impl TreePath {
+    /// Joins directory names and a final name (which may be empty) with `/`.
+    pub fn join<'a>(dirs: impl IntoIterator<Item = &'a [u8]>, name: &'a [u8]) -> TreePath {
+        let mut path = Vec::new();
+        for part in dirs.into_iter().chain([name]) {
+            if !path.is_empty() && !part.is_empty() {
+                path.push(b'/');
+            }
+            path.extend_from_slice(part);
+        }
+        TreePath(path)
+    }
+}
+
+impl fmt::Display for TreePath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str(".");
+        }
+        write!(f, "{}", escape_bytes(&self.0))
+    }
+}
+
+/// Renders bytes for humans: valid UTF-8 stays as is except control characters and
+/// backslashes, everything else becomes `\xNN`.
+pub fn escape_bytes(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\t' => out.push_str("\\t"),
+                c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
+                c => out.push(c),
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+/// Everything that can go wrong in barge.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A system call failed on an entry.
+    #[error("{path}: {op} failed: {source}")]
+    Io {
+        /// The operation, e.g. `openat` or `sendfile`.
+        op: &'static str,
+        /// The entry, relative to the root of the tree (or the path given by the user).
+        path: TreePath,
+        /// The error the kernel returned.
+        #[source]
+        source: io::Error,
+    },
+    /// The archive is malformed or breaks a limit.
+    #[error("archive byte {offset}: {path}: {kind}")]
+    Format {
+        /// Offset of the first byte of the message in which the problem was found.
+        offset: u64,
+        /// The entry concerned (the directory for `pop`/`end` problems).
+        path: TreePath,
+        /// What is wrong.
+        kind: FormatError,
+    },
+    /// An entry exists in the destination where the archive wants to create one.
+    #[error("{path}: already exists in the destination (as {found}); refusing to overwrite or follow it")]
+    Exists {
+        /// The entry.
+        path: TreePath,
+        /// What is there, e.g. `a symlink`.
+        found: &'static str,
+    },
+    /// A source file changed while it was being read.
+    #[error("{path}: changed size while being read ({expected} bytes at open, {actual} read); archive not written past it")]
+    Changed {
+        /// The entry.
+        path: TreePath,
+        /// Size seen by fstat.
+        expected: u64,
+        /// Bytes actually available.
+        actual: u64,
+    },
+    /// Input ended in the middle of a file's data; the partial file was removed.
+    #[error("{path}: input ended after {written} of {size} bytes; the partial file was removed")]
+    Short {
+        /// The entry.
+        path: TreePath,
+        /// Bytes written before the input ended.
+        written: u64,
+        /// Bytes announced.
+        size: u64,
+    },
+}
+
+/// The library's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Builds an [`Error::Io`] from a rustix errno.
+    pub fn io(op: &'static str, path: TreePath, errno: rustix::io::Errno) -> Error {
+        Error::Io {
+            op,
+            path,
+            source: errno.into(),
+        }
+    }
+}

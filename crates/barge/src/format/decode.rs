@@ -1,0 +1,446 @@
+//! The pure decoder: bytes in, events out, no I/O. It validates everything the format
+//! promises (names, nesting, counts, limits) before an event reaches a sink.
+
+use std::collections::HashSet;
+
+use super::{
+    FormatError, DEFAULT_DIR_MODE, DEFAULT_FILE_MODE, DEFAULT_MAX_DEPTH, HEADER, MAX_NAME,
+    MODE_MASK, TAG_DIR, TAG_END, TAG_FILE, TAG_FILE64, TAG_PERM, TAG_POP,
+};
+use crate::error::{Error, TreePath};
+
+/// Limits a decoder enforces on untrusted input.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Deepest directory nesting allowed (the root is depth 0).
+    pub max_depth: usize,
+    /// Most entries (dirs and files) allowed.
+    pub max_entries: Option<u64>,
+    /// Most bytes of file data allowed.
+    pub max_bytes: Option<u64>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_depth: DEFAULT_MAX_DEPTH,
+            max_entries: None,
+            max_bytes: None,
+        }
+    }
+}
+
+/// One decoded message. Names borrow from the input given to [`Decoder::next`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Event<'a> {
+    /// Create directory `name` in the current directory and enter it.
+    Dir {
+        /// Entry name (validated).
+        name: &'a [u8],
+        /// Permission bits (already masked with 0o777).
+        mode: u32,
+    },
+    /// Create regular file `name` with `size` bytes; `data` is the part of them already in
+    /// the input (all of them when the input was complete), the rest follows as
+    /// [`Event::Data`].
+    File {
+        /// Entry name (validated).
+        name: &'a [u8],
+        /// Permission bits (already masked with 0o777).
+        mode: u32,
+        /// Announced size.
+        size: u64,
+        /// The first bytes of the content.
+        data: &'a [u8],
+    },
+    /// More content of the current file.
+    Data(&'a [u8]),
+    /// Leave the current directory.
+    Pop,
+    /// The archive ended correctly after this many entries.
+    End {
+        /// Number of dirs and files.
+        entries: u64,
+    },
+}
+
+/// What [`Decoder::next`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Step<'a> {
+    /// An event, and how many input bytes it consumed.
+    Event(Event<'a>, usize),
+    /// The input holds no complete message: call again with more bytes.
+    NeedMore,
+    /// The archive ended and nothing follows it.
+    Done,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Header,
+    Messages,
+    Data { remaining: u64 },
+    Ended,
+}
+
+/// A streaming, validating decoder of barge archives. Feed it the unconsumed input each
+/// time; it never copies file data and never allocates more than the names it has seen.
+#[derive(Debug)]
+pub struct Decoder {
+    limits: Limits,
+    state: State,
+    /// Offset of the first byte not yet consumed.
+    offset: u64,
+    /// Offset of the message being decoded (for errors).
+    message_offset: u64,
+    /// Names of the open directories, outermost first.
+    path: Vec<Box<[u8]>>,
+    /// Names already used in the root and in each open directory.
+    seen: Vec<HashSet<Box<[u8]>>>,
+    entries: u64,
+    bytes: u64,
+}
+
+/// A parsed message header before validation against the tree state.
+enum Parsed<'a> {
+    Entry {
+        tag: u8,
+        name: &'a [u8],
+        size: u64,
+        len: usize,
+    },
+    Pop,
+    End {
+        count: u64,
+    },
+}
+
+impl Decoder {
+    /// A decoder that enforces `limits`.
+    pub fn new(limits: Limits) -> Decoder {
+        Decoder {
+            limits,
+            state: State::Header,
+            offset: 0,
+            message_offset: 0,
+            path: Vec::new(),
+            seen: vec![HashSet::new()],
+            entries: 0,
+            bytes: 0,
+        }
+    }
+
+    /// Current directory depth (0 at the root).
+    pub fn depth(&self) -> usize {
+        self.path.len()
+    }
+
+    /// Names of the open directories, outermost first.
+    pub fn dir_names(&self) -> impl Iterator<Item = &[u8]> {
+        self.path.iter().map(|n| &n[..])
+    }
+
+    /// Offset of the first unconsumed input byte.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Bytes of the current file still to come (0 outside file data).
+    pub fn remaining_data(&self) -> u64 {
+        match self.state {
+            State::Data { remaining } => remaining,
+            _ => 0,
+        }
+    }
+
+    /// Tells the decoder that the caller consumed `n` bytes of the current file's data
+    /// itself (for example by splicing them from the input to the file).
+    pub fn skip_data(&mut self, n: u64) {
+        let remaining = self.remaining_data();
+        assert!(n <= remaining, "skip_data past the end of the file");
+        self.offset += n;
+        self.state = match remaining - n {
+            0 => State::Messages,
+            remaining => State::Data { remaining },
+        };
+    }
+
+    /// Decodes the next event from `input`, the bytes after everything consumed so far.
+    /// `eof` says no more bytes will follow.
+    pub fn next<'a>(&mut self, input: &'a [u8], eof: bool) -> Result<Step<'a>, Error> {
+        match self.state {
+            State::Header => self.header(input, eof),
+            State::Messages => self.message(input, eof),
+            State::Data { remaining } => {
+                if input.is_empty() {
+                    return self.need_more(eof, &[]);
+                }
+                let n = remaining.min(input.len() as u64) as usize;
+                self.skip_data(n as u64);
+                Ok(Step::Event(Event::Data(&input[..n]), n))
+            }
+            State::Ended if input.is_empty() && eof => Ok(Step::Done),
+            State::Ended if input.is_empty() => Ok(Step::NeedMore),
+            State::Ended => {
+                self.message_offset = self.offset;
+                Err(self.error(FormatError::TrailingBytes, None))
+            }
+        }
+    }
+
+    fn header<'a>(&mut self, input: &'a [u8], eof: bool) -> Result<Step<'a>, Error> {
+        let magic = &HEADER[..6];
+        let n = input.len().min(6);
+        if input[..n] != magic[..n] {
+            return Err(self.error(FormatError::BadMagic, None));
+        }
+        if input.len() < HEADER.len() {
+            return self.need_more(eof, &[]);
+        }
+        if input[6] != HEADER[6] {
+            return Err(self.error(FormatError::BadVersion(input[6]), None));
+        }
+        if input[7] != HEADER[7] {
+            return Err(self.error(FormatError::BadFlags(input[7]), None));
+        }
+        self.offset = HEADER.len() as u64;
+        self.state = State::Messages;
+        match self.message(&input[HEADER.len()..], eof)? {
+            Step::Event(event, n) => Ok(Step::Event(event, n + HEADER.len())),
+            _ => {
+                // Nothing is consumed until the first whole message is there.
+                self.offset = 0;
+                self.state = State::Header;
+                Ok(Step::NeedMore)
+            }
+        }
+    }
+
+    fn need_more<'a>(&self, eof: bool, name: &[u8]) -> Result<Step<'a>, Error> {
+        if eof {
+            Err(self.error(FormatError::Truncated, Some(name)))
+        } else {
+            Ok(Step::NeedMore)
+        }
+    }
+
+    fn message<'a>(&mut self, input: &'a [u8], eof: bool) -> Result<Step<'a>, Error> {
+        self.message_offset = self.offset;
+        let (mode, perm_len) = match input {
+            [TAG_PERM, lo, hi, ..] => {
+                let mode = u16::from_le_bytes([*lo, *hi]);
+                if mode > 0o7777 {
+                    return Err(self.error(FormatError::BadMode(mode), None));
+                }
+                self.message_offset += 3;
+                (Some(u32::from(mode) & MODE_MASK), 3)
+            }
+            [TAG_PERM, ..] => return self.need_more(eof, &[]),
+            _ => (None, 0),
+        };
+        let parsed = match parse(&input[perm_len..], mode.is_some()) {
+            Ok(Some(parsed)) => parsed,
+            Ok(None) => return self.need_more(eof, &[]),
+            Err(kind) => return Err(self.error(kind, None)),
+        };
+        match parsed {
+            Parsed::End { count } => {
+                if !self.path.is_empty() {
+                    return Err(self.error(FormatError::EndInsideDir(self.path.len()), None));
+                }
+                if count != self.entries {
+                    let kind = FormatError::CountMismatch {
+                        expected: count,
+                        actual: self.entries,
+                    };
+                    return Err(self.error(kind, None));
+                }
+                self.offset += 9;
+                self.state = State::Ended;
+                Ok(Step::Event(
+                    Event::End {
+                        entries: self.entries,
+                    },
+                    9,
+                ))
+            }
+            Parsed::Pop => {
+                if self.path.pop().is_none() {
+                    return Err(self.error(FormatError::PopAtRoot, None));
+                }
+                self.seen.pop();
+                self.offset += 1;
+                Ok(Step::Event(Event::Pop, 1))
+            }
+            Parsed::Entry {
+                tag,
+                name,
+                size,
+                len,
+            } => self.entry(input, eof, tag, name, mode, size, perm_len + len),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn entry<'a>(
+        &mut self,
+        input: &'a [u8],
+        eof: bool,
+        tag: u8,
+        name: &'a [u8],
+        mode: Option<u32>,
+        size: u64,
+        len: usize,
+    ) -> Result<Step<'a>, Error> {
+        let seen = self.seen.last().expect("root set always present");
+        if seen.contains(name) {
+            return Err(self.error(FormatError::DuplicateName, Some(name)));
+        }
+        if tag == TAG_DIR && self.path.len() >= self.limits.max_depth {
+            return Err(self.error(FormatError::TooDeep(self.limits.max_depth), Some(name)));
+        }
+        if let Some(max) = self.limits.max_entries {
+            if self.entries >= max {
+                return Err(self.error(FormatError::TooManyEntries(max), Some(name)));
+            }
+        }
+        if let Some(max) = self.limits.max_bytes {
+            if self.bytes.saturating_add(size) > max {
+                return Err(self.error(FormatError::TooManyBytes(max), Some(name)));
+            }
+        }
+        let available = (input.len() - len) as u64;
+        if eof && available < size {
+            return Err(self.error(FormatError::Truncated, Some(name)));
+        }
+        self.seen
+            .last_mut()
+            .expect("root set always present")
+            .insert(name.into());
+        self.entries += 1;
+        self.offset += len as u64;
+        if tag == TAG_DIR {
+            self.path.push(name.into());
+            self.seen.push(HashSet::new());
+            let mode = mode.unwrap_or(DEFAULT_DIR_MODE);
+            return Ok(Step::Event(Event::Dir { name, mode }, len));
+        }
+        self.bytes += size;
+        let take = size.min(available) as usize;
+        self.state = State::Data { remaining: size };
+        self.skip_data(take as u64);
+        let event = Event::File {
+            name,
+            mode: mode.unwrap_or(DEFAULT_FILE_MODE),
+            size,
+            data: &input[len..len + take],
+        };
+        Ok(Step::Event(event, len + take))
+    }
+
+    fn error(&self, kind: FormatError, name: Option<&[u8]>) -> Error {
+        Error::Format {
+            offset: self.message_offset,
+            path: TreePath::join(self.dir_names(), name.unwrap_or_default()),
+            kind,
+        }
+    }
+}
+
+/// Parses one message from the start of `input` without looking at the tree state;
+/// `after_perm` says a `PERM` record came just before. `Ok(None)`: the message is incomplete.
+fn parse(input: &[u8], after_perm: bool) -> Result<Option<Parsed<'_>>, FormatError> {
+    let Some(&tag) = input.first() else {
+        return Ok(None);
+    };
+    if tag > TAG_PERM {
+        return Err(FormatError::UnknownTag(tag));
+    }
+    if after_perm && !matches!(tag, TAG_DIR | TAG_FILE | TAG_FILE64) {
+        return Err(FormatError::DanglingPerm);
+    }
+    match tag {
+        TAG_END => {
+            let Some(count) = input.get(1..9) else {
+                return Ok(None);
+            };
+            let count = u64::from_le_bytes(count.try_into().expect("8 bytes"));
+            Ok(Some(Parsed::End { count }))
+        }
+        TAG_POP => Ok(Some(Parsed::Pop)),
+        _ => {
+            let Some((name, name_len)) = parse_name(&input[1..])? else {
+                return Ok(None);
+            };
+            let at = 1 + name_len + 1;
+            let size = match tag {
+                TAG_DIR => 0,
+                TAG_FILE => match input.get(at..at + 4) {
+                    Some(b) => u64::from(u32::from_le_bytes(b.try_into().expect("4 bytes"))),
+                    None => return Ok(None),
+                },
+                _ => match input.get(at..at + 8) {
+                    Some(b) => {
+                        let size = u64::from_le_bytes(b.try_into().expect("8 bytes"));
+                        if size < 1 << 32 {
+                            return Err(FormatError::NoncanonicalFile64);
+                        }
+                        size
+                    }
+                    None => return Ok(None),
+                },
+            };
+            let size_len = match tag {
+                TAG_DIR => 0,
+                TAG_FILE => 4,
+                _ => 8,
+            };
+            Ok(Some(Parsed::Entry {
+                tag,
+                name,
+                size,
+                len: at + size_len,
+            }))
+        }
+    }
+}
+
+/// Parses a NUL-terminated name; returns it and its length without the NUL.
+fn parse_name(input: &[u8]) -> Result<Option<(&[u8], usize)>, FormatError> {
+    let window = &input[..input.len().min(MAX_NAME + 1)];
+    match window.iter().position(|&b| b == 0) {
+        Some(0) => Err(FormatError::EmptyName),
+        Some(len) => {
+            let name = &input[..len];
+            super::check_name(name)?;
+            Ok(Some((name, len)))
+        }
+        None if window.len() > MAX_NAME => Err(FormatError::NameTooLong),
+        None => Ok(None),
+    }
+}
+
+/// Decodes a complete archive held in memory, calling `on_event` for each event.
+pub fn decode_all(
+    input: &[u8],
+    limits: Limits,
+    mut on_event: impl FnMut(&Decoder, Event<'_>) -> Result<(), Error>,
+) -> Result<u64, Error> {
+    let mut decoder = Decoder::new(limits);
+    let mut pos = 0;
+    loop {
+        match decoder.next(&input[pos..], true)? {
+            Step::Event(Event::End { entries }, n) => {
+                pos += n;
+                if let Step::Done = decoder.next(&input[pos..], true)? {
+                    return Ok(entries);
+                }
+            }
+            Step::Event(event, n) => {
+                pos += n;
+                on_event(&decoder, event)?;
+            }
+            Step::NeedMore | Step::Done => unreachable!("eof input never needs more"),
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! Landing: turning decoded events into a tree under a root directory fd. The driver here
+//! feeds a [`Land`] sink from an in-memory archive or a stream; [`sync`] is the plain
+//! system-call lander.
+
+pub mod sync;
+
+use std::os::fd::BorrowedFd;
+
+use rustix::io::{read, Errno};
+
+use crate::error::{Error, Result, TreePath};
+use crate::format::{Decoder, Event, FormatError, Limits, Step};
+use crate::Progress;
+
+/// A sink that creates a tree. Every method acts relative to the directory entered last.
+pub trait Land {
+    /// Creates directory `name` and enters it.
+    fn enter_dir(&mut self, name: &[u8], mode: u32) -> Result<()>;
+    /// Creates directory `name`, which stays empty, without entering it.
+    fn empty_dir(&mut self, name: &[u8], mode: u32) -> Result<()>;
+    /// Leaves the directory entered last.
+    fn leave_dir(&mut self) -> Result<()>;
+    /// Creates file `name` of `size` bytes starting with `data`; when `data` is shorter
+    /// than `size`, the rest arrives through [`Land::data`].
+    fn file(&mut self, name: &[u8], mode: u32, size: u64, data: &[u8]) -> Result<()>;
+    /// More content of the file being written.
+    fn data(&mut self, data: &[u8]) -> Result<()>;
+    /// The input failed: removes a partly written file and returns the error to report.
+    fn abort(&mut self, cause: Error) -> Error;
+    /// Completes all pending work and returns what was landed.
+    fn finish(&mut self) -> Result<LandSummary>;
+}
+
+/// What an unpack created.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LandSummary {
+    /// Directories created (or merged into when they already existed).
+    pub dirs: u64,
+    /// Files created.
+    pub files: u64,
+    /// Bytes of file content written.
+    pub bytes: u64,
+}
+
+/// Feeds events to a [`Land`], holding back each `DIR` until the next event shows whether
+/// the directory stays empty (then it is created but never opened).
+pub struct Driver<'p, L: Land> {
+    land: L,
+    pending: Vec<u8>,
+    pending_mode: Option<u32>,
+    progress: &'p Progress,
+}
+
+impl<'p, L: Land> Driver<'p, L> {
+    /// Wraps `land`, reporting to `progress`.
+    pub fn new(land: L, progress: &'p Progress) -> Self {
+        Driver {
+            land,
+            pending: Vec::with_capacity(256),
+            pending_mode: None,
+            progress,
+        }
+    }
+
+    fn enter_pending(&mut self) -> Result<()> {
+        match self.pending_mode.take() {
+            Some(mode) => self.land.enter_dir(&self.pending, mode),
+            None => Ok(()),
+        }
+    }
+
+    /// Handles one event.
+    pub fn event(&mut self, event: Event<'_>) -> Result<()> {
+        match event {
+            Event::Dir { name, mode } => {
+                self.enter_pending()?;
+                self.pending.clear();
+                self.pending.extend_from_slice(name);
+                self.pending_mode = Some(mode);
+                self.progress.add_entry(0);
+                Ok(())
+            }
+            Event::Pop => match self.pending_mode.take() {
+                Some(mode) => self.land.empty_dir(&self.pending, mode),
+                None => self.land.leave_dir(),
+            },
+            Event::File {
+                name,
+                mode,
+                size,
+                data,
+            } => {
+                self.enter_pending()?;
+                self.progress.add_entry(data.len() as u64);
+                self.land.file(name, mode, size, data)
+            }
+            Event::Data(data) => {
+                self.progress.add_bytes(data.len() as u64);
+                self.land.data(data)
+            }
+            Event::End { .. } => Ok(()),
+        }
+    }
+
+    /// Lands a complete archive held in memory.
+    pub fn run_bytes(mut self, input: &[u8], limits: Limits) -> Result<LandSummary> {
+        let result = crate::format::decode_all(input, limits, |_, event| self.event(event));
+        self.close(result)
+    }
+
+    /// Lands an archive read from `input` (a pipe, socket or file), holding at most one
+    /// buffer of it in memory.
+    pub fn run_stream(mut self, input: BorrowedFd<'_>, limits: Limits) -> Result<LandSummary> {
+        let result = read_events(input, limits, |_, event| self.event(event));
+        self.close(result)
+    }
+
+    fn close(mut self, result: Result<u64>) -> Result<LandSummary> {
+        match result {
+            Ok(_) => self.land.finish(),
+            Err(e) => Err(self.land.abort(e)),
+        }
+    }
+}
+
+/// Decodes an archive read from `input` (a pipe, socket or file) with one buffer of
+/// memory, calling `on_event` for each event; returns the number of entries.
+pub fn read_events(
+    input: BorrowedFd<'_>,
+    limits: Limits,
+    mut on_event: impl FnMut(&Decoder, Event<'_>) -> Result<()>,
+) -> Result<u64> {
+    const BUFFER: usize = 1 << 20;
+    let mut decoder = Decoder::new(limits);
+    let mut buf = vec![0u8; BUFFER];
+    let (mut start, mut end, mut eof) = (0, 0, false);
+    loop {
+        match decoder.next(&buf[start..end], eof)? {
+            Step::Event(Event::End { entries }, n) => {
+                start += n;
+                expect_eof(&mut decoder, input, &buf[start..end], eof)?;
+                return Ok(entries);
+            }
+            Step::Event(event, n) => {
+                start += n;
+                on_event(&decoder, event)?;
+            }
+            Step::NeedMore => {
+                // What is left is at most one incomplete message header: cheap to move.
+                buf.copy_within(start..end, 0);
+                (start, end) = (0, end - start);
+                let n = read_some(input, &mut buf[end..], decoder.offset())?;
+                eof = n == 0;
+                end += n;
+            }
+            Step::Done => unreachable!("Done only follows End"),
+        }
+    }
+}
+
+/// Reads until end of input after the end message; any byte there is an error.
+fn expect_eof(decoder: &mut Decoder, input: BorrowedFd<'_>, rest: &[u8], eof: bool) -> Result<()> {
+    if decoder.next(rest, eof)? == Step::Done {
+        return Ok(());
+    }
+    let mut probe = [0u8; 1];
+    let n = read_some(input, &mut probe, decoder.offset())?;
+    decoder.next(&probe[..n], n == 0).map(|_| ())
+}
+
+fn read_some(input: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> Result<usize> {
+    loop {
+        match read(input, &mut *buf) {
+            Ok(n) => return Ok(n),
+            Err(Errno::INTR) => {}
+            Err(e) => {
+                return Err(Error::io(
+                    "read archive",
+                    TreePath(format!("<input at byte {offset}>").into_bytes()),
+                    e,
+                ))
+            }
+        }
+    }
+}
+
+/// True when `error` means the input ended early.
+pub fn is_truncation(error: &Error) -> bool {
+    matches!(
+        error,
+        Error::Format {
+            kind: FormatError::Truncated,
+            ..
+        }
+    )
+}

@@ -1,0 +1,216 @@
+//! The synchronous lander: `mkdirat` + `openat(O_PATH)` on a stack of directory fds, and
+//! `openat(O_CREAT|O_EXCL|O_NOFOLLOW)` + `write` + `close` per file. Nothing is ever
+//! followed or overwritten: an existing non-directory in the way is an error.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use rustix::fs::{chmodat, mkdirat, openat, statat, unlinkat, AtFlags, FileType, Mode, OFlags};
+use rustix::io::{write, Errno};
+
+use super::{is_truncation, Land, LandSummary};
+use crate::error::{Error, Result, TreePath};
+use crate::walk::kind_name;
+
+/// Flags that open a directory of the tree as a handle for `*at` calls only.
+pub const DIR_HANDLE_FLAGS: OFlags = OFlags::PATH
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
+
+/// Flags that create a file: never an existing one, never through a symlink.
+pub const CREATE_FLAGS: OFlags = OFlags::WRONLY
+    .union(OFlags::CREATE)
+    .union(OFlags::EXCL)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
+
+/// Permission bits the owner needs to fill a directory; added while it is being filled
+/// and taken away again when it is left.
+const OWNER_RWX: u32 = 0o700;
+
+struct OpenDir {
+    fd: OwnedFd,
+    name: Box<[u8]>,
+    /// The mode to set when leaving, when it lacked owner rwx at creation.
+    final_mode: Option<u32>,
+}
+
+struct PartFile {
+    fd: OwnedFd,
+    name: Vec<u8>,
+    size: u64,
+    written: u64,
+}
+
+/// Lands a tree with plain system calls, all relative to directory fds it opened itself.
+pub struct SyncLander {
+    root: OwnedFd,
+    dirs: Vec<OpenDir>,
+    file: Option<PartFile>,
+    summary: LandSummary,
+}
+
+impl SyncLander {
+    /// A lander creating entries below the directory `root`.
+    pub fn new(root: OwnedFd) -> SyncLander {
+        SyncLander {
+            root,
+            dirs: Vec::new(),
+            file: None,
+            summary: LandSummary::default(),
+        }
+    }
+
+    fn current(&self) -> BorrowedFd<'_> {
+        self.dirs.last().map_or(self.root.as_fd(), |d| d.fd.as_fd())
+    }
+
+    fn path(&self, name: &[u8]) -> TreePath {
+        TreePath::join(self.dirs.iter().map(|d| &d.name[..]), name)
+    }
+
+    /// Creates directory `name`; an existing real directory is accepted (merged into).
+    fn make_dir(&mut self, name: &[u8], mode: u32) -> Result<()> {
+        match mkdirat(self.current(), name, Mode::from_raw_mode(mode)) {
+            Ok(()) => Ok(()),
+            Err(Errno::EXIST) => match statat(self.current(), name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => Ok(()),
+                _ => Err(self.exists(name)),
+            },
+            Err(e) => Err(Error::io("mkdirat", self.path(name), e)),
+        }
+    }
+
+    fn exists(&self, name: &[u8]) -> Error {
+        let found = match statat(self.current(), name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => match FileType::from_raw_mode(st.st_mode) {
+                FileType::RegularFile if st.st_nlink > 1 => "a hard-linked file",
+                FileType::RegularFile => "a file",
+                other => kind_name(other),
+            },
+            Err(_) => "an entry",
+        };
+        Error::Exists {
+            path: self.path(name),
+            found,
+        }
+    }
+
+    fn write_all(&mut self, mut data: &[u8]) -> Result<()> {
+        let file = self.file.as_mut().expect("a file is open");
+        while !data.is_empty() {
+            let chunk = &data[..data.len().min(1 << 30)];
+            match write(&file.fd, chunk) {
+                Ok(n) => {
+                    data = &data[n..];
+                    file.written += n as u64;
+                }
+                Err(Errno::INTR) => {}
+                Err(e) => {
+                    let name = file.name.clone();
+                    return Err(Error::io("write", self.path(&name), e));
+                }
+            }
+        }
+        if file.written == file.size {
+            self.summary.files += 1;
+            self.summary.bytes += file.size;
+            self.file = None;
+        }
+        Ok(())
+    }
+}
+
+impl Land for SyncLander {
+    fn enter_dir(&mut self, name: &[u8], mode: u32) -> Result<()> {
+        let lacks_owner_rwx = mode & OWNER_RWX != OWNER_RWX;
+        self.make_dir(
+            name,
+            if lacks_owner_rwx {
+                mode | OWNER_RWX
+            } else {
+                mode
+            },
+        )?;
+        let fd = match openat(self.current(), name, DIR_HANDLE_FLAGS, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::NOTDIR | Errno::LOOP) => return Err(self.exists(name)),
+            Err(e) => return Err(Error::io("open directory", self.path(name), e)),
+        };
+        self.dirs.push(OpenDir {
+            fd,
+            name: name.into(),
+            final_mode: lacks_owner_rwx.then_some(mode),
+        });
+        self.summary.dirs += 1;
+        Ok(())
+    }
+
+    fn empty_dir(&mut self, name: &[u8], mode: u32) -> Result<()> {
+        self.make_dir(name, mode)?;
+        self.summary.dirs += 1;
+        Ok(())
+    }
+
+    fn leave_dir(&mut self) -> Result<()> {
+        let dir = self.dirs.pop().expect("the decoder never pops the root");
+        drop(dir.fd);
+        if let Some(mode) = dir.final_mode {
+            chmodat(
+                self.current(),
+                &dir.name[..],
+                Mode::from_raw_mode(mode),
+                AtFlags::empty(),
+            )
+            .map_err(|e| Error::io("fchmodat", self.path(&dir.name), e))?;
+        }
+        Ok(())
+    }
+
+    fn file(&mut self, name: &[u8], mode: u32, size: u64, data: &[u8]) -> Result<()> {
+        let fd = match openat(
+            self.current(),
+            name,
+            CREATE_FLAGS,
+            Mode::from_raw_mode(mode),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::EXIST) => return Err(self.exists(name)),
+            Err(e) => return Err(Error::io("openat", self.path(name), e)),
+        };
+        self.file = Some(PartFile {
+            fd,
+            name: name.to_vec(),
+            size,
+            written: 0,
+        });
+        self.write_all(data)
+    }
+
+    fn data(&mut self, data: &[u8]) -> Result<()> {
+        self.write_all(data)
+    }
+
+    fn abort(&mut self, cause: Error) -> Error {
+        let Some(file) = self.file.take() else {
+            return cause;
+        };
+        drop(file.fd);
+        let path = self.path(&file.name);
+        if let Err(e) = unlinkat(self.current(), &file.name[..], AtFlags::empty()) {
+            return Error::io("unlinkat (removing the partial file)", path, e);
+        }
+        if !is_truncation(&cause) {
+            return cause;
+        }
+        Error::Short {
+            path,
+            written: file.written,
+            size: file.size,
+        }
+    }
+
+    fn finish(&mut self) -> Result<LandSummary> {
+        Ok(self.summary)
+    }
+}

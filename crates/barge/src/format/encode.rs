@@ -4,13 +4,14 @@
 use std::io::{self, Write};
 
 use super::{
-    check_name, FormatError, DEFAULT_DIR_MODE, DEFAULT_FILE_MODE, HEADER, MODE_MASK, TAG_DIR,
+    check_name, FormatError, DEFAULT_DIR_MODE, DEFAULT_FILE_MODE, HEADER, PERM_MASK, TAG_DIR,
     TAG_END, TAG_FILE, TAG_FILE64, TAG_PERM, TAG_POP,
 };
 
-/// Appends a `PERM` record when `mode` differs from `default`.
+/// Appends a `PERM` record when `mode` differs from `default`. Setuid, setgid and sticky
+/// are recorded as they are (landers never apply them), so the vectors re-encode exactly.
 fn push_perm(buf: &mut Vec<u8>, mode: u32, default: u32) {
-    let mode = mode & MODE_MASK;
+    let mode = mode & PERM_MASK;
     if mode != default {
         buf.push(TAG_PERM);
         buf.extend_from_slice(&(mode as u16).to_le_bytes());

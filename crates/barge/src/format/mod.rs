@@ -29,6 +29,8 @@ pub const DEFAULT_FILE_MODE: u32 = 0o644;
 pub const DEFAULT_DIR_MODE: u32 = 0o755;
 /// Permission bits that are honoured; setuid, setgid and sticky never are.
 pub const MODE_MASK: u32 = 0o777;
+/// Bits a `PERM` record may carry (permissions plus setuid, setgid and sticky).
+pub const PERM_MASK: u32 = 0o7777;
 /// Default nesting limit.
 pub const DEFAULT_MAX_DEPTH: usize = 1024;
 

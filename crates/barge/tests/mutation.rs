@@ -1,0 +1,204 @@
+//! Stable-toolchain mutation testing of the decoder: thousands of random mutations of every
+//! vector (bit flips, interesting bytes, inserts, deletes, truncation, repeats, splices
+//! between vectors) go through `decode_all` and through the streaming `Decoder` fed random
+//! chunk sizes. Neither may panic, both must agree on the outcome, and a decode may never
+//! allocate more than the input justifies (a counting global allocator measures it).
+
+mod support;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use barge::format::{decode_all, Limits};
+use support::{decode_chunked, decode_whole, vector_files};
+
+/// Counts the bytes live on the current thread and their peak.
+struct Counting;
+
+thread_local! {
+    static LIVE: Cell<usize> = const { Cell::new(0) };
+    static PEAK: Cell<usize> = const { Cell::new(0) };
+}
+
+fn grow(by: usize) {
+    let live = LIVE.with(|l| l.get()) + by;
+    LIVE.with(|l| l.set(live));
+    PEAK.with(|p| p.set(p.get().max(live)));
+}
+
+fn shrink(by: usize) {
+    LIVE.with(|l| l.set(l.get().saturating_sub(by)));
+}
+
+// SAFETY: forwards to the system allocator; the counters are plain thread-local cells.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        grow(layout.size());
+        System.alloc(layout)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        shrink(layout.size());
+        System.dealloc(ptr, layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // Old and new block coexist during a moving realloc: count the worst case.
+        grow(new_size);
+        shrink(layout.size());
+        System.realloc(ptr, layout, new_size)
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Most bytes a decode may have allocated at once for an input of `len` bytes.
+fn allowance(len: usize) -> usize {
+    64 * len + 64 * 1024
+}
+
+/// Peak bytes allocated (above what was live before) while `decode_all` runs on `input`.
+fn peak_allocation(input: &[u8], limits: Limits) -> usize {
+    let base = LIVE.with(|l| l.get());
+    PEAK.with(|p| p.set(base));
+    let _ = decode_all(input, limits, |_, _| Ok(()));
+    PEAK.with(|p| p.get()) - base
+}
+
+/// xorshift64*: small, fixed-seed, good enough to pick mutations.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    /// Uniform-ish in `0..n` (`n` > 0).
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// Bytes that mean something to the decoder: tags, NUL, '/', '.', extremes.
+const INTERESTING: [u8; 10] = [0, 1, 2, 3, 4, 5, 6, b'/', b'.', 0xff];
+
+/// Applies one to three random mutations to `input`; `other` is another vector to splice in.
+fn mutate(rng: &mut Rng, input: &[u8], other: &[u8]) -> Vec<u8> {
+    let mut out = input.to_vec();
+    for _ in 0..1 + rng.below(3) {
+        let at = rng.below(out.len() + 1);
+        match rng.below(8) {
+            0 if at < out.len() => out[at] ^= 1 << rng.below(8),
+            1 if at < out.len() => out[at] = INTERESTING[rng.below(INTERESTING.len())],
+            2 => out.insert(at, rng.next() as u8),
+            3 if at < out.len() => {
+                let end = (at + 1 + rng.below(16)).min(out.len());
+                out.drain(at..end);
+            }
+            4 => out.truncate(at),
+            5 if at < out.len() => {
+                let end = (at + 1 + rng.below(32)).min(out.len());
+                let repeat = out[at..end].to_vec();
+                for _ in 0..1 + rng.below(8) {
+                    out.splice(at..at, repeat.iter().copied());
+                }
+            }
+            6 => {
+                let from = rng.below(other.len() + 1);
+                out.truncate(at);
+                out.extend_from_slice(&other[from..]);
+            }
+            7 if at + 4 <= out.len() => {
+                let big = [u32::MAX, 1 << 31, 1 << 20, 0][rng.below(4)];
+                out[at..at + 4].copy_from_slice(&big.to_le_bytes());
+            }
+            _ => out.push(INTERESTING[rng.below(INTERESTING.len())]),
+        }
+    }
+    out
+}
+
+/// Limits the mutants are decoded with: mostly the defaults, sometimes tight ones, so the
+/// limit checks are exercised too.
+fn limits(rng: &mut Rng) -> Limits {
+    match rng.below(4) {
+        0 => Limits {
+            max_depth: rng.below(4),
+            max_entries: Some(rng.below(5) as u64),
+            max_bytes: Some(rng.below(100) as u64),
+        },
+        _ => Limits::default(),
+    }
+}
+
+#[test]
+fn mutated_vectors_never_panic_agree_streamed_and_stay_within_memory() {
+    let vectors: Vec<Vec<u8>> = ["valid", "invalid"]
+        .iter()
+        .flat_map(|kind| vector_files(kind))
+        .map(|path| std::fs::read(path).unwrap())
+        .collect();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let (mut mutants, mut accepted, mut worst) = (0, 0, (0.0f64, 0));
+    for (i, vector) in vectors.iter().enumerate() {
+        for _ in 0..120 {
+            let other = &vectors[rng.below(vectors.len())];
+            let input = mutate(&mut rng, vector, other);
+            let limits = limits(&mut rng);
+            let whole = decode_whole(&input, limits);
+            let seed = rng.next();
+            let mut chunks = Rng(seed | 1);
+            let streamed = decode_chunked(&input, limits, || 1 + chunks.below(64));
+            assert_eq!(
+                whole, streamed,
+                "vector {i}: whole and streamed decoding disagree on {input:02x?}"
+            );
+            let peak = peak_allocation(&input, limits);
+            assert!(
+                peak <= allowance(input.len()),
+                "vector {i}: decoding {} bytes allocated {peak} bytes",
+                input.len()
+            );
+            let ratio = peak as f64 / (input.len().max(1)) as f64;
+            if ratio > worst.0 {
+                worst = (ratio, input.len());
+            }
+            mutants += 1;
+            accepted += usize::from(whole.is_ok());
+        }
+    }
+    assert!(mutants >= 10_000, "only {mutants} mutants");
+    // Some mutants must still be valid archives, or the mutations only test the header check.
+    assert!(
+        accepted > 100,
+        "only {accepted} of {mutants} mutants decoded"
+    );
+    println!(
+        "{mutants} mutants, {accepted} valid, worst peak {:.1} bytes per input byte (at {} bytes)",
+        worst.0, worst.1
+    );
+}
+
+#[test]
+fn deep_nesting_allocates_in_proportion_to_input() {
+    // 1024 nested dirs (the default limit), then 100,000 more that must be refused.
+    for depth in [1024usize, 100_000] {
+        let mut input = barge::format::HEADER.to_vec();
+        for _ in 0..depth {
+            input.extend_from_slice(b"\x02d\x00");
+        }
+        let peak = peak_allocation(&input, Limits::default());
+        assert!(
+            peak <= allowance(input.len()),
+            "depth {depth}: {peak} bytes"
+        );
+        let outcome = decode_whole(&input, Limits::default());
+        let expected = if depth > 1024 {
+            "too-deep"
+        } else {
+            "truncated"
+        };
+        assert_eq!(outcome.unwrap_err().0, expected);
+    }
+}

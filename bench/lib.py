@@ -1,0 +1,587 @@
+"""The barge benchmark harness (Python 3 standard library only).
+
+Suites live in bench/suites/<name>.py and define ``run(ctx) -> {set name: result}`` where a
+result is a dict with at least ``cases`` (the list ``measure`` returns), an optional
+``TARGETS = [(set, case label, minimum ratio)]`` and a module docstring that is shown in
+docs/BENCHMARKS.md. ``ctx`` is a Ctx: ``barge`` (path of a frozen copy of the release binary),
+``sets`` (DataSets the user selected), ``pairs``, ``trace`` (False with --quick: skip strace and
+perf) and ``engines`` (values of ``barge unpack --engine`` besides auto, [] without the option).
+``bench/run`` builds barge, calls the suites, adds run metadata to each set's result, writes
+bench/results/<date>-<suite>.json and regenerates docs/BENCHMARKS.md (bench/report.py).
+
+Stable API (everything else in this module is internal):
+
+Commands and single runs
+  Cmd(stages, cwd=None, stdin=None, stdout=None)
+      A process, or a pipeline when ``stages`` holds several argv lists; ``stdin`` feeds the
+      first stage from a file, ``stdout`` sends the last one to a file (default /dev/null).
+      ``cmd(*argv, **kw)`` and ``pipeline(argv1, argv2, **kw)`` build them; ``str(c)`` is the
+      shell equivalent shown in the docs.
+  run(cmd) -> Run(wall, user, sys)      one timed run: posix_spawn + os.wait4 (seconds)
+  user_sys(cmd) -> (user, sys)          CPU seconds of one run, from rusage (no strace)
+  strace_count(cmd) -> (total, {syscall: calls})       one ``strace -c -f`` run
+  perf_syscalls(cmd) -> {syscall: (calls, msec)} | None one ``perf trace -s`` run (in-kernel
+                                                        time per syscall), None without perf
+
+Measurement
+  Case(label, cmd, setup=None, check=None)     also accepted as a (label, setup, cmd) tuple
+      ``setup()`` runs before every run, outside the timed region (e.g. ``fresh_dir``);
+      ``check()`` runs after a run, outside it, and raises if the output is wrong.
+  interleave(cases, pairs, ref=0) -> [dict]
+      One untimed warm-up run of each case, then ``pairs`` rounds running every case once
+      (order reversed every other round: A B B A A B ...). Per case: ``times``, ``median``,
+      ``user``, ``sys`` (means: the kernel splits CPU time between them by tick sampling, so
+      one short run's split is noise but the mean over runs is not), ``ratios`` (case time /
+      reference time of the same round) and ``ratio`` (their median; > 1 means the reference,
+      normally barge, is faster).
+  measure(cases, pairs, files, ref=0, trace=True) -> [dict]
+      ``interleave`` plus, per case, one ``strace_count`` and one ``perf_syscalls`` run and
+      per-file figures (``syscalls``, ``syscalls_per_file``, ``sys_us_per_file``, ``top``).
+
+Data sets (on /dev/shm/barge-bench, cached, rebuilt when missing)
+  SETS                                   names: "linux", "small", "tiny-many"
+  dataset(name) -> DataSet(name, root, files, dirs, bytes, digest)
+  archive(ds, fmt, barge) -> path        fmt in "barge", "tar", "cpio", "bsdtar"; made once
+  tree_digest(path) -> (digest, files, dirs, bytes)    relative paths + kinds + contents
+  fresh_dir(path), remove(path)          rm -rf PATH && mkdir -p PATH; rm -rf PATH
+  verify_tree(path, ds)                  raises unless tree_digest(path) matches ds
+  WORK                                   the work directory (scratch space under it is yours)
+
+Results
+  write_results(suite, sets) -> path     merges {set: result} into bench/results/<date>-<suite>.json
+  env_info() -> dict                          kernel, CPU, cores, tool versions, load
+"""
+
+import dataclasses
+import datetime
+import hashlib
+import json
+import os
+import platform
+import random
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "bench", "results")
+WORK = "/dev/shm/barge-bench"
+LINUX_TARBALL = "/usr/src/linux-source-6.1.tar.xz"
+SETS = ("linux", "small", "tiny-many")
+FORMATS = ("barge", "tar", "cpio", "bsdtar")
+# Bump when a data set's recipe changes, so cached trees are rebuilt.
+RECIPE = {"linux": 1, "small": 1, "tiny-many": 1}
+# Processes whose presence during a run means the machine was busy (other engineers compiling).
+BUSY_NAMES = {"rustc", "cargo", "cc", "ld", "clang", "gcc", "cc1", "node", "npm", "chromium"}
+
+
+# ---------------------------------------------------------------- commands and runs
+
+
+@dataclasses.dataclass
+class Ctx:
+    """What bench/run hands to a suite's run()."""
+
+    barge: str
+    sets: list
+    pairs: int
+    trace: bool
+    engines: list
+
+
+@dataclasses.dataclass
+class Cmd:
+    """A process or pipeline with optional input/output files and working directory."""
+
+    stages: list
+    cwd: str = None
+    stdin: str = None
+    stdout: str = None
+
+    def __str__(self):
+        s = " | ".join(shlex.join(a) for a in self.stages)
+        if self.stdin:
+            s += " < " + shlex.quote(self.stdin)
+        if self.stdout:
+            s += " > " + shlex.quote(self.stdout)
+        return f"(cd {shlex.quote(self.cwd)} && {s})" if self.cwd else s
+
+
+def cmd(*argv, **kw):
+    """A one-process Cmd."""
+    return Cmd([list(argv)], **kw)
+
+
+def pipeline(*stages, **kw):
+    """A pipeline Cmd: each argument is one stage's argv."""
+    return Cmd([list(a) for a in stages], **kw)
+
+
+@dataclasses.dataclass
+class Run:
+    """Wall-clock, user and system seconds of one run."""
+
+    wall: float
+    user: float
+    sys: float
+
+
+def _resolve(argv0):
+    path = shutil.which(argv0)
+    if not path:
+        raise RuntimeError(f"command not found: {argv0}")
+    return path
+
+
+def _spawn(c, prefixes=None):
+    """Starts all stages of `c` and returns (pids, stderr path); prefixes[i] wraps stage i."""
+    os.makedirs(os.path.join(WORK, "tmp"), exist_ok=True)
+    err = os.path.join(WORK, "tmp", "stderr")
+    pids, prev_read = [], None
+    old = os.getcwd()
+    if c.cwd:
+        os.chdir(c.cwd)
+    try:
+        for i, argv in enumerate(c.stages):
+            argv = (prefixes[i] if prefixes else []) + argv
+            acts = [(os.POSIX_SPAWN_OPEN, 2, err, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)]
+            if i == 0:
+                src = c.stdin or "/dev/null"
+                acts.append((os.POSIX_SPAWN_OPEN, 0, src, os.O_RDONLY, 0))
+            else:
+                acts.append((os.POSIX_SPAWN_DUP2, prev_read, 0))
+            write_end = None
+            if i == len(c.stages) - 1:
+                dst = c.stdout or "/dev/null"
+                acts.append(
+                    (os.POSIX_SPAWN_OPEN, 1, dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                )
+            else:
+                next_read, write_end = os.pipe()
+                acts.append((os.POSIX_SPAWN_DUP2, write_end, 1))
+            pids.append(os.posix_spawn(_resolve(argv[0]), argv, os.environ, file_actions=acts))
+            if prev_read is not None:
+                os.close(prev_read)
+            if write_end is not None:
+                os.close(write_end)
+                prev_read = next_read
+    finally:
+        os.chdir(old)
+    return pids, err
+
+
+def _wait(c, pids, err):
+    """Waits for all pids; returns (user, sys) summed; raises on failure with stderr text."""
+    user = sys_ = 0.0
+    failed = []
+    for pid in pids:
+        _, status, ru = os.wait4(pid, 0)
+        user += ru.ru_utime
+        sys_ += ru.ru_stime
+        if os.waitstatus_to_exitcode(status) != 0:
+            failed.append(os.waitstatus_to_exitcode(status))
+    if failed:
+        with open(err, errors="replace") as f:
+            text = f.read()[-2000:]
+        raise RuntimeError(f"{c} failed (exit {failed}): {text}")
+    return user, sys_
+
+
+def _clear_stderr():
+    path = os.path.join(WORK, "tmp", "stderr")
+    if os.path.exists(path):
+        os.unlink(path)
+
+
+def run(c):
+    """Runs `c` once and returns its Run (wall time from spawn to the last wait4)."""
+    _clear_stderr()
+    t0 = time.perf_counter()
+    pids, err = _spawn(c)
+    user, sys_ = _wait(c, pids, err)
+    return Run(time.perf_counter() - t0, user, sys_)
+
+
+def user_sys(c):
+    """(user, sys) CPU seconds of one run of `c`, from rusage."""
+    r = run(c)
+    return r.user, r.sys
+
+
+def _traced(c, tool):
+    """Runs `c` with every stage wrapped by tool(out_path); returns the output paths."""
+    _clear_stderr()
+    outs = [os.path.join(WORK, "tmp", f"trace{i}") for i in range(len(c.stages))]
+    pids, err = _spawn(c, [tool(o) for o in outs])
+    _wait(c, pids, err)
+    return outs
+
+
+def strace_table(c):
+    """{syscall: (calls, errors, seconds)} from one `strace -c -f` run of `c`."""
+    table = {}
+    for out in _traced(c, lambda o: ["strace", "-c", "-f", "-o", o, "--"]):
+        with open(out) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) < 5 or not parts[0][0].isdigit() or parts[-1] == "total":
+                    continue
+                secs, calls, name = float(parts[1]), int(parts[3]), parts[-1]
+                errors = int(parts[4]) if len(parts) == 6 else 0
+                c0, e0, s0 = table.get(name, (0, 0, 0.0))
+                table[name] = (c0 + calls, e0 + errors, s0 + secs)
+    return table
+
+
+def strace_count(c):
+    """(total syscalls, {syscall: calls}) from one `strace -c -f` run of `c`."""
+    calls = {k: v[0] for k, v in strace_table(c).items()}
+    return sum(calls.values()), calls
+
+
+def perf_syscalls(c):
+    """{syscall: (calls, msec in the kernel)} from one `perf trace -s` run, or None."""
+    if not shutil.which("perf"):
+        return None
+    table = {}
+    for out in _traced(c, lambda o: ["perf", "trace", "-s", "-o", o, "--"]):
+        with open(out) as f:
+            for line in f:
+                m = re.match(r"\s+(\w+)\s+(\d+)\s+(\d+)\s+([\d.]+)\s", line)
+                if m:
+                    c0, t0 = table.get(m[1], (0, 0.0))
+                    table[m[1]] = (c0 + int(m[2]), t0 + float(m[4]))
+    return table
+
+
+# ---------------------------------------------------------------- measurement
+
+
+@dataclasses.dataclass
+class Case:
+    """One benchmarked command; setup/check run outside the timed region."""
+
+    label: str
+    cmd: Cmd
+    setup: object = None
+    check: object = None
+
+
+def _case(c):
+    if isinstance(c, Case):
+        return c
+    label, setup, command = c
+    return Case(label, command, setup)
+
+
+_busy = {"load_max": 0.0, "procs": set()}
+
+
+def _sample_load():
+    """Records the load average and any compiler-like processes of other users of the machine."""
+    with open("/proc/loadavg") as f:
+        _busy["load_max"] = max(_busy["load_max"], float(f.read().split()[0]))
+    me = os.getpid()
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and int(pid) != me:
+            try:
+                with open(f"/proc/{pid}/comm") as f:
+                    name = f.read().strip()
+            except OSError:
+                continue
+            if name in BUSY_NAMES:
+                _busy["procs"].add(name)
+
+
+def busy_report(reset=False):
+    """{"load_max", "busy_procs"} seen since the last reset (sampled between runs)."""
+    out = {"load_max": _busy["load_max"], "busy_procs": sorted(_busy["procs"])}
+    if reset:
+        _busy["load_max"], _busy["procs"] = 0.0, set()
+    return out
+
+
+def _once(case):
+    if case.setup:
+        case.setup()
+    r = run(case.cmd)
+    if case.check:
+        case.check()
+    _sample_load()
+    return r
+
+
+def interleave(cases, pairs, ref=0):
+    """Interleaved runs of all cases; see the module docstring for the result fields."""
+    cases = [_case(c) for c in cases]
+    for case in cases:
+        _once(case)
+    runs = [[] for _ in cases]
+    for r in range(pairs):
+        order = list(range(len(cases)))
+        for i in order if r % 2 == 0 else reversed(order):
+            runs[i].append(_once(cases[i]))
+    out = []
+    for case, rs in zip(cases, runs):
+        ratios = [a.wall / b.wall for a, b in zip(rs, runs[ref])]
+        out.append(
+            {
+                "label": case.label,
+                "cmd": str(case.cmd),
+                "times": [round(x.wall, 6) for x in rs],
+                "median": statistics.median(x.wall for x in rs),
+                "user": statistics.fmean(x.user for x in rs),
+                "sys": statistics.fmean(x.sys for x in rs),
+                "ratios": [round(x, 4) for x in ratios],
+                "ratio": statistics.median(ratios),
+            }
+        )
+    return out
+
+
+def measure(cases, pairs, files, ref=0, trace=True):
+    """interleave() plus one strace and one perf run per case and per-file figures."""
+    cases = [_case(c) for c in cases]
+    out = interleave(cases, pairs, ref)
+    for case, res in zip(cases, out):
+        res["sys_us_per_file"] = res["sys"] / files * 1e6
+        if not trace:
+            continue
+        if case.setup:
+            case.setup()
+        table = strace_table(case.cmd)
+        res["syscalls"] = sum(v[0] for v in table.values())
+        res["syscalls_per_file"] = res["syscalls"] / files
+        res["strace"] = {k: v[0] for k, v in sorted(table.items(), key=lambda kv: -kv[1][0])}
+        if case.setup:
+            case.setup()
+        perf = perf_syscalls(case.cmd)
+        if perf:
+            res["perf_msec"] = {
+                k: [v[0], round(v[1], 3)] for k, v in sorted(perf.items(), key=lambda kv: -kv[1][1])
+            }
+    return out
+
+
+# ---------------------------------------------------------------- data sets
+
+
+@dataclasses.dataclass
+class DataSet:
+    """A prepared source tree on tmpfs and its manifest."""
+
+    name: str
+    root: str
+    files: int
+    dirs: int
+    bytes: int
+    digest: str
+
+
+def remove(path):
+    """rm -rf PATH."""
+    if os.path.lexists(path):
+        subprocess.run(["rm", "-rf", "--", path], check=True)
+
+
+def fresh_dir(path):
+    """Removes `path` (recursively) and creates it empty."""
+    remove(path)
+    os.makedirs(path)
+
+
+def tree_digest(path):
+    """(hex digest, files, dirs, bytes) over sorted relative paths, kinds and file contents."""
+    h = hashlib.blake2b(digest_size=16)
+    counts = [0, 0, 0]
+
+    def walk(d, rel):
+        with os.scandir(d) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        for e in entries:
+            name = rel + e.name.encode("utf-8", "surrogateescape")
+            if e.is_dir(follow_symlinks=False):
+                counts[1] += 1
+                h.update(b"d" + name + b"\0")
+                walk(e.path, name + b"/")
+            elif e.is_file(follow_symlinks=False):
+                counts[0] += 1
+                size = e.stat(follow_symlinks=False).st_size
+                counts[2] += size
+                h.update(b"f" + name + b"\0" + size.to_bytes(8, "little"))
+                with open(e.path, "rb") as f:
+                    while chunk := f.read(1 << 20):
+                        h.update(chunk)
+            else:
+                h.update(b"o" + name + b"\0")
+
+    walk(path, b"")
+    return (h.hexdigest(), *counts)
+
+
+def verify_tree(path, ds):
+    """Raises unless the tree at `path` has the same digest as data set `ds`."""
+    digest, files, dirs, size = tree_digest(path)
+    if digest != ds.digest:
+        raise RuntimeError(
+            f"{path} differs from data set {ds.name}: {files} files, {dirs} dirs, {size} bytes "
+            f"(expected {ds.files}, {ds.dirs}, {ds.bytes})"
+        )
+
+
+def _make_linux(dst):
+    src = os.path.join(WORK, "tmp", "linux-extract")
+    fresh_dir(src)
+    subprocess.run(["tar", "-xJf", LINUX_TARBALL, "-C", src], check=True)
+    (top,) = os.listdir(src)
+    os.rename(os.path.join(src, top), dst)
+    os.rmdir(src)
+    subprocess.run(["find", dst, "-type", "l", "-delete"], check=True)
+
+
+# A fixed ~100-file subset of the linux tree: two real source directories.
+SMALL_DIRS = ("kernel/sched", "fs/ext4")
+
+
+def _make_small(dst):
+    linux = dataset("linux").root
+    for d in SMALL_DIRS:
+        shutil.copytree(os.path.join(linux, d), os.path.join(dst, d), symlinks=True)
+
+
+def _make_tiny_many(dst):
+    """100,000 files of 1-8 KiB in 1,000 directories (100 each), seed 3."""
+    rng = random.Random(3)
+    for d in range(1000):
+        sub = os.path.join(dst, f"d{d:03}")
+        os.makedirs(sub)
+        for i in range(100):
+            with open(os.path.join(sub, f"f{i:02}"), "wb") as f:
+                f.write(rng.randbytes(rng.randint(1024, 8192)))
+
+
+_MAKERS = {"linux": _make_linux, "small": _make_small, "tiny-many": _make_tiny_many}
+_datasets = {}
+
+
+def dataset(name):
+    """The prepared data set `name` (built on first use, then cached with a manifest)."""
+    if name in _datasets:
+        return _datasets[name]
+    root = os.path.join(WORK, "sets", name)
+    manifest = root + ".manifest.json"
+    ds = None
+    if os.path.isdir(root) and os.path.exists(manifest):
+        with open(manifest) as f:
+            m = json.load(f)
+        if m.get("recipe") == RECIPE[name]:
+            ds = DataSet(name, root, m["files"], m["dirs"], m["bytes"], m["digest"])
+    if ds is None:
+        print(f"bench: preparing data set {name} in {root}", flush=True)
+        for p in (manifest, root, root + ".building"):
+            remove(p)
+        os.makedirs(os.path.dirname(root), exist_ok=True)
+        tmp = root + ".building"
+        _MAKERS[name](tmp)
+        os.rename(tmp, root)
+        digest, files, dirs, size = tree_digest(root)
+        ds = DataSet(name, root, files, dirs, size, digest)
+        with open(manifest, "w") as f:
+            json.dump(dict(dataclasses.asdict(ds), recipe=RECIPE[name]), f, indent=1)
+    _datasets[name] = ds
+    return ds
+
+
+def pack_cmd(ds, fmt, barge, out):
+    """The command packing data set `ds` into file `out` in format `fmt` (see FORMATS)."""
+    if fmt == "barge":
+        return cmd(barge, "pack", ds.root, "-o", out)
+    if fmt == "tar":
+        return cmd("tar", "-cf", out, ".", cwd=ds.root)
+    if fmt == "bsdtar":
+        return cmd("bsdtar", "-cf", out, ".", cwd=ds.root)
+    if fmt == "cpio":
+        # find's pre-order lists every directory before its contents, as `cpio -id` needs.
+        return pipeline(["find", "."], ["cpio", "-o", "-H", "newc", "--quiet"], cwd=ds.root, stdout=out)
+    raise ValueError(fmt)
+
+
+def file_digest(path):
+    """Short blake2b hex digest of a file's contents."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "blake2b").hexdigest()[:32]
+
+
+def archive(ds, fmt, barge):
+    """Path of data set `ds` archived as `fmt`; made once per data set digest (and barge binary)."""
+    d = os.path.join(WORK, "archives")
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, f"{ds.name}.{fmt}")
+    stamp = ds.digest + (file_digest(barge) if fmt == "barge" else "")
+    if os.path.exists(path) and os.path.exists(path + ".stamp"):
+        with open(path + ".stamp") as f:
+            if f.read() == stamp:
+                return path
+    print(f"bench: archiving {ds.name} as {fmt}", flush=True)
+    run(pack_cmd(ds, fmt, barge, path))
+    with open(path + ".stamp", "w") as f:
+        f.write(stamp)
+    return path
+
+
+# ---------------------------------------------------------------- results
+
+
+def _first_line(argv):
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True).stdout
+    except OSError:
+        return None
+    return out.splitlines()[0] if out else None
+
+
+def env_info():
+    """Machine and tool description stored with every result."""
+    cpu = "unknown"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    with open("/proc/meminfo") as f:
+        mem_kib = int(f.readline().split()[1])
+    return {
+        "kernel": platform.release(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "mem_gib": round(mem_kib / 2**20, 1),
+        "python": platform.python_version(),
+        "tools": {
+            t: _first_line(a)
+            for t, a in {
+                "tar": ["tar", "--version"],
+                "cpio": ["cpio", "--version"],
+                "bsdtar": ["bsdtar", "--version"],
+                "strace": ["strace", "-V"],
+            }.items()
+        },
+    }
+
+
+def write_results(suite, sets):
+    """Merges `sets` ({set name: result}) into bench/results/<date>-<suite>.json; returns the path."""
+    os.makedirs(RESULTS, exist_ok=True)
+    date = datetime.date.today().isoformat()
+    path = os.path.join(RESULTS, f"{date}-{suite}.json")
+    doc = {"suite": suite, "date": date, "sets": {}}
+    if os.path.exists(path):
+        with open(path) as f:
+            doc = json.load(f)
+    doc["sets"].update(sets)
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1, sort_keys=True)
+        f.write("\n")
+    return path

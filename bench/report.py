@@ -1,0 +1,168 @@
+"""Renders bench/results/*.json as Markdown: the terminal tables and the generated part of
+docs/BENCHMARKS.md (everything between the BEGIN and END markers; the rest is hand-written)."""
+
+import glob
+import importlib
+import json
+import os
+
+import lib
+
+DOC = os.path.join(lib.ROOT, "docs", "BENCHMARKS.md")
+BEGIN = "<!-- bench/run: generated from bench/results/*.json; edits below this line are lost -->"
+END = "<!-- bench/run: end of the generated part -->"
+# Syscalls that wait for other processes or threads: their time is not work done per file.
+WAITS = {"wait4", "waitid", "vfork", "clone", "clone3", "futex", "poll", "ppoll", "epoll_wait",
+         "select", "pselect6", "nanosleep", "clock_nanosleep"}
+
+
+def _ms(s):
+    ms = s * 1000
+    return f"{ms:.0f}" if ms >= 100 else f"{ms:.1f}" if ms >= 10 else f"{ms:.2f}"
+
+
+def _num(x, digits=2):
+    return "" if x is None else f"{x:.{digits}f}"
+
+
+def _cell(text):
+    return text.replace("|", "\\|")
+
+
+def _ref_label(r):
+    return _cell(r["cases"][0]["label"])
+
+
+def set_header(suite, name, r):
+    """One line describing a set's run: size, time, commit, load."""
+    line = (
+        f"`{name}`: {r['files']:,} files, {r['dirs']:,} directories, {r['bytes'] / 2**20:,.0f} MiB;"
+        f" run {r['when']}, barge {r['barge_commit']}, {r['pairs']} pairs"
+        f" (load average up to {r['load_max']:.2f})"
+    )
+    if r["busy_procs"]:
+        line += (
+            f". **Noisy: other processes ({', '.join(r['busy_procs'])}) were running during"
+            " this run; use these numbers for direction only.**"
+        )
+    return line
+
+
+def set_table(suite, name, r):
+    """Markdown table of one suite run on one data set."""
+    rows = [
+        set_header(suite, name, r),
+        "",
+        f"| case | median ms | time / {_ref_label(r)} (median of per-pair ratios) | user ms | sys ms "
+        "| sys µs/file | syscalls/file |",
+        "|---|--:|--:|--:|--:|--:|--:|",
+    ]
+    for c in r["cases"]:
+        rows.append(
+            f"| {_cell(c['label'])} | {_ms(c['median'])} | {c['ratio']:.2f}x | {_ms(c['user'])} "
+            f"| {_ms(c['sys'])} | {c['sys_us_per_file']:.1f} | {_num(c.get('syscalls_per_file'))} |"
+        )
+    rows += ["", "<details><summary>commands</summary>", ""]
+    rows += [f"- {c['label']}: `{c['cmd']}`" for c in r["cases"]]
+    rows += ["", "</details>", ""]
+    return "\n".join(rows)
+
+
+def kernel_table(r):
+    """Per-file kernel cost of each case: perf trace -s times and strace -c call counts."""
+    if not any("perf_msec" in c for c in r["cases"]):
+        return ""
+    files = r["files"]
+    rows = [
+        "| case | sys µs/file (rusage) | in-syscall µs/file (perf, no waits) | top syscalls by "
+        "kernel time: calls/file × µs/call |",
+        "|---|--:|--:|---|",
+    ]
+    for c in r["cases"]:
+        perf = {k: v for k, v in c.get("perf_msec", {}).items() if k not in WAITS}
+        total = sum(ms for _, ms in perf.values()) * 1000 / files
+        top = sorted(perf.items(), key=lambda kv: -kv[1][1])[:5]
+        tops = ", ".join(
+            f"{k} {n / files:.2f} × {ms * 1000 / n:.1f}" for k, (n, ms) in top if n
+        )
+        rows.append(f"| {_cell(c['label'])} | {c['sys_us_per_file']:.1f} | {total:.1f} | {tops} |")
+    return "\n".join(rows) + "\n"
+
+
+def latest():
+    """{suite: newest results document}."""
+    out = {}
+    for path in sorted(glob.glob(os.path.join(lib.RESULTS, "*.json"))):
+        with open(path) as f:
+            doc = json.load(f)
+        out[doc["suite"]] = doc
+    return out
+
+
+def _suite(name):
+    try:
+        return importlib.import_module(f"suites.{name}")
+    except ImportError:
+        return None
+
+
+def targets_table(docs):
+    rows = ["| suite | set | peer | target | measured | |", "|---|---|---|--:|--:|---|"]
+    for suite, doc in sorted(docs.items()):
+        mod = _suite(suite)
+        for name, label, want in getattr(mod, "TARGETS", []):
+            cases = {c["label"]: c for c in doc["sets"].get(name, {}).get("cases", [])}
+            got = cases.get(label, {}).get("ratio")
+            verdict = "not measured" if got is None else "met" if got >= want else "**missed**"
+            rows.append(
+                f"| {suite} | {name} | {_cell(label)} | {want:.1f}x | {_num(got)}{'x' if got else ''} | {verdict} |"
+            )
+    return "\n".join(rows)
+
+
+def generated(docs):
+    parts = [BEGIN, ""]
+    if not docs:
+        return "\n".join(parts + ["No results yet: run `bench/run`.", "", END])
+    env = max((s["env"], s["when"]) for d in docs.values() for s in d["sets"].values())[0]
+    parts += [
+        "## Machine (newest run)",
+        "",
+        f"- kernel {env['kernel']}, CPU {env['cpu']}, {env['cores']} cores, {env['mem_gib']} GiB RAM",
+        "- " + "; ".join(f"{v}" for v in env["tools"].values() if v),
+        "",
+        "## Targets",
+        "",
+        "Median of per-pair ratios (peer time / barge time, same run) against the targets.",
+        "",
+        targets_table(docs),
+        "",
+    ]
+    for suite, doc in sorted(docs.items()):
+        mod = _suite(suite)
+        parts += [f"## {suite} ({doc['date']})", ""]
+        if mod and mod.__doc__:
+            parts += [mod.__doc__.strip(), ""]
+        for name, r in doc["sets"].items():
+            parts += ["### " + f"{suite} {name}", "", set_table(suite, name, r)]
+            k = kernel_table(r)
+            if k:
+                parts += ["Kernel cost per file:", "", k]
+    return "\n".join(parts + [END])
+
+
+def render_docs():
+    """Rewrites the generated part of docs/BENCHMARKS.md; returns its path."""
+    text = ""
+    if os.path.exists(DOC):
+        with open(DOC) as f:
+            text = f.read()
+    body = generated(latest())
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + body + rest.split(END, 1)[1]
+    else:
+        text = (text or "# Benchmarks\n\n") + "\n" + body + "\n"
+    with open(DOC, "w") as f:
+        f.write(text)
+    return DOC

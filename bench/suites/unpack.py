@@ -1,0 +1,73 @@
+"""Unpack: `barge unpack` (every engine the binary offers) against GNU tar, cpio and bsdtar
+extracting the same tree from their own archive into an empty tmpfs directory. Every barge
+output is compared with the source digest, and each peer's warm-up output too.
+
+Ratios are peer time / barge time of the same round: 3.0x means barge took a third of the time.
+"""
+
+import os
+
+import lib
+
+# Issue 3 targets: (set, case label, minimum median ratio vs barge).
+TARGETS = [
+    ("linux", "tar -xf", 2.5),
+    ("linux", "cpio -idm", 3.0),
+    ("tiny-many", "tar -xf", 2.5),
+    ("small", "tar -xf", 2.0),
+]
+
+
+def once(fn):
+    """`fn` on the first call only (peers' outputs are checked on their warm-up run)."""
+    done = []
+
+    def wrapper():
+        if not done:
+            done.append(fn())
+
+    return wrapper
+
+
+def run(ctx):
+    dest = os.path.join(lib.WORK, "dest")
+    out = {}
+    for ds in ctx.sets:
+        a = {f: lib.archive(ds, f, ctx.barge) for f in lib.FORMATS}
+
+        def setup():
+            lib.fresh_dir(dest)
+
+        def check(ds=ds):
+            lib.verify_tree(dest, ds)
+
+        barge = [
+            lib.Case("barge", lib.cmd(ctx.barge, "unpack", a["barge"], dest), setup, check)
+        ] + [
+            lib.Case(
+                f"barge --engine {e}",
+                lib.cmd(ctx.barge, "unpack", "--engine", e, a["barge"], dest),
+                setup,
+                check,
+            )
+            for e in ctx.engines
+        ]
+        peers = [
+            ("tar -xf", lib.cmd("tar", "-xf", a["tar"], "-C", dest)),
+            (
+                "tar -x --no-same-owner -m --no-same-permissions",
+                lib.cmd(
+                    "tar", "-x", "--no-same-owner", "-m", "--no-same-permissions",
+                    "-f", a["tar"], "-C", dest,
+                ),
+            ),
+            ("cpio -idm", lib.cmd("cpio", "-idm", "--quiet", stdin=a["cpio"], cwd=dest)),
+            ("bsdtar -xf", lib.cmd("bsdtar", "-xf", a["bsdtar"], "-C", dest)),
+        ]
+        cases = barge + [lib.Case(label, c, setup, once(check)) for label, c in peers]
+        out[ds.name] = {
+            "archive_bytes": {f: os.path.getsize(p) for f, p in a.items()},
+            "cases": lib.measure(cases, ctx.pairs, ds.files, trace=ctx.trace),
+        }
+    lib.remove(dest)
+    return out

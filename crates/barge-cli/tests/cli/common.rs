@@ -1,0 +1,356 @@
+//! Helpers of the CLI tests: running `barge` with a timeout, building trees and archives,
+//! comparing trees byte for byte and mode for mode, and snapshotting what must not change.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::fs;
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Longest any single `barge` run in these tests may take before it counts as a hang.
+pub const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The `barge` binary under test.
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_barge"))
+}
+
+/// A `barge` command with the given arguments.
+pub fn barge<I, S>(args: I) -> Command
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let mut cmd = Command::new(bin());
+    cmd.args(args);
+    cmd
+}
+
+/// A temporary directory on tmpfs (/dev/shm) when there is one, else in the default place.
+pub fn tempdir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    let builder = tempfile::Builder::new().prefix("barge-test-").to_owned();
+    if shm.is_dir() {
+        builder.tempdir_in(shm).unwrap()
+    } else {
+        builder.tempdir().unwrap()
+    }
+}
+
+/// Waits for `child`, collecting its piped stdout and stderr, killing it after `timeout`;
+/// panics on a hang.
+pub fn wait_output(mut child: Child, timeout: Duration, what: &str) -> Output {
+    fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut buf);
+            }
+            buf
+        })
+    }
+    let (stdout, stderr) = (drain(child.stdout.take()), drain(child.stderr.take()));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: still running after {timeout:?} (hang)");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    }
+}
+
+/// Runs `cmd` with `stdin` as its input (empty when `None`), output captured, under [`TIMEOUT`].
+pub fn run(cmd: &mut Command, stdin: Option<&[u8]>) -> Output {
+    let what = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let input = stdin.unwrap_or_default().to_vec();
+    let mut pipe = child.stdin.take().unwrap();
+    // A writer thread, so a child that stops reading cannot block the test.
+    let writer = std::thread::spawn(move || {
+        let _ = pipe.write_all(&input);
+    });
+    let out = wait_output(child, TIMEOUT, &what);
+    writer.join().unwrap();
+    out
+}
+
+/// Runs `cmd` and asserts it succeeded; returns its output.
+pub fn run_ok(cmd: &mut Command, stdin: Option<&[u8]>) -> Output {
+    let out = run(cmd, stdin);
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({:?}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Asserts `out` is a clean failure: exit code 1 (not a signal, not a panic's 101), and
+/// stderr holds one `barge: error:` line naming the problem with each of `needles`.
+pub fn assert_clean_failure(out: &Output, needles: &[&str], what: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{what}: want exit 1, got {:?}; stderr: {stderr}",
+        out.status
+    );
+    assert!(!stderr.contains("panicked"), "{what}: panic: {stderr}");
+    assert!(stderr.contains("barge: error:"), "{what}: {stderr}");
+    for needle in needles {
+        assert!(
+            stderr.contains(needle),
+            "{what}: stderr lacks {needle:?}: {stderr}"
+        );
+    }
+}
+
+/// A name from raw bytes.
+pub fn name(bytes: &[u8]) -> &OsStr {
+    OsStr::from_bytes(bytes)
+}
+
+/// Writes `data` to `path` and sets its permission bits.
+pub fn file(path: &Path, data: &[u8], mode: u32) {
+    fs::write(path, data).unwrap();
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// What a tree walk sees of one entry: kind, permission bits (with setuid & co.) and content.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Node {
+    /// A directory and its mode.
+    Dir(u32),
+    /// A regular file, its mode and content.
+    File(u32, Vec<u8>),
+    /// A symlink and its target.
+    Link(Vec<u8>),
+    /// Anything else (fifo, socket, device) and its mode.
+    Other(u32),
+}
+
+/// Every entry below `root`, keyed by its path bytes relative to `root` (without following
+/// symlinks). Names are compared as raw bytes, so non-UTF-8 names count exactly.
+pub fn scan(root: &Path) -> BTreeMap<Vec<u8>, Node> {
+    let mut out = BTreeMap::new();
+    scan_into(root, Vec::new(), &mut out);
+    out
+}
+
+fn scan_into(dir: &Path, prefix: Vec<u8>, out: &mut BTreeMap<Vec<u8>, Node>) {
+    for entry in fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let mut rel = prefix.clone();
+        if !rel.is_empty() {
+            rel.push(b'/');
+        }
+        rel.extend_from_slice(entry.file_name().as_bytes());
+        let path = entry.path();
+        let meta = fs::symlink_metadata(&path).unwrap();
+        let mode = meta.mode() & 0o7777;
+        let node = if meta.is_dir() {
+            scan_into(&path, rel.clone(), out);
+            Node::Dir(mode)
+        } else if meta.is_file() {
+            Node::File(mode, fs::read(&path).unwrap())
+        } else if meta.file_type().is_symlink() {
+            Node::Link(
+                fs::read_link(&path)
+                    .unwrap()
+                    .as_os_str()
+                    .as_bytes()
+                    .to_vec(),
+            )
+        } else {
+            Node::Other(mode)
+        };
+        out.insert(rel, node);
+    }
+}
+
+/// Asserts the tree under `copy` is what landing the tree under `source` must give: the same
+/// paths, kinds and contents, the permission bits without setuid/setgid/sticky (and minus
+/// `umask`), and nothing else.
+pub fn assert_same_tree(source: &Path, copy: &Path, umask: u32) {
+    let expect: BTreeMap<_, _> = scan(source)
+        .into_iter()
+        .map(|(path, node)| {
+            let landed = match node {
+                Node::Dir(mode) => Node::Dir(mode & 0o777 & !umask),
+                Node::File(mode, data) => Node::File(mode & 0o777 & !umask, data),
+                other => panic!("{path:?}: the source holds {other:?}"),
+            };
+            (path, landed)
+        })
+        .collect();
+    let got = scan(copy);
+    assert_eq!(expect.len(), got.len(), "different entry counts");
+    for ((ep, en), (gp, gn)) in expect.iter().zip(&got) {
+        assert_eq!(ep, gp, "paths differ: {:?} vs {:?}", name(ep), name(gp));
+        assert!(en == gn, "{:?}: {} vs {}", name(ep), short(en), short(gn));
+    }
+}
+
+fn short(node: &Node) -> String {
+    match node {
+        Node::File(mode, data) => format!("file {mode:o} with {} bytes", data.len()),
+        other => format!("{other:?}"),
+    }
+}
+
+/// Modification and change times, to the nanosecond.
+type Stamp = (i64, i64, i64, i64);
+
+fn stamp(meta: &fs::Metadata) -> Stamp {
+    (
+        meta.mtime(),
+        meta.mtime_nsec(),
+        meta.ctime(),
+        meta.ctime_nsec(),
+    )
+}
+
+/// A tree next to the destination that must not change (hostile archives aim symlinks and
+/// hardlinks in the destination at it): any create, write, chmod or removal shows up.
+pub struct Sentinel {
+    dir: PathBuf,
+    before: BTreeMap<Vec<u8>, (Node, Stamp)>,
+}
+
+impl Sentinel {
+    /// Fills `dir` with files and a subdirectory for hostile archives to aim at.
+    pub fn populate(dir: &Path) {
+        fs::create_dir_all(dir.join("inner")).unwrap();
+        file(&dir.join("secret"), b"do not touch\n", 0o644);
+        file(&dir.join("inner/deep"), b"deep\n", 0o600);
+    }
+
+    /// Records the current state of `dir`.
+    pub fn record(dir: &Path) -> Sentinel {
+        let mut sentinel = Sentinel {
+            dir: dir.to_path_buf(),
+            before: BTreeMap::new(),
+        };
+        sentinel.before = sentinel.state();
+        sentinel
+    }
+
+    /// The sentinel's path.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    fn state(&self) -> BTreeMap<Vec<u8>, (Node, Stamp)> {
+        let mut state: BTreeMap<_, _> = scan(&self.dir)
+            .into_iter()
+            .map(|(path, node)| {
+                let meta = fs::symlink_metadata(self.dir.join(name(&path))).unwrap();
+                (path, (node, stamp(&meta)))
+            })
+            .collect();
+        let meta = fs::symlink_metadata(&self.dir).unwrap();
+        state.insert(Vec::new(), (Node::Dir(meta.mode()), stamp(&meta)));
+        state
+    }
+
+    /// Asserts nothing in the sentinel was created, removed, modified or re-moded.
+    pub fn assert_unchanged(&self, what: &str) {
+        assert!(
+            self.before == self.state(),
+            "{what}: the outside tree changed"
+        );
+    }
+}
+
+/// Builds archives by hand, including invalid ones, with the library's message writers.
+#[derive(Clone)]
+pub struct Archive(pub Vec<u8>);
+
+impl Archive {
+    /// A header and nothing else.
+    pub fn header() -> Archive {
+        Archive(barge::format::HEADER.to_vec())
+    }
+    /// Appends a DIR message with a raw name (not validated).
+    pub fn dir(mut self, name: &[u8]) -> Archive {
+        self.0.push(barge::format::TAG_DIR);
+        self.0.extend_from_slice(name);
+        self.0.push(0);
+        self
+    }
+    /// Appends a FILE message with a raw name and this content.
+    pub fn file(mut self, name: &[u8], data: &[u8]) -> Archive {
+        self.0.push(barge::format::TAG_FILE);
+        self.0.extend_from_slice(name);
+        self.0.push(0);
+        self.0.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        self.0.extend_from_slice(data);
+        self
+    }
+    /// Appends a POP.
+    pub fn pop(mut self) -> Archive {
+        self.0.push(barge::format::TAG_POP);
+        self
+    }
+    /// Appends raw bytes.
+    pub fn raw(mut self, bytes: &[u8]) -> Archive {
+        self.0.extend_from_slice(bytes);
+        self
+    }
+    /// Appends END with this count.
+    pub fn end(mut self, count: u64) -> Vec<u8> {
+        self.0.push(barge::format::TAG_END);
+        self.0.extend_from_slice(&count.to_le_bytes());
+        self.0
+    }
+}
+
+/// Reads `path` fully in chunks and compares it to `other` without holding either in memory.
+pub fn same_content(path: &Path, other: &Path) -> bool {
+    let (mut a, mut b) = (
+        fs::File::open(path).unwrap(),
+        fs::File::open(other).unwrap(),
+    );
+    let (mut x, mut y) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
+    loop {
+        let n = read_full(&mut a, &mut x);
+        let m = read_full(&mut b, &mut y);
+        if n != m || x[..n] != y[..m] {
+            return false;
+        }
+        if n == 0 {
+            return true;
+        }
+    }
+}
+
+fn read_full(file: &mut fs::File, buf: &mut [u8]) -> usize {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match file.read(&mut buf[filled..]).unwrap() {
+            0 => break,
+            n => filled += n,
+        }
+    }
+    filled
+}

@@ -1,0 +1,4 @@
+//! Integration tests of the `barge` command, run against the real binary on real files.
+
+mod common;
+mod roundtrip;

@@ -1,0 +1,320 @@
+//! pack → unpack round trips on generated trees, through a file (mmap), captured stdout fed
+//! to stdin, and a real `pack -o - | unpack -` pipe; the trees must compare equal byte for
+//! byte and mode for mode.
+
+use std::fs;
+use std::io::{Read, Write};
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::path::Path;
+use std::process::Stdio;
+
+use crate::common::*;
+
+/// The process umask (read from /proc, which does not change it).
+fn umask() -> u32 {
+    let status = fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("Umask:")).unwrap();
+    u32::from_str_radix(line[6..].trim(), 8).unwrap()
+}
+
+/// A tree with every awkward thing a name, a mode or a shape can be.
+fn awkward_tree(root: &Path) {
+    fs::create_dir(root.join("empty-dir")).unwrap();
+    file(&root.join("empty-file"), b"", 0o644);
+    file(&root.join("hello"), b"hello\n", 0o644);
+    // 200 levels of nesting, a file at the bottom.
+    let mut deep = root.join("deep");
+    for _ in 0..200 {
+        deep.push("d");
+    }
+    fs::create_dir_all(&deep).unwrap();
+    file(&deep.join("bottom"), b"at the bottom", 0o644);
+    // 255-byte names, ASCII and multi-byte UTF-8.
+    file(&root.join("n".repeat(255)), b"long", 0o644);
+    let utf8 = format!("{}x", "é".repeat(127));
+    assert_eq!(utf8.len(), 255);
+    fs::create_dir(root.join(&utf8)).unwrap();
+    file(&root.join(&utf8).join("inside"), b"i", 0o644);
+    // Non-UTF-8, newline and control-character names.
+    for raw in [
+        &b"\xff\xfe"[..],
+        b"caf\xe9",
+        b"new\nline",
+        b"\x01\x02\x1f\x7f",
+        b"tab\there",
+        b" leading space",
+        b"-dash",
+        b"back\\slash",
+        b"..dots..",
+    ] {
+        file(&root.join(name(raw)), raw, 0o644);
+    }
+    fs::create_dir(root.join(name(b"dir\xc3("))).unwrap();
+    file(
+        &root.join(name(b"dir\xc3(")).join(name(b"\x80")),
+        b"x",
+        0o644,
+    );
+    // Modes: executable, private, read-only dir with content, setuid (restored without it).
+    file(&root.join("exec"), b"#!/bin/sh\n", 0o755);
+    file(&root.join("private-file"), b"p", 0o600);
+    file(&root.join("setuid"), b"s", 0o4755);
+    fs::create_dir(root.join("private-dir")).unwrap();
+    file(&root.join("private-dir/key"), b"k", 0o644);
+    fs::set_permissions(root.join("private-dir"), fs::Permissions::from_mode(0o700)).unwrap();
+    fs::create_dir(root.join("read-only-dir")).unwrap();
+    file(&root.join("read-only-dir/ro"), b"r", 0o644);
+    fs::create_dir(root.join("read-only-dir/sub")).unwrap();
+    fs::set_permissions(
+        root.join("read-only-dir"),
+        fs::Permissions::from_mode(0o555),
+    )
+    .unwrap();
+    // Data larger than one read buffer (1 MiB) and than the inline limit (64 KiB).
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+    file(&root.join("big"), &big, 0o644);
+}
+
+/// `pack -o FILE`, `pack -o -` and `pack | unpack` of `src`; each copy must equal `src`.
+fn round_trip_all_ways(src: &Path, work: &Path) {
+    let mask = umask();
+    let archive = work.join("a.barge");
+    run_ok(
+        &mut barge([
+            "pack".as_ref(),
+            src.as_os_str(),
+            "-o".as_ref(),
+            archive.as_os_str(),
+        ]),
+        None,
+    );
+    let packed = fs::read(&archive).unwrap();
+
+    // Archive file: mapped input; once with and once without the sandbox.
+    for (dest, extra) in [
+        ("by-file", None),
+        ("by-file-no-sandbox", Some("--no-sandbox")),
+    ] {
+        let dest = work.join(dest);
+        let mut cmd = barge(["unpack"]);
+        cmd.args(extra).arg(&archive).arg(&dest);
+        run_ok(&mut cmd, None);
+        assert_same_tree(src, &dest, mask);
+    }
+
+    // `pack -o -` to captured stdout: same bytes (deterministic); fed to `unpack -` on stdin.
+    let out = run_ok(
+        &mut barge([
+            "pack".as_ref(),
+            src.as_os_str(),
+            "-o".as_ref(),
+            "-".as_ref(),
+        ]),
+        None,
+    );
+    assert!(
+        out.stdout == packed,
+        "pack to stdout differs from pack to a file"
+    );
+    let dest = work.join("by-stdin");
+    run_ok(
+        &mut barge(["unpack".as_ref(), "-".as_ref(), dest.as_os_str()]),
+        Some(&out.stdout),
+    );
+    assert_same_tree(src, &dest, mask);
+
+    // A real pipe between the two processes, archive never stored.
+    let dest = work.join("by-pipe");
+    pipe_pack_unpack(src, &dest);
+    assert_same_tree(src, &dest, mask);
+
+    // Packing the copy gives the same archive: nothing was lost or reordered.
+    let again = run_ok(
+        &mut barge([
+            "pack".as_ref(),
+            dest.as_os_str(),
+            "-o".as_ref(),
+            "-".as_ref(),
+        ]),
+        None,
+    );
+    // (Unless a setuid file lost its bit on the way, as it must.)
+    if !src.join("setuid").exists() {
+        assert!(
+            again.stdout == packed,
+            "re-packing the copy gives another archive"
+        );
+    }
+}
+
+/// Runs `barge pack SRC -o - | barge unpack - DEST` with a real pipe.
+fn pipe_pack_unpack(src: &Path, dest: &Path) {
+    let mut pack = barge([
+        "pack".as_ref(),
+        src.as_os_str(),
+        "-o".as_ref(),
+        "-".as_ref(),
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let pipe = pack.stdout.take().unwrap();
+    let unpack = barge(["unpack".as_ref(), "-".as_ref(), dest.as_os_str()])
+        .stdin(pipe)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let unpacked = wait_output(unpack, TIMEOUT, "unpack from pipe");
+    let packed = wait_output(pack, TIMEOUT, "pack to pipe");
+    for (what, out) in [("pack", packed), ("unpack", unpacked)] {
+        assert!(
+            out.status.success(),
+            "{what} in a pipe failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn awkward_names_modes_and_shapes_round_trip_every_way() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    fs::create_dir(&src).unwrap();
+    awkward_tree(&src);
+    round_trip_all_ways(&src, work.path());
+    let landed = fs::metadata(work.path().join("by-pipe/setuid")).unwrap();
+    assert_eq!(landed.permissions().mode() & 0o7777, 0o755 & !umask());
+}
+
+#[test]
+fn ten_thousand_entries_round_trip_and_list_counts_them() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    for d in 0..100 {
+        let dir = src.join(format!("dir{d:03}"));
+        fs::create_dir_all(&dir).unwrap();
+        for f in 0..100 {
+            fs::write(dir.join(format!("f{f:03}")), format!("{d}/{f}\n")).unwrap();
+        }
+    }
+    round_trip_all_ways(&src, work.path());
+    let listed = run_ok(
+        &mut barge([
+            "list".as_ref(),
+            "--json".as_ref(),
+            work.path().join("a.barge").as_os_str(),
+        ]),
+        None,
+    );
+    let lines = String::from_utf8(listed.stdout).unwrap();
+    assert_eq!(lines.lines().count(), 10_100);
+    assert_eq!(
+        lines
+            .lines()
+            .filter(|l| l.contains(r#""kind":"dir""#))
+            .count(),
+        100
+    );
+}
+
+#[test]
+fn umask_applies_to_perm_and_setuid_is_never_restored() {
+    let work = tempdir();
+    let archive = Archive::header()
+        .raw(&[barge::format::TAG_PERM, 0xff, 0x01]) // 0o777
+        .file(b"all", b"a")
+        .raw(&[barge::format::TAG_PERM, 0xed, 0x0f]) // 0o7755: setuid, setgid, sticky
+        .dir(b"special")
+        .pop()
+        .end(2);
+    fs::write(work.path().join("a.barge"), &archive).unwrap();
+    for (mask, file_mode, dir_mode) in [("000", 0o777, 0o755), ("077", 0o700, 0o700)] {
+        let dest = work.path().join(mask);
+        let script = format!("umask {mask} && exec \"$0\" unpack \"$1\" \"$2\"");
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args(["-c", &script])
+            .arg(bin())
+            .arg(work.path().join("a.barge"))
+            .arg(&dest);
+        run_ok(&mut cmd, None);
+        let mode = |n| {
+            fs::symlink_metadata(dest.join(n))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o7777
+        };
+        assert_eq!(mode("all"), file_mode, "umask {mask}");
+        assert_eq!(mode("special"), dir_mode, "umask {mask}");
+    }
+}
+
+/// Size of the FILE64 test file: exactly 2^32 bytes.
+const FOUR_GIB: u64 = 1 << 32;
+
+#[test]
+fn file_of_exactly_4_gib_goes_through_as_file64() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    fs::create_dir(&src).unwrap();
+    let big = src.join("big");
+    // Sparse: costs no memory; marks at the start, around 2^32 - 1 MiB and at the last byte.
+    let f = fs::File::create(&big).unwrap();
+    f.set_len(FOUR_GIB).unwrap();
+    for (at, mark) in [
+        (0, &b"first"[..]),
+        (FOUR_GIB - (1 << 20) - 3, b"mid"),
+        (FOUR_GIB - 1, b"!"),
+    ] {
+        f.write_all_at(mark, at).unwrap();
+    }
+    drop(f);
+
+    // The archive starts with a FILE64 (tag 0x04) for "big" with size 2^32, and `list`
+    // reports the size; the stream is read by `list` without being stored.
+    let mut pack = barge([
+        "pack".as_ref(),
+        src.as_os_str(),
+        "-o".as_ref(),
+        "-".as_ref(),
+    ])
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut stream = pack.stdout.take().unwrap();
+    let mut head = [0u8; 21];
+    stream.read_exact(&mut head).unwrap();
+    assert_eq!(&head[..8], &barge::format::HEADER);
+    assert_eq!(&head[8..13], b"\x04big\0", "not a FILE64 message");
+    assert_eq!(
+        u64::from_le_bytes(head[13..21].try_into().unwrap()),
+        FOUR_GIB
+    );
+    let mut list = barge(["list", "--json", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut to_list = list.stdin.take().unwrap();
+    to_list.write_all(&head).unwrap();
+    std::io::copy(&mut stream, &mut to_list).unwrap();
+    drop(to_list);
+    assert!(pack.wait().unwrap().success());
+    let listed = wait_output(list, TIMEOUT, "list of the 4 GiB archive");
+    assert!(listed.status.success());
+    assert_eq!(
+        String::from_utf8(listed.stdout).unwrap().trim(),
+        format!(r#"{{"kind":"file","mode":420,"path":"big","size":{FOUR_GIB}}}"#)
+    );
+
+    // pack | unpack, then a streaming comparison; the copy is deleted right away.
+    let dest = work.path().join("dest");
+    pipe_pack_unpack(&src, &dest);
+    let copy = dest.join("big");
+    assert_eq!(fs::metadata(&copy).unwrap().len(), FOUR_GIB);
+    let same = same_content(&big, &copy);
+    fs::remove_file(&copy).unwrap();
+    assert!(same, "the 4 GiB copy differs");
+}

@@ -125,6 +125,13 @@ pub fn assert_clean_failure(out: &Output, needles: &[&str], what: &str) {
     }
 }
 
+/// The process umask (read from /proc, which does not change it).
+pub fn umask() -> u32 {
+    let status = fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("Umask:")).unwrap();
+    u32::from_str_radix(line[6..].trim(), 8).unwrap()
+}
+
 /// A name from raw bytes.
 pub fn name(bytes: &[u8]) -> &OsStr {
     OsStr::from_bytes(bytes)

@@ -1,4 +1,6 @@
 //! Integration tests of the `barge` command, run against the real binary on real files.
 
 mod common;
+mod du;
 mod roundtrip;
+mod vectors;

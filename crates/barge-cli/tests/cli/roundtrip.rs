@@ -10,13 +10,6 @@ use std::process::Stdio;
 
 use crate::common::*;
 
-/// The process umask (read from /proc, which does not change it).
-fn umask() -> u32 {
-    let status = fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find(|l| l.starts_with("Umask:")).unwrap();
-    u32::from_str_radix(line[6..].trim(), 8).unwrap()
-}
-
 /// A tree with every awkward thing a name, a mode or a shape can be.
 fn awkward_tree(root: &Path) {
     fs::create_dir(root.join("empty-dir")).unwrap();

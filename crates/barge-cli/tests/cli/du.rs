@@ -1,0 +1,324 @@
+//! `barge du` against GNU `du` and `find` on the same trees: hard links, symlinks, empty
+//! directories, sparse files, fifos, sockets, unreadable directories, 300 levels of nesting.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::os::unix::net::UnixListener;
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::common::{barge, file, name, run, run_ok, tempdir};
+
+/// Output of a shell pipeline that must succeed.
+fn sh(script: &str, path: &Path) -> String {
+    let out = run_ok(
+        Command::new("sh").args(["-c", script, "sh"]).arg(path),
+        None,
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The first number of a command's output (`du` prints `SIZE<TAB>PATH`).
+fn first_number(text: &str) -> u64 {
+    text.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// A tree with every kind of entry; `cross_links` adds hard links between directories
+/// (whose subtotals then depend on which link a walk meets first).
+fn make_tree(root: &Path, cross_links: bool) {
+    for dir in ["a/b/c", "empty", "nested/empty/deeper", "big"] {
+        fs::create_dir_all(root.join(dir)).unwrap();
+    }
+    for (i, size) in [0usize, 1, 511, 4095, 4096, 4097, 100_000]
+        .iter()
+        .enumerate()
+    {
+        let data: Vec<u8> = (0..*size).map(|j| (i * 7 + j) as u8).collect();
+        file(&root.join(format!("a/file{i}")), &data, 0o644);
+        file(
+            &root.join(format!("a/b/c/file{i}")),
+            &data[..size / 2],
+            0o600,
+        );
+    }
+    for i in 0..300 {
+        file(&root.join(format!("big/{i:04}")), &[i as u8; 300], 0o644);
+    }
+    let sparse = fs::File::create(root.join("a/sparse")).unwrap();
+    sparse.set_len(64 << 20).unwrap();
+    std::os::unix::fs::FileExt::write_at(&sparse, b"x", 8 << 20).unwrap();
+    // Hard links: three names of one file in one directory, and a pair across directories.
+    file(&root.join("a/linked"), &[7; 12_345], 0o644);
+    fs::hard_link(root.join("a/linked"), root.join("a/linked2")).unwrap();
+    fs::hard_link(root.join("a/linked"), root.join("a/linked3")).unwrap();
+    if cross_links {
+        fs::hard_link(root.join("a/file6"), root.join("nested/file6-link")).unwrap();
+        fs::hard_link(root.join("a/linked"), root.join("a/b/linked4")).unwrap();
+    }
+    symlink("file1", root.join("a/to-file")).unwrap();
+    symlink("../a", root.join("nested/to-dir")).unwrap();
+    symlink("/nowhere/at/all/dangling", root.join("dangling")).unwrap();
+    symlink("x".repeat(900), root.join("a/b/long-target")).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &root.join("a/fifo"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+    drop(UnixListener::bind(root.join("nested/socket")).unwrap());
+    file(&root.join(name(b"a/not-utf8-\xff\xfe")), b"bytes", 0o644);
+    file(&root.join("a/new\nline"), b"newline", 0o644);
+}
+
+/// 300 nested directories, each with a file and an empty side directory (so walks keep
+/// many directories half-done at once).
+fn make_deep(root: &Path, levels: usize) {
+    let mut dir = root.to_path_buf();
+    for i in 0..levels {
+        dir.push("level");
+        fs::create_dir_all(dir.join("side")).unwrap();
+        file(&dir.join("f"), &vec![1; i % 50], 0o644);
+    }
+}
+
+/// What GNU du and find say about `path`: (apparent bytes, disk bytes, files, dirs, other).
+fn gnu(path: &Path) -> [u64; 5] {
+    let count = |script: &str| first_number(&sh(script, path));
+    [
+        count(r#"du -sb "$1""#),
+        count(r#"du -s -B1 "$1""#),
+        count(
+            r#"{ find "$1" -type f -links 1 -printf 'x\n'; find "$1" -type f -links +1 -printf '%D %i\n' | sort -u; } | wc -l"#,
+        ),
+        count(r#"find "$1" -type d -printf 'x\n' | wc -l"#),
+        count(r#"find "$1" ! -type f ! -type d -printf '%D %i\n' | sort -u | wc -l"#),
+    ]
+}
+
+/// `barge du --json` on `paths`, with `extra` options: the parsed object and the exit code.
+fn barge_json(paths: &[&Path], extra: &[&str]) -> (Value, Option<i32>, String) {
+    let out = run(barge(["du", "--json"]).args(extra).args(paths), None);
+    let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}; stderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (json, out.status.code(), stderr)
+}
+
+fn numbers(totals: &Value) -> [u64; 5] {
+    ["bytes", "disk_bytes", "files", "dirs", "other"].map(|k| totals[k].as_u64().unwrap())
+}
+
+/// Asserts `barge du` agrees with GNU du and find on `path`, with 1 and 2 threads.
+fn assert_agrees(path: &Path) {
+    let want = gnu(path);
+    for threads in ["1", "2"] {
+        let (json, code, stderr) = barge_json(&[path], &["--threads", threads]);
+        assert_eq!(code, Some(0), "stderr: {stderr}");
+        assert_eq!(numbers(&json["total"]), want, "threads {threads}: {json}");
+        assert_eq!(numbers(&json["paths"][0]), want);
+    }
+}
+
+#[test]
+fn agrees_with_du_and_find_on_tmpfs_and_on_disk() {
+    let shm = tempdir();
+    make_tree(shm.path(), true);
+    make_deep(&shm.path().join("deep"), 300);
+    assert_agrees(shm.path());
+    // The default temporary directory is normally a disk filesystem (sizes of directories
+    // and of allocated blocks differ from tmpfs).
+    let disk = tempfile::tempdir().unwrap();
+    make_tree(disk.path(), true);
+    assert_agrees(disk.path());
+}
+
+#[test]
+fn deeper_than_the_fd_limit() {
+    let dir = tempdir();
+    make_deep(dir.path(), 300);
+    let want = gnu(dir.path());
+    for threads in ["1", "2"] {
+        let out = run_ok(
+            Command::new("prlimit")
+                .arg("--nofile=24:24")
+                .arg(crate::common::bin())
+                .args(["du", "--json", "--threads", threads])
+                .arg(dir.path()),
+            None,
+        );
+        let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(numbers(&json["total"]), want, "threads {threads}");
+    }
+}
+
+#[test]
+fn depth_subtotals_match_du_d() {
+    let dir = tempdir();
+    make_tree(dir.path(), false);
+    make_deep(&dir.path().join("deep"), 5);
+    for depth in ["0", "1", "3"] {
+        let du = sh(&format!(r#"du -b -d {depth} "$1""#), dir.path());
+        let want: BTreeMap<&str, u64> = du
+            .lines()
+            .map(|l| {
+                let (size, path) = l.split_once('\t').unwrap();
+                (path, size.parse().unwrap())
+            })
+            .collect();
+        let out = run_ok(barge(["du", "--depth", depth]).arg(dir.path()), None);
+        let text = String::from_utf8(out.stdout).unwrap();
+        let lines: Vec<(u64, &str)> = text
+            .lines()
+            .map(|l| {
+                let fields: Vec<&str> = l.split('\t').collect();
+                (fields[0].parse().unwrap(), fields[4])
+            })
+            .collect();
+        assert!(
+            lines.windows(2).all(|w| w[0].0 >= w[1].0),
+            "not largest first: {text}"
+        );
+        let got: BTreeMap<&str, u64> = lines.iter().map(|&(size, path)| (path, size)).collect();
+        assert_eq!(got, want, "--depth {depth}");
+    }
+}
+
+#[test]
+fn disk_usage_and_human_readable_text() {
+    let dir = tempdir();
+    make_tree(dir.path(), true);
+    let want = first_number(&sh(r#"du -s -B1 "$1""#, dir.path()));
+    let out = run_ok(barge(["du", "--disk-usage"]).arg(dir.path()), None);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(first_number(&text), want, "{text}");
+    let [_, _, files, dirs, other] = gnu(dir.path());
+    let expected_tail = format!(
+        "\t{files} files\t{dirs} dirs\t{other} other\t{}\n",
+        dir.path().display()
+    );
+    assert!(text.ends_with(&expected_tail), "{text}");
+    let out = run_ok(barge(["du", "-h"]).arg(dir.path()), None);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("64.") && text.contains(" MiB\t"), "{text}");
+}
+
+#[test]
+fn several_paths_count_each_inode_once_like_du() {
+    let dir = tempdir();
+    make_tree(dir.path(), true);
+    let (a, nested, sub) = (
+        dir.path().join("a"),
+        dir.path().join("nested"),
+        dir.path().join("a/b"),
+    );
+    let paths = [a.as_path(), nested.as_path(), sub.as_path(), a.as_path()];
+    let (json, code, stderr) = barge_json(&paths, &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let mut du = Command::new("du");
+    du.arg("-sbc").args(paths);
+    let du = String::from_utf8(run_ok(&mut du, None).stdout).unwrap();
+    // du leaves out the PATHs it has already counted; barge shows them with 0 bytes.
+    let du: BTreeMap<&str, u64> = du
+        .lines()
+        .map(|l| {
+            let (size, path) = l.split_once('\t').unwrap();
+            (path, size.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(json["total"]["bytes"].as_u64(), Some(du["total"]));
+    let per_path: Vec<u64> = (0..4)
+        .map(|i| json["paths"][i]["bytes"].as_u64().unwrap())
+        .collect();
+    assert_eq!(per_path[0], du[a.to_str().unwrap()]);
+    assert_eq!(per_path[1], du[nested.to_str().unwrap()]);
+    assert_eq!(&per_path[2..], &[0, 0]);
+}
+
+#[test]
+fn symlink_and_file_paths_are_measured_not_followed() {
+    let dir = tempdir();
+    make_tree(dir.path(), true);
+    for entry in ["nested/to-dir", "a/file6", "dangling", "a/fifo"] {
+        let path = dir.path().join(entry);
+        assert_agrees(&path);
+    }
+}
+
+#[test]
+fn missing_path_is_an_error_and_other_paths_still_count() {
+    let dir = tempdir();
+    make_tree(dir.path(), false);
+    let missing = dir.path().join("missing");
+    let (json, code, stderr) = barge_json(&[&missing, dir.path()], &[]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("missing") && stderr.contains("No such file"),
+        "{stderr}"
+    );
+    assert_eq!(json["total"]["errors"].as_u64(), Some(1));
+    assert_eq!(
+        json["total"]["bytes"].as_u64(),
+        Some(first_number(&sh(r#"du -sb "$1""#, dir.path())))
+    );
+}
+
+#[test]
+fn unreadable_directories_are_counted_named_and_exit_1() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: needs root to switch to an unprivileged user with setpriv");
+        return;
+    }
+    let dir = tempdir();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    make_tree(dir.path(), true);
+    for (locked, mode) in [("a/b", 0o000), ("nested/empty", 0o300), ("big", 0o644)] {
+        fs::set_permissions(dir.path().join(locked), fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let nobody = |program: &Path, args: &[&str]| {
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+            .arg(program)
+            .args(args)
+            .arg(dir.path());
+        run(&mut cmd, None)
+    };
+    let du = nobody(Path::new("du"), &["-sb"]);
+    assert_eq!(du.status.code(), Some(1), "du as nobody should fail too");
+    let want = first_number(&String::from_utf8(du.stdout).unwrap());
+    let out = nobody(&crate::common::bin(), &["du", "--json"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["total"]["bytes"].as_u64(), Some(want), "{stderr}");
+    // a/b cannot be opened, nested/empty cannot be read, the 300 entries of big cannot be
+    // measured: 302 errors, the first few named (which ones depends on the walk's order).
+    assert_eq!(json["total"]["errors"].as_u64(), Some(302), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 9, "{stderr}");
+    assert_eq!(lines[8], "barge du: 294 more errors not shown");
+    for line in &lines[..8] {
+        let named = [
+            "a/b: open directory failed",
+            "nested/empty: open directory failed",
+        ]
+        .iter()
+        .any(|n| line.contains(n));
+        assert!(
+            named || (line.contains("/big/") && line.contains("statx failed")),
+            "{line}"
+        );
+    }
+    for locked in ["a/b", "nested/empty", "big"] {
+        fs::set_permissions(dir.path().join(locked), fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}

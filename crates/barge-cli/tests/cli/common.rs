@@ -262,11 +262,6 @@ impl Sentinel {
         sentinel
     }
 
-    /// The sentinel's path.
-    pub fn path(&self) -> &Path {
-        &self.dir
-    }
-
     fn state(&self) -> BTreeMap<Vec<u8>, (Node, Stamp)> {
         let mut state: BTreeMap<_, _> = scan(&self.dir)
             .into_iter()

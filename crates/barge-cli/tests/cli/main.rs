@@ -2,5 +2,6 @@
 
 mod common;
 mod du;
+mod hostile;
 mod roundtrip;
 mod vectors;

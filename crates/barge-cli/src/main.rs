@@ -1,6 +1,7 @@
 //! The `barge` command: pack, unpack and list barge archives.
 
 mod archive;
+mod du;
 mod report;
 
 use std::path::PathBuf;
@@ -99,6 +100,12 @@ enum Command {
         #[command(flatten)]
         limits: LimitArgs,
     },
+    /// Apparent bytes, files, directories and other entries of each PATH, like `du -sb`.
+    ///
+    /// Hard-linked files are counted once, symlinks are never followed, unreadable entries
+    /// are counted and named on stderr (exit status 1) without stopping the walk.
+    #[command(disable_help_flag = true)]
+    Du(du::DuArgs),
 }
 
 fn main() -> ExitCode {
@@ -123,6 +130,7 @@ fn main() -> ExitCode {
             json,
             limits,
         } => archive::list(archive.as_deref(), json, limits.limits()),
+        Command::Du(args) => du::du(args),
     };
     match result {
         Ok(code) => code,

@@ -7,6 +7,7 @@
 
 #![warn(missing_docs)]
 
+pub mod du;
 pub mod error;
 pub mod format;
 pub mod land;

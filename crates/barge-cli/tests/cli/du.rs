@@ -64,7 +64,7 @@ fn make_tree(root: &Path, cross_links: bool) {
     symlink("x".repeat(900), root.join("a/b/long-target")).unwrap();
     rustix::fs::mknodat(
         rustix::fs::CWD,
-        &root.join("a/fifo"),
+        root.join("a/fifo"),
         rustix::fs::FileType::Fifo,
         rustix::fs::Mode::from_raw_mode(0o644),
         0,

@@ -1,0 +1,178 @@
+//! `barge du`: sizes and entry counts of trees, like `du -sb` with counts.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use barge::du::{Du, Options, Subtotal, Totals, Usage};
+use barge::root::raise_fd_limit;
+use serde_json::{json, Map, Value};
+
+use crate::report::{human_bytes, json_path};
+
+/// Options of `barge du`.
+#[derive(clap::Args, Debug)]
+pub struct DuArgs {
+    /// Trees to measure (default: the current directory). Symlinks among them are measured,
+    /// not followed.
+    paths: Vec<PathBuf>,
+    /// Print sizes in binary units (KiB, MiB, ...).
+    #[arg(short = 'h', long)]
+    human_readable: bool,
+    /// Print one JSON object: apparent and disk bytes, counts and errors per PATH and in total.
+    #[arg(long)]
+    json: bool,
+    /// Show allocated sizes (st_blocks * 512, like `du -B1`) instead of apparent sizes.
+    #[arg(long)]
+    disk_usage: bool,
+    /// Skip entries on other filesystems than the PATH's.
+    #[arg(short = 'x', long)]
+    one_file_system: bool,
+    /// Also show every directory down to N levels below each PATH, largest first.
+    #[arg(long, value_name = "N")]
+    depth: Option<usize>,
+    /// Worker threads (default: one per core).
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+    /// Print help.
+    #[arg(long, action = clap::ArgAction::Help)]
+    help: Option<bool>,
+}
+
+/// `barge du [PATH...]`: one line (or JSON object) per PATH, a total when there are several.
+/// Exits 1 when a PATH or some entry below it could not be measured.
+pub fn du(args: DuArgs) -> Result<ExitCode> {
+    raise_fd_limit();
+    let paths = if args.paths.is_empty() {
+        vec![PathBuf::from(".")]
+    } else {
+        args.paths.clone()
+    };
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let du = Du::new(Options {
+        one_file_system: args.one_file_system,
+        depth: args.depth.unwrap_or(0),
+        threads,
+        count_once: paths.len() > 1,
+    });
+    let mut stdout = std::io::stdout().lock();
+    let mut total = Totals::default();
+    // Errors counted, and errors printed (all PATH errors, the first few below them).
+    let (mut errors, mut named) = (0u64, 0u64);
+    let mut results = Vec::new();
+    for path in &paths {
+        let usage = match du.measure(path) {
+            Ok(usage) => usage,
+            Err(e) => {
+                eprintln!("barge du: {e}");
+                errors += 1;
+                named += 1;
+                continue;
+            }
+        };
+        for e in &usage.errors {
+            if named < barge::du::NAMED_ERRORS as u64 {
+                eprintln!("barge du: {e}");
+                named += 1;
+            }
+        }
+        errors += usage.error_count;
+        total.add(&usage.totals);
+        if args.json {
+            results.push(json_usage(&args, &usage));
+        } else {
+            print_usage(&args, &usage, &mut stdout)?;
+        }
+    }
+    if errors > named {
+        eprintln!("barge du: {} more errors not shown", errors - named);
+    }
+    if args.json {
+        let mut all = json_totals(&total);
+        all.insert("errors".into(), json!(errors));
+        writeln!(stdout, "{}", json!({"paths": results, "total": all}))?;
+    } else if paths.len() > 1 {
+        writeln!(stdout, "{}", line(&args, &total, b"total"))?;
+    }
+    Ok(if errors > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The measured size: apparent or allocated.
+fn size(args: &DuArgs, totals: &Totals) -> u64 {
+    if args.disk_usage {
+        totals.disk_bytes
+    } else {
+        totals.bytes
+    }
+}
+
+/// `SIZE<TAB>N files<TAB>N dirs<TAB>N other<TAB>PATH`.
+fn line(args: &DuArgs, totals: &Totals, path: &[u8]) -> String {
+    let size = size(args, totals);
+    let size = if args.human_readable {
+        human_bytes(size)
+    } else {
+        size.to_string()
+    };
+    format!(
+        "{size}\t{} files\t{} dirs\t{} other\t{}",
+        totals.files,
+        totals.dirs,
+        totals.other,
+        barge::error::escape_bytes(path)
+    )
+}
+
+/// The subtotals to show: the PATH alone, or with `--depth` every directory, largest first.
+fn shown<'a>(args: &DuArgs, usage: &'a Usage) -> Vec<&'a Subtotal> {
+    let mut shown: Vec<&Subtotal> = usage.subtotals.iter().collect();
+    shown.sort_by(|a, b| {
+        size(args, &b.totals)
+            .cmp(&size(args, &a.totals))
+            .then_with(|| a.path.0.cmp(&b.path.0))
+    });
+    shown
+}
+
+fn print_usage(args: &DuArgs, usage: &Usage, out: &mut impl Write) -> Result<()> {
+    for sub in shown(args, usage) {
+        writeln!(out, "{}", line(args, &sub.totals, &sub.path.0))?;
+    }
+    Ok(())
+}
+
+fn json_totals(totals: &Totals) -> Map<String, Value> {
+    let mut fields = Map::new();
+    fields.insert("bytes".into(), json!(totals.bytes));
+    fields.insert("disk_bytes".into(), json!(totals.disk_bytes));
+    fields.insert("files".into(), json!(totals.files));
+    fields.insert("dirs".into(), json!(totals.dirs));
+    fields.insert("other".into(), json!(totals.other));
+    fields
+}
+
+fn json_usage(args: &DuArgs, usage: &Usage) -> Value {
+    let subtotal = |sub: &Subtotal| {
+        let mut fields = Map::new();
+        json_path(&mut fields, "path", &sub.path.0);
+        fields.extend(json_totals(&sub.totals));
+        fields
+    };
+    let mut fields = subtotal(&usage.subtotals[0]);
+    fields.insert("errors".into(), json!(usage.error_count));
+    if args.depth.is_some() {
+        let dirs: Vec<Value> = shown(args, usage)
+            .into_iter()
+            .map(|s| Value::Object(subtotal(s)))
+            .collect();
+        fields.insert("subtotals".into(), json!(dirs));
+    }
+    Value::Object(fields)
+}

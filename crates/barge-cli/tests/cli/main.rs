@@ -4,4 +4,5 @@ mod common;
 mod du;
 mod hostile;
 mod roundtrip;
+mod syscalls;
 mod vectors;

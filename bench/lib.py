@@ -22,6 +22,7 @@ Commands and single runs
   strace_count(cmd) -> (total, {syscall: calls})       one ``strace -c -f`` run
   perf_syscalls(cmd) -> {syscall: (calls, msec)} | None one ``perf trace -s`` run (in-kernel
                                                         time per syscall), None without perf
+  perf_profile(cmd) -> [(symbol, percent)] | None       one ``perf record`` run: hottest functions
 
 Measurement
   Case(label, cmd, setup=None, check=None)     also accepted as a (label, setup, cmd) tuple
@@ -35,8 +36,9 @@ Measurement
       reference time of the same round) and ``ratio`` (their median; > 1 means the reference,
       normally barge, is faster).
   measure(cases, pairs, files, ref=0, trace=True) -> [dict]
-      ``interleave`` plus, per case, one ``strace_count`` and one ``perf_syscalls`` run and
-      per-file figures (``syscalls``, ``syscalls_per_file``, ``sys_us_per_file``, ``top``).
+      ``interleave`` plus, per case, one run each of ``strace_count``, ``perf_syscalls`` and
+      ``perf_profile`` (fields ``strace``, ``perf_msec``, ``profile``) and per-file figures
+      (``syscalls``, ``syscalls_per_file``, ``sys_us_per_file``).
 
 Data sets (on /dev/shm/barge-bench, cached, rebuilt when missing)
   SETS                                   names: "linux", "small", "tiny-many"
@@ -257,6 +259,26 @@ def perf_syscalls(c):
     return table
 
 
+def perf_profile(c, top=12):
+    """[(symbol, percent)] of the hottest functions (kernel ones start with "[k]") from one
+    `perf record` run of `c` (first stage only), or None without perf."""
+    if not shutil.which("perf"):
+        return None
+    data = os.path.join(WORK, "tmp", "perf.data")
+    first = Cmd(c.stages[:1], c.cwd, c.stdin, c.stdout if len(c.stages) == 1 else None)
+    _traced(first, lambda o: ["perf", "record", "-q", "-o", data, "--"])
+    rep = subprocess.run(
+        ["perf", "report", "-i", data, "--stdio", "--sort", "sym", "--no-children"],
+        capture_output=True, text=True,
+    ).stdout
+    rows = []
+    for line in rep.splitlines():
+        m = re.match(r"\s+([\d.]+)%\s+(\[.\]\s+\S+)", line)
+        if m and len(rows) < top:
+            rows.append((m[2].replace("  ", " "), float(m[1])))
+    return rows
+
+
 # ---------------------------------------------------------------- measurement
 
 
@@ -363,6 +385,9 @@ def measure(cases, pairs, files, ref=0, trace=True):
             res["perf_msec"] = {
                 k: [v[0], round(v[1], 3)] for k, v in sorted(perf.items(), key=lambda kv: -kv[1][1])
             }
+        if case.setup:
+            case.setup()
+        res["profile"] = perf_profile(case.cmd)
     return out
 
 

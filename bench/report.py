@@ -86,6 +86,11 @@ def kernel_table(r):
             f"{k} {n / files:.2f} × {ms * 1000 / n:.1f}" for k, (n, ms) in top if n
         )
         rows.append(f"| {_cell(c['label'])} | {c['sys_us_per_file']:.1f} | {total:.1f} | {tops} |")
+    rows += ["", "Hottest functions (`perf record`, % of samples; `[k]` = kernel):", ""]
+    for c in r["cases"]:
+        if c.get("profile"):
+            hot = ", ".join(f"{sym} {pct:.0f}%" for sym, pct in c["profile"][:6])
+            rows.append(f"- {c['label']}: {hot}")
     return "\n".join(rows) + "\n"
 
 
@@ -129,7 +134,7 @@ def generated(docs):
         "## Machine (newest run)",
         "",
         f"- kernel {env['kernel']}, CPU {env['cpu']}, {env['cores']} cores, {env['mem_gib']} GiB RAM",
-        "- " + "; ".join(f"{v}" for v in env["tools"].values() if v),
+        "- " + "; ".join(v.strip() for v in env["tools"].values() if v),
         "",
         "## Targets",
         "",

@@ -4,5 +4,6 @@ mod common;
 mod du;
 mod hostile;
 mod roundtrip;
+mod sandbox;
 mod syscalls;
 mod vectors;

@@ -8,8 +8,9 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use barge::error::escape_bytes;
 use barge::format::{Event, Limits};
+use barge::land::parallel::land_parallel;
 use barge::land::sync::SyncLander;
-use barge::land::{read_events, Driver};
+use barge::land::{read_events, Driver, Land, LandSummary};
 use barge::root::{open_dest, raise_fd_limit, Confinement, Mapped};
 use barge::{Progress, TreePath};
 use rustix::fs::{fstat, open, seek, FileType, Mode, OFlags, SeekFrom};
@@ -152,11 +153,78 @@ impl Input {
     }
 }
 
+/// How `unpack` lands the tree.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Engine {
+    /// `threads` for an archive file of at least [`THREADS_FROM`] bytes, else `sync`.
+    #[default]
+    Auto,
+    /// One thread making plain system calls.
+    Sync,
+    /// The main thread decodes, one thread per core lands (a streamed archive lands as `sync`).
+    Threads,
+}
+
+/// Archive size from which `auto` starts threads: below it, starting them costs more than
+/// they save.
+pub const THREADS_FROM: u64 = 4 << 20;
+
+impl Engine {
+    /// The engine that lands `input`.
+    fn resolve(self, input: &Input) -> Engine {
+        match (self, input) {
+            (_, Input::Stream(_)) => Engine::Sync,
+            (Engine::Auto, Input::Mapped(m)) if (m.bytes().len() as u64) < THREADS_FROM => {
+                Engine::Sync
+            }
+            (Engine::Auto, _) => Engine::Threads,
+            (engine, _) => engine,
+        }
+    }
+
+    /// Lands `input` below `root`.
+    fn land(
+        self,
+        root: OwnedFd,
+        input: &Input,
+        limits: Limits,
+        progress: &Progress,
+    ) -> barge::Result<LandSummary> {
+        let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+        match (self.resolve(input), input) {
+            (Engine::Threads, Input::Mapped(m)) => land_parallel(
+                root,
+                m.bytes(),
+                limits,
+                workers,
+                |fd| Ok(SyncLander::new(fd)),
+                progress,
+            ),
+            _ => drive(SyncLander::new(root), input, limits, progress),
+        }
+    }
+}
+
+/// Lands `input` with one lander on the calling thread.
+fn drive<L: Land>(
+    land: L,
+    input: &Input,
+    limits: Limits,
+    progress: &Progress,
+) -> barge::Result<LandSummary> {
+    let driver = Driver::new(land, progress);
+    match input {
+        Input::Mapped(mapped) => driver.run_bytes(mapped.bytes(), limits),
+        Input::Stream(fd) => driver.run_stream(Input::stream_fd(fd), limits),
+    }
+}
+
 /// `barge unpack [ARCHIVE|-] DEST`.
 pub fn unpack(
     archive: Option<&Path>,
     dest: &Path,
     sandbox: bool,
+    engine: Engine,
     limits: Limits,
     out: OutputArgs,
 ) -> Result<ExitCode> {
@@ -168,10 +236,8 @@ pub fn unpack(
         eprintln!("barge: notice: sandbox unavailable ({reason}); containment rests on fd-relative landing");
     }
     let progress = Progress::default();
-    let driver = Driver::new(SyncLander::new(root), &progress);
-    let (result, elapsed) = with_progress(out, &progress, || match &input {
-        Input::Mapped(mapped) => driver.run_bytes(mapped.bytes(), limits),
-        Input::Stream(fd) => driver.run_stream(Input::stream_fd(fd), limits),
+    let (result, elapsed) = with_progress(out, &progress, || {
+        engine.land(root, &input, limits, &progress)
     });
     let landed = result.with_context(|| format!("unpack into {} stopped", dest.display()))?;
     let line = format!(

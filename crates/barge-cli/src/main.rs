@@ -85,6 +85,9 @@ enum Command {
         /// Do not enter the user-namespace chroot (containment then rests on layers 1-2).
         #[arg(long)]
         no_sandbox: bool,
+        /// How to land: auto picks sync for small or streamed archives, threads otherwise.
+        #[arg(long, value_enum, default_value_t)]
+        engine: archive::Engine,
         #[command(flatten)]
         limits: LimitArgs,
         #[command(flatten)]
@@ -115,6 +118,7 @@ fn main() -> ExitCode {
         Command::Unpack {
             paths,
             no_sandbox,
+            engine,
             limits,
             out,
         } => {
@@ -123,7 +127,7 @@ fn main() -> ExitCode {
                 [archive, dest] => (Some(archive.as_path()), dest),
                 _ => unreachable!("clap checks 1..=2 paths"),
             };
-            archive::unpack(archive, dest, !no_sandbox, limits.limits(), out)
+            archive::unpack(archive, dest, !no_sandbox, engine, limits.limits(), out)
         }
         Command::List {
             archive,

@@ -2,6 +2,7 @@
 //! feeds a [`Land`] sink from an in-memory archive or a stream; [`sync`] is the plain
 //! system-call lander.
 
+pub mod parallel;
 pub mod sync;
 
 use std::os::fd::BorrowedFd;

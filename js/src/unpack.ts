@@ -187,9 +187,14 @@ export async function* unpack(input: ArchiveSource, options: UnpackOptions = {})
       }
 
       // DIR (2), FILE (1), FILE64 (4)
-      await inp.fill(257);
-      const scan = Math.min(inp.avail - 1, 256);
-      const len = inp.buf.subarray(inp.pos + 1, inp.pos + 1 + scan).indexOf(0);
+      // Look for the NUL among the next 256 bytes, reading no more input than needed.
+      let scan: number;
+      let len: number;
+      while (
+        (len = inp.buf.subarray(inp.pos + 1, inp.pos + 1 + (scan = Math.min(inp.avail - 1, 256))).indexOf(0)) < 0 &&
+        scan < 256 &&
+        (await inp.more())
+      );
       if (len == 0) throw fail("empty-name", "empty name");
       if (len < 0) throw scan == 256 ? fail("name-too-long", "name longer than 255 bytes") : fail("truncated", "input ends inside a name");
       const name = inp.buf.slice(inp.pos + 1, inp.pos + 1 + len);

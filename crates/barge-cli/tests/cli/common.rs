@@ -12,7 +12,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// Longest any single `barge` run in these tests may take before it counts as a hang.
-pub const TIMEOUT: Duration = Duration::from_secs(20);
+/// (Generous: the machine may be shared with builds and benchmarks.)
+pub const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The `barge` binary under test.
 pub fn bin() -> PathBuf {
@@ -39,6 +40,20 @@ pub fn tempdir() -> tempfile::TempDir {
     } else {
         builder.tempdir().unwrap()
     }
+}
+
+/// A temporary directory with room for `bytes` more: on tmpfs when it has twice that free
+/// (so the test does not squeeze the machine's memory), else in the default place (disk).
+pub fn roomy_tempdir(bytes: u64) -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    let free = rustix::fs::statvfs(shm).map_or(0, |s| s.f_bavail * s.f_frsize);
+    if free > 2 * bytes {
+        return tempdir();
+    }
+    tempfile::Builder::new()
+        .prefix("barge-test-")
+        .tempdir()
+        .unwrap()
 }
 
 /// Waits for `child`, collecting its piped stdout and stderr, killing it after `timeout`;

@@ -175,7 +175,13 @@ fn cases() -> Vec<Case> {
                 fs::create_dir(dest.join("sub")).unwrap();
                 symlink(outside, dest.join("sub/link")).unwrap();
             },
-            archive: h().dir(b"sub").dir(b"link").file(b"x", b"x").end(3),
+            archive: h()
+                .dir(b"sub")
+                .dir(b"link")
+                .file(b"x", b"x")
+                .pop()
+                .pop()
+                .end(3),
             args: &[],
             needles: &["sub/link: already exists"],
         },
@@ -371,12 +377,17 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-/// The ways each case is run: input mapped or piped, sandbox on or off.
-const WAYS: [(bool, bool); 3] = [(false, false), (true, false), (false, true)];
+/// The ways each case is run: input mapped or piped, sandbox on or off, lander engine.
+const WAYS: [(bool, bool, &str); 4] = [
+    (false, false, "sync"),
+    (true, false, "sync"),
+    (false, true, "sync"),
+    (false, false, "threads"),
+];
 
 /// Runs `case` one way and checks everything a failure must (and must not) leave.
-fn run_case(case: &Case, piped: bool, sandbox: bool) {
-    let what = format!("{} (piped {piped}, sandbox {sandbox})", case.name);
+fn run_case(case: &Case, piped: bool, sandbox: bool, engine: &str) {
+    let what = format!("{} (piped {piped}, sandbox {sandbox}, {engine})", case.name);
     let work = tempdir();
     let (dest, outside) = (work.path().join("dest"), work.path().join("outside"));
     fs::create_dir(&dest).unwrap();
@@ -387,7 +398,7 @@ fn run_case(case: &Case, piped: bool, sandbox: bool) {
     fs::write(&archive, &case.archive).unwrap();
     let before_dest = scan(&dest);
 
-    let mut cmd = barge(["unpack"]);
+    let mut cmd = barge(["unpack", "--engine", engine]);
     cmd.args(case.args);
     if !sandbox {
         cmd.arg("--no-sandbox");
@@ -460,8 +471,8 @@ fn hostile_archives_and_destinations_fail_cleanly_and_stay_inside() {
     let cases = cases();
     assert!(cases.len() >= 30, "only {} cases", cases.len());
     for case in &cases {
-        for (piped, sandbox) in WAYS {
-            run_case(case, piped, sandbox);
+        for (piped, sandbox, engine) in WAYS {
+            run_case(case, piped, sandbox, engine);
         }
     }
 }
@@ -493,10 +504,10 @@ fn truncation_at_every_offset_fails_cleanly_and_leaves_no_short_file() {
     for cut in 0..archive.len() {
         let part = &archive[..cut];
         fs::write(&whole, part).unwrap();
-        for piped in [false, true] {
-            let what = format!("cut at {cut} (piped {piped})");
+        for (piped, engine) in [(false, "sync"), (true, "sync"), (false, "threads")] {
+            let what = format!("cut at {cut} (piped {piped}, {engine})");
             let dest = work.path().join(format!("d{cut}-{piped}"));
-            let mut cmd = barge(["unpack", "--no-sandbox"]);
+            let mut cmd = barge(["unpack", "--no-sandbox", "--engine", engine]);
             let out = if piped {
                 run(cmd.arg("-").arg(&dest), Some(part))
             } else {

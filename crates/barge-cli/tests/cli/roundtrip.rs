@@ -7,6 +7,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::Path;
 use std::process::Stdio;
+use std::time::Duration;
 
 use crate::common::*;
 
@@ -83,10 +84,12 @@ fn round_trip_all_ways(src: &Path, work: &Path) {
     );
     let packed = fs::read(&archive).unwrap();
 
-    // Archive file: mapped input; once with and once without the sandbox.
+    // Archive file: mapped input; with and without the sandbox, with each engine.
     for (dest, extra) in [
-        ("by-file", None),
-        ("by-file-no-sandbox", Some("--no-sandbox")),
+        ("by-file", &[][..]),
+        ("by-file-no-sandbox", &["--no-sandbox"][..]),
+        ("by-file-sync", &["--engine", "sync"][..]),
+        ("by-file-threads", &["--engine", "threads"][..]),
     ] {
         let dest = work.join(dest);
         let mut cmd = barge(["unpack"]);
@@ -118,7 +121,7 @@ fn round_trip_all_ways(src: &Path, work: &Path) {
 
     // A real pipe between the two processes, archive never stored.
     let dest = work.join("by-pipe");
-    pipe_pack_unpack(src, &dest);
+    pipe_pack_unpack(src, &dest, TIMEOUT);
     assert_same_tree(src, &dest, mask);
 
     // Packing the copy gives the same archive: nothing was lost or reordered.
@@ -140,8 +143,8 @@ fn round_trip_all_ways(src: &Path, work: &Path) {
     }
 }
 
-/// Runs `barge pack SRC -o - | barge unpack - DEST` with a real pipe.
-fn pipe_pack_unpack(src: &Path, dest: &Path) {
+/// Runs `barge pack SRC -o - | barge unpack - DEST` with a real pipe, within `timeout`.
+fn pipe_pack_unpack(src: &Path, dest: &Path, timeout: Duration) {
     let mut pack = barge([
         "pack".as_ref(),
         src.as_os_str(),
@@ -159,8 +162,8 @@ fn pipe_pack_unpack(src: &Path, dest: &Path) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let unpacked = wait_output(unpack, TIMEOUT, "unpack from pipe");
-    let packed = wait_output(pack, TIMEOUT, "pack to pipe");
+    let unpacked = wait_output(unpack, timeout, "unpack from pipe");
+    let packed = wait_output(pack, timeout, "pack to pipe");
     for (what, out) in [("pack", packed), ("unpack", unpacked)] {
         assert!(
             out.status.success(),
@@ -249,7 +252,7 @@ const FOUR_GIB: u64 = 1 << 32;
 
 #[test]
 fn file_of_exactly_4_gib_goes_through_as_file64() {
-    let work = tempdir();
+    let work = roomy_tempdir(FOUR_GIB);
     let src = work.path().join("src");
     fs::create_dir(&src).unwrap();
     let big = src.join("big");
@@ -295,7 +298,7 @@ fn file_of_exactly_4_gib_goes_through_as_file64() {
     std::io::copy(&mut stream, &mut to_list).unwrap();
     drop(to_list);
     assert!(pack.wait().unwrap().success());
-    let listed = wait_output(list, TIMEOUT, "list of the 4 GiB archive");
+    let listed = wait_output(list, 5 * TIMEOUT, "list of the 4 GiB archive");
     assert!(listed.status.success());
     assert_eq!(
         String::from_utf8(listed.stdout).unwrap().trim(),
@@ -304,7 +307,8 @@ fn file_of_exactly_4_gib_goes_through_as_file64() {
 
     // pack | unpack, then a streaming comparison; the copy is deleted right away.
     let dest = work.path().join("dest");
-    pipe_pack_unpack(&src, &dest);
+    // Slow disks get longer: 4 GiB may have to be written to one.
+    pipe_pack_unpack(&src, &dest, 5 * TIMEOUT);
     let copy = dest.join("big");
     assert_eq!(fs::metadata(&copy).unwrap().len(), FOUR_GIB);
     let same = same_content(&big, &copy);

@@ -153,15 +153,16 @@ impl Input {
     }
 }
 
-/// How `unpack` lands the tree.
+/// How `unpack` lands the tree. (Plain comments on the variants keep `--help` listing them
+/// as `[possible values: ...]`, which the bench harness reads.)
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Engine {
-    /// `threads` for an archive file of at least [`THREADS_FROM`] bytes, else `sync`.
+    // `threads` for an archive file of at least `THREADS_FROM` bytes, else `sync`.
     #[default]
     Auto,
-    /// One thread making plain system calls.
+    // One thread making plain system calls.
     Sync,
-    /// The main thread decodes, one thread per core lands (a streamed archive lands as `sync`).
+    // The main thread decodes, one thread per core lands (a streamed archive lands as `sync`).
     Threads,
 }
 

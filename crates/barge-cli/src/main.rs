@@ -85,7 +85,9 @@ enum Command {
         /// Do not enter the user-namespace chroot (containment then rests on layers 1-2).
         #[arg(long)]
         no_sandbox: bool,
-        /// How to land: auto picks sync for small or streamed archives, threads otherwise.
+        /// How to land: sync (one thread), threads (the main thread decodes, one thread per
+        /// core lands; streamed archives land as sync), auto (threads for archive files from
+        /// 4 MiB, else sync).
         #[arg(long, value_enum, default_value_t)]
         engine: archive::Engine,
         #[command(flatten)]

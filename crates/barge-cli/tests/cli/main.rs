@@ -2,6 +2,7 @@
 
 mod common;
 mod du;
+mod engines;
 mod hostile;
 mod roundtrip;
 mod sandbox;

@@ -13,7 +13,7 @@
 //! workers are done, children before parents.
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Mutex;
 
@@ -81,10 +81,12 @@ pub fn land_parallel<L: Land>(
     make: impl Fn(OwnedFd) -> Result<L> + Sync,
     progress: &Progress,
 ) -> Result<LandSummary> {
-    let stop = AtomicBool::new(false);
+    // The archive index of the first failure found so far: entries before it still land,
+    // so the error reported is the one the sync lander would meet first.
+    let stop = AtomicU64::new(u64::MAX);
     let failures = Mutex::new(Vec::<Failure>::new());
     let fail = |failure: Failure| {
-        stop.store(true, Relaxed);
+        stop.fetch_min(failure.0, Relaxed);
         failures.lock().expect("no panics").push(failure);
     };
     let (tx, rx) = sync_channel::<Batch<'_>>(QUEUE);
@@ -129,11 +131,11 @@ struct Parsed<'a> {
     restricted: Vec<(Vec<&'a [u8]>, u32)>,
 }
 
-/// Decodes `input`, sending batches to `send`; stops early when `stop` is set.
+/// Decodes `input`, sending batches to `send`; stops early at a failure's index `stop`.
 fn parse<'a>(
     input: &'a [u8],
     limits: Limits,
-    stop: &AtomicBool,
+    stop: &AtomicU64,
     mut send: impl FnMut(Batch<'a>),
 ) -> std::result::Result<Parsed<'a>, Failure> {
     let mut decoder = Decoder::new(limits);
@@ -152,7 +154,7 @@ fn parse<'a>(
             Err(e) => return Err((entries, e)),
         };
         pos += n;
-        if stop.load(Relaxed) {
+        if entries >= stop.load(Relaxed) {
             return Ok(parsed);
         }
         let boundary = match event {
@@ -227,7 +229,7 @@ fn enter<'a>(
 fn work<'a, L: Land>(
     mut land: L,
     rx: &Mutex<Receiver<Batch<'a>>>,
-    stop: &AtomicBool,
+    stop: &AtomicU64,
     fail: &impl Fn(Failure),
     progress: &Progress,
 ) {
@@ -236,7 +238,7 @@ fn work<'a, L: Land>(
         let Ok(batch) = rx.lock().expect("no panics").recv() else {
             break;
         };
-        if stop.load(Relaxed) {
+        if batch.first >= stop.load(Relaxed) {
             continue;
         }
         if let Err(failure) = land_batch(&mut land, &mut at, &batch, stop, progress) {
@@ -253,7 +255,7 @@ fn land_batch<'a, L: Land>(
     land: &mut L,
     at: &mut Vec<&'a [u8]>,
     batch: &Batch<'a>,
-    stop: &AtomicBool,
+    stop: &AtomicU64,
     progress: &Progress,
 ) -> std::result::Result<(), Failure> {
     let mut entry = batch.first;
@@ -272,7 +274,7 @@ fn land_batch<'a, L: Land>(
         at.push(name);
     }
     for op in &batch.ops {
-        if stop.load(Relaxed) {
+        if entry >= stop.load(Relaxed) {
             return Ok(());
         }
         match *op {

@@ -4,7 +4,7 @@
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use rustix::fs::{chmodat, mkdirat, openat, statat, unlinkat, AtFlags, FileType, Mode, OFlags};
+use rustix::fs::{fchmod, mkdirat, openat, statat, unlinkat, AtFlags, FileType, Mode, OFlags};
 use rustix::io::{write, Errno};
 
 use super::{is_truncation, Land, LandSummary};
@@ -13,6 +13,13 @@ use crate::walk::kind_name;
 
 /// Flags that open a directory of the tree as a handle for `*at` calls only.
 pub const DIR_HANDLE_FLAGS: OFlags = OFlags::PATH
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
+
+/// Flags that open a directory whose mode is set when it is left: `fchmod` needs a real
+/// (not `O_PATH`) fd, and chmod through the fd cannot be redirected by a swapped name.
+const RESTRICTED_DIR_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::DIRECTORY)
     .union(OFlags::NOFOLLOW)
     .union(OFlags::CLOEXEC);
@@ -132,7 +139,12 @@ impl Land for SyncLander {
                 mode
             },
         )?;
-        let fd = match openat(self.current(), name, DIR_HANDLE_FLAGS, Mode::empty()) {
+        let flags = if lacks_owner_rwx {
+            RESTRICTED_DIR_FLAGS
+        } else {
+            DIR_HANDLE_FLAGS
+        };
+        let fd = match openat(self.current(), name, flags, Mode::empty()) {
             Ok(fd) => fd,
             Err(Errno::NOTDIR | Errno::LOOP) => return Err(self.exists(name)),
             Err(e) => return Err(Error::io("open directory", self.path(name), e)),
@@ -154,15 +166,9 @@ impl Land for SyncLander {
 
     fn leave_dir(&mut self) -> Result<()> {
         let dir = self.dirs.pop().expect("the decoder never pops the root");
-        drop(dir.fd);
         if let Some(mode) = dir.final_mode {
-            chmodat(
-                self.current(),
-                &dir.name[..],
-                Mode::from_raw_mode(mode),
-                AtFlags::empty(),
-            )
-            .map_err(|e| Error::io("fchmodat", self.path(&dir.name), e))?;
+            fchmod(&dir.fd, Mode::from_raw_mode(mode))
+                .map_err(|e| Error::io("fchmod", self.path(&dir.name), e))?;
         }
         Ok(())
     }

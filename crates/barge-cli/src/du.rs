@@ -32,9 +32,9 @@ pub struct DuArgs {
     /// Also show every directory down to N levels below each PATH, largest first.
     #[arg(long, value_name = "N")]
     depth: Option<usize>,
-    /// Worker threads (default: one per core).
-    #[arg(long, value_name = "N")]
-    threads: Option<usize>,
+    /// Most worker threads: more than the cores keep many reads in flight on a cold cache.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    threads: usize,
     /// Print help.
     #[arg(long, action = clap::ArgAction::Help)]
     help: Option<bool>,
@@ -49,13 +49,10 @@ pub fn du(args: DuArgs) -> Result<ExitCode> {
     } else {
         args.paths.clone()
     };
-    let threads = args
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let du = Du::new(Options {
         one_file_system: args.one_file_system,
         depth: args.depth.unwrap_or(0),
-        threads,
+        threads: args.threads,
         count_once: paths.len() > 1,
     });
     let mut stdout = std::io::stdout().lock();

@@ -15,6 +15,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::AcqRel, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex};
+use std::thread::Scope;
 
 use rustix::fs::{openat, statx, AtFlags, FileType, Mode, Statx, StatxFlags, CWD};
 use rustix::io::Errno;
@@ -40,7 +41,8 @@ pub struct Options {
     pub one_file_system: bool,
     /// Keep subtotals for directories down to this many levels below the PATH (`du -d N`).
     pub depth: usize,
-    /// Worker threads.
+    /// Most worker threads. Workers start as directories to share turn up; more threads than
+    /// cores keep more reads in flight when the tree is not cached.
     pub threads: usize,
     /// Count every inode once over all measured PATHs, as du does when given several;
     /// otherwise only files with several links are remembered.
@@ -228,6 +230,7 @@ struct Slot {
 struct Queue {
     tasks: Vec<Arc<Node>>,
     active: usize,
+    workers: usize,
 }
 
 /// A directory whose fd was reopened, and that fd.
@@ -265,24 +268,29 @@ struct Walk<'a> {
     errors: Mutex<(Vec<Error>, u64)>,
     held_fds: AtomicUsize,
     fd_budget: usize,
+    threads: usize,
 }
 
 impl<'a> Walk<'a> {
     fn new(du: &'a Du, root: &Statx) -> Walk<'a> {
         let limit = getrlimit(Resource::Nofile).current.unwrap_or(1024) as usize;
+        // Each worker holds up to 4 fds at once (a directory, a reopened chain, its cache).
+        let threads = du.options.threads.clamp(1, (limit / 8).max(1));
         Walk {
             du,
             root_dev: key(root).0,
             queue: Mutex::new(Queue {
                 tasks: Vec::new(),
-                active: du.options.threads.max(1),
+                active: 1,
+                workers: 1,
             }),
             ready: Condvar::new(),
             waiting: AtomicUsize::new(0),
             slots: Mutex::default(),
             errors: Mutex::default(),
             held_fds: AtomicUsize::new(0),
-            fd_budget: (limit / 2).saturating_sub(8 + 2 * du.options.threads),
+            fd_budget: (limit / 2).saturating_sub(8 + 4 * threads),
+            threads,
         }
     }
 
@@ -290,27 +298,48 @@ impl<'a> Walk<'a> {
     fn run(&self, root: Arc<Node>, fd: OwnedFd, stat: &Statx) {
         let mut scratch = Scratch::default();
         self.visit_open(&root, fd, stat, &mut scratch);
-        self.queue.lock().expect("no panics").tasks = std::mem::take(&mut scratch.children);
+        let tasks = std::mem::take(&mut scratch.children);
         std::thread::scope(|scope| {
-            for _ in 1..self.du.options.threads {
-                scope.spawn(|| self.work(Scratch::default()));
+            for _ in 1..tasks.len() {
+                self.spawn(scope);
             }
-            self.work(scratch);
+            self.share(tasks);
+            self.work(scope, scratch);
         });
     }
 
     /// Takes directories from its own stack, or from the queue when that is empty, and
-    /// gives half of its stack to the queue when another worker waits.
-    fn work(&self, mut scratch: Scratch) {
+    /// gives half of its stack to the queue when another worker waits or can be started.
+    fn work<'s>(&'s self, scope: &'s Scope<'s, '_>, mut scratch: Scratch) {
         let mut stack = Vec::new();
         while let Some(node) = stack.pop().or_else(|| self.take()) {
             self.visit(&node, &mut scratch);
             stack.append(&mut scratch.children);
-            if stack.len() > 1 && self.waiting.load(Relaxed) > 0 {
-                let mut queue = self.queue.lock().expect("no panics");
-                queue.tasks.extend(stack.drain(..stack.len() / 2));
-                self.ready.notify_all();
+            if stack.len() > 1 && (self.waiting.load(Relaxed) > 0 || self.spawn(scope)) {
+                self.share(stack.drain(..stack.len() / 2));
             }
+        }
+    }
+
+    /// Starts another worker unless there are [`Options::threads`] already.
+    fn spawn<'s>(&'s self, scope: &'s Scope<'s, '_>) -> bool {
+        let mut queue = self.queue.lock().expect("no panics");
+        if queue.workers >= self.threads {
+            return false;
+        }
+        queue.workers += 1;
+        queue.active += 1;
+        drop(queue);
+        scope.spawn(move || self.work(scope, Scratch::default()));
+        true
+    }
+
+    /// Puts directories in the queue and wakes a waiting worker for each.
+    fn share(&self, tasks: impl IntoIterator<Item = Arc<Node>>) {
+        let mut queue = self.queue.lock().expect("no panics");
+        for task in tasks {
+            queue.tasks.push(task);
+            self.ready.notify_one();
         }
     }
 

@@ -118,10 +118,10 @@ fn numbers(totals: &Value) -> [u64; 5] {
     ["bytes", "disk_bytes", "files", "dirs", "other"].map(|k| totals[k].as_u64().unwrap())
 }
 
-/// Asserts `barge du` agrees with GNU du and find on `path`, with 1 and 2 threads.
+/// Asserts `barge du` agrees with GNU du and find on `path`, with 1, 2 and 64 threads.
 fn assert_agrees(path: &Path) {
     let want = gnu(path);
-    for threads in ["1", "2"] {
+    for threads in ["1", "2", "64"] {
         let (json, code, stderr) = barge_json(&[path], &["--threads", threads]);
         assert_eq!(code, Some(0), "stderr: {stderr}");
         assert_eq!(numbers(&json["total"]), want, "threads {threads}: {json}");

@@ -315,3 +315,35 @@ fn file_of_exactly_4_gib_goes_through_as_file64() {
     fs::remove_file(&copy).unwrap();
     assert!(same, "the 4 GiB copy differs");
 }
+
+#[test]
+fn tree_comparison_notices_every_kind_of_difference() {
+    let work = tempdir();
+    let (a, b) = (work.path().join("a"), work.path().join("b"));
+    let build = |root: &Path| {
+        fs::create_dir_all(root.join("d")).unwrap();
+        file(&root.join("d/f"), b"data", 0o644);
+        file(&root.join(name(b"\xff")), b"", 0o755);
+    };
+    build(&a);
+    let differences: [(&str, fn(&Path)); 5] = [
+        ("content", |b| fs::write(b.join("d/f"), b"datA").unwrap()),
+        ("mode", |b| file(&b.join("d/f"), b"data", 0o600)),
+        ("extra entry", |b| fs::create_dir(b.join("extra")).unwrap()),
+        ("name bytes", |b| {
+            fs::rename(b.join(name(b"\xff")), b.join(name(b"\xfe"))).unwrap()
+        }),
+        ("kind", |b| {
+            fs::remove_file(b.join("d/f")).unwrap();
+            fs::create_dir(b.join("d/f")).unwrap();
+        }),
+    ];
+    for (what, change) in differences {
+        let _ = fs::remove_dir_all(&b);
+        build(&b);
+        assert_same_tree(&a, &b, umask());
+        change(&b);
+        let caught = std::panic::catch_unwind(|| assert_same_tree(&a, &b, umask()));
+        assert!(caught.is_err(), "a difference in {what} went unnoticed");
+    }
+}

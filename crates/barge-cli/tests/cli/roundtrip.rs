@@ -326,7 +326,8 @@ fn tree_comparison_notices_every_kind_of_difference() {
         file(&root.join(name(b"\xff")), b"", 0o755);
     };
     build(&a);
-    let differences: [(&str, fn(&Path)); 5] = [
+    type Change = fn(&Path);
+    let differences: [(&str, Change); 5] = [
         ("content", |b| fs::write(b.join("d/f"), b"datA").unwrap()),
         ("mode", |b| file(&b.join("d/f"), b"data", 0o600)),
         ("extra entry", |b| fs::create_dir(b.join("extra")).unwrap()),

@@ -11,8 +11,22 @@ use serde_json::{json, Map, Value};
 
 use crate::report::{human_bytes, json_path};
 
+/// Where `barge du` deliberately differs from GNU du (shown by `barge du --help`).
+const DIFFERENCES: &str = "\
+Output: one line per PATH, SIZE<TAB>N files<TAB>N dirs<TAB>N other<TAB>PATH, and a total line
+for several PATHs; SIZE equals `du -sb PATH` (with --disk-usage, `du -s -B1 PATH`), files equal
+`find PATH -type f -links 1` plus one per distinct hard-linked inode, dirs count PATH itself.
+
+Differences from GNU du:
+  - with several PATHs, every inode is counted once over all of them, as du does, but a PATH
+    already counted is printed with 0 where du leaves it out;
+  - with --depth, a file hard-linked from two directories counts in whichever the parallel
+    walk reaches first (du: the first in its own order); totals are the same;
+  - -h prints binary units with one decimal (`1.5 MiB`).";
+
 /// Options of `barge du`.
 #[derive(clap::Args, Debug)]
+#[command(after_long_help = DIFFERENCES)]
 pub struct DuArgs {
     /// Trees to measure (default: the current directory). Symlinks among them are measured,
     /// not followed.

@@ -322,3 +322,32 @@ fn unreadable_directories_are_counted_named_and_exit_1() {
         fs::set_permissions(dir.path().join(locked), fs::Permissions::from_mode(0o755)).unwrap();
     }
 }
+
+#[test]
+fn one_file_system_skips_mounts_like_du_x() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: needs root to mount a tmpfs inside the tree");
+        return;
+    }
+    // The tree on disk, a tmpfs with files mounted inside it.
+    let dir = tempfile::tempdir().unwrap();
+    make_tree(dir.path(), true);
+    let mnt = dir.path().join("a/b/mnt");
+    fs::create_dir(&mnt).unwrap();
+    run_ok(
+        Command::new("mount").args(["-t", "tmpfs", "barge-test", mnt.to_str().unwrap()]),
+        None,
+    );
+    make_tree(&mnt, false);
+    let all = first_number(&sh(r#"du -sb "$1""#, dir.path()));
+    let same_fs = first_number(&sh(r#"du -sbx "$1""#, dir.path()));
+    let (whole, _, _) = barge_json(&[dir.path()], &[]);
+    let (x, _, stderr) = barge_json(&[dir.path()], &["-x"]);
+    run_ok(Command::new("umount").arg(&mnt), None);
+    assert!(
+        all > same_fs + (64 << 20),
+        "the mount holds a 64 MiB sparse file"
+    );
+    assert_eq!(whole["total"]["bytes"].as_u64(), Some(all));
+    assert_eq!(x["total"]["bytes"].as_u64(), Some(same_fs), "{stderr}");
+}

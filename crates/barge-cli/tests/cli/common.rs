@@ -120,6 +120,17 @@ pub fn run_ok(cmd: &mut Command, stdin: Option<&[u8]>) -> Output {
     out
 }
 
+/// Runs `barge pack SRC -o OUT` (OUT may be `-`) and returns what it wrote on stdout.
+pub fn pack_to(src: &Path, out: impl AsRef<OsStr>) -> Vec<u8> {
+    let mut cmd = barge([
+        "pack".as_ref(),
+        src.as_os_str(),
+        "-o".as_ref(),
+        out.as_ref(),
+    ]);
+    run_ok(&mut cmd, None).stdout
+}
+
 /// Asserts `out` is a clean failure: exit code 1 (not a signal, not a panic's 101), and
 /// stderr holds one `barge: error:` line naming the problem with each of `needles`.
 pub fn assert_clean_failure(out: &Output, needles: &[&str], what: &str) {

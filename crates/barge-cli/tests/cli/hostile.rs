@@ -489,16 +489,7 @@ fn truncation_at_every_offset_fails_cleanly_and_leaves_no_short_file() {
     file(&src.join("a/run"), b"#!/bin/sh\necho hi\n", 0o755);
     file(&src.join("b"), &[7u8; 100], 0o600);
     file(&src.join("c-empty"), b"", 0o644);
-    let out = run_ok(
-        &mut barge([
-            "pack".as_ref(),
-            src.as_os_str(),
-            "-o".as_ref(),
-            "-".as_ref(),
-        ]),
-        None,
-    );
-    let archive = out.stdout;
+    let archive = pack_to(&src, "-");
     assert!(archive.len() > 150, "archive unexpectedly small");
     let whole = work.path().join("whole.barge");
     for cut in 0..archive.len() {

@@ -73,15 +73,7 @@ fn awkward_tree(root: &Path) {
 fn round_trip_all_ways(src: &Path, work: &Path) {
     let mask = umask();
     let archive = work.join("a.barge");
-    run_ok(
-        &mut barge([
-            "pack".as_ref(),
-            src.as_os_str(),
-            "-o".as_ref(),
-            archive.as_os_str(),
-        ]),
-        None,
-    );
+    pack_to(src, &archive);
     let packed = fs::read(&archive).unwrap();
 
     // Archive file: mapped input; with and without the sandbox, with each engine.
@@ -99,23 +91,12 @@ fn round_trip_all_ways(src: &Path, work: &Path) {
     }
 
     // `pack -o -` to captured stdout: same bytes (deterministic); fed to `unpack -` on stdin.
-    let out = run_ok(
-        &mut barge([
-            "pack".as_ref(),
-            src.as_os_str(),
-            "-o".as_ref(),
-            "-".as_ref(),
-        ]),
-        None,
-    );
-    assert!(
-        out.stdout == packed,
-        "pack to stdout differs from pack to a file"
-    );
+    let out = pack_to(src, "-");
+    assert!(out == packed, "pack to stdout differs from pack to a file");
     let dest = work.join("by-stdin");
     run_ok(
         &mut barge(["unpack".as_ref(), "-".as_ref(), dest.as_os_str()]),
-        Some(&out.stdout),
+        Some(&out),
     );
     assert_same_tree(src, &dest, mask);
 
@@ -125,27 +106,16 @@ fn round_trip_all_ways(src: &Path, work: &Path) {
     assert_same_tree(src, &dest, mask);
 
     // Packing the copy gives the same archive: nothing was lost or reordered.
-    let again = run_ok(
-        &mut barge([
-            "pack".as_ref(),
-            dest.as_os_str(),
-            "-o".as_ref(),
-            "-".as_ref(),
-        ]),
-        None,
-    );
+    let again = pack_to(&dest, "-");
     // (Unless a setuid file lost its bit on the way, as it must.)
     if !src.join("setuid").exists() {
-        assert!(
-            again.stdout == packed,
-            "re-packing the copy gives another archive"
-        );
+        assert!(again == packed, "re-packing the copy gives another archive");
     }
 }
 
-/// Runs `barge pack SRC -o - | barge unpack - DEST` with a real pipe, within `timeout`.
-fn pipe_pack_unpack(src: &Path, dest: &Path, timeout: Duration) {
-    let mut pack = barge([
+/// Starts `barge pack SRC -o -` with stdout and stderr piped.
+fn spawn_pack(src: &Path) -> std::process::Child {
+    barge([
         "pack".as_ref(),
         src.as_os_str(),
         "-o".as_ref(),
@@ -154,7 +124,12 @@ fn pipe_pack_unpack(src: &Path, dest: &Path, timeout: Duration) {
     .stdout(Stdio::piped())
     .stderr(Stdio::piped())
     .spawn()
-    .unwrap();
+    .unwrap()
+}
+
+/// Runs `barge pack SRC -o - | barge unpack - DEST` with a real pipe, within `timeout`.
+fn pipe_pack_unpack(src: &Path, dest: &Path, timeout: Duration) {
+    let mut pack = spawn_pack(src);
     let pipe = pack.stdout.take().unwrap();
     let unpack = barge(["unpack".as_ref(), "-".as_ref(), dest.as_os_str()])
         .stdin(pipe)
@@ -270,15 +245,7 @@ fn file_of_exactly_4_gib_goes_through_as_file64() {
 
     // The archive starts with a FILE64 (tag 0x04) for "big" with size 2^32, and `list`
     // reports the size; the stream is read by `list` without being stored.
-    let mut pack = barge([
-        "pack".as_ref(),
-        src.as_os_str(),
-        "-o".as_ref(),
-        "-".as_ref(),
-    ])
-    .stdout(Stdio::piped())
-    .spawn()
-    .unwrap();
+    let mut pack = spawn_pack(&src);
     let mut stream = pack.stdout.take().unwrap();
     let mut head = [0u8; 21];
     stream.read_exact(&mut head).unwrap();

@@ -41,15 +41,7 @@ impl Setup {
         file(&src.join("exec"), b"#!/bin/sh\n", 0o755);
         fs::create_dir(src.join("empty")).unwrap();
         let archive = work.path().join("a.barge");
-        run_ok(
-            &mut barge([
-                "pack".as_ref(),
-                src.as_os_str(),
-                "-o".as_ref(),
-                archive.as_os_str(),
-            ]),
-            None,
-        );
+        pack_to(&src, &archive);
         Setup {
             work,
             bin: copy,

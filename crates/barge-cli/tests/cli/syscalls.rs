@@ -61,15 +61,7 @@ fn unpack_costs_three_syscalls_per_file_and_two_per_dir() {
         }
     }
     let archive = work.path().join("a.barge");
-    run_ok(
-        &mut barge([
-            "pack".as_ref(),
-            src.as_os_str(),
-            "-o".as_ref(),
-            archive.as_os_str(),
-        ]),
-        None,
-    );
+    pack_to(&src, &archive);
 
     for sandbox in [false, true] {
         let dest = work.path().join(format!("dest-{sandbox}"));

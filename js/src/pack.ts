@@ -29,7 +29,7 @@ const TWO32 = 2 ** 32;
 const enc = new TextEncoder();
 
 /** Throws a BargeError naming the entry's path. */
-export function fail(code: string, what: string, path: ArchivePath): never {
+function fail(code: string, what: string, path: ArchivePath): never {
   throw new BargeError(code, `${what}: ${JSON.stringify(typeof path == "string" ? path : new TextDecoder().decode(path))}`);
 }
 

@@ -68,7 +68,7 @@ pub enum Error {
         source: io::Error,
     },
     /// The archive is malformed or breaks a limit.
-    #[error("archive byte {offset}: {path}: {kind}")]
+    #[error("archive byte {offset}: {path}: {kind} [{code}]", code = .kind.code())]
     Format {
         /// Offset of the first byte of the message in which the problem was found.
         offset: u64,
@@ -96,8 +96,10 @@ pub enum Error {
         actual: u64,
     },
     /// Input ended in the middle of a file's data; the partial file was removed.
-    #[error("{path}: input ended after {written} of {size} bytes; the partial file was removed")]
+    #[error("archive byte {offset}: {path}: input ended after {written} of {size} bytes [truncated]; the partial file was removed")]
     Short {
+        /// Offset of the file's message.
+        offset: u64,
         /// The entry.
         path: TreePath,
         /// Bytes written before the input ended.

@@ -4,6 +4,7 @@
 
 pub mod parallel;
 pub mod sync;
+pub mod uring;
 
 use std::os::fd::BorrowedFd;
 
@@ -185,13 +186,14 @@ fn read_some(input: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> Result<usize
     }
 }
 
-/// True when `error` means the input ended early.
-pub fn is_truncation(error: &Error) -> bool {
-    matches!(
-        error,
+/// The offset of the message the input ended in, when `error` means the input ended early.
+pub fn truncation_offset(error: &Error) -> Option<u64> {
+    match error {
         Error::Format {
             kind: FormatError::Truncated,
+            offset,
             ..
-        }
-    )
+        } => Some(*offset),
+        _ => None,
+    }
 }

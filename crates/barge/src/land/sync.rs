@@ -7,7 +7,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{fchmod, mkdirat, openat, statat, unlinkat, AtFlags, FileType, Mode, OFlags};
 use rustix::io::{write, Errno};
 
-use super::{is_truncation, Land, LandSummary};
+use super::{truncation_offset, Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
 use crate::walk::kind_name;
 
@@ -206,10 +206,11 @@ impl Land for SyncLander {
         if let Err(e) = unlinkat(self.current(), &file.name[..], AtFlags::empty()) {
             return Error::io("unlinkat (removing the partial file)", path, e);
         }
-        if !is_truncation(&cause) {
+        let Some(offset) = truncation_offset(&cause) else {
             return cause;
-        }
+        };
         Error::Short {
+            offset,
             path,
             written: file.written,
             size: file.size,

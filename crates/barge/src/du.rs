@@ -8,6 +8,11 @@
 //! never followed. Directory fds are held only while a directory has unopened
 //! subdirectories, and past a budget below `RLIMIT_NOFILE` they are closed and reopened by
 //! name from the nearest open ancestor, so any depth works within the fd limit.
+//!
+//! Plain `statx` calls beat `IORING_OP_STATX` batches: the kernel always runs io_uring statx
+//! on io-wq worker threads, which on the warm linux tree took 1.5x the CPU time of plain calls
+//! (185 ms against 115 ms), and on a cold ext4 tree lagged behind simply running more threads
+//! (1.11 s with io_uring on 2 workers, 0.36 s with plain calls on 64 workers, du -sb 1.40 s).
 
 use std::collections::HashSet;
 use std::os::fd::{AsFd, OwnedFd};

@@ -102,6 +102,11 @@ pub trait Visitor {
     fn file(&mut self, name: &[u8], file: OwnedFd, stat: &Stat, at: &Location) -> Result<()>;
     /// An entry that is neither a directory nor a regular file (symlink, device, fifo, socket).
     fn skip(&mut self, path: TreePath, kind: &'static str);
+    /// A regular file as listed in the directory `dir`, before the walker opens it: a
+    /// visitor that opens and reads it itself returns `true`, and the walker moves on.
+    fn listed_file(&mut self, _dir: BorrowedFd<'_>, _name: &[u8], _at: &Location) -> Result<bool> {
+        Ok(false)
+    }
 }
 
 /// Where the walk is: the names of the directories above the current entry.
@@ -176,6 +181,7 @@ pub fn walk(root: OwnedFd, visitor: &mut impl Visitor) -> Result<()> {
                 let frame = open_frame(fd, &mut buf, &mut pool, || at.path(b""))?;
                 stack.push(frame);
             }
+            FileType::RegularFile if visitor.listed_file(parent, &name, &at)? => {}
             FileType::RegularFile => {
                 let fd = match openat(parent, &name[..], FILE_FLAGS, Mode::empty()) {
                     Ok(fd) => fd,

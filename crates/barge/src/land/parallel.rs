@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Mutex;
 
-use rustix::fs::{chmodat, openat, AtFlags, Mode};
+use rustix::fs::{fchmod, openat, Mode, OFlags};
 
 use super::sync::DIR_HANDLE_FLAGS;
 use super::{Land, LandSummary};
@@ -304,22 +304,30 @@ fn land_batch<'a, L: Land>(
     Ok(())
 }
 
-/// Gives directories their final mode lacking owner rwx, children first.
+/// Gives directories their final mode lacking owner rwx, children first. Each is reached
+/// one name at a time without following symlinks and changed with `fchmod` on its own fd,
+/// so a name swapped for a symlink cannot redirect the change.
 fn restrict_modes(root: &OwnedFd, dirs: &[(Vec<&[u8]>, u32)]) -> Result<()> {
+    const OPEN_TO_CHMOD: OFlags = OFlags::RDONLY
+        .union(OFlags::DIRECTORY)
+        .union(OFlags::NOFOLLOW)
+        .union(OFlags::CLOEXEC);
     for (path, mode) in dirs {
-        let (name, parents) = path.split_last().expect("a directory below the root");
         let error = |op, e| Error::io(op, TreePath::join(path.iter().copied(), &[]), e);
-        let mut parent: Option<OwnedFd> = None;
-        for dir in parents {
-            let at = parent.as_ref().map_or(root.as_fd(), |p| p.as_fd());
-            parent = Some(
-                openat(at, *dir, DIR_HANDLE_FLAGS, Mode::empty())
-                    .map_err(|e| error("open directory", e))?,
-            );
+        let mut dir: Option<OwnedFd> = None;
+        for (depth, name) in path.iter().enumerate() {
+            let at = dir.as_ref().map_or(root.as_fd(), |d| d.as_fd());
+            let flags = if depth + 1 == path.len() {
+                OPEN_TO_CHMOD
+            } else {
+                DIR_HANDLE_FLAGS
+            };
+            let next = openat(at, *name, flags, Mode::empty())
+                .map_err(|e| error("open directory", e))?;
+            dir = Some(next);
         }
-        let at = parent.as_ref().map_or(root.as_fd(), |p| p.as_fd());
-        chmodat(at, *name, Mode::from_raw_mode(*mode), AtFlags::empty())
-            .map_err(|e| error("fchmodat", e))?;
+        let dir = dir.expect("a directory below the root");
+        fchmod(&dir, Mode::from_raw_mode(*mode)).map_err(|e| error("fchmod", e))?;
     }
     Ok(())
 }

@@ -47,6 +47,7 @@ def install_peers():
                 continue
         found[binary] = path
     if shutil.which("gdu") is None:
+        subprocess.run(["apt-get", "update", "-qq"], check=False)
         subprocess.run(["apt-get", "install", "-y", "-qq", "gdu"], check=False)
     if shutil.which("gdu"):
         found["gdu"] = shutil.which("gdu")

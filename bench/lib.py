@@ -20,6 +20,7 @@ Commands and single runs
   run(cmd) -> Run(wall, user, sys)      one timed run: posix_spawn + os.wait4 (seconds)
   user_sys(cmd) -> (user, sys)          CPU seconds of one run, from rusage (no strace)
   strace_count(cmd) -> (total, {syscall: calls})       one ``strace -c -f`` run
+  strace_table(cmd) -> {syscall: (calls, errors, seconds)}  the same run, all columns
   perf_syscalls(cmd) -> {syscall: (calls, msec)} | None one ``perf trace -s`` run (in-kernel
                                                         time per syscall), None without perf
   perf_profile(cmd) -> [(symbol, percent)] | None       one ``perf record`` run: hottest functions
@@ -39,11 +40,17 @@ Measurement
       ``interleave`` plus, per case, one run each of ``strace_count``, ``perf_syscalls`` and
       ``perf_profile`` (fields ``strace``, ``perf_msec``, ``profile``) and per-file figures
       (``syscalls``, ``syscalls_per_file``, ``sys_us_per_file``).
+  busy_report(reset=False) -> {"load_max", "busy_procs"}   load seen between runs (bench/run
+      stores it with each set and marks the set noisy when compilers were running)
 
 Data sets (on /dev/shm/barge-bench, cached, rebuilt when missing)
   SETS                                   names: "linux", "small", "tiny-many"
   dataset(name) -> DataSet(name, root, files, dirs, bytes, digest)
-  archive(ds, fmt, barge) -> path        fmt in "barge", "tar", "cpio", "bsdtar"; made once
+  FORMATS                                "barge", "tar", "cpio", "bsdtar"
+  archive(ds, fmt, barge) -> path        ds packed as fmt; made once (barge: per binary)
+  drop_archives(ds)                      frees a set's archives (tmpfs is RAM, shared)
+  pack_cmd(ds, fmt, barge, out) -> Cmd   the command that packs ds into file out as fmt
+  file_digest(path) -> str               short content digest of one file
   tree_digest(path) -> (digest, files, dirs, bytes)    relative paths + kinds + contents
   fresh_dir(path), remove(path)          rm -rf PATH && mkdir -p PATH; rm -rf PATH
   verify_tree(path, ds)                  raises unless tree_digest(path) matches ds
@@ -51,7 +58,7 @@ Data sets (on /dev/shm/barge-bench, cached, rebuilt when missing)
 
 Results
   write_results(suite, sets) -> path     merges {set: result} into bench/results/<date>-<suite>.json
-  env_info() -> dict                          kernel, CPU, cores, tool versions, load
+  env_info() -> dict                     kernel, CPU, cores, memory, tool versions
 """
 
 import dataclasses
@@ -555,6 +562,15 @@ def archive(ds, fmt, barge):
     with open(path + ".stamp", "w") as f:
         f.write(stamp)
     return path
+
+
+def drop_archives(ds):
+    """Removes every cached archive of `ds` (the linux ones take 5 GiB of RAM)."""
+    d = os.path.join(WORK, "archives")
+    for fmt in FORMATS:
+        for p in (f"{ds.name}.{fmt}", f"{ds.name}.{fmt}.stamp"):
+            if os.path.exists(os.path.join(d, p)):
+                os.unlink(os.path.join(d, p))
 
 
 # ---------------------------------------------------------------- results

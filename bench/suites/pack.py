@@ -1,6 +1,6 @@
 """Pack: `barge pack DIR -o FILE` against `tar -cf`, `find . | cpio -o -H newc` (the walk is part
 of cpio's pipeline, as a user would run it) and `bsdtar -cf`, each writing its archive of the
-tree to a file on tmpfs (removed before every run, outside the timed region). Each barge
+tree to the same file on tmpfs (removed before every run, outside the timed region). Each barge
 archive must be byte-identical to the first one, which is unpacked once and compared with the
 source digest.
 
@@ -28,10 +28,14 @@ def run(ctx):
     out = {}
     for ds in ctx.sets:
         lib.fresh_dir(outdir)
-        paths = {f: os.path.join(outdir, "pack." + f) for f in lib.FORMATS}
+        # One output path for every case: only one archive of the set exists at a time.
+        path = os.path.join(outdir, "pack.out")
         first = []
 
-        def check_barge(ds=ds, path=paths["barge"]):
+        def setup():
+            lib.remove(path)
+
+        def check_barge(ds=ds):
             digest = lib.file_digest(path)
             if not first:
                 lib.fresh_dir(dest)
@@ -42,14 +46,15 @@ def run(ctx):
             elif digest != first[0]:
                 raise RuntimeError(f"barge pack of {ds.name} is not deterministic")
 
-        cases = []
-        for f in lib.FORMATS:
-
-            def setup(path=paths[f]):
-                lib.remove(path)
-
-            check = check_barge if f == "barge" else None
-            cases.append(lib.Case(LABELS[f], lib.pack_cmd(ds, f, ctx.barge, paths[f]), setup, check))
+        cases = [
+            lib.Case(
+                LABELS[f],
+                lib.pack_cmd(ds, f, ctx.barge, path),
+                setup,
+                check_barge if f == "barge" else None,
+            )
+            for f in lib.FORMATS
+        ]
         out[ds.name] = {"cases": lib.measure(cases, ctx.pairs, ds.files, trace=ctx.trace)}
         lib.remove(outdir)
     return out

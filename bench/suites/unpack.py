@@ -69,5 +69,6 @@ def run(ctx):
             "archive_bytes": {f: os.path.getsize(p) for f, p in a.items()},
             "cases": lib.measure(cases, ctx.pairs, ds.files, trace=ctx.trace),
         }
+        lib.drop_archives(ds)
     lib.remove(dest)
     return out

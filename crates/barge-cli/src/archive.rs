@@ -10,6 +10,7 @@ use barge::error::escape_bytes;
 use barge::format::{Event, Limits};
 use barge::land::parallel::land_parallel;
 use barge::land::sync::SyncLander;
+use barge::land::uring::UringLander;
 use barge::land::{read_events, Driver, Land, LandSummary};
 use barge::root::{open_dest, raise_fd_limit, Confinement, Mapped};
 use barge::{Progress, TreePath};
@@ -164,6 +165,9 @@ pub enum Engine {
     Sync,
     // The main thread decodes, one thread per core lands (a streamed archive lands as `sync`).
     Threads,
+    // Like `threads` (one thread for a stream), each lander creating the small files of a
+    // directory in io_uring batches.
+    Uring,
 }
 
 /// Archive size from which `auto` starts threads: below it, starting them costs more than
@@ -174,6 +178,7 @@ impl Engine {
     /// The engine that lands `input`.
     fn resolve(self, input: &Input) -> Engine {
         match (self, input) {
+            (Engine::Uring, _) => Engine::Uring,
             (_, Input::Stream(_)) => Engine::Sync,
             (Engine::Auto, Input::Mapped(m)) if (m.bytes().len() as u64) < THREADS_FROM => {
                 Engine::Sync
@@ -201,6 +206,10 @@ impl Engine {
                 |fd| Ok(SyncLander::new(fd)),
                 progress,
             ),
+            (Engine::Uring, Input::Mapped(m)) => {
+                land_parallel(root, m.bytes(), limits, workers, UringLander::new, progress)
+            }
+            (Engine::Uring, _) => drive(UringLander::new(root)?, input, limits, progress),
             _ => drive(SyncLander::new(root), input, limits, progress),
         }
     }

@@ -322,8 +322,8 @@ fn restrict_modes(root: &OwnedFd, dirs: &[(Vec<&[u8]>, u32)]) -> Result<()> {
             } else {
                 DIR_HANDLE_FLAGS
             };
-            let next = openat(at, *name, flags, Mode::empty())
-                .map_err(|e| error("open directory", e))?;
+            let next =
+                openat(at, *name, flags, Mode::empty()).map_err(|e| error("open directory", e))?;
             dir = Some(next);
         }
         let dir = dir.expect("a directory below the root");

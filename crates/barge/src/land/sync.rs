@@ -9,6 +9,7 @@ use rustix::io::{write, Errno};
 
 use super::{truncation_offset, Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
+use crate::fds::Graveyard;
 use crate::walk::kind_name;
 
 /// Flags that open a directory of the tree as a handle for `*at` calls only.
@@ -50,9 +51,12 @@ struct PartFile {
 }
 
 /// Lands a tree with plain system calls, all relative to directory fds it opened itself.
+/// The fds of directories it has left are closed in batches (see [`Graveyard`]), so a
+/// directory costs `mkdirat` + `openat` and a file `openat` + `write` + `close`.
 pub struct SyncLander {
     root: OwnedFd,
     dirs: Vec<OpenDir>,
+    left: Graveyard,
     file: Option<PartFile>,
     summary: LandSummary,
 }
@@ -63,16 +67,19 @@ impl SyncLander {
         SyncLander {
             root,
             dirs: Vec::new(),
+            left: Graveyard::new(),
             file: None,
             summary: LandSummary::default(),
         }
     }
 
-    fn current(&self) -> BorrowedFd<'_> {
+    /// The directory entered last (the root before any).
+    pub fn current(&self) -> BorrowedFd<'_> {
         self.dirs.last().map_or(self.root.as_fd(), |d| d.fd.as_fd())
     }
 
-    fn path(&self, name: &[u8]) -> TreePath {
+    /// The path of `name` in the current directory, for messages.
+    pub fn path(&self, name: &[u8]) -> TreePath {
         TreePath::join(self.dirs.iter().map(|d| &d.name[..]), name)
     }
 
@@ -88,7 +95,8 @@ impl SyncLander {
         }
     }
 
-    fn exists(&self, name: &[u8]) -> Error {
+    /// The error for `name` already existing in the current directory, saying what it is.
+    pub fn exists(&self, name: &[u8]) -> Error {
         let found = match statat(self.current(), name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) => match FileType::from_raw_mode(st.st_mode) {
                 FileType::RegularFile if st.st_nlink > 1 => "a hard-linked file",
@@ -170,6 +178,7 @@ impl Land for SyncLander {
             fchmod(&dir.fd, Mode::from_raw_mode(mode))
                 .map_err(|e| Error::io("fchmod", self.path(&dir.name), e))?;
         }
+        self.left.bury(dir.fd);
         Ok(())
     }
 
@@ -218,6 +227,7 @@ impl Land for SyncLander {
     }
 
     fn finish(&mut self) -> Result<LandSummary> {
+        self.left.close_all();
         Ok(self.summary)
     }
 }

@@ -1,9 +1,30 @@
-//! io_uring plumbing: [`Ring`], a ring that runs batches of requests to completion (used by
-//! pack to open, stat and read many small files per system call).
+//! io_uring: [`Ring`], a ring that runs batches of requests to completion, and
+//! [`UringLander`], which creates the small files of a directory in batches: for each, an
+//! `openat` into a fixed-file slot, linked to a `write` of the whole content and a `close`
+//! of the slot, so one `io_uring_enter` lands up to [`RING_FILES`] files and no fd is ever
+//! installed. Directories and large files go through the wrapped [`SyncLander`].
+//!
+//! Bounds: [`RING_FILES`] slots, so at most that many files open at once; content is copied
+//! into a buffer of at most [`ARENA`] bytes plus one file. A batch is landed before any
+//! directory change, so its directory fd (the sync lander's current one) outlives it.
 
 use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
 
-use io_uring::{squeue::Entry, IoUring};
+use io_uring::{opcode, squeue::Entry, squeue::Flags, types, IoUring};
+use rustix::fs::{unlinkat, AtFlags, OFlags};
+use rustix::io::Errno;
+
+use super::sync::{SyncLander, CREATE_FLAGS};
+use super::{Land, LandSummary};
+use crate::error::{Error, Result};
+
+/// Files per batch (three requests each).
+pub const RING_FILES: usize = 64;
+/// A batch is landed once its copied names and contents reach this many bytes.
+pub const ARENA: usize = 1 << 20;
+/// Larger files are written by the sync lander.
+const SMALL: u64 = 64 * 1024;
 
 /// A ring that runs batches: queue requests with [`Ring::push`], then [`Ring::run`] submits
 /// them and waits for all of them; the result of the request queued with user data `i` is
@@ -75,5 +96,193 @@ impl Ring {
             }
         }
         Ok(&self.results)
+    }
+}
+
+/// A small file waiting in the batch: where its NUL-terminated name and content are in
+/// the arena.
+struct Queued {
+    name: usize,
+    name_len: usize,
+    data: usize,
+    len: usize,
+    mode: u32,
+}
+
+/// Lands small files through io_uring in batches, everything else through a [`SyncLander`].
+pub struct UringLander {
+    sync: SyncLander,
+    ring: Ring,
+    arena: Vec<u8>,
+    queued: Vec<Queued>,
+    results: Vec<i32>,
+    landed: LandSummary,
+}
+
+impl UringLander {
+    /// A lander creating entries below the directory `root`; fails when io_uring is not
+    /// available.
+    pub fn new(root: OwnedFd) -> Result<UringLander> {
+        let ring = Ring::new(3 * RING_FILES as u32, RING_FILES as u32).map_err(|e| Error::Io {
+            op: "io_uring_setup",
+            path: crate::TreePath::default(),
+            source: e,
+        })?;
+        Ok(UringLander {
+            sync: SyncLander::new(root),
+            ring,
+            arena: Vec::with_capacity(ARENA + SMALL as usize + 256),
+            queued: Vec::with_capacity(RING_FILES),
+            results: Vec::with_capacity(3 * RING_FILES),
+            landed: LandSummary::default(),
+        })
+    }
+
+    /// Lands the batch in the current directory. Every file is tried; the error of the
+    /// first that failed is returned, and a file whose content did not all land is removed.
+    fn flush(&mut self) -> Result<()> {
+        if self.queued.is_empty() {
+            return Ok(());
+        }
+        let dir = types::Fd(self.sync.current().as_raw_fd());
+        // A slot is no fd: O_CLOEXEC means nothing there and is refused.
+        let flags = CREATE_FLAGS.difference(OFlags::CLOEXEC).bits() as i32;
+        let base = self.arena.as_ptr();
+        for (k, q) in self.queued.iter().enumerate() {
+            let slot = types::Fixed(k as u32);
+            let target = types::DestinationSlot::try_from_slot_target(k as u32).expect("small");
+            let ud = 3 * k as u64;
+            // SAFETY (pointers): offsets inside the arena, which is not touched until the
+            // batch completed.
+            let (name, data) = unsafe { (base.add(q.name).cast(), base.add(q.data)) };
+            let entries = [
+                opcode::OpenAt::new(dir, name)
+                    .flags(flags)
+                    .mode(q.mode)
+                    .file_index(Some(target))
+                    .build()
+                    .flags(Flags::IO_HARDLINK)
+                    .user_data(ud),
+                opcode::Write::new(slot, data, q.len as u32)
+                    .offset(0)
+                    .build()
+                    .flags(Flags::IO_HARDLINK)
+                    .user_data(ud + 1),
+                opcode::Close::new(slot).build().user_data(ud + 2),
+            ];
+            for entry in &entries {
+                // SAFETY: the name, content and directory fd outlive the run below.
+                unsafe { self.ring.push(entry) };
+            }
+        }
+        let results = self
+            .ring
+            .run()
+            .map_err(|e| Error::io("io_uring_enter", self.sync.path(b""), e))?;
+        self.results.clear();
+        self.results.extend_from_slice(results);
+        let mut first = None;
+        let queued = std::mem::take(&mut self.queued);
+        for (k, q) in queued.iter().enumerate() {
+            if let Err(e) = self.landed(q, self.results[3 * k], self.results[3 * k + 1]) {
+                first.get_or_insert(e);
+            }
+        }
+        self.queued = queued;
+        self.queued.clear();
+        self.arena.clear();
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Checks how file `q` landed, given the results of its `openat` and `write`.
+    fn landed(&mut self, q: &Queued, opened: i32, wrote: i32) -> Result<()> {
+        let name = &self.arena[q.name..q.name + q.name_len];
+        if opened == -libc::EEXIST {
+            return Err(self.sync.exists(name));
+        }
+        if opened < 0 {
+            let e = Errno::from_raw_os_error(-opened);
+            return Err(Error::io("openat", self.sync.path(name), e));
+        }
+        if wrote as usize == q.len {
+            self.landed.files += 1;
+            self.landed.bytes += q.len as u64;
+            return Ok(());
+        }
+        unlinkat(self.sync.current(), name, AtFlags::empty()).map_err(|e| {
+            Error::io(
+                "unlinkat (removing the partial file)",
+                self.sync.path(name),
+                e,
+            )
+        })?;
+        if wrote < 0 {
+            let e = Errno::from_raw_os_error(-wrote);
+            return Err(Error::io("write", self.sync.path(name), e));
+        }
+        // A short write: land the file again the plain way, which resumes short writes.
+        let data = &self.arena[q.data..q.data + q.len];
+        self.sync.file(name, q.mode, q.len as u64, data)
+    }
+}
+
+impl Land for UringLander {
+    fn enter_dir(&mut self, name: &[u8], mode: u32) -> Result<()> {
+        self.flush()?;
+        self.sync.enter_dir(name, mode)
+    }
+
+    fn empty_dir(&mut self, name: &[u8], mode: u32) -> Result<()> {
+        self.flush()?;
+        self.sync.empty_dir(name, mode)
+    }
+
+    fn leave_dir(&mut self) -> Result<()> {
+        self.flush()?;
+        self.sync.leave_dir()
+    }
+
+    fn file(&mut self, name: &[u8], mode: u32, size: u64, data: &[u8]) -> Result<()> {
+        if size > SMALL || (data.len() as u64) < size {
+            self.flush()?;
+            return self.sync.file(name, mode, size, data);
+        }
+        let at = self.arena.len();
+        self.arena.extend_from_slice(name);
+        self.arena.push(0);
+        self.arena.extend_from_slice(data);
+        self.queued.push(Queued {
+            name: at,
+            name_len: name.len(),
+            data: at + name.len() + 1,
+            len: data.len(),
+            mode,
+        });
+        if self.queued.len() == RING_FILES || self.arena.len() >= ARENA {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn data(&mut self, data: &[u8]) -> Result<()> {
+        self.sync.data(data)
+    }
+
+    fn abort(&mut self, cause: Error) -> Error {
+        // The batch came before the failure, as with the sync lander it lands first.
+        match self.flush() {
+            Ok(()) => self.sync.abort(cause),
+            Err(e) => e,
+        }
+    }
+
+    fn finish(&mut self) -> Result<LandSummary> {
+        self.flush()?;
+        let sync = self.sync.finish()?;
+        Ok(LandSummary {
+            dirs: sync.dirs,
+            files: sync.files + self.landed.files,
+            bytes: sync.bytes + self.landed.bytes,
+        })
     }
 }

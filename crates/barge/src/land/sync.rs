@@ -9,7 +9,6 @@ use rustix::io::{write, Errno};
 
 use super::{truncation_offset, Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
-use crate::fds::Graveyard;
 use crate::walk::kind_name;
 
 /// Flags that open a directory of the tree as a handle for `*at` calls only.
@@ -51,12 +50,9 @@ struct PartFile {
 }
 
 /// Lands a tree with plain system calls, all relative to directory fds it opened itself.
-/// The fds of directories it has left are closed in batches (see [`Graveyard`]), so a
-/// directory costs `mkdirat` + `openat` and a file `openat` + `write` + `close`.
 pub struct SyncLander {
     root: OwnedFd,
     dirs: Vec<OpenDir>,
-    left: Graveyard,
     file: Option<PartFile>,
     summary: LandSummary,
 }
@@ -67,7 +63,6 @@ impl SyncLander {
         SyncLander {
             root,
             dirs: Vec::new(),
-            left: Graveyard::new(),
             file: None,
             summary: LandSummary::default(),
         }
@@ -178,7 +173,6 @@ impl Land for SyncLander {
             fchmod(&dir.fd, Mode::from_raw_mode(mode))
                 .map_err(|e| Error::io("fchmod", self.path(&dir.name), e))?;
         }
-        self.left.bury(dir.fd);
         Ok(())
     }
 
@@ -227,7 +221,6 @@ impl Land for SyncLander {
     }
 
     fn finish(&mut self) -> Result<LandSummary> {
-        self.left.close_all();
         Ok(self.summary)
     }
 }

@@ -9,6 +9,7 @@
 
 pub mod du;
 pub mod error;
+pub mod fds;
 pub mod format;
 pub mod land;
 pub mod pack;

@@ -10,6 +10,7 @@ use rustix::process::{chdir, chroot, getgid, getuid};
 use rustix::thread::{unshare_unsafe, UnshareFlags};
 
 use crate::error::{Error, Result, TreePath};
+use crate::fds::close_range;
 use crate::land::sync::DIR_HANDLE_FLAGS;
 
 /// How the destination is confined.
@@ -80,12 +81,6 @@ fn enter_user_namespace() -> std::result::Result<(), String> {
 
 /// Closes every fd above stderr except `keep`.
 fn close_all_but(keep: Option<RawFd>) {
-    let close_range = |first: RawFd, last: RawFd| {
-        if first <= last {
-            // SAFETY: plain syscall on integers; the fds closed are not used afterwards.
-            unsafe { libc::syscall(libc::SYS_close_range, first as u32, last as u32, 0u32) };
-        }
-    };
     match keep {
         Some(fd) if fd > 2 => {
             close_range(3, fd - 1);

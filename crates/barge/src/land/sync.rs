@@ -9,6 +9,7 @@ use rustix::io::{write, Errno};
 
 use super::{truncation_offset, Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
+use crate::fds::Graveyard;
 use crate::walk::kind_name;
 
 /// Flags that open a directory of the tree as a handle for `*at` calls only.
@@ -50,9 +51,12 @@ struct PartFile {
 }
 
 /// Lands a tree with plain system calls, all relative to directory fds it opened itself.
+/// The fds of directories it has left are closed in batches (see [`Graveyard`]), so a
+/// directory costs `mkdirat` + `openat` and a file `openat` + `write` + `close`.
 pub struct SyncLander {
     root: OwnedFd,
     dirs: Vec<OpenDir>,
+    left: Graveyard,
     file: Option<PartFile>,
     summary: LandSummary,
 }
@@ -63,6 +67,7 @@ impl SyncLander {
         SyncLander {
             root,
             dirs: Vec::new(),
+            left: Graveyard::new(),
             file: None,
             summary: LandSummary::default(),
         }
@@ -173,6 +178,7 @@ impl Land for SyncLander {
             fchmod(&dir.fd, Mode::from_raw_mode(mode))
                 .map_err(|e| Error::io("fchmod", self.path(&dir.name), e))?;
         }
+        self.left.bury(dir.fd);
         Ok(())
     }
 
@@ -221,6 +227,7 @@ impl Land for SyncLander {
     }
 
     fn finish(&mut self) -> Result<LandSummary> {
+        self.left.close_all();
         Ok(self.summary)
     }
 }

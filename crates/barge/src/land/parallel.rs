@@ -27,9 +27,11 @@ use crate::Progress;
 
 /// Batches waiting for a worker, at most.
 pub const QUEUE: usize = 16;
-/// Work in a batch, in units of one entry; a batch ends at the next directory change once
-/// it holds this much, and regardless at four times this much.
+/// Most work in a batch, in units of one entry; a batch ends at the next directory change
+/// once it holds its share (see [`batch_cost`]), and regardless at four times that.
 const BATCH_COST: u64 = 256;
+/// Least work in a batch.
+const MIN_BATCH_COST: u64 = 8;
 /// Bytes of file content that cost as much as creating one file.
 const BYTES_PER_UNIT: u64 = 32 * 1024;
 /// Permission bits the owner needs to fill a directory.
@@ -62,7 +64,7 @@ impl<'a> Batch<'a> {
         Batch {
             first,
             at: at.to_vec(),
-            ops: Vec::with_capacity(BATCH_COST as usize),
+            ops: Vec::new(),
             cost: 0,
         }
     }
@@ -105,7 +107,7 @@ pub fn land_parallel<L: Land>(
                 Err(e) => fail((0, e)),
             });
         }
-        let result = parse(input, limits, &stop, |batch| {
+        let result = parse(input, limits, workers, &stop, |batch| {
             // A send fails only when every worker is gone, which they are after a failure.
             let _ = tx.send(batch);
         });
@@ -135,6 +137,7 @@ struct Parsed<'a> {
 fn parse<'a>(
     input: &'a [u8],
     limits: Limits,
+    workers: usize,
     stop: &AtomicU64,
     mut send: impl FnMut(Batch<'a>),
 ) -> std::result::Result<Parsed<'a>, Failure> {
@@ -145,6 +148,7 @@ fn parse<'a>(
     let mut held: Option<(&'a [u8], u32)> = None;
     let mut entries = 0u64;
     let mut batch = Batch::new(0, &at);
+    let batch_cost = batch_cost(input.len(), workers);
     let mut pos = 0;
     loop {
         let (event, n) = match decoder.next(&input[pos..], true) {
@@ -199,7 +203,7 @@ fn parse<'a>(
             Event::Data(_) => unreachable!("complete input gives whole files"),
             Event::End { .. } => false,
         };
-        if (boundary && batch.cost >= BATCH_COST) || batch.cost >= 4 * BATCH_COST {
+        if (boundary && batch.cost >= batch_cost) || batch.cost >= 4 * batch_cost {
             let next = Batch::new(entries - u64::from(held.is_some()), &at);
             send(std::mem::replace(&mut batch, next));
         }
@@ -208,6 +212,13 @@ fn parse<'a>(
         send(batch);
     }
     Ok(parsed)
+}
+
+/// Work per batch for an archive of `len` bytes: small archives are cut finer, so that
+/// each worker gets several batches.
+fn batch_cost(len: usize, workers: usize) -> u64 {
+    let units = len as u64 / 4096;
+    (units / (8 * workers as u64)).clamp(MIN_BATCH_COST, BATCH_COST)
 }
 
 /// Adds entering directory `name` to the batch; a mode lacking owner rwx is created with

@@ -46,7 +46,8 @@ pub struct DuArgs {
     /// Also show every directory down to N levels below each PATH, largest first.
     #[arg(long, value_name = "N")]
     depth: Option<usize>,
-    /// Most worker threads: more than the cores keep many reads in flight on a cold cache.
+    /// Most worker threads: one per core on a cached tree, more (up to N) while directories
+    /// are slow to read, to keep many reads in flight on a cold cache.
     #[arg(long, value_name = "N", default_value_t = 64)]
     threads: usize,
     /// Print help.

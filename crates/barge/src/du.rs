@@ -21,6 +21,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::AcqRel, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::Scope;
+use std::time::{Duration, Instant};
 
 use rustix::fs::{openat, statx, AtFlags, FileType, Mode, Statx, StatxFlags, CWD};
 use rustix::io::Errno;
@@ -36,6 +37,11 @@ const MASK: StatxFlags = StatxFlags::TYPE
     .union(StatxFlags::INO)
     .union(StatxFlags::NLINK);
 
+/// A directory taking longer than this plus [`SLOW_ENTRY`] per entry was not in the cache.
+const SLOW_DIR: Duration = Duration::from_micros(100);
+/// See [`SLOW_DIR`]; a cached entry takes one or two microseconds.
+const SLOW_ENTRY: Duration = Duration::from_micros(10);
+
 /// How many errors a [`Usage`] keeps in full (the others are only counted).
 pub const NAMED_ERRORS: usize = 8;
 
@@ -46,8 +52,9 @@ pub struct Options {
     pub one_file_system: bool,
     /// Keep subtotals for directories down to this many levels below the PATH (`du -d N`).
     pub depth: usize,
-    /// Most worker threads. Workers start as directories to share turn up; more threads than
-    /// cores keep more reads in flight when the tree is not cached.
+    /// Most worker threads. As many as there are cores run while directories are read fast;
+    /// more start, one per slow directory, when the tree is not cached, to keep many reads
+    /// in flight.
     pub threads: usize,
     /// Count every inode once over all measured PATHs, as du does when given several;
     /// otherwise only files with several links are remembered.
@@ -235,7 +242,6 @@ struct Slot {
 struct Queue {
     tasks: Vec<Arc<Node>>,
     active: usize,
-    workers: usize,
 }
 
 /// A directory whose fd was reopened, and that fd.
@@ -269,6 +275,10 @@ struct Walk<'a> {
     queue: Mutex<Queue>,
     ready: Condvar,
     waiting: AtomicUsize,
+    /// Workers started.
+    workers: AtomicUsize,
+    /// Workers that should be running (not waiting): the cores, more once directories are slow.
+    want: AtomicUsize,
     slots: Mutex<Vec<Slot>>,
     errors: Mutex<(Vec<Error>, u64)>,
     held_fds: AtomicUsize,
@@ -281,14 +291,16 @@ impl<'a> Walk<'a> {
         let limit = getrlimit(Resource::Nofile).current.unwrap_or(1024) as usize;
         // Each worker holds up to 4 fds at once (a directory, a reopened chain, its cache).
         let threads = du.options.threads.clamp(1, (limit / 8).max(1));
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Walk {
             du,
             root_dev: key(root).0,
             queue: Mutex::new(Queue {
                 tasks: Vec::new(),
                 active: 1,
-                workers: 1,
             }),
+            workers: AtomicUsize::new(1),
+            want: AtomicUsize::new(cores.min(threads)),
             ready: Condvar::new(),
             waiting: AtomicUsize::new(0),
             slots: Mutex::default(),
@@ -305,7 +317,7 @@ impl<'a> Walk<'a> {
         self.visit_open(&root, fd, stat, &mut scratch);
         let tasks = std::mem::take(&mut scratch.children);
         std::thread::scope(|scope| {
-            for _ in 1..tasks.len() {
+            for _ in 1..tasks.len().min(self.want.load(Relaxed)) {
                 self.spawn(scope);
             }
             self.share(tasks);
@@ -314,13 +326,26 @@ impl<'a> Walk<'a> {
     }
 
     /// Takes directories from its own stack, or from the queue when that is empty, and
-    /// gives half of its stack to the queue when another worker waits or can be started.
+    /// gives half of its stack to the queue when fewer workers run than wanted and another
+    /// one waits or can be started. A directory that took long (the tree is not cached)
+    /// raises the number of workers wanted, one at a time.
     fn work<'s>(&'s self, scope: &'s Scope<'s, '_>, mut scratch: Scratch) {
         let mut stack = Vec::new();
         while let Some(node) = stack.pop().or_else(|| self.take()) {
+            let start = Instant::now();
             self.visit(&node, &mut scratch);
+            let entries = scratch.listing.len() as u32 + 1;
+            if start.elapsed() > SLOW_DIR + SLOW_ENTRY * entries {
+                let more = |w: usize| (w < self.threads).then_some(w + 1);
+                let _ = self.want.fetch_update(Relaxed, Relaxed, more);
+            }
             stack.append(&mut scratch.children);
-            if stack.len() > 1 && (self.waiting.load(Relaxed) > 0 || self.spawn(scope)) {
+            let waiting = self.waiting.load(Relaxed);
+            let running = self.workers.load(Relaxed) - waiting;
+            if stack.len() > 1
+                && running < self.want.load(Relaxed)
+                && (waiting > 0 || self.spawn(scope))
+            {
                 self.share(stack.drain(..stack.len() / 2));
             }
         }
@@ -329,10 +354,10 @@ impl<'a> Walk<'a> {
     /// Starts another worker unless there are [`Options::threads`] already.
     fn spawn<'s>(&'s self, scope: &'s Scope<'s, '_>) -> bool {
         let mut queue = self.queue.lock().expect("no panics");
-        if queue.workers >= self.threads {
+        if self.workers.load(Relaxed) >= self.threads {
             return false;
         }
-        queue.workers += 1;
+        self.workers.fetch_add(1, Relaxed);
         queue.active += 1;
         drop(queue);
         scope.spawn(move || self.work(scope, Scratch::default()));

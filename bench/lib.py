@@ -55,6 +55,7 @@ Data sets (on /dev/shm/barge-bench, cached, rebuilt when missing)
   fresh_dir(path), remove(path)          rm -rf PATH && mkdir -p PATH; rm -rf PATH
   verify_tree(path, ds)                  raises unless tree_digest(path) matches ds
   WORK                                   the work directory (scratch space under it is yours)
+  lock()                                 waits for, then holds, the WORK lock (bench/run takes it)
 
 Results
   write_results(suite, sets) -> path     merges {set: result} into bench/results/<date>-<suite>.json
@@ -63,6 +64,7 @@ Results
 
 import dataclasses
 import datetime
+import fcntl
 import hashlib
 import json
 import os
@@ -88,6 +90,22 @@ BUSY_NAMES = {"rustc", "cargo", "cc", "ld", "clang", "gcc", "cc1", "node", "npm"
 
 
 # ---------------------------------------------------------------- commands and runs
+
+_lock_fd = None
+
+
+def lock():
+    """Takes an exclusive lock on WORK for the life of this process, first waiting for any other
+    holder: two benchmark runs at once share scratch files and measure each other."""
+    global _lock_fd
+    os.makedirs(WORK, exist_ok=True)
+    fd = os.open(os.path.join(WORK, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print("bench: waiting for another benchmark run to finish (lock on WORK)", flush=True)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    _lock_fd = fd
 
 
 @dataclasses.dataclass

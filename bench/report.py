@@ -69,23 +69,29 @@ def set_table(suite, name, r):
 
 
 def kernel_table(r):
-    """Per-file kernel cost of each case: perf trace -s times and strace -c call counts."""
+    """Per-file kernel cost of each case: strace -c call counts × perf trace -s µs per call
+    (perf trace drops events at high rates, so its counts are not used, only its averages)."""
     if not any("perf_msec" in c for c in r["cases"]):
         return ""
     files = r["files"]
     rows = [
-        "| case | sys µs/file (rusage) | in-syscall µs/file (perf, no waits) | top syscalls by "
-        "kernel time: calls/file × µs/call |",
-        "|---|--:|--:|---|",
+        "| case | sys µs/file (rusage) | syscalls/file | in-syscall µs/file (no waits) "
+        "| top syscalls by kernel time: calls/file × µs/call |",
+        "|---|--:|--:|--:|---|",
     ]
     for c in r["cases"]:
-        perf = {k: v for k, v in c.get("perf_msec", {}).items() if k not in WAITS}
-        total = sum(ms for _, ms in perf.values()) * 1000 / files
-        top = sorted(perf.items(), key=lambda kv: -kv[1][1])[:5]
-        tops = ", ".join(
-            f"{k} {n / files:.2f} × {ms * 1000 / n:.1f}" for k, (n, ms) in top if n
+        cost = []
+        for name, calls in c.get("strace", {}).items():
+            n, ms = c.get("perf_msec", {}).get(name, (0, 0))
+            if n and name not in WAITS:
+                cost.append((calls * ms * 1000 / n / files, name, calls / files, ms * 1000 / n))
+        cost.sort(reverse=True)
+        total = sum(x[0] for x in cost)
+        tops = ", ".join(f"{name} {per:.2f} × {us:.1f}" for _, name, per, us in cost[:5])
+        rows.append(
+            f"| {_cell(c['label'])} | {c['sys_us_per_file']:.1f} | {_num(c.get('syscalls_per_file'))} "
+            f"| {total:.1f} | {tops} |"
         )
-        rows.append(f"| {_cell(c['label'])} | {c['sys_us_per_file']:.1f} | {total:.1f} | {tops} |")
     rows += ["", "Hottest functions (`perf record`, % of samples; `[k]` = kernel):", ""]
     for c in r["cases"]:
         if c.get("profile"):

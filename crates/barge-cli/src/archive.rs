@@ -12,7 +12,7 @@ use barge::land::parallel::land_parallel;
 use barge::land::sync::SyncLander;
 use barge::land::uring::UringLander;
 use barge::land::{read_events, Driver, Land, LandSummary};
-use barge::root::{open_dest, raise_fd_limit, Confinement, Mapped};
+use barge::root::{open_dest, populate, raise_fd_limit, Confinement, Mapped};
 use barge::{Progress, TreePath};
 use rustix::fs::{fstat, open, seek, FileType, Mode, OFlags, SeekFrom};
 use serde_json::{json, Map};
@@ -224,7 +224,10 @@ fn drive<L: Land>(
 ) -> barge::Result<LandSummary> {
     let driver = Driver::new(land, progress);
     match input {
-        Input::Mapped(mapped) => driver.run_bytes(mapped.bytes(), limits),
+        Input::Mapped(mapped) => {
+            populate(mapped.bytes());
+            driver.run_bytes(mapped.bytes(), limits)
+        }
         Input::Stream(fd) => driver.run_stream(Input::stream_fd(fd), limits),
     }
 }

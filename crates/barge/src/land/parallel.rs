@@ -1,7 +1,8 @@
 //! The threaded dispatcher: the calling thread decodes an archive held in memory
-//! (validating every message before it is landed) and hands batches of consecutive entries
-//! to worker threads, each landing with its own [`Land`] below its own duplicate of the root
-//! fd. A batch carries the path of the directory it starts in, which its worker creates or
+//! (validating every message before it is landed), maps in the pages of each batch of
+//! consecutive entries (so the mapping is populated while workers land earlier batches) and
+//! hands the batches to worker threads, each landing with its own [`Land`] below its own
+//! duplicate of the root fd. A batch carries the path of the directory it starts in, which its worker creates or
 //! merges into first (an existing directory is accepted, as for any `DIR`), so batches land
 //! in any order and on any worker. Batches are cut preferably where the directory changes,
 //! so two workers rarely create files in the same directory (the directory's lock
@@ -23,6 +24,7 @@ use super::sync::DIR_HANDLE_FLAGS;
 use super::{Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
 use crate::format::{Decoder, Event, Limits, Step};
+use crate::root::populate;
 use crate::Progress;
 
 /// Batches waiting for a worker, at most.
@@ -149,7 +151,8 @@ fn parse<'a>(
     let mut entries = 0u64;
     let mut batch = Batch::new(0, &at);
     let batch_cost = batch_cost(input.len(), workers);
-    let mut pos = 0;
+    // Input before `sent` belongs to batches already sent.
+    let (mut pos, mut sent) = (0, 0);
     loop {
         let (event, n) = match decoder.next(&input[pos..], true) {
             Ok(Step::Event(event, n)) => (event, n),
@@ -205,10 +208,13 @@ fn parse<'a>(
         };
         if (boundary && batch.cost >= batch_cost) || batch.cost >= 4 * batch_cost {
             let next = Batch::new(entries - u64::from(held.is_some()), &at);
+            populate(&input[sent..pos]);
+            sent = pos;
             send(std::mem::replace(&mut batch, next));
         }
     }
     if !batch.ops.is_empty() {
+        populate(&input[sent..pos]);
         send(batch);
     }
     Ok(parsed)

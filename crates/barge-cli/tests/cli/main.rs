@@ -4,6 +4,7 @@ mod common;
 mod du;
 mod engines;
 mod hostile;
+mod pack;
 mod roundtrip;
 mod sandbox;
 mod syscalls;

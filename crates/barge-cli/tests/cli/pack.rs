@@ -25,7 +25,7 @@ fn every_file_size_round_trips_and_unstorable_entries_are_skipped() {
     symlink("a-first", src.join("link")).unwrap();
     rustix::fs::mknodat(
         rustix::fs::CWD,
-        &src.join("pipe"),
+        src.join("pipe"),
         rustix::fs::FileType::Fifo,
         rustix::fs::Mode::from_raw_mode(0o644),
         0,

@@ -327,8 +327,9 @@ impl<'a> Walk<'a> {
 
     /// Takes directories from its own stack, or from the queue when that is empty, and
     /// gives half of its stack to the queue when fewer workers run than wanted and another
-    /// one waits or can be started. A directory that took long (the tree is not cached)
-    /// raises the number of workers wanted, one at a time.
+    /// one waits or can be started (or starts one for directories already queued). A
+    /// directory that took long (the tree is not cached) raises the number of workers
+    /// wanted, one at a time.
     fn work<'s>(&'s self, scope: &'s Scope<'s, '_>, mut scratch: Scratch) {
         let mut stack = Vec::new();
         while let Some(node) = stack.pop().or_else(|| self.take()) {
@@ -341,12 +342,13 @@ impl<'a> Walk<'a> {
             }
             stack.append(&mut scratch.children);
             let waiting = self.waiting.load(Relaxed);
-            let running = self.workers.load(Relaxed) - waiting;
-            if stack.len() > 1
-                && running < self.want.load(Relaxed)
-                && (waiting > 0 || self.spawn(scope))
-            {
+            if self.workers.load(Relaxed) - waiting >= self.want.load(Relaxed) {
+                continue;
+            }
+            if stack.len() > 1 && (waiting > 0 || self.spawn(scope)) {
                 self.share(stack.drain(..stack.len() / 2));
+            } else if waiting == 0 && !self.queue.lock().expect("no panics").tasks.is_empty() {
+                self.spawn(scope);
             }
         }
     }

@@ -82,19 +82,6 @@ fn generate(root: &Path, dirs: usize, files: usize, seed: u64) {
     }
 }
 
-/// Packs `src` into `archive`.
-fn pack(src: &Path, archive: &Path) {
-    run_ok(
-        &mut barge([
-            "pack".as_ref(),
-            src.as_os_str(),
-            "-o".as_ref(),
-            archive.as_os_str(),
-        ]),
-        None,
-    );
-}
-
 /// Unpacks `archive` (its bytes given on a pipe when `piped`, else mapped and sandboxed)
 /// into `dest` with `engine`.
 fn unpack(engine: &str, archive: &Path, dest: &Path, piped: bool) -> Output {
@@ -128,7 +115,7 @@ fn generated_trees_land_identically_through_every_engine() {
         fs::create_dir(&src).unwrap();
         generate(&src, dirs, files, seed);
         let archive = work.path().join(format!("a{seed}.barge"));
-        pack(&src, &archive);
+        pack_to(&src, &archive);
         for engine in engines() {
             for piped in [false, true] {
                 let dest = work.path().join(format!("{engine}-{seed}-{piped}"));

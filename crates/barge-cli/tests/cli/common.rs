@@ -131,6 +131,18 @@ pub fn pack_to(src: &Path, out: impl AsRef<OsStr>) -> Vec<u8> {
     run_ok(&mut cmd, None).stdout
 }
 
+/// Creates a fifo (mode 0o644) at `path`.
+pub fn mkfifo(path: &Path) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+}
+
 /// Asserts `out` is a clean failure: exit code 1 (not a signal, not a panic's 101), and
 /// stderr holds one `barge: error:` line naming the problem with each of `needles`.
 pub fn assert_clean_failure(out: &Output, needles: &[&str], what: &str) {

@@ -10,7 +10,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use crate::common::{barge, file, name, run, run_ok, tempdir};
+use crate::common::{barge, file, mkfifo, name, run, run_ok, tempdir};
 
 /// Output of a shell pipeline that must succeed.
 fn sh(script: &str, path: &Path) -> String {
@@ -62,14 +62,7 @@ fn make_tree(root: &Path, cross_links: bool) {
     symlink("../a", root.join("nested/to-dir")).unwrap();
     symlink("/nowhere/at/all/dangling", root.join("dangling")).unwrap();
     symlink("x".repeat(900), root.join("a/b/long-target")).unwrap();
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        root.join("a/fifo"),
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o644),
-        0,
-    )
-    .unwrap();
+    mkfifo(&root.join("a/fifo"));
     drop(UnixListener::bind(root.join("nested/socket")).unwrap());
     file(&root.join(name(b"a/not-utf8-\xff\xfe")), b"bytes", 0o644);
     file(&root.join("a/new\nline"), b"newline", 0o644);

@@ -25,17 +25,6 @@ struct Case {
 
 fn no_setup(_: &Path, _: &Path) {}
 
-fn mkfifo(path: &Path) {
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        path,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o644),
-        0,
-    )
-    .unwrap();
-}
-
 fn file64(name: &[u8], size: u64) -> Vec<u8> {
     let mut out = vec![TAG_FILE64];
     out.extend_from_slice(name);

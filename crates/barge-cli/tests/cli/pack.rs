@@ -23,14 +23,7 @@ fn every_file_size_round_trips_and_unstorable_entries_are_skipped() {
     }
     file(&src.join("a-first"), b"before the others", 0o600);
     symlink("a-first", src.join("link")).unwrap();
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        src.join("pipe"),
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o644),
-        0,
-    )
-    .unwrap();
+    mkfifo(&src.join("pipe"));
     let archive = src.join("zz-self.barge");
     let out = run_ok(
         &mut barge([

@@ -18,13 +18,14 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Mutex;
 
-use rustix::fs::{fchmod, openat, Mode, OFlags};
+use rustix::fs::{fchmod, openat, Mode};
 
-use super::sync::DIR_HANDLE_FLAGS;
+use super::sync::{DIR_HANDLE_FLAGS, OWNER_RWX};
 use super::{Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
 use crate::format::{Decoder, Event, Limits, Step};
 use crate::root::populate;
+use crate::walk::DIR_FLAGS;
 use crate::Progress;
 
 /// Batches waiting for a worker, at most.
@@ -36,8 +37,6 @@ const BATCH_COST: u64 = 256;
 const MIN_BATCH_COST: u64 = 8;
 /// Bytes of file content that cost as much as creating one file.
 const BYTES_PER_UNIT: u64 = 32 * 1024;
-/// Permission bits the owner needs to fill a directory.
-const OWNER_RWX: u32 = 0o700;
 
 /// One landing step, borrowing names and content from the archive.
 enum Op<'a> {
@@ -325,17 +324,13 @@ fn land_batch<'a, L: Land>(
 /// one name at a time without following symlinks and changed with `fchmod` on its own fd,
 /// so a name swapped for a symlink cannot redirect the change.
 fn restrict_modes(root: &OwnedFd, dirs: &[(Vec<&[u8]>, u32)]) -> Result<()> {
-    const OPEN_TO_CHMOD: OFlags = OFlags::RDONLY
-        .union(OFlags::DIRECTORY)
-        .union(OFlags::NOFOLLOW)
-        .union(OFlags::CLOEXEC);
     for (path, mode) in dirs {
         let error = |op, e| Error::io(op, TreePath::join(path.iter().copied(), &[]), e);
         let mut dir: Option<OwnedFd> = None;
         for (depth, name) in path.iter().enumerate() {
             let at = dir.as_ref().map_or(root.as_fd(), |d| d.as_fd());
             let flags = if depth + 1 == path.len() {
-                OPEN_TO_CHMOD
+                DIR_FLAGS
             } else {
                 DIR_HANDLE_FLAGS
             };

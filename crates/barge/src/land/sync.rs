@@ -10,17 +10,10 @@ use rustix::io::{write, Errno};
 use super::{truncation_offset, Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
 use crate::fds::Graveyard;
-use crate::walk::kind_name;
+use crate::walk::{kind_name, DIR_FLAGS};
 
 /// Flags that open a directory of the tree as a handle for `*at` calls only.
 pub const DIR_HANDLE_FLAGS: OFlags = OFlags::PATH
-    .union(OFlags::DIRECTORY)
-    .union(OFlags::NOFOLLOW)
-    .union(OFlags::CLOEXEC);
-
-/// Flags that open a directory whose mode is set when it is left: `fchmod` needs a real
-/// (not `O_PATH`) fd, and chmod through the fd cannot be redirected by a swapped name.
-const RESTRICTED_DIR_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::DIRECTORY)
     .union(OFlags::NOFOLLOW)
     .union(OFlags::CLOEXEC);
@@ -34,7 +27,7 @@ pub const CREATE_FLAGS: OFlags = OFlags::WRONLY
 
 /// Permission bits the owner needs to fill a directory; added while it is being filled
 /// and taken away again when it is left.
-const OWNER_RWX: u32 = 0o700;
+pub(crate) const OWNER_RWX: u32 = 0o700;
 
 struct OpenDir {
     fd: OwnedFd,
@@ -147,8 +140,11 @@ impl Land for SyncLander {
                 mode
             },
         )?;
+        // A directory whose mode is set when it is left is opened for real (`fchmod` needs
+        // more than `O_PATH`), so the chmod goes through the fd and no swapped name can
+        // redirect it.
         let flags = if lacks_owner_rwx {
-            RESTRICTED_DIR_FLAGS
+            DIR_FLAGS
         } else {
             DIR_HANDLE_FLAGS
         };

@@ -161,13 +161,7 @@ fn depth_subtotals_match_du_d() {
     make_deep(&dir.path().join("deep"), 5);
     for depth in ["0", "1", "3"] {
         let du = sh(&format!(r#"du -b -d {depth} "$1""#), dir.path());
-        let want: BTreeMap<&str, u64> = du
-            .lines()
-            .map(|l| {
-                let (size, path) = l.split_once('\t').unwrap();
-                (path, size.parse().unwrap())
-            })
-            .collect();
+        let want = parse_du(&du);
         let out = run_ok(barge(["du", "--depth", depth]).arg(dir.path()), None);
         let text = String::from_utf8(out.stdout).unwrap();
         let lines: Vec<(u64, &str)> = text
@@ -221,13 +215,7 @@ fn several_paths_count_each_inode_once_like_du() {
     du.arg("-sbc").args(paths);
     let du = String::from_utf8(run_ok(&mut du, None).stdout).unwrap();
     // du leaves out the PATHs it has already counted; barge shows them with 0 bytes.
-    let du: BTreeMap<&str, u64> = du
-        .lines()
-        .map(|l| {
-            let (size, path) = l.split_once('\t').unwrap();
-            (path, size.parse().unwrap())
-        })
-        .collect();
+    let du = parse_du(&du);
     assert_eq!(json["total"]["bytes"].as_u64(), Some(du["total"]));
     let per_path: Vec<u64> = (0..4)
         .map(|i| json["paths"][i]["bytes"].as_u64().unwrap())
@@ -343,4 +331,14 @@ fn one_file_system_skips_mounts_like_du_x() {
     );
     assert_eq!(whole["total"]["bytes"].as_u64(), Some(all));
     assert_eq!(x["total"]["bytes"].as_u64(), Some(same_fs), "{stderr}");
+}
+
+/// Parses du's `SIZE<TAB>PATH` lines into a map from path to size.
+fn parse_du(text: &str) -> BTreeMap<&str, u64> {
+    text.lines()
+        .map(|l| {
+            let (size, path) = l.split_once('\t').unwrap();
+            (path, size.parse().unwrap())
+        })
+        .collect()
 }

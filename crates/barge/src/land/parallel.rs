@@ -23,6 +23,7 @@ use rustix::fs::{fchmod, openat, Mode};
 use super::sync::{DIR_HANDLE_FLAGS, OWNER_RWX};
 use super::{Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
+use crate::fds::private_fd_table;
 use crate::format::{Decoder, Event, Limits, Step};
 use crate::root::populate;
 use crate::walk::DIR_FLAGS;
@@ -103,9 +104,14 @@ pub fn land_parallel<L: Land>(
                 source,
             });
             let (rx, stop, fail, make) = (&rx, &stop, &fail, &make);
-            scope.spawn(move || match root.and_then(make) {
-                Ok(land) => work(land, rx, stop, fail, progress),
-                Err(e) => fail((0, e)),
+            scope.spawn(move || {
+                match root.and_then(|root| {
+                    private_fd_table();
+                    make(root)
+                }) {
+                    Ok(land) => work(land, rx, stop, fail, progress),
+                    Err(e) => fail((0, e)),
+                }
             });
         }
         let result = parse(input, limits, workers, &stop, |batch| {

@@ -163,7 +163,7 @@ pub enum Engine {
     Auto,
     // One thread making plain system calls.
     Sync,
-    // The main thread decodes, one thread per core lands (a streamed archive lands as `sync`).
+    // One thread per core lands, the first also decodes (a streamed archive lands as `sync`).
     Threads,
     // Like `threads` (one thread for a stream), each lander creating the small files of a
     // directory in io_uring batches.
@@ -171,8 +171,9 @@ pub enum Engine {
 }
 
 /// Archive size from which `auto` starts threads: below it, starting them costs more than
-/// they save.
-pub const THREADS_FROM: u64 = 4 << 20;
+/// they save (measured: a 150 KiB archive of 30 files lands as fast either way; 470 KiB of
+/// 100 files 10% faster with threads, 3 MiB of 95 files 20% faster).
+pub const THREADS_FROM: u64 = 256 << 10;
 
 impl Engine {
     /// The engine that lands `input`.

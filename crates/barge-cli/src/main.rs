@@ -85,9 +85,9 @@ enum Command {
         /// Do not enter the user-namespace chroot (containment then rests on layers 1-2).
         #[arg(long)]
         no_sandbox: bool,
-        /// How to land: sync (one thread), threads (the main thread decodes, one thread per
-        /// core lands; streamed archives land as sync), auto (threads for archive files from
-        /// 4 MiB, else sync).
+        /// How to land: sync (one thread), threads (one thread per core lands, the first
+        /// also decodes; streamed archives land as sync), auto (threads for archive files
+        /// from 256 KiB, else sync).
         #[arg(long, value_enum, default_value_t)]
         engine: archive::Engine,
         #[command(flatten)]

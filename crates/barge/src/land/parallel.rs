@@ -1,22 +1,24 @@
-//! The threaded dispatcher: the calling thread decodes an archive held in memory
-//! (validating every message before it is landed), maps in the pages of each batch of
-//! consecutive entries (so the mapping is populated while workers land earlier batches) and
-//! hands the batches to worker threads, each landing with its own [`Land`] below its own
-//! duplicate of the root fd. A batch carries the path of the directory it starts in, which its worker creates or
-//! merges into first (an existing directory is accepted, as for any `DIR`), so batches land
-//! in any order and on any worker. Batches are cut preferably where the directory changes,
-//! so two workers rarely create files in the same directory (the directory's lock
-//! serializes creations in it).
+//! The threaded dispatcher for an archive held in memory. The calling thread decodes it
+//! (validating every message before it is landed) into batches of consecutive entries and
+//! queues them for helper threads; when the queue is full, and once decoding is done, it
+//! lands batches itself, so `workers` threads land in all (one per core, not one more).
+//! Each lands with its own [`Land`] below its own duplicate of the root fd, and maps in the
+//! pages of a batch before landing it. Helpers get a private fd table (see
+//! [`private_fd_table`]), so no two threads share one. A batch carries the path of the
+//! directory it starts in, which its lander creates or merges into first (an existing
+//! directory is accepted, as for any `DIR`), so batches land in any order and on any
+//! thread. Batches are cut preferably where the directory changes, so two threads rarely
+//! create files in the same directory (the directory's lock serializes creations in it).
 //!
-//! Open fds: each worker holds the directories it is in (at most the depth limit) plus what
-//! its lander holds; at most [`QUEUE`] batches wait between the decoder and the workers.
+//! Open fds: each lander holds the directories it is in (at most the depth limit) plus what
+//! it holds itself; at most [`QUEUE`] batches wait in the queue.
 //! Directories whose mode lacks owner rwx are created with it and get their mode once all
-//! workers are done, children before parents.
+//! threads are done, children before parents.
 
+use std::collections::VecDeque;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::mpsc::{sync_channel, Receiver};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 
 use rustix::fs::{fchmod, openat, Mode};
 
@@ -29,7 +31,7 @@ use crate::root::populate;
 use crate::walk::DIR_FLAGS;
 use crate::Progress;
 
-/// Batches waiting for a worker, at most.
+/// Batches waiting for a helper, at most.
 pub const QUEUE: usize = 16;
 /// Most work in a batch, in units of one entry; a batch ends at the next directory change
 /// once it holds its share (see [`batch_cost`]), and regardless at four times that.
@@ -57,6 +59,8 @@ struct Batch<'a> {
     first: u64,
     /// Directories (name, creation mode) from the root to where the batch starts.
     at: Vec<(&'a [u8], u32)>,
+    /// The archive bytes the batch was decoded from.
+    input: &'a [u8],
     ops: Vec<Op<'a>>,
     cost: u64,
 }
@@ -66,6 +70,7 @@ impl<'a> Batch<'a> {
         Batch {
             first,
             at: at.to_vec(),
+            input: &[],
             ops: Vec::new(),
             cost: 0,
         }
@@ -75,11 +80,12 @@ impl<'a> Batch<'a> {
 /// An error and the archive index of the entry it concerns.
 type Failure = (u64, Error);
 
-/// Lands the archive `input` below `root` with `workers` threads, each landing through a
-/// lander made by `make` from its own duplicate of `root`.
-pub fn land_parallel<L: Land>(
+/// Lands the archive `input` below `root` on `workers` threads (the calling thread and
+/// `workers - 1` helpers), each landing through a lander made by `make` from its own
+/// duplicate of `root`.
+pub fn land_parallel<'a, L: Land>(
     root: OwnedFd,
-    input: &[u8],
+    input: &'a [u8],
     limits: Limits,
     workers: usize,
     make: impl Fn(OwnedFd) -> Result<L> + Sync,
@@ -93,32 +99,63 @@ pub fn land_parallel<L: Land>(
         stop.fetch_min(failure.0, Relaxed);
         failures.lock().expect("no panics").push(failure);
     };
-    let (tx, rx) = sync_channel::<Batch<'_>>(QUEUE);
-    let rx = Mutex::new(rx);
+    let dup = || {
+        root.try_clone().map_err(|source| Error::Io {
+            op: "dup destination",
+            path: TreePath::default(),
+            source,
+        })
+    };
+    let queue = Queue::<'a>::default();
     let mut parsed = Parsed::default();
     std::thread::scope(|scope| {
-        for _ in 0..workers.max(1) {
-            let root = root.try_clone().map_err(|source| Error::Io {
-                op: "dup destination",
-                path: TreePath::default(),
-                source,
-            });
-            let (rx, stop, fail, make) = (&rx, &stop, &fail, &make);
+        for _ in 1..workers.max(1) {
+            let root = dup();
+            let (queue, stop, fail, make) = (&queue, &stop, &fail, &make);
             scope.spawn(move || {
-                match root.and_then(|root| {
+                let land = root.and_then(|root| {
                     private_fd_table();
                     make(root)
-                }) {
-                    Ok(land) => work(land, rx, stop, fail, progress),
+                });
+                match land {
+                    Ok(land) => {
+                        let mut worker = Worker::new(land, stop, fail, progress);
+                        while let Some(batch) = queue.take(true) {
+                            worker.land(&batch);
+                        }
+                        worker.finish();
+                    }
                     Err(e) => fail((0, e)),
                 }
             });
         }
+        // This thread decodes, lands a batch itself whenever the queue is full, and helps
+        // to empty the queue once decoding is done. Without a lander of its own (it
+        // failed, so nothing more lands), it drops what it would land.
+        let mut own = match dup().and_then(&make) {
+            Ok(land) => Some(Worker::new(land, &stop, &fail, progress)),
+            Err(e) => {
+                fail((0, e));
+                None
+            }
+        };
+        let mut land_here = |batch: Batch<'a>| {
+            if let Some(worker) = own.as_mut() {
+                worker.land(&batch);
+            }
+        };
         let result = parse(input, limits, workers, &stop, |batch| {
-            // A send fails only when every worker is gone, which they are after a failure.
-            let _ = tx.send(batch);
+            if let Some(batch) = queue.offer(batch) {
+                land_here(batch);
+            }
         });
-        drop(tx);
+        while let Some(batch) = queue.take(false) {
+            land_here(batch);
+        }
+        queue.close();
+        if let Some(worker) = own {
+            worker.finish();
+        }
         match result {
             Ok(p) => parsed = p,
             Err(failure) => fail(failure),
@@ -130,6 +167,47 @@ pub fn land_parallel<L: Land>(
     }
     restrict_modes(&root, &parsed.restricted)?;
     Ok(parsed.summary)
+}
+
+/// Batches decoded and not yet landed, at most [`QUEUE`], and whether decoding is over.
+#[derive(Default)]
+struct Queue<'a> {
+    state: Mutex<(VecDeque<Batch<'a>>, bool)>,
+    ready: Condvar,
+}
+
+impl<'a> Queue<'a> {
+    /// Queues `batch` for a helper, or gives it back when the queue is full.
+    fn offer(&self, batch: Batch<'a>) -> Option<Batch<'a>> {
+        let mut state = self.state.lock().expect("no panics");
+        if state.0.len() >= QUEUE {
+            return Some(batch);
+        }
+        state.0.push_back(batch);
+        drop(state);
+        self.ready.notify_one();
+        None
+    }
+
+    /// The oldest batch; when there is none, waits for one if `wait` (None once closed).
+    fn take(&self, wait: bool) -> Option<Batch<'a>> {
+        let mut state = self.state.lock().expect("no panics");
+        loop {
+            if let Some(batch) = state.0.pop_front() {
+                return Some(batch);
+            }
+            if state.1 || !wait {
+                return None;
+            }
+            state = self.ready.wait(state).expect("no panics");
+        }
+    }
+
+    /// No more batches will come: waiting helpers return.
+    fn close(&self) {
+        self.state.lock().expect("no panics").1 = true;
+        self.ready.notify_all();
+    }
 }
 
 /// What the decoding pass found besides the batches.
@@ -211,25 +289,26 @@ fn parse<'a>(
             Event::Data(_) => unreachable!("complete input gives whole files"),
             Event::End { .. } => false,
         };
-        if (boundary && batch.cost >= batch_cost) || batch.cost >= 4 * batch_cost {
+        if (boundary && batch.cost >= batch_cost) || batch.cost >= 2 * batch_cost {
             let next = Batch::new(entries - u64::from(held.is_some()), &at);
-            populate(&input[sent..pos]);
+            batch.input = &input[sent..pos];
             sent = pos;
             send(std::mem::replace(&mut batch, next));
         }
     }
     if !batch.ops.is_empty() {
-        populate(&input[sent..pos]);
+        batch.input = &input[sent..pos];
         send(batch);
     }
     Ok(parsed)
 }
 
-/// Work per batch for an archive of `len` bytes: small archives are cut finer, so that
-/// each worker gets several batches.
+/// Work per batch for an archive of `len` bytes: an eighth of each worker's share of the
+/// estimated work (one entry per 16 KiB of archive plus its bytes), so that even a small
+/// archive is cut into several batches per worker.
 fn batch_cost(len: usize, workers: usize) -> u64 {
-    let units = len as u64 / 4096;
-    (units / (8 * workers as u64)).clamp(MIN_BATCH_COST, BATCH_COST)
+    let estimate = len as u64 / (16 * 1024) + len as u64 / BYTES_PER_UNIT;
+    (estimate / (8 * workers as u64)).clamp(MIN_BATCH_COST, BATCH_COST)
 }
 
 /// Adds entering directory `name` to the batch; a mode lacking owner rwx is created with
@@ -247,28 +326,47 @@ fn enter<'a>(
     modes.push(mode);
 }
 
-/// A worker: lands batches until the queue closes or something failed.
-fn work<'a, L: Land>(
-    mut land: L,
-    rx: &Mutex<Receiver<Batch<'a>>>,
-    stop: &AtomicU64,
-    fail: &impl Fn(Failure),
-    progress: &Progress,
-) {
-    let mut at: Vec<&'a [u8]> = Vec::new();
-    loop {
-        let Ok(batch) = rx.lock().expect("no panics").recv() else {
-            break;
-        };
-        if batch.first >= stop.load(Relaxed) {
-            continue;
-        }
-        if let Err(failure) = land_batch(&mut land, &mut at, &batch, stop, progress) {
-            fail((failure.0, land.abort(failure.1)));
+/// A lander and the directories it is in, landing batch after batch.
+struct Worker<'a, 's, L: Land, F: Fn(Failure)> {
+    land: L,
+    at: Vec<&'a [u8]>,
+    stop: &'s AtomicU64,
+    fail: &'s F,
+    progress: &'s Progress,
+}
+
+impl<'a, 's, L: Land, F: Fn(Failure)> Worker<'a, 's, L, F> {
+    fn new(land: L, stop: &'s AtomicU64, fail: &'s F, progress: &'s Progress) -> Self {
+        Worker {
+            land,
+            at: Vec::new(),
+            stop,
+            fail,
+            progress,
         }
     }
-    if let Err(e) = land.finish() {
-        fail((u64::MAX, e));
+
+    /// Lands `batch` unless it starts after a failure.
+    fn land(&mut self, batch: &Batch<'a>) {
+        if batch.first >= self.stop.load(Relaxed) {
+            return;
+        }
+        if let Err(failure) = land_batch(
+            &mut self.land,
+            &mut self.at,
+            batch,
+            self.stop,
+            self.progress,
+        ) {
+            (self.fail)((failure.0, self.land.abort(failure.1)));
+        }
+    }
+
+    /// Completes the lander's pending work.
+    fn finish(mut self) {
+        if let Err(e) = self.land.finish() {
+            (self.fail)((u64::MAX, e));
+        }
     }
 }
 
@@ -280,6 +378,7 @@ fn land_batch<'a, L: Land>(
     stop: &AtomicU64,
     progress: &Progress,
 ) -> std::result::Result<(), Failure> {
+    populate(batch.input);
     let mut entry = batch.first;
     let fail = |entry: u64| move |e: Error| (entry, e);
     let common = at

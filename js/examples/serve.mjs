@@ -4,7 +4,7 @@
 // `$BARGE_BIN unpack - DEST` (or, without BARGE_BIN, with the JS decoder), and
 // serves GET /archive?dir=NAME as a barge archive of a directory it was given.
 //
-//   npm run build && BARGE_BIN=../target/release/barge node examples/serve.mjs [--tls] [--port 8080] [--dest DIR]
+//   npm run build && BARGE_BIN=../target/barge node examples/serve.mjs [--tls] [--port 8080] [--dest DIR]
 //
 // Plain HTTP/1.1 by default (the page then uploads a Blob); --tls serves HTTP/2
 // with a throwaway self-signed certificate (made with openssl), where Chromium

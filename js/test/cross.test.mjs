@@ -11,7 +11,7 @@ import { fromPath } from "barge-archive/node";
 import { VECTORS, collect, expectedTree, hex, loadVectors, oddTree, readTree, run, specEntries, writeTree } from "./helpers.mjs";
 
 const BARGE = process.env.BARGE_BIN;
-const skip = BARGE ? false : "BARGE_BIN is not set: set it to the barge binary (cargo build --release; target/release/barge) to run the cross-language tests";
+const skip = BARGE ? false : "BARGE_BIN is not set: set it to the barge binary (./scripts/build; target/barge) to run the cross-language tests";
 if (BARGE && !existsSync(BARGE)) throw new Error(`BARGE_BIN=${BARGE} does not exist`);
 
 const tmp = mkdtempSync(join(tmpdir(), "barge-cross-"));

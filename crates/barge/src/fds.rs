@@ -12,17 +12,6 @@ pub fn close_range(first: RawFd, last: RawFd) {
     }
 }
 
-/// Gives the calling thread its own copy of the process's fd table (`unshare(CLONE_FILES)`).
-/// A thread that opens and closes many fds then no longer contends with the others for the
-/// table's lock, and the kernel skips the reference counting it does on every fd use while
-/// a table is shared. Only for threads that never pass fds they open to other threads
-/// and use only fds that existed when they called this. Failing leaves the table shared.
-pub fn private_fd_table() {
-    // SAFETY: callers keep the fds they open to themselves (see above); the fds they
-    // inherited stay valid in their copy.
-    let _ = unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::FILES) };
-}
-
 /// Fds that are no longer used, closed in batches: each run of consecutive fd numbers
 /// goes in one `close_range`. Only fds handed to it are ever closed, so fds owned by
 /// anyone else (even inside a run's span) are never touched.

@@ -14,6 +14,7 @@ pub mod format;
 pub mod land;
 pub mod pack;
 pub mod root;
+pub mod solo;
 pub mod walk;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

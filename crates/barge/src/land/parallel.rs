@@ -3,8 +3,8 @@
 //! queues them for helper threads; when the queue is full, and once decoding is done, it
 //! lands batches itself, so `workers` threads land in all (one per core, not one more).
 //! Each lands with its own [`Land`] below its own duplicate of the root fd, and maps in the
-//! pages of a batch before landing it. Helpers get a private fd table (see
-//! [`private_fd_table`]), so no two threads share one. A batch carries the path of the
+//! pages of a batch before landing it. Helpers get a private fd table and credentials (see
+//! [`go_solo`]), so no two threads share them. A batch carries the path of the
 //! directory it starts in, which its lander creates or merges into first (an existing
 //! directory is accepted, as for any `DIR`), so batches land in any order and on any
 //! thread. Batches are cut preferably where the directory changes, so two threads rarely
@@ -25,9 +25,9 @@ use rustix::fs::{fchmod, openat, Mode};
 use super::sync::{DIR_HANDLE_FLAGS, OWNER_RWX};
 use super::{Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
-use crate::fds::private_fd_table;
 use crate::format::{Decoder, Event, Limits, Step};
 use crate::root::populate;
+use crate::solo::go_solo;
 use crate::walk::DIR_FLAGS;
 use crate::Progress;
 
@@ -114,7 +114,7 @@ pub fn land_parallel<'a, L: Land>(
             let (queue, stop, fail, make) = (&queue, &stop, &fail, &make);
             scope.spawn(move || {
                 let land = root.and_then(|root| {
-                    private_fd_table();
+                    go_solo();
                     make(root)
                 });
                 match land {

@@ -2,7 +2,7 @@
 //! `openat(O_CREAT|O_EXCL|O_NOFOLLOW)` + `write` + `close` per file. Nothing is ever
 //! followed or overwritten: an existing non-directory in the way is an error.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, IntoRawFd, OwnedFd};
 
 use rustix::fs::{fchmod, mkdirat, openat, statat, unlinkat, AtFlags, FileType, Mode, OFlags};
 use rustix::io::{write, Errno};
@@ -36,9 +36,9 @@ struct OpenDir {
     final_mode: Option<u32>,
 }
 
+/// The file being written; its name is in [`SyncLander::file_name`].
 struct PartFile {
     fd: OwnedFd,
-    name: Vec<u8>,
     size: u64,
     written: u64,
 }
@@ -51,6 +51,8 @@ pub struct SyncLander {
     dirs: Vec<OpenDir>,
     left: Graveyard,
     file: Option<PartFile>,
+    /// The name of `file`, in a buffer reused from file to file.
+    file_name: Vec<u8>,
     summary: LandSummary,
 }
 
@@ -62,6 +64,7 @@ impl SyncLander {
             dirs: Vec::new(),
             left: Graveyard::new(),
             file: None,
+            file_name: Vec::new(),
             summary: LandSummary::default(),
         }
     }
@@ -114,16 +117,17 @@ impl SyncLander {
                     file.written += n as u64;
                 }
                 Err(Errno::INTR) => {}
-                Err(e) => {
-                    let name = file.name.clone();
-                    return Err(Error::io("write", self.path(&name), e));
-                }
+                Err(e) => return Err(Error::io("write", self.path(&self.file_name), e)),
             }
         }
         if file.written == file.size {
             self.summary.files += 1;
             self.summary.bytes += file.size;
-            self.file = None;
+            let done = self.file.take().expect("a file is open");
+            // rustix closes with a plain system call, without the cancellation-point
+            // bookkeeping libc's close does in a threaded process.
+            // SAFETY: the fd is owned here and closed once.
+            unsafe { rustix::io::close(done.fd.into_raw_fd()) };
         }
         Ok(())
     }
@@ -191,10 +195,11 @@ impl Land for SyncLander {
         };
         self.file = Some(PartFile {
             fd,
-            name: name.to_vec(),
             size,
             written: 0,
         });
+        self.file_name.clear();
+        self.file_name.extend_from_slice(name);
         self.write_all(data)
     }
 
@@ -207,8 +212,8 @@ impl Land for SyncLander {
             return cause;
         };
         drop(file.fd);
-        let path = self.path(&file.name);
-        if let Err(e) = unlinkat(self.current(), &file.name[..], AtFlags::empty()) {
+        let path = self.path(&self.file_name);
+        if let Err(e) = unlinkat(self.current(), &self.file_name[..], AtFlags::empty()) {
             return Error::io("unlinkat (removing the partial file)", path, e);
         }
         let Some(offset) = truncation_offset(&cause) else {

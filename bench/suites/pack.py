@@ -55,6 +55,6 @@ def run(ctx):
             )
             for f in lib.FORMATS
         ]
-        out[ds.name] = {"cases": lib.measure(cases, ctx.pairs, ds.files, trace=ctx.trace)}
+        out[ds.name] = {"cases": lib.measure(cases, lib.pairs_for(ds, ctx.pairs), ds.files, trace=ctx.trace)}
         lib.remove(outdir)
     return out

@@ -67,7 +67,7 @@ def run(ctx):
         cases = barge + [lib.Case(label, c, setup, once(check)) for label, c in peers]
         out[ds.name] = {
             "archive_bytes": {f: os.path.getsize(p) for f, p in a.items()},
-            "cases": lib.measure(cases, ctx.pairs, ds.files, trace=ctx.trace),
+            "cases": lib.measure(cases, lib.pairs_for(ds, ctx.pairs), ds.files, trace=ctx.trace),
         }
         lib.drop_archives(ds)
     lib.remove(dest)

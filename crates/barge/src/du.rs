@@ -42,6 +42,11 @@ const SLOW_DIR: Duration = Duration::from_micros(100);
 /// See [`SLOW_DIR`]; a cached entry takes one or two microseconds.
 const SLOW_ENTRY: Duration = Duration::from_micros(10);
 
+/// Helper threads start only once the walk has listed this many entries (or met a slow
+/// directory): below that, starting a thread costs more than it saves (a 95-entry tree took
+/// 2.06 ms with helpers against 1.95 ms for `du -sb`).
+const SPAWN_AFTER: u64 = 512;
+
 /// How many errors a [`Usage`] keeps in full (the others are only counted).
 pub const NAMED_ERRORS: usize = 8;
 
@@ -284,6 +289,9 @@ struct Walk<'a> {
     held_fds: AtomicUsize,
     fd_budget: usize,
     threads: usize,
+    cores: usize,
+    /// Entries listed so far.
+    listed: AtomicU64,
 }
 
 impl<'a> Walk<'a> {
@@ -308,6 +316,8 @@ impl<'a> Walk<'a> {
             held_fds: AtomicUsize::new(0),
             fd_budget: (limit / 2).saturating_sub(8 + 4 * threads),
             threads,
+            cores,
+            listed: AtomicU64::new(0),
         }
     }
 
@@ -353,8 +363,13 @@ impl<'a> Walk<'a> {
         }
     }
 
-    /// Starts another worker unless there are [`Options::threads`] already.
+    /// Starts another worker unless there are [`Options::threads`] already, or the walk is
+    /// still too small to need one (see [`SPAWN_AFTER`]).
     fn spawn<'s>(&'s self, scope: &'s Scope<'s, '_>) -> bool {
+        let slow = self.want.load(Relaxed) > self.cores;
+        if self.listed.load(Relaxed) < SPAWN_AFTER && !slow {
+            return false;
+        }
         let mut queue = self.queue.lock().expect("no panics");
         if self.workers.load(Relaxed) >= self.threads {
             return false;
@@ -451,6 +466,7 @@ impl<'a> Walk<'a> {
         match scratch.listing.read(fd.as_fd(), &mut scratch.buf) {
             Err(e) => self.error("getdents64", node, None, e),
             Ok(()) => {
+                self.listed.fetch_add(scratch.listing.len() as u64, Relaxed);
                 for i in 0..scratch.listing.len() {
                     let (name, kind) = scratch.listing.get(i);
                     if kind == FileType::Directory {

@@ -34,7 +34,7 @@ use crate::Progress;
 /// Batches waiting for a helper, at most.
 pub const QUEUE: usize = 16;
 /// Most work in a batch, in units of one entry; a batch ends at the next directory change
-/// once it holds its share (see [`batch_cost`]), and regardless at four times that.
+/// once it holds its share (see [`batch_cost`]), and regardless at twice that.
 const BATCH_COST: u64 = 256;
 /// Least work in a batch.
 const MIN_BATCH_COST: u64 = 8;

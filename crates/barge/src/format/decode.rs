@@ -96,9 +96,76 @@ pub struct Decoder {
     /// Names of the open directories, outermost first.
     path: Vec<Box<[u8]>>,
     /// Names already used in the root and in each open directory.
-    seen: Vec<HashSet<Box<[u8]>>>,
+    seen: Vec<Names>,
+    /// Emptied [`Names`] of closed directories, reused for the next ones.
+    spare: Vec<Names>,
     entries: u64,
     bytes: u64,
+}
+
+/// The names used in one directory. While they arrive in strictly increasing byte order (as
+/// `barge pack` writes them), a new name can only repeat the last one, so they are kept in
+/// one buffer without hashing; the first name out of order moves them into a hash set.
+#[derive(Debug, Default)]
+struct Names {
+    /// The names, one after another, while they are in order.
+    bytes: Vec<u8>,
+    /// Where each name in `bytes` ends.
+    ends: Vec<usize>,
+    /// All the names, once one came out of order.
+    set: Option<Box<HashSet<Box<[u8]>>>>,
+}
+
+impl Names {
+    /// True when `name` was added before.
+    fn contains(&mut self, name: &[u8]) -> bool {
+        if self.set.is_none() {
+            match self.last() {
+                None => return false,
+                Some(last) if name > last => return false,
+                Some(last) if name == last => return true,
+                Some(_) => {
+                    let mut start = 0;
+                    let mut set = HashSet::with_capacity(self.ends.len() + 1);
+                    for &end in &self.ends {
+                        set.insert(self.bytes[start..end].into());
+                        start = end;
+                    }
+                    self.bytes = Vec::new();
+                    self.ends = Vec::new();
+                    self.set = Some(Box::new(set));
+                }
+            }
+        }
+        self.set.as_ref().is_some_and(|set| set.contains(name))
+    }
+
+    /// Remembers `name` (checked with [`Names::contains`] first).
+    fn add(&mut self, name: &[u8]) {
+        match &mut self.set {
+            Some(set) => {
+                set.insert(name.into());
+            }
+            None => {
+                self.bytes.extend_from_slice(name);
+                self.ends.push(self.bytes.len());
+            }
+        }
+    }
+
+    /// The name added last while in order.
+    fn last(&self) -> Option<&[u8]> {
+        let end = *self.ends.last()?;
+        let start = self.ends.len().checked_sub(2).map_or(0, |i| self.ends[i]);
+        Some(&self.bytes[start..end])
+    }
+
+    /// Forgets every name, keeping the buffers.
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+        self.set = None;
+    }
 }
 
 /// A parsed message header before validation against the tree state.
@@ -124,7 +191,8 @@ impl Decoder {
             offset: 0,
             message_offset: 0,
             path: Vec::new(),
-            seen: vec![HashSet::new()],
+            seen: vec![Names::default()],
+            spare: Vec::new(),
             entries: 0,
             bytes: 0,
         }
@@ -268,7 +336,9 @@ impl Decoder {
                 if self.path.pop().is_none() {
                     return Err(self.error(FormatError::PopAtRoot, None));
                 }
-                self.seen.pop();
+                let mut names = self.seen.pop().expect("one per open directory");
+                names.clear();
+                self.spare.push(names);
                 self.offset += 1;
                 Ok(Step::Event(Event::Pop, 1))
             }
@@ -292,7 +362,7 @@ impl Decoder {
         size: u64,
         len: usize,
     ) -> Result<Step<'a>, Error> {
-        let seen = self.seen.last().expect("root set always present");
+        let seen = self.seen.last_mut().expect("root set always present");
         if seen.contains(name) {
             return Err(self.error(FormatError::DuplicateName, Some(name)));
         }
@@ -316,12 +386,13 @@ impl Decoder {
         self.seen
             .last_mut()
             .expect("root set always present")
-            .insert(name.into());
+            .add(name);
         self.entries += 1;
         self.offset += len as u64;
         if tag == TAG_DIR {
             self.path.push(name.into());
-            self.seen.push(HashSet::new());
+            let names = self.spare.pop().unwrap_or_default();
+            self.seen.push(names);
             let mode = mode.unwrap_or(DEFAULT_DIR_MODE);
             return Ok(Step::Event(Event::Dir { name, mode }, len));
         }
@@ -441,6 +512,45 @@ pub fn decode_all(
                 on_event(&decoder, event)?;
             }
             Step::NeedMore | Step::Done => unreachable!("eof input never needs more"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Names;
+
+    /// Adds each name unless seen; returns the index of the first repeat.
+    fn first_repeat(names: &mut Names, list: &[&str]) -> Option<usize> {
+        for (i, name) in list.iter().enumerate() {
+            if names.contains(name.as_bytes()) {
+                return Some(i);
+            }
+            names.add(name.as_bytes());
+        }
+        None
+    }
+
+    #[test]
+    fn names_find_repeats_in_order_and_out_of_order() {
+        let cases: [(&[&str], Option<usize>); 7] = [
+            (&["a", "b", "c"], None),
+            (&["a", "a"], Some(1)),
+            (&["a", "ab", "b"], None),
+            (&["c", "a", "b"], None),
+            (&["c", "a", "c"], Some(2)),
+            (&["a", "b", "c", "b"], Some(3)),
+            (&["b", "c", "a", "d", "a"], Some(4)),
+        ];
+        for (list, want) in cases {
+            let mut names = Names::default();
+            assert_eq!(first_repeat(&mut names, list), want, "{list:?}");
+            names.clear();
+            assert_eq!(
+                first_repeat(&mut names, &["x", "a"]),
+                None,
+                "{list:?} then cleared"
+            );
         }
     }
 }

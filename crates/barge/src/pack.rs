@@ -166,6 +166,23 @@ impl Packer<'_> {
         self.tx.send(Out::Bytes(full)).map_err(|_| writer_gone())
     }
 
+    /// Reads at most `max` bytes of `file` onto the end of the buffer, which has room for
+    /// them; returns how many (0 at end of file).
+    fn read_more(&mut self, file: BorrowedFd<'_>, max: usize) -> rustix::io::Result<usize> {
+        loop {
+            match read(file, &mut self.buf.spare_capacity_mut()[..max]) {
+                Ok((filled, _)) => {
+                    let n = filled.len();
+                    // SAFETY: `read` initialized the first `n` spare bytes.
+                    unsafe { self.buf.set_len(self.buf.len() + n) };
+                    return Ok(n);
+                }
+                Err(Errno::INTR) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Appends exactly `size` bytes of `file` to the buffer, failing if the file is shorter
     /// or longer than that. Reads one byte more than expected, so that growth shows in the
     /// same `read` that normally ends the file.
@@ -183,19 +200,13 @@ impl Packer<'_> {
         self.buf.reserve(size + 1);
         loop {
             let wanted = size + 1 - (self.buf.len() - start);
-            match read(file, &mut self.buf.spare_capacity_mut()[..wanted]) {
-                Ok((filled, _)) => {
-                    let n = filled.len();
-                    // SAFETY: `read` initialized the first `n` spare bytes.
-                    unsafe { self.buf.set_len(self.buf.len() + n) };
-                    let got = self.buf.len() - start;
-                    // Stop at end of file, at growth, or at a short read ending at the size.
-                    if n == 0 || got > size || (got == size && n < wanted) {
-                        break;
-                    }
-                }
-                Err(Errno::INTR) => {}
-                Err(e) => return Err(Error::io("read", path(), e)),
+            let n = self
+                .read_more(file, wanted)
+                .map_err(|e| Error::io("read", path(), e))?;
+            let got = self.buf.len() - start;
+            // Stop at end of file, at growth, or at a short read ending at the size.
+            if n == 0 || got > size || (got == size && n < wanted) {
+                break;
             }
         }
         let actual = (self.buf.len() - start) as u64;
@@ -229,15 +240,9 @@ impl Packer<'_> {
             }
             let room = self.buf.capacity() - self.buf.len();
             let wanted = room.min((size - copied) as usize);
-            match read(file, &mut self.buf.spare_capacity_mut()[..wanted]) {
-                Ok(([], _)) => return Err(changed(copied)),
-                Ok((filled, _)) => {
-                    let n = filled.len();
-                    // SAFETY: `read` initialized the first `n` spare bytes.
-                    unsafe { self.buf.set_len(self.buf.len() + n) };
-                    copied += n as u64;
-                }
-                Err(Errno::INTR) => {}
+            match self.read_more(file, wanted) {
+                Ok(0) => return Err(changed(copied)),
+                Ok(n) => copied += n as u64,
                 Err(e) => return Err(Error::io("read", path(), e)),
             }
         }

@@ -442,7 +442,9 @@ impl Packer<'_> {
 
     /// Appends the small files `files` of the run (index, statx) with one ring batch: each
     /// is opened into slot k, read into its place after its header, probed for growth with
-    /// a one-byte read at its size, and closed.
+    /// a one-byte read at its size, and closed. (One read of size + 1 would come up short,
+    /// and io_uring finishes a short read of a regular file on an io-wq thread: linux pack
+    /// 887 against 702 ms.)
     fn read_ring(&mut self, dir: BorrowedFd<'_>, files: &[(usize, Meta)]) -> Result<()> {
         let Some(ring) = self.ring.as_mut().filter(|_| !files.is_empty()) else {
             return Ok(());

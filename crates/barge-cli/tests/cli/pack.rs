@@ -63,3 +63,22 @@ fn every_file_size_round_trips_and_unstorable_entries_are_skipped() {
         }
     }
 }
+
+/// A file whose size is not what `statx` said when it is read fails the pack, naming it:
+/// /proc/sys files say 0 bytes and hold more (growth must show in the read that ends the
+/// file), sysfs attributes say 4096 and hold less.
+#[test]
+fn a_file_whose_size_changes_while_read_fails_the_pack() {
+    let work = tempdir();
+    for (dir, shows) in [
+        ("/proc/sys/kernel", "(0 bytes at open, 1 read)"),
+        ("/sys/kernel/mm/transparent_hugepage", "(4096 bytes at open,"),
+    ] {
+        let archive = work.path().join("out.barge");
+        let out = run(
+            &mut barge(["pack".as_ref(), dir.as_ref(), "-o".as_ref(), archive.as_os_str()]),
+            None,
+        );
+        assert_clean_failure(&out, &["changed size while being read", shows], dir);
+    }
+}

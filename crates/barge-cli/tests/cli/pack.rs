@@ -72,11 +72,19 @@ fn a_file_whose_size_changes_while_read_fails_the_pack() {
     let work = tempdir();
     for (dir, shows) in [
         ("/proc/sys/kernel", "(0 bytes at open, 1 read)"),
-        ("/sys/kernel/mm/transparent_hugepage", "(4096 bytes at open,"),
+        (
+            "/sys/kernel/mm/transparent_hugepage",
+            "(4096 bytes at open,",
+        ),
     ] {
         let archive = work.path().join("out.barge");
         let out = run(
-            &mut barge(["pack".as_ref(), dir.as_ref(), "-o".as_ref(), archive.as_os_str()]),
+            &mut barge([
+                "pack".as_ref(),
+                dir.as_ref(),
+                "-o".as_ref(),
+                archive.as_os_str(),
+            ]),
             None,
         );
         assert_clean_failure(&out, &["changed size while being read", shows], dir);

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use barge::error::escape_bytes;
 use barge::format::{Event, Limits};
-use barge::land::parallel::land_parallel;
+use barge::land::parallel::{land_parallel, land_parallel_stream, THREADS_FROM};
 use barge::land::sync::SyncLander;
 use barge::land::uring::UringLander;
 use barge::land::{read_events, Driver, Land, LandSummary};
@@ -101,6 +101,9 @@ fn warn_skipped(skipped: &[(TreePath, &'static str)]) {
     }
 }
 
+/// The pipe buffer asked for when the archive comes through a pipe (the default is 64 KiB).
+const PIPE_BUFFER: usize = 1 << 20;
+
 /// An archive to read: mapped when it is a regular file, streamed otherwise.
 enum Input {
     Mapped(Mapped),
@@ -136,6 +139,11 @@ impl Input {
         if FileType::from_raw_mode(stat.st_mode) == FileType::Directory {
             bail!("archive {name} is a directory");
         }
+        if FileType::from_raw_mode(stat.st_mode) == FileType::Fifo {
+            // A larger pipe buffer means fewer reads and wake-ups on both ends (best effort:
+            // the limit for unprivileged users is /proc/sys/fs/pipe-max-size).
+            let _ = rustix::pipe::fcntl_setpipe_size(fd, PIPE_BUFFER);
+        }
         Ok(Input::Stream(owned))
     }
 
@@ -158,29 +166,24 @@ impl Input {
 /// as `[possible values: ...]`, which the bench harness reads.)
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Engine {
-    // `threads` for an archive file of at least `THREADS_FROM` bytes, else `sync`.
+    // `threads`, except `sync` for an archive file under `THREADS_FROM` bytes (a shorter
+    // stream lands on one thread within `threads`).
     #[default]
     Auto,
     // One thread making plain system calls.
     Sync,
-    // One thread per core lands, the first also decodes (a streamed archive lands as `sync`).
+    // One thread per core lands, the first also decodes (and reads a stream).
     Threads,
     // Like `threads` (one thread for a stream), each lander creating the small files of a
     // directory in io_uring batches.
     Uring,
 }
 
-/// Archive size from which `auto` starts threads: below it, starting them costs more than
-/// they save (measured: a 150 KiB archive of 30 files lands as fast either way; 470 KiB of
-/// 100 files 10% faster with threads, 3 MiB of 95 files 20% faster).
-pub const THREADS_FROM: u64 = 256 << 10;
-
 impl Engine {
     /// The engine that lands `input`.
     fn resolve(self, input: &Input) -> Engine {
         match (self, input) {
             (Engine::Uring, _) => Engine::Uring,
-            (_, Input::Stream(_)) => Engine::Sync,
             (Engine::Auto, Input::Mapped(m)) if (m.bytes().len() as u64) < THREADS_FROM => {
                 Engine::Sync
             }
@@ -202,6 +205,14 @@ impl Engine {
             (Engine::Threads, Input::Mapped(m)) => land_parallel(
                 root,
                 m.bytes(),
+                limits,
+                workers,
+                |fd| Ok(SyncLander::new(fd)),
+                progress,
+            ),
+            (Engine::Threads, Input::Stream(fd)) => land_parallel_stream(
+                root,
+                Input::stream_fd(fd),
                 limits,
                 workers,
                 |fd| Ok(SyncLander::new(fd)),

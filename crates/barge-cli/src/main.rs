@@ -86,8 +86,8 @@ enum Command {
         #[arg(long)]
         no_sandbox: bool,
         /// How to land: sync (one thread), threads (one thread per core lands, the first
-        /// also decodes; streamed archives land as sync), auto (threads for archive files
-        /// from 256 KiB, else sync).
+        /// also decodes and reads a stream), auto (threads, except sync for archive files
+        /// under 256 KiB; a stream that short lands on one thread).
         #[arg(long, value_enum, default_value_t)]
         engine: archive::Engine,
         #[command(flatten)]

@@ -256,3 +256,85 @@ fn hostile_cases_fail_alike_through_every_engine() {
         }
     }
 }
+
+/// A stream longer than a few segments of the threaded engine (16 MiB each, helpers from
+/// 4 MiB) holding a 20 MiB file (larger than a segment: landed while it is read) and a
+/// 6 MiB one (carried whole into the next segment when a segment ends inside it) lands
+/// exactly; cut inside the large file, or with a duplicate name segments later, it fails
+/// with the sync engine's message (naming the file cut, removed), and every file that
+/// landed is complete.
+#[test]
+fn long_streams_land_through_segments_and_fail_like_sync() {
+    let work = tempdir();
+    let file_msg = |name: &[u8], data: &[u8]| Archive(Vec::new()).file(name, data).0;
+    let large = [
+        file_msg(b"large", &[0xa5; 20 << 20]),
+        file_msg(b"mid", &[0x5a; 6 << 20]),
+    ];
+    let whole = big_archive(700, 150, &large.concat(), 2);
+    let dup = [file_msg(b"twice", b"1"), file_msg(b"twice", b"2")].concat();
+    // dir150 starts 6.3 MB in; the large file ends 27.3 MB in, the archive at 56 MB.
+    let cut = |at: usize| whole[..at].to_vec();
+    let cases: [(&str, Vec<u8>, &str); 4] = [
+        (
+            "cut inside the large file",
+            cut(16 << 20),
+            "dir150/large: input ended after",
+        ),
+        (
+            "cut inside the mid file",
+            cut(whole.len() / 2),
+            "dir150/mid: input ended after",
+        ),
+        ("whole", whole.clone(), ""),
+        (
+            "duplicate name",
+            big_archive(700, 650, &dup, 2),
+            "dir650/twice: duplicate name",
+        ),
+    ];
+    for (what, archive, needle) in cases {
+        let path = work.path().join("stream.barge");
+        fs::write(&path, &archive).unwrap();
+        let mut stderr = Vec::new();
+        for engine in ["threads", "sync"] {
+            let dest = work.path().join(format!("dest-{engine}"));
+            let out = unpack(engine, &path, &dest, true);
+            let what = format!("{what} ({engine})");
+            if needle.is_empty() {
+                assert!(
+                    out.status.success(),
+                    "{what}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            } else {
+                assert_clean_failure(&out, &[needle], &what);
+            }
+            let text = String::from_utf8_lossy(&out.stderr).into_owned();
+            stderr.push(text.replace(dest.to_str().unwrap(), "DEST"));
+            let mut files = 0;
+            for (path, node) in scan(&dest) {
+                let Node::File(_, data) = node else { continue };
+                files += 1;
+                let path = String::from_utf8(path).unwrap();
+                let expect = match path.split_once('/') {
+                    Some((_, "large")) => vec![0xa5; 20 << 20],
+                    Some((_, "mid")) => vec![0x5a; 6 << 20],
+                    Some((_, "twice")) => b"1".to_vec(),
+                    Some((dir, file)) => {
+                        let d: usize = dir.trim_start_matches("dir").parse().unwrap();
+                        let f: usize = file.trim_start_matches("file").parse().unwrap();
+                        vec![d as u8; 100 + f * 50]
+                    }
+                    None => panic!("{what}: {path} at the top"),
+                };
+                assert!(data == expect, "{what}: {path} differs");
+            }
+            if needle.is_empty() {
+                assert_eq!(files, 700 * 40 + 2, "{what}: files landed");
+            }
+            fs::remove_dir_all(&dest).unwrap();
+        }
+        assert_eq!(stderr[0], stderr[1], "{what}: threads and sync differ");
+    }
+}

@@ -197,7 +197,9 @@ fn inspect_waiting_unpack(as_user: bool) {
     } else {
         "exec "
     };
-    let script = format!("exec 7<\"$0\"; {prefix}\"$1\" unpack - \"$2\"");
+    // The sync engine writes a file as its bytes arrive (the threaded one lands whole
+    // files), so the partial file shows that it is waiting.
+    let script = format!("exec 7<\"$0\"; {prefix}\"$1\" unpack --engine sync - \"$2\"");
     let mut child = Command::new("sh")
         .args(["-c", &script])
         .arg(&outside)

@@ -101,6 +101,8 @@ pub struct Decoder {
     spare: Vec<Names>,
     entries: u64,
     bytes: u64,
+    /// See [`Decoder::wanted`].
+    wanted: usize,
 }
 
 /// The names used in one directory. While they arrive in strictly increasing byte order (as
@@ -170,6 +172,16 @@ impl Names {
     }
 }
 
+/// A dir or file message header, parsed and not yet validated against the tree state.
+struct Header<'a> {
+    tag: u8,
+    name: &'a [u8],
+    mode: Option<u32>,
+    size: u64,
+    /// Bytes of the message before the content.
+    len: usize,
+}
+
 /// A parsed message header before validation against the tree state.
 enum Parsed<'a> {
     Entry {
@@ -197,6 +209,7 @@ impl Decoder {
             spare: Vec::new(),
             entries: 0,
             bytes: 0,
+            wanted: 0,
         }
     }
 
@@ -238,9 +251,27 @@ impl Decoder {
     /// Decodes the next event from `input`, the bytes after everything consumed so far.
     /// `eof` says no more bytes will follow.
     pub fn next<'a>(&mut self, input: &'a [u8], eof: bool) -> Result<Step<'a>, Error> {
+        self.step(input, eof, false)
+    }
+
+    /// Like [`Decoder::next`], but a file comes only with all of its content: while some of
+    /// it is missing (and `eof` is false), nothing is consumed and the answer is
+    /// [`Step::NeedMore`].
+    pub fn next_whole<'a>(&mut self, input: &'a [u8], eof: bool) -> Result<Step<'a>, Error> {
+        self.step(input, eof, true)
+    }
+
+    /// The bytes the message at the input's start takes, when the last call was a
+    /// [`Decoder::next_whole`] that needs more of a file whose header it read; else 0.
+    pub fn wanted(&self) -> usize {
+        self.wanted
+    }
+
+    fn step<'a>(&mut self, input: &'a [u8], eof: bool, whole: bool) -> Result<Step<'a>, Error> {
+        self.wanted = 0;
         match self.state {
-            State::Header => self.header(input, eof),
-            State::Messages => self.message(input, eof),
+            State::Header => self.header(input, eof, whole),
+            State::Messages => self.message(input, eof, whole),
             State::Data { remaining } => {
                 if input.is_empty() {
                     return self.need_more(eof, &[]);
@@ -258,7 +289,7 @@ impl Decoder {
         }
     }
 
-    fn header<'a>(&mut self, input: &'a [u8], eof: bool) -> Result<Step<'a>, Error> {
+    fn header<'a>(&mut self, input: &'a [u8], eof: bool, whole: bool) -> Result<Step<'a>, Error> {
         let magic = &HEADER[..6];
         let n = input.len().min(6);
         if input[..n] != magic[..n] {
@@ -275,12 +306,15 @@ impl Decoder {
         }
         self.offset = HEADER.len() as u64;
         self.state = State::Messages;
-        match self.message(&input[HEADER.len()..], eof)? {
+        match self.message(&input[HEADER.len()..], eof, whole)? {
             Step::Event(event, n) => Ok(Step::Event(event, n + HEADER.len())),
             _ => {
                 // Nothing is consumed until the first whole message is there.
                 self.offset = 0;
                 self.state = State::Header;
+                if self.wanted > 0 {
+                    self.wanted = self.wanted.saturating_add(HEADER.len());
+                }
                 Ok(Step::NeedMore)
             }
         }
@@ -294,7 +328,7 @@ impl Decoder {
         }
     }
 
-    fn message<'a>(&mut self, input: &'a [u8], eof: bool) -> Result<Step<'a>, Error> {
+    fn message<'a>(&mut self, input: &'a [u8], eof: bool, whole: bool) -> Result<Step<'a>, Error> {
         self.message_offset = self.offset;
         let (mode, perm_len) = match input {
             [TAG_PERM, lo, hi, ..] => {
@@ -349,21 +383,33 @@ impl Decoder {
                 name,
                 size,
                 len,
-            } => self.entry(input, eof, tag, name, mode, size, perm_len + len),
+            } => {
+                let at = Header {
+                    tag,
+                    name,
+                    mode,
+                    size,
+                    len: perm_len + len,
+                };
+                self.entry(input, eof, whole, at)
+            }
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn entry<'a>(
         &mut self,
         input: &'a [u8],
         eof: bool,
-        tag: u8,
-        name: &'a [u8],
-        mode: Option<u32>,
-        size: u64,
-        len: usize,
+        whole: bool,
+        header: Header<'a>,
     ) -> Result<Step<'a>, Error> {
+        let Header {
+            tag,
+            name,
+            mode,
+            size,
+            len,
+        } = header;
         let seen = self.seen.last_mut().expect("root set always present");
         if seen.contains(name) {
             return Err(self.error(FormatError::DuplicateName, Some(name)));
@@ -382,8 +428,15 @@ impl Decoder {
             }
         }
         let available = (input.len() - len) as u64;
-        if eof && available < size {
-            return Err(self.error(FormatError::Truncated, Some(name)));
+        if available < size {
+            if eof {
+                return Err(self.error(FormatError::Truncated, Some(name)));
+            }
+            if whole {
+                let message = len as u64 + size;
+                self.wanted = usize::try_from(message).unwrap_or(usize::MAX);
+                return Ok(Step::NeedMore);
+            }
         }
         self.seen
             .last_mut()

@@ -170,7 +170,7 @@ fn expect_eof(decoder: &mut Decoder, input: BorrowedFd<'_>, rest: &[u8], eof: bo
     decoder.next(&probe[..n], n == 0).map(|_| ())
 }
 
-fn read_some(input: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> Result<usize> {
+pub(crate) fn read_some(input: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> Result<usize> {
     loop {
         match read(input, &mut *buf) {
             Ok(n) => return Ok(n),

@@ -573,7 +573,47 @@ pub fn decode_all(
 
 #[cfg(test)]
 mod tests {
-    use super::Names;
+    use super::{Decoder, Event, Names, Step};
+    use crate::format::encode::{push_end, push_file_header};
+    use crate::format::{Limits, HEADER};
+
+    /// `next_whole` consumes nothing until a file's content is all there and says how long
+    /// its message is, in the first message (after the archive header) as in later ones.
+    #[test]
+    fn next_whole_waits_for_whole_files_and_says_how_much() {
+        let mut archive = HEADER.to_vec();
+        let mut ends = Vec::new();
+        for (name, size) in [(&b"a"[..], 300usize), (b"b", 5)] {
+            push_file_header(&mut archive, name, 0o644, size as u64);
+            archive.resize(archive.len() + size, b'x');
+            ends.push(archive.len());
+        }
+        push_end(&mut archive, 2);
+        let first_end = ends[0];
+        let mut decoder = Decoder::new(Limits::default());
+        let mut pos = 0;
+        for (cut, wanted) in [(20, first_end), (first_end - 1, first_end)] {
+            let step = decoder.next_whole(&archive[..cut], false).unwrap();
+            assert_eq!(step, Step::NeedMore, "cut at {cut}");
+            assert_eq!(decoder.wanted(), wanted, "cut at {cut}");
+        }
+        let Ok(Step::Event(_, n)) = decoder.next_whole(&archive[..first_end], false) else {
+            panic!("the first file is whole");
+        };
+        assert_eq!(n, first_end);
+        let step = decoder.next_whole(&archive[n..ends[1] - 1], false).unwrap();
+        assert_eq!(step, Step::NeedMore, "the second file cut");
+        assert_eq!(decoder.wanted(), ends[1] - ends[0]);
+        pos += n;
+        while let Step::Event(event, n) = decoder.next_whole(&archive[pos..], false).unwrap() {
+            if let Event::File { size, data, .. } = event {
+                assert_eq!(data.len() as u64, size, "a whole file");
+            }
+            pos += n;
+        }
+        assert_eq!(pos, archive.len(), "everything decoded");
+        assert_eq!(decoder.wanted(), 0, "nothing wanted after the end");
+    }
 
     /// Adds each name unless seen; returns the index of the first repeat.
     fn first_repeat(names: &mut Names, list: &[&str]) -> Option<usize> {

@@ -1,6 +1,8 @@
 """Unpack: `barge unpack` (every engine the binary offers) against GNU tar, cpio and bsdtar
 extracting the same tree from their own archive into an empty tmpfs directory. Every barge
-output is compared with the source digest, and each peer's warm-up output too.
+output is compared with the source digest, and each peer's warm-up output too. The two
+"piped" rows read the archive from `cat ARCHIVE |` (a stream, not a mapped file): compare
+them with each other.
 
 Ratios are peer time / barge time of the same round: 3.0x means barge took a third of the time.
 """
@@ -64,7 +66,21 @@ def run(ctx):
             ("cpio -idm", lib.cmd("cpio", "-idm", "--quiet", stdin=a["cpio"], cwd=dest)),
             ("bsdtar -xf", lib.cmd("bsdtar", "-xf", a["bsdtar"], "-C", dest)),
         ]
-        cases = barge + [lib.Case(label, c, setup, once(check)) for label, c in peers]
+        piped = [
+            lib.Case(
+                "barge, piped",
+                lib.pipeline(["cat", a["barge"]], [ctx.barge, "unpack", "-", dest]),
+                setup,
+                check,
+            ),
+            lib.Case(
+                "tar -xf -, piped",
+                lib.pipeline(["cat", a["tar"]], ["tar", "-xf", "-", "-C", dest]),
+                setup,
+                once(check),
+            ),
+        ]
+        cases = barge + [lib.Case(label, c, setup, once(check)) for label, c in peers] + piped
         out[ds.name] = {
             "archive_bytes": {f: os.path.getsize(p) for f, p in a.items()},
             "cases": lib.measure(cases, lib.pairs_for(ds, ctx.pairs), ds.files, trace=ctx.trace),

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use barge::error::escape_bytes;
 use barge::format::{Event, Limits};
-use barge::land::parallel::{land_parallel, land_parallel_stream, THREADS_FROM};
+use barge::land::parallel::{self, land_parallel, THREADS_FROM};
 use barge::land::sync::SyncLander;
 use barge::land::uring::UringLander;
 use barge::land::{read_events, Driver, Land, LandSummary};
@@ -160,6 +160,14 @@ impl Input {
         let stdin = unsafe { BorrowedFd::borrow_raw(0) };
         fd.as_ref().map_or(stdin, |f| f.as_fd())
     }
+
+    /// The archive as the threaded landing reads it.
+    fn parallel(&self) -> parallel::Input<'_> {
+        match self {
+            Input::Mapped(m) => parallel::Input::Mapped(m.bytes()),
+            Input::Stream(fd) => parallel::Input::Stream(Input::stream_fd(fd)),
+        }
+    }
 }
 
 /// How `unpack` lands the tree. (Plain comments on the variants keep `--help` listing them
@@ -202,24 +210,13 @@ impl Engine {
     ) -> barge::Result<LandSummary> {
         let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
         match (self.resolve(input), input) {
-            (Engine::Threads, Input::Mapped(m)) => land_parallel(
-                root,
-                m.bytes(),
-                limits,
-                workers,
-                |fd| Ok(SyncLander::new(fd)),
-                progress,
-            ),
-            (Engine::Threads, Input::Stream(fd)) => land_parallel_stream(
-                root,
-                Input::stream_fd(fd),
-                limits,
-                workers,
-                |fd| Ok(SyncLander::new(fd)),
-                progress,
-            ),
+            (Engine::Threads, input) => {
+                let sync = |fd| Ok(SyncLander::new(fd));
+                land_parallel(root, input.parallel(), limits, workers, sync, progress)
+            }
             (Engine::Uring, Input::Mapped(m)) => {
-                land_parallel(root, m.bytes(), limits, workers, UringLander::new, progress)
+                let input = parallel::Input::Mapped(m.bytes());
+                land_parallel(root, input, limits, workers, UringLander::new, progress)
             }
             (Engine::Uring, _) => drive(UringLander::new(root)?, input, limits, progress),
             _ => drive(SyncLander::new(root), input, limits, progress),

@@ -11,7 +11,7 @@
 //! create files in the same directory (the directory's lock serializes creations in it).
 //!
 //! A stream is read in segments of up to [`SEGMENT`] bytes, each shared by the batches
-//! decoded from it and reused once they have landed; see [`land_parallel_stream`].
+//! decoded from it and reused once they have landed; see [`Input::Stream`].
 //!
 //! Open fds: each lander holds the directories it is in (at most the depth limit) plus what
 //! it holds itself; at most [`QUEUE`] batches wait in the queue.
@@ -123,44 +123,28 @@ impl<'a> Batch<'a> {
 /// An error and the archive index of the entry it concerns.
 type Failure = (u64, Error);
 
+/// Where [`land_parallel`] reads an archive.
+#[derive(Clone, Copy)]
+pub enum Input<'a> {
+    /// A whole archive in memory (a mapped file).
+    Mapped(&'a [u8]),
+    /// A pipe, socket or file read as a stream. The calling thread reads it into segments
+    /// of up to [`SEGMENT`] bytes and decodes each into batches. Until
+    /// [`STREAM_THREADS_FROM`] bytes have come it lands them itself as they arrive, like
+    /// the sync engine; then helpers start, and it reads the next segment while they have
+    /// batches to land. A message cut by a segment's end starts the next one; a file too
+    /// large for that (over half a segment) is landed by the calling thread as it reads it,
+    /// while the helpers land what came before it. Memory: the segments that batches in
+    /// flight were decoded from.
+    Stream(BorrowedFd<'a>),
+}
+
 /// Lands the archive `input` below `root` on `workers` threads (the calling thread and
 /// `workers - 1` helpers), each landing through a lander made by `make` from its own
 /// duplicate of `root`.
 pub fn land_parallel<L: Land>(
     root: OwnedFd,
-    input: &[u8],
-    limits: Limits,
-    workers: usize,
-    make: impl Fn(OwnedFd) -> Result<L> + Sync,
-    progress: &Progress,
-) -> Result<LandSummary> {
-    let shared = Shared::new(&root, progress);
-    let mut parser = Parser::new(limits, batch_cost(input.len(), workers));
-    shared.run(&make, |here| {
-        here.start_helpers(workers - 1);
-        let parsed = parser.run(&Source::Mapped(input), &shared.stop, here);
-        let ended = parsed.and_then(|parsed| match parsed {
-            Parsed::NeedMore(used) => parser.end(&input[used..]),
-            Parsed::Stopped => Ok(()),
-        });
-        if let Err(failure) = ended {
-            shared.fail(failure);
-        }
-    });
-    shared.finish(parser)
-}
-
-/// Lands the archive read from `input` (a pipe, socket or file) like [`land_parallel`].
-/// The calling thread reads it into segments of up to [`SEGMENT`] bytes and decodes each
-/// into batches. Until [`STREAM_THREADS_FROM`] bytes have come it lands them itself as they
-/// arrive, like the sync engine; then helpers start, and it reads the next segment while
-/// they have batches to land. A message cut by a segment's end starts the next one; a file
-/// too large for that (over half a segment) is landed by the calling thread as it reads
-/// it, while the helpers land what came before it. Memory: the segments that batches in
-/// flight were decoded from.
-pub fn land_parallel_stream<L: Land>(
-    root: OwnedFd,
-    input: BorrowedFd<'_>,
+    input: Input<'_>,
     limits: Limits,
     workers: usize,
     make: impl Fn(OwnedFd) -> Result<L> + Sync,
@@ -169,41 +153,67 @@ pub fn land_parallel_stream<L: Land>(
     let shared = Shared::new(&root, progress);
     let mut parser = Parser::new(limits, 0);
     shared.run(&make, |here| {
-        let mut stream = Stream {
-            input,
-            cur: Arc::new(Segment::new(SEGMENT_ALONE)),
-            spares: Vec::new(),
+        let landed = match input {
+            Input::Mapped(bytes) => land_mapped(bytes, workers, &mut parser, &shared.stop, here),
+            Input::Stream(fd) => land_stream(fd, workers, &mut parser, &shared.stop, here),
         };
-        let first = Arc::get_mut(&mut stream.cur)
-            .expect("new")
-            .refill(input, 0, 0, 0, || true);
-        if let Err(e) = first {
-            return shared.fail((0, e));
-        }
-        loop {
-            let read = parser.decoder.offset() + stream.cur.len as u64;
-            if here.helpers == 0 && read >= STREAM_THREADS_FROM as u64 {
-                here.start_helpers(workers - 1);
-            }
-            parser.batch_cost = batch_cost(stream.cur.len, here.helpers + 1);
-            let source = Source::Stream(stream.cur.clone());
-            let parsed = parser.run(&source, &shared.stop, here);
-            drop(source);
-            let more = parsed.and_then(|parsed| match parsed {
-                Parsed::Stopped => Ok(false),
-                Parsed::NeedMore(used) => stream.advance(used, &mut parser, here),
-            });
-            match more {
-                Ok(true) => {}
-                Ok(false) => break,
-                Err(failure) => {
-                    shared.fail(failure);
-                    break;
-                }
-            }
+        if let Err(failure) = landed {
+            shared.fail(failure);
         }
     });
     shared.finish(parser)
+}
+
+/// Decodes the mapped archive `input` into batches, with helpers from the start.
+fn land_mapped<'a, L: Land>(
+    input: &'a [u8],
+    workers: usize,
+    parser: &mut Parser,
+    stop: &AtomicU64,
+    here: &mut Here<'a, '_, L>,
+) -> std::result::Result<(), Failure> {
+    here.start_helpers(workers - 1);
+    parser.batch_cost = batch_cost(input.len(), workers);
+    match parser.run(&Source::Mapped(input), stop, here)? {
+        Parsed::NeedMore(used) => parser.end(&input[used..]),
+        Parsed::Stopped => Ok(()),
+    }
+}
+
+/// Reads and decodes the stream `input` segment by segment (see [`Input::Stream`]).
+fn land_stream<L: Land>(
+    input: BorrowedFd<'_>,
+    workers: usize,
+    parser: &mut Parser,
+    stop: &AtomicU64,
+    here: &mut Here<'_, '_, L>,
+) -> std::result::Result<(), Failure> {
+    let mut stream = Stream {
+        input,
+        cur: Arc::new(Segment::new(SEGMENT_ALONE)),
+        spares: Vec::new(),
+    };
+    Arc::get_mut(&mut stream.cur)
+        .expect("new")
+        .refill(input, 0, 0, 0, || true)
+        .map_err(|e| (0, e))?;
+    loop {
+        let read = parser.decoder.offset() + stream.cur.len as u64;
+        if here.helpers == 0 && read >= STREAM_THREADS_FROM as u64 {
+            here.start_helpers(workers - 1);
+        }
+        parser.batch_cost = batch_cost(stream.cur.len, here.helpers + 1);
+        let source = Source::Stream(stream.cur.clone());
+        let parsed = parser.run(&source, stop, here)?;
+        drop(source);
+        let more = match parsed {
+            Parsed::Stopped => false,
+            Parsed::NeedMore(used) => stream.advance(used, parser, here)?,
+        };
+        if !more {
+            return Ok(());
+        }
+    }
 }
 
 /// The segments of a stream: the one being decoded and spares to read the next into.

@@ -433,7 +433,7 @@ impl Decoder {
                 return Err(self.error(FormatError::Truncated, Some(name)));
             }
             if whole {
-                let message = len as u64 + size;
+                let message = (len as u64).saturating_add(size);
                 self.wanted = usize::try_from(message).unwrap_or(usize::MAX);
                 return Ok(Step::NeedMore);
             }
@@ -613,6 +613,13 @@ mod tests {
         }
         assert_eq!(pos, archive.len(), "everything decoded");
         assert_eq!(decoder.wanted(), 0, "nothing wanted after the end");
+
+        // An announced size near 2^64 wants everything, without overflowing.
+        let mut huge = HEADER.to_vec();
+        push_file_header(&mut huge, b"f", 0o644, u64::MAX);
+        let mut decoder = Decoder::new(Limits::default());
+        assert_eq!(decoder.next_whole(&huge, false).unwrap(), Step::NeedMore);
+        assert_eq!(decoder.wanted(), usize::MAX);
     }
 
     /// Adds each name unless seen; returns the index of the first repeat.

@@ -425,11 +425,14 @@ impl<'r> Shared<'r> {
                 helpers: 0,
                 spawn: &spawn,
             };
+            // Should `produce` panic, the helpers still return, so the panic ends the
+            // process instead of leaving it waiting for them.
+            let close = CloseOnDrop(&queue);
             produce(&mut here);
             while let Some(batch) = queue.take(false) {
                 here.land(batch);
             }
-            queue.close();
+            drop(close);
             if let Some(worker) = here.own {
                 worker.finish();
             }
@@ -481,6 +484,15 @@ impl<'a, L: Land> Here<'a, '_, L> {
         if let Some(worker) = self.own.as_mut() {
             worker.land(&batch);
         }
+    }
+}
+
+/// Closes a [`Queue`] when dropped.
+struct CloseOnDrop<'q, 'a>(&'q Queue<'a>);
+
+impl Drop for CloseOnDrop<'_, '_> {
+    fn drop(&mut self) {
+        self.0.close();
     }
 }
 

@@ -10,7 +10,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use barge::format::{decode_all, Limits};
-use support::{decode_chunked, decode_whole, vector_files};
+use support::{decode_chunked, decode_chunked_whole, decode_whole, vector_files};
 
 /// Counts the bytes live on the current thread and their peak.
 struct Counting;
@@ -153,6 +153,11 @@ fn mutated_vectors_never_panic_agree_streamed_and_stay_within_memory() {
             assert_eq!(
                 whole, streamed,
                 "vector {i}: whole and streamed decoding disagree on {input:02x?}"
+            );
+            let whole_files = decode_chunked_whole(&input, limits, || 1 + chunks.below(64));
+            assert_eq!(
+                whole, whole_files,
+                "vector {i}: whole and streamed whole-file decoding disagree on {input:02x?}"
             );
             let peak = peak_allocation(&input, limits);
             assert!(

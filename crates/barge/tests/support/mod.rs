@@ -86,13 +86,29 @@ pub fn decode_whole(input: &[u8], limits: Limits) -> Outcome {
 
 /// Decodes `input` with the streaming decoder, handing it a new chunk of
 /// `chunk()` bytes (at least 1) each time it needs more, as a pipe reader would.
-pub fn decode_chunked(input: &[u8], limits: Limits, mut chunk: impl FnMut() -> usize) -> Outcome {
+pub fn decode_chunked(input: &[u8], limits: Limits, chunk: impl FnMut() -> usize) -> Outcome {
+    decode_fed(input, limits, chunk, Decoder::next)
+}
+
+/// Like [`decode_chunked`] with `Decoder::next_whole`, which waits for whole files.
+pub fn decode_chunked_whole(input: &[u8], limits: Limits, chunk: impl FnMut() -> usize) -> Outcome {
+    decode_fed(input, limits, chunk, Decoder::next_whole)
+}
+
+type Next = for<'a> fn(&mut Decoder, &'a [u8], bool) -> Result<Step<'a>, Error>;
+
+fn decode_fed(
+    input: &[u8],
+    limits: Limits,
+    mut chunk: impl FnMut() -> usize,
+    next: Next,
+) -> Outcome {
     let mut decoder = Decoder::new(limits);
     let mut entries = Vec::new();
     let (mut buf, mut start, mut fed) = (Vec::new(), 0, 0);
     loop {
         let eof = fed == input.len();
-        match decoder.next(&buf[start..], eof).map_err(code_offset)? {
+        match next(&mut decoder, &buf[start..], eof).map_err(code_offset)? {
             Step::Done => return Ok(entries),
             Step::Event(event, n) => {
                 start += n;

@@ -151,7 +151,7 @@ pub fn land_parallel<L: Land>(
     progress: &Progress,
 ) -> Result<LandSummary> {
     let shared = Shared::new(&root, progress);
-    let mut parser = Parser::new(limits, 0);
+    let mut parser = Parser::new(limits);
     shared.run(&make, |here| {
         let landed = match input {
             Input::Mapped(bytes) => land_mapped(bytes, workers, &mut parser, &shared.stop, here),
@@ -564,11 +564,12 @@ struct Parser {
     /// A directory decoded but not entered yet: the next event tells whether it stays empty.
     held: Option<(Name, u32)>,
     entries: u64,
+    /// Work per batch (see [`batch_cost`]), set for the input at hand before each `run`.
     batch_cost: u64,
 }
 
 impl Parser {
-    fn new(limits: Limits, batch_cost: u64) -> Parser {
+    fn new(limits: Limits) -> Parser {
         Parser {
             decoder: Decoder::new(limits),
             summary: LandSummary::default(),
@@ -577,7 +578,7 @@ impl Parser {
             modes: Vec::new(),
             held: None,
             entries: 0,
-            batch_cost,
+            batch_cost: 0,
         }
     }
 

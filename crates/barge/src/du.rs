@@ -28,6 +28,7 @@ use rustix::io::Errno;
 use rustix::process::{getrlimit, Resource};
 
 use crate::error::{Error, Result, TreePath};
+use crate::solo::spawn_elsewhere;
 use crate::walk::{dirent_buffer, Listing, DIR_FLAGS};
 
 /// What every `statx` asks for.
@@ -377,7 +378,7 @@ impl<'a> Walk<'a> {
         self.workers.fetch_add(1, Relaxed);
         queue.active += 1;
         drop(queue);
-        scope.spawn(move || self.work(scope, Scratch::default()));
+        spawn_elsewhere(scope, move || self.work(scope, Scratch::default()));
         true
     }
 

@@ -29,6 +29,7 @@ use crate::error::{Error, Result, TreePath};
 use crate::format::encode::{push_dir, push_end, push_file_header, push_pop};
 use crate::format::HEADER;
 use crate::land::uring::Ring;
+use crate::solo::spawn_elsewhere;
 use crate::walk::{walk, Location, Visitor, FILE_FLAGS};
 use crate::Progress;
 
@@ -85,7 +86,7 @@ pub fn pack(root: OwnedFd, out: BorrowedFd<'_>, progress: &Progress) -> Result<P
     };
     std::thread::scope(|scope| {
         let queued = &queued;
-        let written = scope.spawn(move || writer(out, rx, spare_tx, queued));
+        let written = spawn_elsewhere(scope, move || writer(out, rx, spare_tx, queued));
         let packed = packer.pack(root);
         drop(packer.tx);
         written.join().expect("the writer does not panic")?;

@@ -32,7 +32,7 @@ use super::{read_some, Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
 use crate::format::{Decoder, Event, Limits, Step};
 use crate::root::populate;
-use crate::solo::go_solo;
+use crate::solo::{go_solo, spawn_elsewhere};
 use crate::walk::DIR_FLAGS;
 use crate::Progress;
 
@@ -408,7 +408,7 @@ impl<'r> Shared<'r> {
                 }
             };
             let spawn = || {
-                scope.spawn(helper);
+                spawn_elsewhere(scope, helper);
             };
             // Without a lander of its own (it failed, so nothing more lands), this thread
             // drops what it would land.

@@ -133,7 +133,7 @@ impl Input {
                 Some(f) => f,
                 None => fd.try_clone_to_owned().context("cannot dup stdin")?,
             };
-            let mapped = Mapped::new(&owned, stat.st_size as u64, Path::new(&name))?;
+            let mapped = Mapped::new(owned, stat.st_size as u64, Path::new(&name))?;
             return Ok(Input::Mapped(mapped));
         }
         if FileType::from_raw_mode(stat.st_mode) == FileType::Directory {
@@ -147,11 +147,12 @@ impl Input {
         Ok(Input::Stream(owned))
     }
 
-    /// The fd that must stay open (a streamed archive given by path).
+    /// The fd that must stay open (a mapped archive, or a streamed one given by path).
     fn kept_fd(&self) -> Option<i32> {
         match self {
+            Input::Mapped(m) => Some(m.file().as_raw_fd()),
             Input::Stream(Some(fd)) => Some(fd.as_raw_fd()),
-            _ => None,
+            Input::Stream(None) => None,
         }
     }
 
@@ -164,7 +165,7 @@ impl Input {
     /// The archive as the threaded landing reads it.
     fn parallel(&self) -> parallel::Input<'_> {
         match self {
-            Input::Mapped(m) => parallel::Input::Mapped(m.bytes()),
+            Input::Mapped(m) => parallel::Input::Mapped(m.bytes(), m.file()),
             Input::Stream(fd) => parallel::Input::Stream(Input::stream_fd(fd)),
         }
     }
@@ -215,7 +216,7 @@ impl Engine {
                 land_parallel(root, input.parallel(), limits, workers, sync, progress)
             }
             (Engine::Uring, Input::Mapped(m)) => {
-                let input = parallel::Input::Mapped(m.bytes());
+                let input = parallel::Input::Mapped(m.bytes(), m.file());
                 land_parallel(root, input, limits, workers, UringLander::new, progress)
             }
             (Engine::Uring, _) => drive(UringLander::new(root)?, input, limits, progress),

@@ -2,7 +2,7 @@
 //! fd it opened itself, and optionally (layer 3) inside a user namespace chrooted to it.
 
 use std::fs;
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::Path;
 
 use rustix::fs::{open, Mode};
@@ -90,21 +90,23 @@ fn close_all_but(keep: Option<RawFd>) {
     }
 }
 
-/// An archive held in memory: a read-only private mapping of a regular file.
+/// An archive held in memory: a read-only private mapping of a regular file, and the file.
 pub struct Mapped {
     ptr: *mut std::ffi::c_void,
     len: usize,
+    file: OwnedFd,
 }
 
 impl Mapped {
-    /// Maps all of `file` without reading it: pages are mapped on first use, or ahead of
-    /// use by [`populate`]. An empty file maps to an empty slice.
-    pub fn new(file: &OwnedFd, len: u64, path: &Path) -> Result<Mapped> {
+    /// Maps all `len` bytes of `file` without reading them: pages are mapped on first use,
+    /// or ahead of use by [`populate`]. An empty file maps to an empty slice.
+    pub fn new(file: OwnedFd, len: u64, path: &Path) -> Result<Mapped> {
         use rustix::mm::{mmap, MapFlags, ProtFlags};
         if len == 0 {
             return Ok(Mapped {
                 ptr: std::ptr::null_mut(),
                 len: 0,
+                file,
             });
         }
         let len = usize::try_from(len).expect("64-bit");
@@ -115,12 +117,17 @@ impl Mapped {
                 len,
                 ProtFlags::READ,
                 MapFlags::PRIVATE,
-                file,
+                &file,
                 0,
             )
         }
         .map_err(|e| Error::io("mmap", path_of(path), e))?;
-        Ok(Mapped { ptr, len })
+        Ok(Mapped { ptr, len, file })
+    }
+
+    /// The mapped file.
+    pub fn file(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
     }
 
     /// The mapped bytes.

@@ -110,3 +110,83 @@ fn unpack_costs_three_syscalls_per_file_and_two_per_dir() {
         );
     }
 }
+
+/// Runs `barge unpack ARCHIVE DEST` under `strace -f -c`; returns syscall → (calls, errors).
+fn traced_unpack(archive: &Path, dest: &Path, trace: &Path) -> BTreeMap<String, (u64, u64)> {
+    let mut cmd = Command::new("strace");
+    cmd.args(["-f", "-c", "-o"]).arg(trace).arg(bin());
+    run_ok(cmd.arg("unpack").arg(archive).arg(dest), None);
+    let text = fs::read_to_string(trace).unwrap();
+    text.lines()
+        .filter_map(|line| {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            let calls = cols.get(3)?.parse().ok()?;
+            let errors = if cols.len() == 6 {
+                cols[4].parse().ok()?
+            } else {
+                0
+            };
+            let name = cols.last()?;
+            (cols.len() >= 5 && *name != "total").then(|| (name.to_string(), (calls, errors)))
+        })
+        .collect()
+}
+
+#[test]
+fn large_files_of_a_mapped_archive_are_copied_by_the_kernel() {
+    if !strace_works() {
+        eprintln!("\n*** SKIPPED copy_file_range count: strace cannot trace here ***\n");
+        return;
+    }
+    const LARGE: u64 = 24;
+    const SMALL: u64 = 60;
+    let work = tempdir();
+    let src = work.path().join("src");
+    for d in 0..4 {
+        let dir = src.join(format!("d{d}"));
+        fs::create_dir_all(&dir).unwrap();
+        for f in 0..LARGE / 4 {
+            let data: Vec<u8> = (0..100_000u32)
+                .map(|i| (i * 7 + f as u32 + d) as u8)
+                .collect();
+            fs::write(dir.join(format!("large{f}")), data).unwrap();
+        }
+        for f in 0..SMALL / 4 {
+            fs::write(dir.join(format!("small{f}")), vec![f as u8; 3000]).unwrap();
+        }
+    }
+    // Over the threads engine's threshold (256 KiB), so `auto` lands it with threads.
+    let archive = work.path().join("a.barge");
+    pack_to(&src, &archive);
+
+    let dest = work.path().join("dest");
+    let calls = traced_unpack(&archive, &dest, &work.path().join("trace"));
+    assert_same_tree(&src, &dest, umask());
+    let count = |name: &str| calls.get(name).map_or(0, |c| c.0);
+    assert_eq!(
+        count("copy_file_range"),
+        LARGE,
+        "{calls:?}: one copy per large file"
+    );
+    assert_eq!(count("write"), SMALL, "{calls:?}: one write per small file");
+
+    // DEST on another filesystem type than the archive (tmpfs and the disk): the kernel
+    // may refuse to copy across; each lander then writes from the mapping for good.
+    let other = tempfile::Builder::new()
+        .prefix("barge-test-")
+        .tempdir()
+        .unwrap();
+    let dest = other.path().join("dest");
+    let calls = traced_unpack(&archive, &dest, &work.path().join("trace2"));
+    assert_same_tree(&src, &dest, umask());
+    let (copies, refused) = calls.get("copy_file_range").copied().unwrap_or((0, 0));
+    let count = |name: &str| calls.get(name).map_or(0, |c| c.0);
+    if refused == 0 {
+        assert_eq!(copies, LARGE, "{calls:?}: copied across filesystems");
+    } else {
+        let landers = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+        assert!(refused <= landers, "{calls:?}: each lander tries once");
+        assert_eq!(copies, refused, "{calls:?}: no copy after a refusal");
+        assert_eq!(count("write"), LARGE + SMALL, "{calls:?}: all written");
+    }
+}

@@ -25,6 +25,19 @@ pub trait Land {
     /// Creates file `name` of `size` bytes starting with `data`; when `data` is shorter
     /// than `size`, the rest arrives through [`Land::data`].
     fn file(&mut self, name: &[u8], mode: u32, size: u64, data: &[u8]) -> Result<()>;
+    /// Creates file `name` with the content `data`, which is also the bytes at `offset` of
+    /// the regular file `source`, so a lander may copy them from there inside the kernel
+    /// instead of from memory. By default, [`Land::file`] with `data`.
+    fn file_at(
+        &mut self,
+        name: &[u8],
+        mode: u32,
+        data: &[u8],
+        _source: BorrowedFd<'_>,
+        _offset: u64,
+    ) -> Result<()> {
+        self.file(name, mode, data.len() as u64, data)
+    }
     /// More content of the file being written.
     fn data(&mut self, data: &[u8]) -> Result<()>;
     /// The input failed: removes a partly written file and returns the error to report.

@@ -58,6 +58,12 @@ const PATIENCE: Duration = Duration::from_millis(50);
 const BATCH_COST: u64 = 256;
 /// Least work in a batch.
 const MIN_BATCH_COST: u64 = 8;
+/// Files of a mapped archive with at least this many bytes are copied from the archive
+/// file by the kernel (`copy_file_range`) instead of written from the mapping: their pages
+/// are then never mapped in nor torn down at exit. Smaller ones share pages with their
+/// neighbours' headers, and one more system call per file would cost more than it saves
+/// (a C test on tmpfs: 1,000 files of 256 KiB 14% faster copied, of 4 KiB 7% slower).
+pub const COPY_FROM: usize = 32 * 1024;
 /// Bytes of file content that cost as much as creating one file.
 const BYTES_PER_UNIT: u64 = 32 * 1024;
 
@@ -79,8 +85,9 @@ enum Op {
 /// The bytes batches are decoded from.
 #[derive(Clone)]
 enum Source<'a> {
-    /// A mapped archive, whose pages a lander maps in before landing a batch.
-    Mapped(&'a [u8]),
+    /// A mapped archive, whose pages a lander maps in before landing a batch, and the file
+    /// it maps (large files are copied from there, see [`COPY_FROM`]).
+    Mapped(&'a [u8], Option<BorrowedFd<'a>>),
     /// A segment of a stream, kept alive by each batch decoded from it.
     Stream(Arc<Segment>),
 }
@@ -88,7 +95,7 @@ enum Source<'a> {
 impl Source<'_> {
     fn bytes(&self) -> &[u8] {
         match self {
-            Source::Mapped(bytes) => bytes,
+            Source::Mapped(bytes, _) => bytes,
             Source::Stream(segment) => segment.bytes(),
         }
     }
@@ -126,8 +133,10 @@ type Failure = (u64, Error);
 /// Where [`land_parallel`] reads an archive.
 #[derive(Clone, Copy)]
 pub enum Input<'a> {
-    /// A whole archive in memory (a mapped file).
-    Mapped(&'a [u8]),
+    /// A whole archive in memory: the mapping of a regular file, and that file. A file of
+    /// at least [`COPY_FROM`] bytes is copied from the archive file inside the kernel, so
+    /// its pages are never mapped into (or unmapped from) the process.
+    Mapped(&'a [u8], BorrowedFd<'a>),
     /// A pipe, socket or file read as a stream. The calling thread reads it into segments
     /// of up to [`SEGMENT`] bytes and decodes each into batches. Until
     /// [`STREAM_THREADS_FROM`] bytes have come it lands them itself as they arrive, like
@@ -154,7 +163,9 @@ pub fn land_parallel<L: Land>(
     let mut parser = Parser::new(limits);
     shared.run(&make, |here| {
         let landed = match input {
-            Input::Mapped(bytes) => land_mapped(bytes, workers, &mut parser, &shared.stop, here),
+            Input::Mapped(bytes, file) => {
+                land_mapped(bytes, file, workers, &mut parser, &shared.stop, here)
+            }
             Input::Stream(fd) => land_stream(fd, workers, &mut parser, &shared.stop, here),
         };
         if let Err(failure) = landed {
@@ -167,6 +178,7 @@ pub fn land_parallel<L: Land>(
 /// Decodes the mapped archive `input` into batches, with helpers from the start.
 fn land_mapped<'a, L: Land>(
     input: &'a [u8],
+    file: BorrowedFd<'a>,
     workers: usize,
     parser: &mut Parser,
     stop: &AtomicU64,
@@ -174,7 +186,7 @@ fn land_mapped<'a, L: Land>(
 ) -> std::result::Result<(), Failure> {
     here.start_helpers(workers - 1);
     parser.batch_cost = batch_cost(input.len(), workers);
-    match parser.run(&Source::Mapped(input), stop, here)? {
+    match parser.run(&Source::Mapped(input, Some(file)), stop, here)? {
         Parsed::NeedMore(used) => parser.end(&input[used..]),
         Parsed::Stopped => Ok(()),
     }
@@ -696,7 +708,7 @@ impl Parser {
         buf: &mut [u8],
         here: &mut Here<'_, '_, L>,
     ) -> std::result::Result<(), Failure> {
-        let mut batch = Batch::new(self.next_entry(), &self.at, &Source::Mapped(&[]), 0);
+        let mut batch = Batch::new(self.next_entry(), &self.at, &Source::Mapped(&[], None), 0);
         let entry = self.entries;
         let (name, mode, size, data) = match self.decoder.next(rest, false) {
             Ok(Step::Event(
@@ -802,9 +814,17 @@ fn land_batch<L: Land>(
     stop: &AtomicU64,
     progress: &Progress,
 ) -> std::result::Result<(), Failure> {
-    if let Source::Mapped(mapped) = &batch.source {
-        populate(&mapped[batch.span.clone()]);
-    }
+    let copy_from = match batch.source {
+        Source::Mapped(mapped, Some(file)) => {
+            populate_all_but_copied(mapped, batch);
+            Some(file)
+        }
+        Source::Mapped(mapped, None) => {
+            populate(&mapped[batch.span.clone()]);
+            None
+        }
+        Source::Stream(_) => None,
+    };
     let bytes = batch.source.bytes();
     let mut entry = batch.first;
     let fail = |entry: u64| move |e: Error| (entry, e);
@@ -841,16 +861,40 @@ fn land_batch<L: Land>(
                 land.leave_dir().map_err(fail(entry))?;
                 at.pop();
             }
-            Op::File(name, mode, data) => {
-                let data = &bytes[data.clone()];
-                land.file(&bytes[name.clone()], *mode, data.len() as u64, data)
-                    .map_err(fail(entry))?;
+            Op::File(name, mode, range) => {
+                let (name, data) = (&bytes[name.clone()], &bytes[range.clone()]);
+                match copy_from.filter(|_| copied(range)) {
+                    Some(file) => land.file_at(name, *mode, data, file, range.start as u64),
+                    None => land.file(name, *mode, data.len() as u64, data),
+                }
+                .map_err(fail(entry))?;
                 progress.add_entry(data.len() as u64);
                 entry += 1;
             }
         }
     }
     Ok(())
+}
+
+/// Whether a file with content at `range` of a mapped archive is copied from the archive
+/// file (see [`COPY_FROM`]).
+fn copied(range: &Range<usize>) -> bool {
+    range.len() >= COPY_FROM
+}
+
+/// Maps in the pages of `batch`, a part of the mapped archive `mapped`, except the content
+/// of files copied from the archive file: one `madvise` per stretch between two of them.
+fn populate_all_but_copied(mapped: &[u8], batch: &Batch<'_>) {
+    let mut from = batch.span.start;
+    for op in &batch.ops {
+        if let Op::File(_, _, range) = op {
+            if copied(range) {
+                populate(&mapped[from..range.start]);
+                from = range.end;
+            }
+        }
+    }
+    populate(&mapped[from..batch.span.end]);
 }
 
 /// Gives directories their final mode lacking owner rwx, children first. Each is reached

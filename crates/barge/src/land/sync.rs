@@ -4,7 +4,9 @@
 
 use std::os::fd::{AsFd, BorrowedFd, IntoRawFd, OwnedFd};
 
-use rustix::fs::{fchmod, mkdirat, openat, statat, unlinkat, AtFlags, FileType, Mode, OFlags};
+use rustix::fs::{
+    copy_file_range, fchmod, mkdirat, openat, statat, unlinkat, AtFlags, FileType, Mode, OFlags,
+};
 use rustix::io::{write, Errno};
 
 use super::{truncation_offset, Land, LandSummary};
@@ -53,6 +55,8 @@ pub struct SyncLander {
     file: Option<PartFile>,
     /// The name of `file`, in a buffer reused from file to file.
     file_name: Vec<u8>,
+    /// `copy_file_range` failed as unsupported: file content is written from memory.
+    no_copy: bool,
     summary: LandSummary,
 }
 
@@ -65,6 +69,7 @@ impl SyncLander {
             left: Graveyard::new(),
             file: None,
             file_name: Vec::new(),
+            no_copy: false,
             summary: LandSummary::default(),
         }
     }
@@ -105,6 +110,52 @@ impl SyncLander {
             path: self.path(name),
             found,
         }
+    }
+
+    /// Creates file `name` of `size` bytes, to be filled by [`SyncLander::write_all`].
+    fn create(&mut self, name: &[u8], mode: u32, size: u64) -> Result<()> {
+        let fd = match openat(
+            self.current(),
+            name,
+            CREATE_FLAGS,
+            Mode::from_raw_mode(mode),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::EXIST) => return Err(self.exists(name)),
+            Err(e) => return Err(Error::io("openat", self.path(name), e)),
+        };
+        self.file = Some(PartFile {
+            fd,
+            size,
+            written: 0,
+        });
+        self.file_name.clear();
+        self.file_name.extend_from_slice(name);
+        Ok(())
+    }
+
+    /// Copies the content of the file being written from `source`, starting at `offset`,
+    /// with `copy_file_range`; returns how many bytes it copied. Where the kernel cannot
+    /// copy between these files (another filesystem type, an old kernel), it copies none
+    /// and the lander stops trying.
+    fn copy_in_kernel(&mut self, source: BorrowedFd<'_>, offset: u64) -> Result<usize> {
+        let file = self.file.as_mut().expect("a file is open");
+        let mut from = offset;
+        while !self.no_copy && file.written < file.size {
+            let rest = (file.size - file.written).min(1 << 30) as usize;
+            match copy_file_range(source, Some(&mut from), &file.fd, None, rest) {
+                // The archive ended early (cut while mapped): the write from memory
+                // meets the same end.
+                Ok(0) => break,
+                Ok(n) => file.written += n as u64,
+                Err(Errno::INTR) => {}
+                Err(Errno::XDEV | Errno::INVAL | Errno::OPNOTSUPP | Errno::NOSYS) => {
+                    self.no_copy = true;
+                }
+                Err(e) => return Err(Error::io("copy_file_range", self.path(&self.file_name), e)),
+            }
+        }
+        Ok(file.written as usize)
     }
 
     fn write_all(&mut self, mut data: &[u8]) -> Result<()> {
@@ -183,24 +234,21 @@ impl Land for SyncLander {
     }
 
     fn file(&mut self, name: &[u8], mode: u32, size: u64, data: &[u8]) -> Result<()> {
-        let fd = match openat(
-            self.current(),
-            name,
-            CREATE_FLAGS,
-            Mode::from_raw_mode(mode),
-        ) {
-            Ok(fd) => fd,
-            Err(Errno::EXIST) => return Err(self.exists(name)),
-            Err(e) => return Err(Error::io("openat", self.path(name), e)),
-        };
-        self.file = Some(PartFile {
-            fd,
-            size,
-            written: 0,
-        });
-        self.file_name.clear();
-        self.file_name.extend_from_slice(name);
+        self.create(name, mode, size)?;
         self.write_all(data)
+    }
+
+    fn file_at(
+        &mut self,
+        name: &[u8],
+        mode: u32,
+        data: &[u8],
+        source: BorrowedFd<'_>,
+        offset: u64,
+    ) -> Result<()> {
+        self.create(name, mode, data.len() as u64)?;
+        let copied = self.copy_in_kernel(source, offset)?;
+        self.write_all(&data[copied..])
     }
 
     fn data(&mut self, data: &[u8]) -> Result<()> {

@@ -28,7 +28,8 @@ Commands and single runs
 Measurement
   Case(label, cmd, setup=None, check=None)     also accepted as a (label, setup, cmd) tuple
       ``setup()`` runs before every run, outside the timed region (e.g. ``fresh_dir``);
-      ``check()`` runs after a run, outside it, and raises if the output is wrong.
+      ``check()`` runs after a run, outside it, and raises if the output is wrong. Every timed
+      run starts after a ``SETTLE`` pause (see there).
   interleave(cases, pairs, ref=0) -> [dict]
       One untimed warm-up run of each case, then ``pairs`` rounds running every case once
       (order reversed every other round: A B B A A B ...). Per case: ``times``, ``median``,
@@ -351,9 +352,18 @@ def busy_report(reset=False):
     return out
 
 
+# Idle time before every timed run. Work this process did just before spawning (a check's
+# digest, even 5 ms of spinning) made the next run of a 3 ms command ~0.6 ms slower (small,
+# 30 rounds x 3, 2026-11-23: 3.1-3.6 ms without a check, 3.9-4.0 with one, 2.9-3.5 with the
+# check then 20 ms of sleep). barge's runs are all checked and most peers' are not, so
+# without the pause the harness itself made barge look slower.
+SETTLE = 0.03
+
+
 def _once(case):
     if case.setup:
         case.setup()
+    time.sleep(SETTLE)
     r = run(case.cmd)
     if case.check:
         case.check()

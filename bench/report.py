@@ -135,7 +135,8 @@ def generated(docs):
     parts = [BEGIN, ""]
     if not docs:
         return "\n".join(parts + ["No results yet: run `bench/run`.", "", END])
-    env = max((s["env"], s["when"]) for d in docs.values() for s in d["sets"].values())[0]
+    newest = max((s for d in docs.values() for s in d["sets"].values()), key=lambda s: s["when"])
+    env = newest["env"]
     parts += [
         "## Machine (newest run)",
         "",

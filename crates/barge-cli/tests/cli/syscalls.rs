@@ -25,16 +25,8 @@ const FILES: u64 = DIRS * FILES_PER_DIR;
 /// another libc or kernel without letting even 0.04 extra syscalls per entry through.
 const STARTUP: u64 = 200;
 
-/// `strace -c` summary: syscall name → calls.
-fn summary(path: &Path) -> BTreeMap<String, u64> {
-    summary_with_errors(path)
-        .into_iter()
-        .map(|(name, (calls, _))| (name, calls))
-        .collect()
-}
-
 /// `strace -c` summary: syscall name → (calls, calls that failed).
-fn summary_with_errors(path: &Path) -> BTreeMap<String, (u64, u64)> {
+fn summary(path: &Path) -> BTreeMap<String, (u64, u64)> {
     let text = fs::read_to_string(path).unwrap();
     text.lines()
         .filter_map(|line| {
@@ -81,20 +73,12 @@ fn unpack_costs_three_syscalls_per_file_and_two_per_dir() {
     for sandbox in [false, true] {
         let dest = work.path().join(format!("dest-{sandbox}"));
         let trace = work.path().join(format!("strace-{sandbox}"));
-        let mut cmd = Command::new("strace");
-        // cargo's LD_LIBRARY_PATH makes the loader probe dozens of dirs for libc: not ours.
-        cmd.env_remove("LD_LIBRARY_PATH");
-        cmd.args(["-f", "-c", "-o"])
-            .arg(&trace)
-            .arg(bin())
-            .arg("unpack");
-        if !sandbox {
-            cmd.arg("--no-sandbox");
-        }
-        run_ok(cmd.arg(&archive).arg(&dest), None);
+        let options: &[&str] = if sandbox { &[] } else { &["--no-sandbox"] };
+        let calls = traced_unpack(options, &archive, &dest, &trace);
         assert_same_tree(&src, &dest, umask());
 
-        let mut calls = summary(&trace);
+        let mut calls: BTreeMap<String, u64> =
+            calls.into_iter().map(|(name, (n, _))| (name, n)).collect();
         // A debug build's std checks each fd it closes with fcntl(F_GETFD) (a debug
         // assertion in OwnedFd::drop); a release build makes none of these calls.
         if cfg!(debug_assertions) {
@@ -126,12 +110,23 @@ fn unpack_costs_three_syscalls_per_file_and_two_per_dir() {
     }
 }
 
-/// Runs `barge unpack ARCHIVE DEST` under `strace -f -c`; returns syscall → (calls, errors).
-fn traced_unpack(archive: &Path, dest: &Path, trace: &Path) -> BTreeMap<String, (u64, u64)> {
+/// Runs `barge unpack OPTIONS ARCHIVE DEST` under `strace -f -c` (summary in `trace`);
+/// returns syscall → (calls, errors).
+fn traced_unpack(
+    options: &[&str],
+    archive: &Path,
+    dest: &Path,
+    trace: &Path,
+) -> BTreeMap<String, (u64, u64)> {
     let mut cmd = Command::new("strace");
-    cmd.args(["-f", "-c", "-o"]).arg(trace).arg(bin());
-    run_ok(cmd.arg("unpack").arg(archive).arg(dest), None);
-    summary_with_errors(trace)
+    // cargo's LD_LIBRARY_PATH makes the loader probe dozens of dirs for libc: not ours.
+    cmd.env_remove("LD_LIBRARY_PATH");
+    cmd.args(["-f", "-c", "-o"])
+        .arg(trace)
+        .arg(bin())
+        .arg("unpack");
+    run_ok(cmd.args(options).arg(archive).arg(dest), None);
+    summary(trace)
 }
 
 #[test]
@@ -162,7 +157,7 @@ fn large_files_of_a_mapped_archive_are_copied_by_the_kernel() {
     pack_to(&src, &archive);
 
     let dest = work.path().join("dest");
-    let calls = traced_unpack(&archive, &dest, &work.path().join("trace"));
+    let calls = traced_unpack(&[], &archive, &dest, &work.path().join("trace"));
     assert_same_tree(&src, &dest, umask());
     let count = |name: &str| calls.get(name).map_or(0, |c| c.0);
     assert_eq!(
@@ -179,7 +174,7 @@ fn large_files_of_a_mapped_archive_are_copied_by_the_kernel() {
         .tempdir()
         .unwrap();
     let dest = other.path().join("dest");
-    let calls = traced_unpack(&archive, &dest, &work.path().join("trace2"));
+    let calls = traced_unpack(&[], &archive, &dest, &work.path().join("trace2"));
     assert_same_tree(&src, &dest, umask());
     let (copies, refused) = calls.get("copy_file_range").copied().unwrap_or((0, 0));
     let count = |name: &str| calls.get(name).map_or(0, |c| c.0);

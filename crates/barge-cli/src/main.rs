@@ -1,5 +1,6 @@
 //! The `barge` command: pack, unpack and list barge archives.
 
+mod alloc;
 mod archive;
 mod du;
 mod report;
@@ -8,6 +9,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+#[global_allocator]
+static ALLOCATOR: alloc::Allocator = alloc::Allocator::new();
 
 /// Move whole file trees with the fewest syscalls, never writing outside the destination.
 #[derive(Parser, Debug)]

@@ -8,12 +8,15 @@
 //! [`REGION`]-sized mappings that are never unmapped (untouched pages cost nothing), and
 //! larger blocks get a mapping of their own, as every libc's `malloc` does, so that big
 //! buffers go back to the system when freed and grow with `mremap` instead of a copy.
+//! talc sits behind a `std` mutex (futex-based: a thread that finds it taken spins briefly,
+//! then sleeps, so a holder that was preempted does not cost the waiter its time slice).
 
 use std::alloc::{GlobalAlloc, Layout};
-use std::ptr::null_mut;
+use std::ptr::{null_mut, NonNull};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use rustix::mm::{mmap_anonymous, mremap, munmap, MapFlags, MremapFlags, ProtFlags};
-use talc::{OomHandler, Span, Talc, Talck};
+use talc::{OomHandler, Span, Talc};
 
 /// Blocks of this size and more get a mapping of their own.
 const LARGE: usize = 256 << 10;
@@ -24,15 +27,20 @@ const PAGE: usize = 4096;
 
 /// Small blocks from talc, large ones mapped one by one.
 pub struct Allocator {
-    small: Talck<spin::Mutex<()>, MapRegion>,
+    small: Mutex<Talc<MapRegion>>,
 }
 
 impl Allocator {
     /// An allocator that has mapped nothing yet.
     pub const fn new() -> Self {
         Self {
-            small: Talc::new(MapRegion).lock(),
+            small: Mutex::new(Talc::new(MapRegion)),
         }
+    }
+
+    /// talc, locked. (It does not panic, so a poisoned lock only means a panic elsewhere.)
+    fn small(&self) -> MutexGuard<'_, Talc<MapRegion>> {
+        self.small.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -70,16 +78,19 @@ unsafe impl GlobalAlloc for Allocator {
         if is_large(layout) {
             map(layout.size())
         } else {
-            self.small.alloc(layout)
+            self.small()
+                .malloc(layout)
+                .map_or(null_mut(), NonNull::as_ptr)
         }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if is_large(layout) {
-            map(layout.size()) // fresh mappings read as zeros
-        } else {
-            self.small.alloc_zeroed(layout)
+        let p = self.alloc(layout);
+        // Fresh mappings read as zeros; talc's blocks may have been used before.
+        if !is_large(layout) && !p.is_null() {
+            p.write_bytes(0, layout.size());
         }
+        p
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
@@ -87,14 +98,23 @@ unsafe impl GlobalAlloc for Allocator {
             // Cannot fail for a whole mapping made by `map`; a leak is the worst case.
             let _ = munmap(ptr.cast(), layout.size());
         } else {
-            self.small.dealloc(ptr, layout)
+            self.small().free(NonNull::new_unchecked(ptr), layout)
         }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let new = Layout::from_size_align_unchecked(new_size, layout.align());
         match (is_large(layout), is_large(new)) {
-            (false, false) => self.small.realloc(ptr, layout, new_size),
+            (false, false) if new_size > layout.size() => {
+                let ptr = NonNull::new_unchecked(ptr);
+                let grown = self.small().grow(ptr, layout, new_size);
+                grown.map_or(null_mut(), NonNull::as_ptr)
+            }
+            (false, false) => {
+                self.small()
+                    .shrink(NonNull::new_unchecked(ptr), layout, new_size);
+                ptr
+            }
             (true, true) => mremap(ptr.cast(), layout.size(), new_size, MremapFlags::MAYMOVE)
                 .map_or(null_mut(), |p| p.cast()),
             _ => {

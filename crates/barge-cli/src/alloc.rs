@@ -4,10 +4,11 @@
 //! of the 43 `cpuid` instructions of glibc's start-up exits to the hypervisor, musl starts
 //! ~0.3 ms faster. musl's own allocator maps and unmaps small groups of pages as they fill
 //! and empty, though: 23 `munmap`s in an unpack of 90 files, each a TLB shoot-down across
-//! the CPUs while the landers run, which ate most of that gain. Here, blocks under [`LARGE`] come from talc, a free-list allocator over
-//! [`REGION`]-sized mappings that are never unmapped (untouched pages cost nothing), and
-//! larger blocks get a mapping of their own, as every libc's `malloc` does, so that big
-//! buffers go back to the system when freed and grow with `mremap` instead of a copy.
+//! the CPUs while the landers run, which ate most of that gain. Here, blocks under
+//! [`LARGE`] come from talc, a free-list allocator over [`REGION`]-sized mappings that are
+//! never unmapped (untouched pages cost nothing), and larger blocks get a mapping of their
+//! own, as every libc's `malloc` does, so that big buffers go back to the system when freed
+//! and grow with `mremap` instead of a copy.
 //! talc sits behind a `std` mutex (futex-based: a thread that finds it taken spins briefly,
 //! then sleeps, so a holder that was preempted does not cost the waiter its time slice).
 
@@ -189,7 +190,8 @@ mod tests {
         }
     }
 
-    /// Blocks larger than a region and alignments beyond a page come from talc too.
+    /// Alignments beyond a page come from talc, also for blocks larger than a region; a
+    /// region-sized block with a small alignment gets its own mapping.
     #[test]
     fn oversized_and_overaligned_blocks() {
         let a = Allocator::new();

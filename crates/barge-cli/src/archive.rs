@@ -17,7 +17,7 @@ use barge::{Progress, TreePath};
 use rustix::fs::{fstat, open, seek, FileType, Mode, OFlags, SeekFrom};
 use serde_json::{json, Map};
 
-use crate::report::{human_bytes, json_path, summary, with_progress};
+use crate::report::{human_bytes, json_path, shown_path, summary, with_progress};
 use crate::OutputArgs;
 
 /// Skipped entries named one by one before the rest are only counted.
@@ -112,7 +112,7 @@ enum Input {
 
 impl Input {
     fn open(path: Option<&Path>) -> Result<Input> {
-        let name = path.map_or("stdin".into(), |p| p.display().to_string());
+        let name = path.map_or("stdin".into(), shown_path);
         let owned = match path {
             Some(p) if !is_stdio(Some(p)) => Some(
                 open(
@@ -253,16 +253,21 @@ pub fn unpack(
 ) -> Result<ExitCode> {
     let input = Input::open(archive)?;
     raise_fd_limit();
-    let (root, confinement) = open_dest(dest, sandbox, input.kept_fd())
-        .with_context(|| format!("cannot prepare destination {}", dest.display()))?;
+    let shown = shown_path(dest);
+    let mut destination = open_dest(dest, sandbox, input.kept_fd())
+        .with_context(|| format!("cannot prepare destination {shown}"))?;
+    let confinement = destination.confinement.clone();
     if let Confinement::Unavailable(reason) = &confinement {
         eprintln!("barge: notice: sandbox unavailable ({reason}); containment rests on fd-relative landing");
     }
     let progress = Progress::default();
     let (result, elapsed) = with_progress(out, &progress, || {
-        engine.land(root, &input, limits, &progress)
+        engine.land(destination.root()?, &input, limits, &progress)
     });
-    let landed = result.with_context(|| format!("unpack into {} stopped", dest.display()))?;
+    let finished = destination.finish();
+    let landed = result
+        .and_then(|landed| finished.map(|()| landed))
+        .with_context(|| format!("unpack into {shown} stopped"))?;
     let line = format!(
         "unpacked {} dirs, {} files, {}",
         landed.dirs,
@@ -319,11 +324,8 @@ pub fn list(archive: Option<&Path>, json: bool, limits: Limits) -> Result<ExitCo
                 escape_bytes(&path.0)
             )
         };
-        writeln!(w, "{line}").map_err(|source| barge::Error::Io {
-            op: "write listing",
-            path: TreePath(b"<stdout>".to_vec()),
-            source,
-        })
+        writeln!(w, "{line}")
+            .map_err(|e| barge::Error::os("write listing", TreePath(b"<stdout>".to_vec()), e))
     };
     let result = match &input {
         Input::Mapped(mapped) => barge::format::decode_all(mapped.bytes(), limits, &mut print),

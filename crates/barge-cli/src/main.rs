@@ -119,6 +119,10 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Commands that write stop cleanly on a signal; `du` only reads, and dies as usual.
+    if !matches!(cli.command, Command::Du(_)) {
+        barge::interrupt::catch_signals();
+    }
     let result = match cli.command {
         Command::Pack { dir, output, out } => archive::pack(&dir, output.as_deref(), out),
         Command::Unpack {
@@ -142,11 +146,18 @@ fn main() -> ExitCode {
         } => archive::list(archive.as_deref(), json, limits.limits()),
         Command::Du(args) => du::du(args),
     };
-    match result {
+    let stopped_by = barge::interrupt::requested();
+    let code = match result {
         Ok(code) => code,
+        // A reader that went away is no error to report (as for `cat`, `tar` or `rg`).
+        Err(_) if stopped_by == Some(barge::interrupt::SIGNALS[3]) => ExitCode::FAILURE,
         Err(e) => {
             eprintln!("barge: error: {e:#}");
             ExitCode::FAILURE
         }
+    };
+    if let Some(signal) = stopped_by {
+        barge::interrupt::die_by(signal);
     }
+    code
 }

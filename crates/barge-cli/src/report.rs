@@ -24,6 +24,7 @@ pub fn with_progress<T>(
     let done = AtomicBool::new(false);
     let result = std::thread::scope(|scope| {
         scope.spawn(|| {
+            barge::interrupt::keep_signals_off_this_thread();
             let mut shown = false;
             while !done.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(100));
@@ -76,6 +77,11 @@ pub fn summary(out: OutputArgs, line: &str, mut fields: Map<String, Value>, elap
     } else if out.verbose {
         let _ = writeln!(stderr, "{line} in {:.3} s", elapsed.as_secs_f64());
     }
+}
+
+/// A path given on the command line, as messages show it (escaped like entry names).
+pub fn shown_path(path: &std::path::Path) -> String {
+    barge::error::escape_bytes(path.as_os_str().as_encoded_bytes())
 }
 
 /// A JSON value for a path: a string when it is UTF-8, else its bytes in hex under a

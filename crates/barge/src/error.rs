@@ -23,17 +23,35 @@ impl TreePath {
     }
 }
 
+/// Longest path a message shows, in characters: a longer one keeps its last components
+/// behind `.../` (a 255-byte name 1,024 levels deep would make a 262 KB line).
+const SHOWN_PATH: usize = 300;
+
 impl fmt::Display for TreePath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.0.is_empty() {
             return f.write_str(".");
         }
-        write!(f, "{}", escape_bytes(&self.0))
+        let shown = escape_bytes(&self.0);
+        let chars = shown.chars().count();
+        if chars <= SHOWN_PATH {
+            return f.write_str(&shown);
+        }
+        let cut = shown
+            .char_indices()
+            .nth(chars - SHOWN_PATH)
+            .map_or(0, |(i, _)| i);
+        // From the first component boundary in the tail; a single long name is cut.
+        let tail = &shown[cut..];
+        let tail = tail.find('/').map_or(tail, |slash| &tail[slash + 1..]);
+        let levels = self.0.iter().filter(|&&b| b == b'/').count() + 1;
+        write!(f, "({levels} levels) .../{tail}")
     }
 }
 
-/// Renders bytes for humans: valid UTF-8 stays as is except control characters and
-/// backslashes, everything else becomes `\xNN`.
+/// Renders bytes for humans: valid UTF-8 stays as is except control characters,
+/// invisible and bidirectional formatting characters (which could make a name look like
+/// another) and backslashes; everything else becomes `\xNN` (or `\u{NNNN}`).
 pub fn escape_bytes(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len());
     for chunk in bytes.utf8_chunks() {
@@ -43,6 +61,7 @@ pub fn escape_bytes(bytes: &[u8]) -> String {
                 '\n' => out.push_str("\\n"),
                 '\t' => out.push_str("\\t"),
                 c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
+                c if is_invisible_format(c) => out.push_str(&format!("\\u{{{:04x}}}", c as u32)),
                 c => out.push(c),
             }
         }
@@ -53,19 +72,29 @@ pub fn escape_bytes(bytes: &[u8]) -> String {
     out
 }
 
+/// Characters that change how text around them is shown, or show as nothing: bidirectional
+/// embeddings, overrides, isolates and marks, zero-width characters, line and paragraph
+/// separators, and the byte-order mark.
+fn is_invisible_format(c: char) -> bool {
+    matches!(c,
+        '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
+        | '\u{2060}'..='\u{2069}' | '\u{feff}')
+}
+
 /// Everything that can go wrong in barge.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A system call failed on an entry.
-    #[error("{path}: {op} failed: {source}")]
+    /// (The OS error is part of the message, not a `source`, so a chain of causes does not
+    /// print it twice.)
+    #[error("{path}: {op} failed: {cause}")]
     Io {
         /// The operation, e.g. `openat` or `sendfile`.
         op: &'static str,
         /// The entry, relative to the root of the tree (or the path given by the user).
         path: TreePath,
         /// The error the kernel returned.
-        #[source]
-        source: io::Error,
+        cause: io::Error,
     },
     /// The archive is malformed or breaks a limit.
     #[error("archive byte {offset}: {path}: {kind} [{code}]", code = .kind.code())]
@@ -85,6 +114,14 @@ pub enum Error {
         /// What is there, e.g. `a symlink`.
         found: &'static str,
     },
+    /// A path given by the user is not a directory where one is needed.
+    #[error("{path} is {found}, not a directory; refusing to follow or replace it")]
+    NotADirectory {
+        /// The path.
+        path: TreePath,
+        /// What is there, e.g. `a symlink`.
+        found: &'static str,
+    },
     /// A source file changed while it was being read.
     #[error("{path}: changed size while being read ({expected} bytes at open, {actual} read); archive not written past it")]
     Changed {
@@ -94,6 +131,12 @@ pub enum Error {
         expected: u64,
         /// Bytes actually available.
         actual: u64,
+    },
+    /// A signal asked to stop (see [`crate::interrupt`]); the file being written was removed.
+    #[error("interrupted by {}", crate::interrupt::signal_name(*.signal))]
+    Interrupted {
+        /// The signal.
+        signal: i32,
     },
     /// Input ended in the middle of a file's data; the partial file was removed.
     #[error("archive byte {offset}: {path}: input ended after {written} of {size} bytes [truncated]; the partial file was removed")]
@@ -113,12 +156,26 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    /// Builds an [`Error::Io`] from a rustix errno.
+    /// Builds an [`Error::Io`] from a rustix errno; a call interrupted by a signal that asked
+    /// to stop (see [`crate::interrupt::retry`]) is [`Error::Interrupted`].
     pub fn io(op: &'static str, path: TreePath, errno: rustix::io::Errno) -> Error {
+        if errno == rustix::io::Errno::INTR {
+            if let Some(signal) = crate::interrupt::requested() {
+                return Error::Interrupted { signal };
+            }
+        }
         Error::Io {
             op,
             path,
-            source: errno.into(),
+            cause: errno.into(),
+        }
+    }
+
+    /// Builds an [`Error::Io`] from a std I/O error.
+    pub fn os(op: &'static str, path: TreePath, cause: io::Error) -> Error {
+        match rustix::io::Errno::from_io_error(&cause) {
+            Some(errno) => Error::io(op, path, errno),
+            None => Error::Io { op, path, cause },
         }
     }
 }

@@ -4,12 +4,22 @@ use std::os::fd::{IntoRawFd, OwnedFd, RawFd};
 
 use rustix::process::{getrlimit, Resource};
 
-/// Closes the fds `first..=last` with one `close_range`.
-pub fn close_range(first: RawFd, last: RawFd) {
-    if first <= last {
-        // SAFETY: a plain syscall on integers; callers own every fd in the range.
-        unsafe { libc::syscall(libc::SYS_close_range, first as u32, last as u32, 0u32) };
+/// Closes the fds `first..=last` with one `close_range`. It fails only where the kernel
+/// lacks the call (before 5.9) or a seccomp filter refuses it.
+pub fn close_range(first: RawFd, last: RawFd) -> rustix::io::Result<()> {
+    if first > last {
+        return Ok(());
     }
+    // SAFETY: a plain syscall on integers; callers own every fd in the range.
+    let r = unsafe { libc::syscall(libc::SYS_close_range, first as u32, last as u32, 0u32) };
+    if r < 0 {
+        return Err(rustix::io::Errno::from_raw_os_error(
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::ENOSYS),
+        ));
+    }
+    Ok(())
 }
 
 /// Fds that are no longer used, closed in batches: each run of consecutive fd numbers
@@ -51,7 +61,12 @@ impl Graveyard {
         self.fds.sort_unstable();
         let mut runs = self.fds.chunk_by(|a, b| a + 1 == *b);
         for run in &mut runs {
-            close_range(run[0], run[run.len() - 1]);
+            if close_range(run[0], run[run.len() - 1]).is_err() {
+                for &fd in run {
+                    // SAFETY: buried fds are owned here and closed once.
+                    unsafe { rustix::io::close(fd) };
+                }
+            }
         }
         self.fds.clear();
     }

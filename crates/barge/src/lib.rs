@@ -11,6 +11,7 @@ pub mod du;
 pub mod error;
 pub mod fds;
 pub mod format;
+pub mod interrupt;
 pub mod land;
 pub mod pack;
 pub mod root;

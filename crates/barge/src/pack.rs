@@ -28,6 +28,7 @@ use rustix::io::{fcntl_dupfd_cloexec, read, write, Errno};
 use crate::error::{Error, Result, TreePath};
 use crate::format::encode::{push_dir, push_end, push_file_header, push_pop};
 use crate::format::HEADER;
+use crate::interrupt::{check, retry};
 use crate::land::uring::Ring;
 use crate::solo::spawn_elsewhere;
 use crate::walk::{walk, Location, Visitor, FILE_FLAGS};
@@ -152,8 +153,10 @@ struct Meta {
 }
 
 impl Packer<'_> {
-    /// Hands the buffer to the writer thread and continues in a spare one.
+    /// Hands the buffer to the writer thread and continues in a spare one (unless a stop
+    /// was requested).
     fn flush(&mut self) -> Result<()> {
+        check()?;
         if self.buf.is_empty() {
             return Ok(());
         }
@@ -170,18 +173,11 @@ impl Packer<'_> {
     /// Reads at most `max` bytes of `file` onto the end of the buffer, which has room for
     /// them; returns how many (0 at end of file).
     fn read_more(&mut self, file: BorrowedFd<'_>, max: usize) -> rustix::io::Result<usize> {
-        loop {
-            match read(file, &mut self.buf.spare_capacity_mut()[..max]) {
-                Ok((filled, _)) => {
-                    let n = filled.len();
-                    // SAFETY: `read` initialized the first `n` spare bytes.
-                    unsafe { self.buf.set_len(self.buf.len() + n) };
-                    return Ok(n);
-                }
-                Err(Errno::INTR) => {}
-                Err(e) => return Err(e),
-            }
-        }
+        let spare = &mut self.buf.spare_capacity_mut()[..max];
+        let n = retry(|| read(file, &mut *spare).map(|(filled, _)| filled.len()))?;
+        // SAFETY: `read` initialized the first `n` spare bytes.
+        unsafe { self.buf.set_len(self.buf.len() + n) };
+        Ok(n)
     }
 
     /// Appends exactly `size` bytes of `file` to the buffer, failing if the file is shorter
@@ -248,13 +244,10 @@ impl Packer<'_> {
             }
         }
         let mut probe = [0u8; 1];
-        loop {
-            match read(file, &mut probe) {
-                Ok(0) => return Ok(()),
-                Ok(_) => return Err(changed(size + 1)),
-                Err(Errno::INTR) => {}
-                Err(e) => return Err(Error::io("read", path(), e)),
-            }
+        match retry(|| read(file, &mut probe)) {
+            Ok(0) => Ok(()),
+            Ok(_) => Err(changed(size + 1)),
+            Err(e) => Err(Error::io("read", path(), e)),
         }
     }
 
@@ -307,9 +300,8 @@ fn writer(
 
 fn write_all(out: BorrowedFd<'_>, mut rest: &[u8]) -> Result<()> {
     while !rest.is_empty() {
-        match write(out, rest) {
+        match retry(|| write(out, rest)) {
             Ok(n) => rest = &rest[n..],
-            Err(Errno::INTR) => {}
             Err(e) => return Err(Error::io("write archive", TreePath::default(), e)),
         }
     }
@@ -326,10 +318,9 @@ fn send_file(out: BorrowedFd<'_>, file: BorrowedFd<'_>, size: u64, path: &TreePa
     let mut offset = 0u64;
     while offset < size {
         let chunk = (size - offset).min(1 << 30) as usize;
-        match sendfile(out, file, Some(&mut offset), chunk) {
+        match retry(|| sendfile(out, file, Some(&mut offset), chunk)) {
             Ok(0) => return Err(changed(offset)),
-            Ok(_) => {}
-            Err(Errno::INTR) => {}
+            Ok(_) => check()?,
             Err(e) => return Err(Error::io("sendfile", path.clone(), e)),
         }
     }
@@ -535,6 +526,7 @@ impl Packer<'_> {
 
 impl Visitor for Packer<'_> {
     fn enter_dir(&mut self, name: &[u8], stat: &Stat, _at: &Location) -> Result<()> {
+        check()?;
         self.end_run()?;
         push_dir(&mut self.buf, name, stat.st_mode);
         self.summary.dirs += 1;

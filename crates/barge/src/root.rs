@@ -2,19 +2,24 @@
 //! fd it opened itself, and optionally (layer 3) inside a user namespace chrooted to it.
 
 use std::fs;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
+use std::sync::OnceLock;
 
-use rustix::fs::{open, Mode};
-use rustix::process::{chdir, chroot, getgid, getuid};
+use rustix::fs::{fchmod, open, statat, AtFlags, FileType, Mode, OFlags, CWD};
+use rustix::io::Errno;
+use rustix::process::{chroot, fchdir, getgid, getuid};
 use rustix::thread::{unshare_unsafe, UnshareFlags};
 
 use crate::error::{Error, Result, TreePath};
 use crate::fds::close_range;
-use crate::land::sync::DIR_HANDLE_FLAGS;
+use crate::walk::kind_with_article;
 
 /// How the destination is confined.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Confinement {
     /// In a new user namespace, chrooted to the destination, with no outside fds open.
     Sandboxed,
@@ -28,37 +33,132 @@ fn path_of(dest: &Path) -> TreePath {
     TreePath(dest.as_os_str().as_encoded_bytes().to_vec())
 }
 
-/// Creates `dest` (and missing parents) and returns an `O_PATH` fd of it. With `sandbox`,
-/// first chroots into `dest` (an unprivileged caller first enters a new user namespace in
-/// which it is root, as `unshare --map-root-user` does) and closes every fd above 2
-/// except `keep`. The process must be single-threaded then;
-/// meant for a process that does nothing but land.
-pub fn open_dest(
-    dest: &Path,
-    sandbox: bool,
-    keep: Option<RawFd>,
-) -> Result<(OwnedFd, Confinement)> {
-    fs::create_dir_all(dest).map_err(|source| Error::Io {
-        op: "create destination",
+/// Flags of the destination's fd: a real directory fd (its mode may be set through it),
+/// never opened through a symlink.
+const DEST_FLAGS: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
+
+/// The destination of an unpack, opened once: every later system call is relative to its
+/// fd (see [`Destination::root`]).
+#[derive(Debug)]
+pub struct Destination {
+    /// The destination directory, until [`Destination::root`] hands it to a lander.
+    fd: Option<OwnedFd>,
+    /// How the landing is confined.
+    pub confinement: Confinement,
+    /// The mode a destination created by this unpack gets when landing ends; it stays 0o700
+    /// until then, so no other user can rename directories inside it while they are filled.
+    final_mode: Option<u32>,
+}
+
+/// Opens the destination `dest`, creating it (and missing parents) when it does not exist.
+/// A `dest` that is a symlink is refused, whatever it points to: whoever could create it
+/// first (a predictable path in /tmp) would otherwise choose where the tree lands.
+///
+/// With `sandbox`, then confines the process to that very directory: it chroots into it (an
+/// unprivileged caller first enters a new user namespace in which it is root, as `unshare
+/// --map-root-user` does) and closes every fd above 2 except `keep` and the destination's.
+/// The process must be single-threaded then; meant for a process that does nothing but land.
+pub fn open_dest(dest: &Path, sandbox: bool, keep: Option<RawFd>) -> Result<Destination> {
+    // A trailing slash would make the kernel follow a final symlink despite O_NOFOLLOW.
+    let bytes = dest.as_os_str().as_bytes();
+    let trimmed = match bytes.iter().rposition(|&b| b != b'/') {
+        Some(last) => &bytes[..=last],
+        None if bytes.is_empty() => b".",
+        None => b"/",
+    };
+    let dest = Path::new(std::ffi::OsStr::from_bytes(trimmed));
+    umask();
+    let created = create(dest)?;
+    let fd = match open(dest, DEST_FLAGS, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(e @ (Errno::LOOP | Errno::NOTDIR)) => return Err(not_a_directory(dest, e)),
+        Err(e) => return Err(Error::io("open destination", path_of(dest), e)),
+    };
+    let final_mode = created.then(|| 0o777 & !umask());
+    let confinement = if !sandbox {
+        Confinement::Off
+    } else {
+        match confine(&fd, keep) {
+            Ok(()) => Confinement::Sandboxed,
+            Err(reason) => Confinement::Unavailable(reason),
+        }
+    };
+    Ok(Destination {
+        fd: Some(fd),
+        confinement,
+        final_mode,
+    })
+}
+
+/// Creates `dest` with mode 0o700 (and its missing parents as `mkdir -p` does); false when
+/// something already exists there.
+fn create(dest: &Path) -> Result<bool> {
+    if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
+        fs::create_dir_all(parent)
+            .map_err(|e| Error::os("create the destination's parent", path_of(parent), e))?;
+    }
+    match fs::DirBuilder::new().mode(0o700).create(dest) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(Error::os("create destination", path_of(dest), e)),
+    }
+}
+
+/// The error for a destination that exists but is not a directory (or is a symlink).
+fn not_a_directory(dest: &Path, errno: Errno) -> Error {
+    let found = match statat(CWD, dest, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Symlink => "a symlink",
+        Ok(st) => kind_with_article(FileType::from_raw_mode(st.st_mode)),
+        Err(_) => return Error::io("open destination", path_of(dest), errno),
+    };
+    Error::NotADirectory {
         path: path_of(dest),
-        source,
-    })?;
-    if !sandbox {
-        let fd = open(dest, DIR_HANDLE_FLAGS, Mode::empty())
-            .map_err(|e| Error::io("open destination", path_of(dest), e))?;
-        return Ok((fd, Confinement::Off));
+        found,
     }
-    if let Err(reason) = enter_user_namespace() {
-        let fd = open(dest, DIR_HANDLE_FLAGS, Mode::empty())
-            .map_err(|e| Error::io("open destination", path_of(dest), e))?;
-        return Ok((fd, Confinement::Unavailable(reason)));
+}
+
+impl Destination {
+    /// The destination's fd for a lander: the one opened, or a duplicate when
+    /// [`Destination::finish`] still needs it.
+    pub fn root(&mut self) -> Result<OwnedFd> {
+        let fd = match (&self.fd, self.final_mode) {
+            (Some(fd), Some(_)) => fd.try_clone(),
+            _ => {
+                return self.fd.take().ok_or(Error::io(
+                    "open destination",
+                    TreePath::default(),
+                    Errno::BADF,
+                ))
+            }
+        };
+        fd.map_err(|e| Error::os("dup destination", TreePath::default(), e))
     }
-    chroot(dest).map_err(|e| Error::io("chroot", path_of(dest), e))?;
-    chdir("/").map_err(|e| Error::io("chdir", path_of(dest), e))?;
-    close_all_but(keep);
-    let fd = open("/", DIR_HANDLE_FLAGS, Mode::empty())
-        .map_err(|e| Error::io("open destination", path_of(dest), e))?;
-    Ok((fd, Confinement::Sandboxed))
+
+    /// Gives a destination this unpack created its final mode (the usual `0o777 & !umask`).
+    /// Call it once landing has ended, whether it succeeded or not.
+    pub fn finish(&self) -> Result<()> {
+        match (&self.fd, self.final_mode) {
+            (Some(fd), Some(mode)) => fchmod(fd, Mode::from_raw_mode(mode))
+                .map_err(|e| Error::io("fchmod", TreePath::default(), e)),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Chroots into the directory `dest` (entering a user namespace first when not root) and
+/// closes every fd above 2 but `keep` and `dest`. Returns why it could not.
+fn confine(dest: &OwnedFd, keep: Option<RawFd>) -> std::result::Result<(), String> {
+    enter_user_namespace()?;
+    fchdir(dest).map_err(|e| format!("cannot enter the destination: {e}"))?;
+    chroot(".").map_err(|e| format!("cannot chroot: {e}"))?;
+    let mut kept = vec![dest.as_raw_fd()];
+    kept.extend(keep);
+    close_all_but(&kept).map_err(|e| {
+        format!("chrooted, but cannot close the inherited fds, which may lead out: {e}")
+    })
 }
 
 /// Gains the right to `chroot`: root has it already; anyone else enters a new user
@@ -79,15 +179,27 @@ fn enter_user_namespace() -> std::result::Result<(), String> {
     write("/proc/self/gid_map", format!("0 {gid} 1"))
 }
 
-/// Closes every fd above stderr except `keep`.
-fn close_all_but(keep: Option<RawFd>) {
-    match keep {
-        Some(fd) if fd > 2 => {
-            close_range(3, fd - 1);
-            close_range(fd + 1, RawFd::MAX);
-        }
-        _ => close_range(3, RawFd::MAX),
+/// Closes every fd above stderr except those in `keep`.
+fn close_all_but(keep: &[RawFd]) -> rustix::io::Result<()> {
+    let mut keep = keep.to_vec();
+    keep.sort_unstable();
+    let mut first = 3;
+    for fd in keep.into_iter().filter(|&fd| fd >= 3) {
+        close_range(first, fd - 1)?;
+        first = fd + 1;
     }
+    close_range(first, RawFd::MAX)
+}
+
+/// The process's umask, read once (reading it means setting it, so the first call must come
+/// while the process is single-threaded; [`open_dest`] makes it).
+pub fn umask() -> u32 {
+    static UMASK: OnceLock<u32> = OnceLock::new();
+    *UMASK.get_or_init(|| {
+        let old = rustix::process::umask(Mode::from_raw_mode(0o022));
+        rustix::process::umask(old);
+        old.bits()
+    })
 }
 
 /// An archive held in memory: a read-only private mapping of a regular file, and the file.

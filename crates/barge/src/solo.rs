@@ -7,7 +7,8 @@ use std::thread::{Scope, ScopedJoinHandle};
 use rustix::thread::{sched_getaffinity, sched_getcpu, sched_setaffinity};
 
 /// Starts `work` on a new scoped thread that begins on another CPU than the calling
-/// thread's, then is free to run anywhere again.
+/// thread's, then is free to run anywhere again. It blocks the stop signals (see
+/// [`crate::interrupt`]): they must interrupt the main thread.
 ///
 /// The scheduler puts a new thread on its creator's CPU, where it either preempts the
 /// creator or waits behind it, and moves one of the two to an idle CPU only at a later
@@ -23,6 +24,7 @@ pub fn spawn_elsewhere<'scope, T: Send + 'scope>(
 ) -> ScopedJoinHandle<'scope, T> {
     let cpu = sched_getcpu();
     let handle = scope.spawn(move || {
+        crate::interrupt::keep_signals_off_this_thread();
         leave_cpu(cpu);
         work()
     });

@@ -136,6 +136,20 @@ pub fn kind_name(kind: FileType) -> &'static str {
     }
 }
 
+/// Describes a file type with its article, for messages (`a symlink`, `an unknown ...`).
+pub fn kind_with_article(kind: FileType) -> &'static str {
+    match kind {
+        FileType::RegularFile => "a regular file",
+        FileType::Directory => "a directory",
+        FileType::Symlink => "a symlink",
+        FileType::Fifo => "a fifo",
+        FileType::Socket => "a socket",
+        FileType::CharacterDevice => "a character device",
+        FileType::BlockDevice => "a block device",
+        FileType::Unknown => "an entry of unknown type",
+    }
+}
+
 struct Frame {
     fd: OwnedFd,
     listing: Listing,

@@ -178,7 +178,7 @@ fn hostile_cases() -> Vec<Hostile> {
                 fs::create_dir_all(dest.join("dir020")).unwrap();
                 symlink(outside, dest.join("dir020/sub")).unwrap();
             },
-            needles: &["dir020/sub: already exists in the destination (as symlink)"],
+            needles: &["dir020/sub: already exists in the destination (as a symlink)"],
         },
         Hostile {
             name: "symlink in DEST where a file goes",
@@ -187,7 +187,7 @@ fn hostile_cases() -> Vec<Hostile> {
                 fs::create_dir_all(dest.join("dir025")).unwrap();
                 symlink(outside.join("secret"), dest.join("dir025/file07")).unwrap();
             },
-            needles: &["dir025/file07: already exists in the destination (as symlink)"],
+            needles: &["dir025/file07: already exists in the destination (as a symlink)"],
         },
         Hostile {
             name: "file in DEST where a directory goes",

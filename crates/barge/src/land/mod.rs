@@ -8,16 +8,18 @@ pub mod uring;
 
 use std::os::fd::BorrowedFd;
 
-use rustix::io::{read, Errno};
+use rustix::io::read;
 
 use crate::error::{Error, Result, TreePath};
 use crate::format::{Decoder, Event, FormatError, Limits, Step};
+use crate::interrupt::retry;
 use crate::Progress;
 
 /// A sink that creates a tree. Every method acts relative to the directory entered last.
 pub trait Land {
-    /// Creates directory `name` and enters it.
-    fn enter_dir(&mut self, name: &[u8], mode: u32) -> Result<()>;
+    /// Creates directory `name` and enters it; true when it created it, false when it merged
+    /// into a directory that was there (whose mode it then leaves alone).
+    fn enter_dir(&mut self, name: &[u8], mode: u32) -> Result<bool>;
     /// Creates directory `name`, which stays empty, without entering it.
     fn empty_dir(&mut self, name: &[u8], mode: u32) -> Result<()>;
     /// Leaves the directory entered last.
@@ -79,13 +81,14 @@ impl<'p, L: Land> Driver<'p, L> {
 
     fn enter_pending(&mut self) -> Result<()> {
         match self.pending_mode.take() {
-            Some(mode) => self.land.enter_dir(&self.pending, mode),
+            Some(mode) => self.land.enter_dir(&self.pending, mode).map(drop),
             None => Ok(()),
         }
     }
 
-    /// Handles one event.
+    /// Handles one event (unless a stop was requested).
     pub fn event(&mut self, event: Event<'_>) -> Result<()> {
+        crate::interrupt::check()?;
         match event {
             Event::Dir { name, mode } => {
                 self.enter_pending()?;
@@ -184,19 +187,10 @@ fn expect_eof(decoder: &mut Decoder, input: BorrowedFd<'_>, rest: &[u8], eof: bo
 }
 
 pub(crate) fn read_some(input: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> Result<usize> {
-    loop {
-        match read(input, &mut *buf) {
-            Ok(n) => return Ok(n),
-            Err(Errno::INTR) => {}
-            Err(e) => {
-                return Err(Error::io(
-                    "read archive",
-                    TreePath(format!("<input at byte {offset}>").into_bytes()),
-                    e,
-                ))
-            }
-        }
-    }
+    retry(|| read(input, &mut *buf)).map_err(|e| {
+        let at = TreePath(format!("<input at byte {offset}>").into_bytes());
+        Error::io("read archive", at, e)
+    })
 }
 
 /// The offset of the message the input ended in, when `error` means the input ended early.

@@ -31,7 +31,7 @@ use super::sync::{DIR_HANDLE_FLAGS, OWNER_RWX};
 use super::{read_some, Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
 use crate::format::{Decoder, Event, Limits, Step};
-use crate::root::populate;
+use crate::root::{populate, umask};
 use crate::solo::{go_solo, spawn_elsewhere};
 use crate::walk::DIR_FLAGS;
 use crate::Progress;
@@ -70,10 +70,19 @@ const BYTES_PER_UNIT: u64 = 32 * 1024;
 /// A directory name, shared by the batches that start inside the directory.
 type Name = Arc<[u8]>;
 
+/// A directory to create (or merge into) and enter: its name, its creation mode, and, when
+/// its archive mode lacks owner rwx, its node in [`Restricted`] (whoever creates it says so).
+#[derive(Clone)]
+struct DirStep {
+    name: Name,
+    mode: u32,
+    restricted: Option<u32>,
+}
+
 /// One landing step. A file's name and content are ranges of its batch's source bytes.
 enum Op {
     /// Create (or merge into) a directory and enter it.
-    Enter(Name, u32),
+    Enter(DirStep),
     /// Create a directory that stays empty.
     Empty(Name, u32),
     /// Leave the directory entered last.
@@ -105,8 +114,8 @@ impl Source<'_> {
 struct Batch<'a> {
     /// Archive index of the first entry (errors are reported in archive order).
     first: u64,
-    /// Directories (name, creation mode) from the root to where the batch starts.
-    at: Vec<(Name, u32)>,
+    /// The directories from the root to where the batch starts.
+    at: Vec<DirStep>,
     source: Source<'a>,
     /// The part of the source the batch was decoded from.
     span: Range<usize>,
@@ -115,7 +124,7 @@ struct Batch<'a> {
 }
 
 impl<'a> Batch<'a> {
-    fn new(first: u64, at: &[(Name, u32)], source: &Source<'a>, start: usize) -> Batch<'a> {
+    fn new(first: u64, at: &[DirStep], source: &Source<'a>, start: usize) -> Batch<'a> {
         Batch {
             first,
             at: at.to_vec(),
@@ -368,6 +377,8 @@ struct Shared<'r> {
     /// so the error reported is the one the sync lander would meet first.
     stop: AtomicU64,
     failures: Mutex<Vec<Failure>>,
+    /// The [`Restricted`] directories some lander created (the others were there before).
+    created: Mutex<Vec<u32>>,
 }
 
 impl<'r> Shared<'r> {
@@ -377,6 +388,7 @@ impl<'r> Shared<'r> {
             progress,
             stop: AtomicU64::new(u64::MAX),
             failures: Mutex::new(Vec::new()),
+            created: Mutex::new(Vec::new()),
         }
     }
 
@@ -386,11 +398,7 @@ impl<'r> Shared<'r> {
     }
 
     fn dup(&self) -> Result<OwnedFd> {
-        self.root.try_clone().map_err(|source| Error::Io {
-            op: "dup destination",
-            path: TreePath::default(),
-            source,
-        })
+        (self.root.try_clone()).map_err(|e| Error::os("dup destination", TreePath::default(), e))
     }
 
     /// Runs `produce` on this thread, which sends batches through the [`Here`] it gets and
@@ -458,7 +466,8 @@ impl<'r> Shared<'r> {
         if let Some(i) = (0..failures.len()).min_by_key(|&i| failures[i].0) {
             return Err(failures.swap_remove(i).1);
         }
-        restrict_modes(self.root, &parser.restricted)?;
+        let created = self.created.into_inner().expect("no panics");
+        parser.restricted.apply(self.root, created)?;
         Ok(parser.summary)
     }
 }
@@ -567,12 +576,13 @@ enum Parsed {
 struct Parser {
     decoder: Decoder,
     summary: LandSummary,
-    /// Directories to set to a mode without owner rwx (path, mode), children first.
-    restricted: Vec<(Vec<Name>, u32)>,
-    /// Directories (name, creation mode) from the root to the current one.
-    at: Vec<(Name, u32)>,
-    /// The archive modes of the directories in `at`.
-    modes: Vec<u32>,
+    /// Directories to set to a mode without owner rwx once landing is done.
+    restricted: Restricted,
+    /// The directories from the root to the current one.
+    at: Vec<DirStep>,
+    /// The archive modes of the directories in `at`, and their nodes in `restricted` (once
+    /// a restricted directory at or below them needed one).
+    modes: Vec<(u32, Option<u32>)>,
     /// A directory decoded but not entered yet: the next event tells whether it stays empty.
     held: Option<(Name, u32)>,
     entries: u64,
@@ -585,7 +595,7 @@ impl Parser {
         Parser {
             decoder: Decoder::new(limits),
             summary: LandSummary::default(),
-            restricted: Vec::new(),
+            restricted: Restricted::default(),
             at: Vec::new(),
             modes: Vec::new(),
             held: None,
@@ -638,12 +648,11 @@ impl Parser {
                         Some((name, mode)) => batch.ops.push(Op::Empty(name, mode)),
                         None => {
                             batch.ops.push(Op::Leave);
-                            let mode = self.modes.pop().expect("the decoder checks nesting");
-                            if mode & OWNER_RWX != OWNER_RWX {
-                                let path = self.at.iter().map(|(name, _)| name.clone()).collect();
-                                self.restricted.push((path, mode));
+                            let (mode, _) = self.modes.pop().expect("the decoder checks nesting");
+                            let dir = self.at.pop().expect("one per mode");
+                            if let Some(node) = dir.restricted {
+                                self.restricted.order.push((node, mode));
                             }
-                            self.at.pop();
                         }
                     }
                     batch.cost += 1;
@@ -680,11 +689,38 @@ impl Parser {
     /// created with it (the final mode is set at the end).
     fn enter_held(&mut self, batch: &mut Batch<'_>) {
         if let Some((name, mode)) = self.held.take() {
-            batch.ops.push(Op::Enter(name.clone(), mode | OWNER_RWX));
+            self.modes.push((mode, None));
+            let restricted = (mode & OWNER_RWX != OWNER_RWX).then(|| self.node_of_current(&name));
+            let dir = DirStep {
+                name,
+                mode: mode | OWNER_RWX,
+                restricted,
+            };
+            batch.ops.push(Op::Enter(dir.clone()));
             batch.cost += 1;
-            self.at.push((name, mode | OWNER_RWX));
-            self.modes.push(mode);
+            self.at.push(dir);
         }
+    }
+
+    /// The [`Restricted`] node of directory `name` in the current one (the last in `modes`),
+    /// adding it and the nodes of its parents that have none yet.
+    fn node_of_current(&mut self, name: &Name) -> u32 {
+        let depth = self.modes.len();
+        // The directories with a node are the outermost ones: find the first without.
+        let first = (0..depth)
+            .rev()
+            .find(|&i| self.modes[i].1.is_some())
+            .map_or(0, |i| i + 1);
+        for i in first..depth {
+            let parent = i.checked_sub(1).and_then(|p| self.modes[p].1);
+            let name = if i + 1 == depth {
+                name.clone()
+            } else {
+                self.at[i].name.clone()
+            };
+            self.modes[i].1 = Some(self.restricted.add(parent, name));
+        }
+        self.modes[depth - 1].1.expect("just added")
     }
 
     /// Decodes `rest`, the input after the last whole message, as the end of the input: the
@@ -783,17 +819,10 @@ impl<'s, L: Land> Worker<'s, L> {
 
     /// Lands `batch` unless it starts after a failure.
     fn land(&mut self, batch: &Batch<'_>) {
-        let stop = &self.shared.stop;
-        if batch.first >= stop.load(Relaxed) {
+        if batch.first >= self.shared.stop.load(Relaxed) {
             return;
         }
-        if let Err(failure) = land_batch(
-            &mut self.land,
-            &mut self.at,
-            batch,
-            stop,
-            self.shared.progress,
-        ) {
+        if let Err(failure) = land_batch(&mut self.land, &mut self.at, batch, self.shared) {
             self.shared.fail((failure.0, self.land.abort(failure.1)));
         }
     }
@@ -806,14 +835,24 @@ impl<'s, L: Land> Worker<'s, L> {
     }
 }
 
+/// Creates (or merges into) the directory `dir` and enters it, noting a restricted one it
+/// created.
+fn enter<L: Land>(land: &mut L, dir: &DirStep, shared: &Shared<'_>) -> Result<()> {
+    let created = land.enter_dir(&dir.name, dir.mode)?;
+    if let Some(node) = dir.restricted.filter(|_| created) {
+        shared.created.lock().expect("no panics").push(node);
+    }
+    Ok(())
+}
+
 /// Moves to the batch's starting directory, then lands its entries.
 fn land_batch<L: Land>(
     land: &mut L,
     at: &mut Vec<Name>,
     batch: &Batch<'_>,
-    stop: &AtomicU64,
-    progress: &Progress,
+    shared: &Shared<'_>,
 ) -> std::result::Result<(), Failure> {
+    let (stop, progress) = (&shared.stop, shared.progress);
     let copy_from = match batch.source {
         Source::Mapped(mapped, Some(file)) => {
             populate_all_but_copied(mapped, batch);
@@ -831,24 +870,25 @@ fn land_batch<L: Land>(
     let common = at
         .iter()
         .zip(&batch.at)
-        .take_while(|(a, (b, _))| a == &b)
+        .take_while(|(a, b)| **a == b.name)
         .count();
     while at.len() > common {
         land.leave_dir().map_err(fail(entry))?;
         at.pop();
     }
-    for (name, mode) in &batch.at[common..] {
-        land.enter_dir(name, *mode).map_err(fail(entry))?;
-        at.push(name.clone());
+    for dir in &batch.at[common..] {
+        enter(land, dir, shared).map_err(fail(entry))?;
+        at.push(dir.name.clone());
     }
     for op in &batch.ops {
         if entry >= stop.load(Relaxed) {
             return Ok(());
         }
+        crate::interrupt::check().map_err(fail(entry))?;
         match op {
-            Op::Enter(name, mode) => {
-                land.enter_dir(name, *mode).map_err(fail(entry))?;
-                at.push(name.clone());
+            Op::Enter(dir) => {
+                enter(land, dir, shared).map_err(fail(entry))?;
+                at.push(dir.name.clone());
                 progress.add_entry(0);
                 entry += 1;
             }
@@ -897,26 +937,78 @@ fn populate_all_but_copied(mapped: &[u8], batch: &Batch<'_>) {
     populate(&mapped[from..batch.span.end]);
 }
 
-/// Gives directories their final mode lacking owner rwx, children first. Each is reached
-/// one name at a time without following symlinks and changed with `fchmod` on its own fd,
-/// so a name swapped for a symlink cannot redirect the change.
-fn restrict_modes(root: &OwnedFd, dirs: &[(Vec<Name>, u32)]) -> Result<()> {
-    for (path, mode) in dirs {
-        let error = |op, e| Error::io(op, TreePath::join(path.iter().map(|n| &n[..]), &[]), e);
-        let mut dir: Option<OwnedFd> = None;
-        for (depth, name) in path.iter().enumerate() {
-            let at = dir.as_ref().map_or(root.as_fd(), |d| d.as_fd());
-            let flags = if depth + 1 == path.len() {
-                DIR_FLAGS
-            } else {
-                DIR_HANDLE_FLAGS
-            };
-            let next = openat(at, &name[..], flags, Mode::empty())
-                .map_err(|e| error("open directory", e))?;
-            dir = Some(next);
-        }
-        let dir = dir.expect("a directory below the root");
-        fchmod(&dir, Mode::from_raw_mode(*mode)).map_err(|e| error("fchmod", e))?;
+/// Directories whose archive mode lacks owner rwx: created with it so they can be filled,
+/// they get their mode once every thread is done. They are kept as a tree of nodes (each
+/// restricted directory and its parents, each once), so memory grows with the directories,
+/// not with their depth.
+#[derive(Default)]
+struct Restricted {
+    /// (parent, depth, name) of each node; the root's children have no parent and depth 1.
+    nodes: Vec<(Option<u32>, u32, Name)>,
+    /// The restricted directories (node, archive mode), children before parents.
+    order: Vec<(u32, u32)>,
+}
+
+impl Restricted {
+    fn add(&mut self, parent: Option<u32>, name: Name) -> u32 {
+        let depth = parent.map_or(1, |p| self.nodes[p as usize].1 + 1);
+        self.nodes.push((parent, depth, name));
+        (self.nodes.len() - 1) as u32
     }
-    Ok(())
+
+    /// Gives each restricted directory in `created` (the ones this unpack made; one that was
+    /// there keeps its mode) its archive mode under the umask, children first. Each is
+    /// reached one name at a time from `root` without following symlinks, reusing the
+    /// directories opened for the previous one, and changed with `fchmod` on its own fd,
+    /// so a name swapped for a symlink cannot redirect the change.
+    fn apply(&self, root: &OwnedFd, created: Vec<u32>) -> Result<()> {
+        let mut made = vec![false; self.nodes.len()];
+        for node in created {
+            made[node as usize] = true;
+        }
+        // The open directories (node, fd) from depth 1 down to the last one's parent.
+        let mut chain: Vec<(u32, OwnedFd)> = Vec::new();
+        let umask = umask();
+        for &(node, mode) in self.order.iter().filter(|(node, _)| made[*node as usize]) {
+            let path = |node: u32| {
+                let mut names = Vec::new();
+                let mut at = Some(node);
+                while let Some(n) = at {
+                    names.push(&self.nodes[n as usize].2[..]);
+                    at = self.nodes[n as usize].0;
+                }
+                names.reverse();
+                TreePath::join(names, &[])
+            };
+            let error = |op, e| Error::io(op, path(node), e);
+            // The parents to open: up to the deepest one already open.
+            let mut parents = Vec::new();
+            let mut at = self.nodes[node as usize].0;
+            while let Some(n) = at {
+                let (parent, depth, _) = &self.nodes[n as usize];
+                if chain
+                    .get(*depth as usize - 1)
+                    .is_some_and(|(open, _)| *open == n)
+                {
+                    break;
+                }
+                parents.push(n);
+                at = *parent;
+            }
+            chain.truncate(at.map_or(0, |n| self.nodes[n as usize].1 as usize));
+            for n in parents.into_iter().rev() {
+                let dir = chain.last().map_or(root.as_fd(), |(_, fd)| fd.as_fd());
+                let name = &self.nodes[n as usize].2[..];
+                let fd = openat(dir, name, DIR_HANDLE_FLAGS, Mode::empty())
+                    .map_err(|e| error("open directory", e))?;
+                chain.push((n, fd));
+            }
+            let dir = chain.last().map_or(root.as_fd(), |(_, fd)| fd.as_fd());
+            let name = &self.nodes[node as usize].2[..];
+            let fd = openat(dir, name, DIR_FLAGS, Mode::empty())
+                .map_err(|e| error("open directory", e))?;
+            fchmod(&fd, Mode::from_raw_mode(mode & !umask)).map_err(|e| error("fchmod", e))?;
+        }
+        Ok(())
+    }
 }

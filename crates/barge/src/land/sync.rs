@@ -12,7 +12,9 @@ use rustix::io::{write, Errno};
 use super::{truncation_offset, Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
 use crate::fds::Graveyard;
-use crate::walk::{kind_name, DIR_FLAGS};
+use crate::interrupt::{check, retry};
+use crate::root::umask;
+use crate::walk::{kind_with_article, DIR_FLAGS};
 
 /// Flags that open a directory of the tree as a handle for `*at` calls only.
 pub const DIR_HANDLE_FLAGS: OFlags = OFlags::PATH
@@ -26,6 +28,9 @@ pub const CREATE_FLAGS: OFlags = OFlags::WRONLY
     .union(OFlags::EXCL)
     .union(OFlags::NOFOLLOW)
     .union(OFlags::CLOEXEC);
+
+/// Most bytes one `write` or `copy_file_range` moves: a stop request is seen between two.
+const CHUNK: u64 = 64 << 20;
 
 /// Permission bits the owner needs to fill a directory; added while it is being filled
 /// and taken away again when it is left.
@@ -84,12 +89,13 @@ impl SyncLander {
         TreePath::join(self.dirs.iter().map(|d| &d.name[..]), name)
     }
 
-    /// Creates directory `name`; an existing real directory is accepted (merged into).
-    fn make_dir(&mut self, name: &[u8], mode: u32) -> Result<()> {
+    /// Creates directory `name`; an existing real directory is accepted (merged into). True
+    /// when it created the directory.
+    fn make_dir(&mut self, name: &[u8], mode: u32) -> Result<bool> {
         match mkdirat(self.current(), name, Mode::from_raw_mode(mode)) {
-            Ok(()) => Ok(()),
+            Ok(()) => Ok(true),
             Err(Errno::EXIST) => match statat(self.current(), name, AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => Ok(()),
+                Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => Ok(false),
                 _ => Err(self.exists(name)),
             },
             Err(e) => Err(Error::io("mkdirat", self.path(name), e)),
@@ -102,7 +108,7 @@ impl SyncLander {
             Ok(st) => match FileType::from_raw_mode(st.st_mode) {
                 FileType::RegularFile if st.st_nlink > 1 => "a hard-linked file",
                 FileType::RegularFile => "a file",
-                other => kind_name(other),
+                other => kind_with_article(other),
             },
             Err(_) => "an entry",
         };
@@ -142,13 +148,17 @@ impl SyncLander {
         let file = self.file.as_mut().expect("a file is open");
         let mut from = offset;
         while !self.no_copy && file.written < file.size {
-            let rest = (file.size - file.written).min(1 << 30) as usize;
-            match copy_file_range(source, Some(&mut from), &file.fd, None, rest) {
+            let rest = (file.size - file.written).min(CHUNK) as usize;
+            match retry(|| copy_file_range(source, Some(&mut from), &file.fd, None, rest)) {
                 // The archive ended early (cut while mapped): the write from memory
                 // meets the same end.
                 Ok(0) => break,
-                Ok(n) => file.written += n as u64,
-                Err(Errno::INTR) => {}
+                Ok(n) => {
+                    file.written += n as u64;
+                    if file.written < file.size {
+                        check()?;
+                    }
+                }
                 Err(Errno::XDEV | Errno::INVAL | Errno::OPNOTSUPP | Errno::NOSYS) => {
                     self.no_copy = true;
                 }
@@ -161,13 +171,15 @@ impl SyncLander {
     fn write_all(&mut self, mut data: &[u8]) -> Result<()> {
         let file = self.file.as_mut().expect("a file is open");
         while !data.is_empty() {
-            let chunk = &data[..data.len().min(1 << 30)];
-            match write(&file.fd, chunk) {
+            let chunk = &data[..data.len().min(CHUNK as usize)];
+            match retry(|| write(&file.fd, chunk)) {
                 Ok(n) => {
                     data = &data[n..];
                     file.written += n as u64;
+                    if !data.is_empty() {
+                        check()?;
+                    }
                 }
-                Err(Errno::INTR) => {}
                 Err(e) => return Err(Error::io("write", self.path(&self.file_name), e)),
             }
         }
@@ -185,9 +197,9 @@ impl SyncLander {
 }
 
 impl Land for SyncLander {
-    fn enter_dir(&mut self, name: &[u8], mode: u32) -> Result<()> {
+    fn enter_dir(&mut self, name: &[u8], mode: u32) -> Result<bool> {
         let lacks_owner_rwx = mode & OWNER_RWX != OWNER_RWX;
-        self.make_dir(
+        let created = self.make_dir(
             name,
             if lacks_owner_rwx {
                 mode | OWNER_RWX
@@ -195,10 +207,12 @@ impl Land for SyncLander {
                 mode
             },
         )?;
-        // A directory whose mode is set when it is left is opened for real (`fchmod` needs
-        // more than `O_PATH`), so the chmod goes through the fd and no swapped name can
-        // redirect it.
-        let flags = if lacks_owner_rwx {
+        // A directory created here whose mode lacks owner rwx gets it when it is left, under
+        // the umask like any mode (a directory that was there keeps its own). It is opened for
+        // real (`fchmod` needs more than `O_PATH`), so the chmod goes through the fd and no
+        // swapped name can redirect it.
+        let final_mode = (created && lacks_owner_rwx).then(|| mode & !umask());
+        let flags = if final_mode.is_some() {
             DIR_FLAGS
         } else {
             DIR_HANDLE_FLAGS
@@ -211,10 +225,10 @@ impl Land for SyncLander {
         self.dirs.push(OpenDir {
             fd,
             name: name.into(),
-            final_mode: lacks_owner_rwx.then_some(mode),
+            final_mode,
         });
         self.summary.dirs += 1;
-        Ok(())
+        Ok(created)
     }
 
     fn empty_dir(&mut self, name: &[u8], mode: u32) -> Result<()> {

@@ -123,11 +123,8 @@ impl UringLander {
     /// A lander creating entries below the directory `root`; fails when io_uring is not
     /// available.
     pub fn new(root: OwnedFd) -> Result<UringLander> {
-        let ring = Ring::new(3 * RING_FILES as u32, RING_FILES as u32).map_err(|e| Error::Io {
-            op: "io_uring_setup",
-            path: crate::TreePath::default(),
-            source: e,
-        })?;
+        let ring = Ring::new(3 * RING_FILES as u32, RING_FILES as u32)
+            .map_err(|e| Error::os("io_uring_setup", crate::TreePath::default(), e))?;
         Ok(UringLander {
             sync: SyncLander::new(root),
             ring,
@@ -227,7 +224,7 @@ impl UringLander {
 }
 
 impl Land for UringLander {
-    fn enter_dir(&mut self, name: &[u8], mode: u32) -> Result<()> {
+    fn enter_dir(&mut self, name: &[u8], mode: u32) -> Result<bool> {
         self.flush()?;
         self.sync.enter_dir(name, mode)
     }

@@ -1,0 +1,111 @@
+//! Stopping cleanly on a signal. SIGINT, SIGTERM, SIGHUP and SIGPIPE only set a flag
+//! ([`catch_signals`]); the landers and `pack` check it between system calls ([`check`], and
+//! [`retry`] after an interrupted call), so a stopped run removes the file it was writing and
+//! returns [`Error::Interrupted`] instead of dying with a short file under its final name.
+//! The front end then ends the process by the same signal ([`die_by`]).
+//!
+//! Signals are process-wide, and so is the flag: a program that handles signals itself calls
+//! [`request`] from its own handler instead of [`catch_signals`].
+
+use std::sync::atomic::{AtomicI32, Ordering::Relaxed};
+
+use rustix::io::Errno;
+
+use crate::error::{Error, Result};
+
+/// The signals that stop a run.
+pub const SIGNALS: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE];
+
+/// The first signal that asked to stop, or 0.
+static STOP: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(signal: libc::c_int) {
+    request(signal);
+}
+
+/// Asks every running operation to stop, on account of `signal`. Async-signal-safe: it only
+/// stores a number.
+pub fn request(signal: i32) {
+    let _ = STOP.compare_exchange(0, signal, Relaxed, Relaxed);
+}
+
+/// The signal that asked to stop, if one did.
+pub fn requested() -> Option<i32> {
+    match STOP.load(Relaxed) {
+        0 => None,
+        signal => Some(signal),
+    }
+}
+
+/// Fails with [`Error::Interrupted`] once a stop was requested.
+pub fn check() -> Result<()> {
+    match requested() {
+        None => Ok(()),
+        Some(signal) => Err(Error::Interrupted { signal }),
+    }
+}
+
+/// Runs a system call again when a signal interrupted it (`EINTR`), unless that signal asked
+/// to stop: then the `EINTR` is returned, which [`Error::io`] reports as the stop.
+pub fn retry<T>(mut call: impl FnMut() -> rustix::io::Result<T>) -> rustix::io::Result<T> {
+    loop {
+        match call() {
+            Err(Errno::INTR) if requested().is_none() => {}
+            other => return other,
+        }
+    }
+}
+
+/// Makes [`SIGNALS`] request a stop instead of ending the process. The handler does not ask
+/// for `SA_RESTART`, so a blocking read of a stalled pipe returns `EINTR` and sees the stop.
+pub fn catch_signals() {
+    // SAFETY: a zeroed sigaction with a handler that only stores an integer is valid.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        libc::sigemptyset(&mut action.sa_mask);
+        for signal in SIGNALS {
+            libc::sigaction(signal, &action, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Blocks [`SIGNALS`] in the calling thread, so the kernel delivers them to the main thread,
+/// whose blocking calls they must interrupt. Every worker thread calls it first.
+pub fn keep_signals_off_this_thread() {
+    // SAFETY: plain signal-mask calls on a local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for signal in SIGNALS {
+            libc::sigaddset(&mut set, signal);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Ends the process by `signal` with its default action, as if it had not been caught, so
+/// the caller (a shell) sees how the process ended (`$?` is 128 + the signal number). Returns
+/// only if the default action does not end the process.
+pub fn die_by(signal: i32) {
+    // SAFETY: restoring the default action and raising a signal in the calling thread.
+    unsafe {
+        libc::signal(signal, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, signal);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(signal);
+    }
+}
+
+/// The name of a signal, for messages.
+pub fn signal_name(signal: i32) -> String {
+    match signal {
+        libc::SIGINT => "SIGINT".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGHUP => "SIGHUP".into(),
+        libc::SIGPIPE => "SIGPIPE".into(),
+        other => format!("signal {other}"),
+    }
+}

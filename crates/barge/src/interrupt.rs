@@ -7,8 +7,11 @@
 //! Signals are process-wide, and so is the flag: a program that handles signals itself calls
 //! [`request`] from its own handler instead of [`catch_signals`].
 
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicI32, Ordering::Relaxed};
+use std::time::{Duration, Instant};
 
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
 
 use crate::error::{Error, Result};
@@ -52,6 +55,32 @@ pub fn retry<T>(mut call: impl FnMut() -> rustix::io::Result<T>) -> rustix::io::
         match call() {
             Err(Errno::INTR) if requested().is_none() => {}
             other => return other,
+        }
+    }
+}
+
+/// How long a wait for input goes without looking for a stop request.
+const STOP_LATENCY: Duration = Duration::from_millis(100);
+
+/// Waits until `input` has bytes (or its end, or an error) to read, or `wait` has passed
+/// (then false), and fails once a stop was requested. A signal that comes just before a
+/// blocking `read` would not interrupt it; this wait looks for a stop at least every 100 ms.
+pub fn wait_readable(input: BorrowedFd<'_>, wait: Option<Duration>) -> Result<bool> {
+    let start = Instant::now();
+    loop {
+        check()?;
+        let left = wait.map_or(STOP_LATENCY, |w| w.saturating_sub(start.elapsed()));
+        let slice = left.min(STOP_LATENCY);
+        let timeout = Timespec {
+            tv_sec: slice.as_secs() as i64,
+            tv_nsec: i64::from(slice.subsec_nanos()),
+        };
+        let mut fds = [PollFd::new(&input, PollFlags::IN)];
+        match poll(&mut fds, Some(&timeout)) {
+            Ok(0) if wait.is_some_and(|w| start.elapsed() >= w) => return Ok(false),
+            Ok(0) | Err(Errno::INTR) => {}
+            // Ready, or an error the read that follows reports.
+            _ => return Ok(true),
         }
     }
 }

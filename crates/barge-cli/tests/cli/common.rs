@@ -120,6 +120,37 @@ pub fn run_ok(cmd: &mut Command, stdin: Option<&[u8]>) -> Output {
     out
 }
 
+/// The engines `barge unpack --help` offers (`auto` included).
+pub fn engines() -> Vec<String> {
+    let help = run_ok(&mut barge(["unpack", "--help"]), None).stdout;
+    let help = String::from_utf8(help).unwrap();
+    let at = help.find("--engine").expect("unpack has --engine");
+    let values = &help[at..];
+    let start = values.find("possible values: ").unwrap() + "possible values: ".len();
+    let end = start + values[start..].find(']').unwrap();
+    let engines: Vec<String> = values[start..end]
+        .split(',')
+        .map(|e| e.trim().to_string())
+        .collect();
+    assert!(engines.len() >= 3, "engines: {engines:?}");
+    engines
+}
+
+/// The unprivileged user the tests run as.
+pub const NOBODY: u32 = 65534;
+
+/// Whether the tests run as root (then they also run `barge` as [`NOBODY`]).
+pub fn is_root() -> bool {
+    fs::metadata("/proc/self").unwrap().uid() == 0
+}
+
+/// `setpriv` arguments that drop to [`NOBODY`].
+pub fn as_nobody() -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid", "65534", "--regid", "65534", "--clear-groups"]);
+    cmd
+}
+
 /// Runs `barge pack SRC -o OUT` (OUT may be `-`) and returns what it wrote on stdout.
 pub fn pack_to(src: &Path, out: impl AsRef<OsStr>) -> Vec<u8> {
     let mut cmd = barge([

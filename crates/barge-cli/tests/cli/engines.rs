@@ -11,22 +11,6 @@ use std::process::Output;
 
 use crate::common::*;
 
-/// The engines `barge unpack --help` offers (`auto` included).
-fn engines() -> Vec<String> {
-    let help = run_ok(&mut barge(["unpack", "--help"]), None).stdout;
-    let help = String::from_utf8(help).unwrap();
-    let at = help.find("--engine").expect("unpack has --engine");
-    let values = &help[at..];
-    let start = values.find("possible values: ").unwrap() + "possible values: ".len();
-    let end = start + values[start..].find(']').unwrap();
-    let engines: Vec<String> = values[start..end]
-        .split(',')
-        .map(|e| e.trim().to_string())
-        .collect();
-    assert!(engines.len() >= 3, "engines: {engines:?}");
-    engines
-}
-
 /// A deterministic byte stream (xorshift), so trees are the same on every run.
 struct Rng(u64);
 

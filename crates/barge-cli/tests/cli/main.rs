@@ -5,6 +5,7 @@ mod du;
 mod engines;
 mod hostile;
 mod pack;
+mod redteam;
 mod roundtrip;
 mod sandbox;
 mod syscalls;

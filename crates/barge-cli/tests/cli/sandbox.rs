@@ -12,13 +12,6 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 
-/// The unprivileged user the tests run as.
-const NOBODY: u32 = 65534;
-
-fn is_root() -> bool {
-    fs::metadata("/proc/self").unwrap().uid() == 0
-}
-
 /// A world-readable work dir holding a copy of the binary, a small tree and its archive,
 /// and an empty DEST owned by `owner`.
 struct Setup {
@@ -56,13 +49,6 @@ impl Setup {
         chown(&dest, Some(owner), Some(owner)).unwrap();
         dest
     }
-}
-
-/// `setpriv` arguments that drop to [`NOBODY`].
-fn as_nobody() -> Command {
-    let mut cmd = Command::new("setpriv");
-    cmd.args(["--reuid", "65534", "--regid", "65534", "--clear-groups"]);
-    cmd
 }
 
 /// The `--json` summary line of a run.

@@ -12,7 +12,7 @@ use rustix::io::read;
 
 use crate::error::{Error, Result, TreePath};
 use crate::format::{Decoder, Event, FormatError, Limits, Step};
-use crate::interrupt::retry;
+use crate::interrupt::{retry, wait_readable};
 use crate::Progress;
 
 /// A sink that creates a tree. Every method acts relative to the directory entered last.
@@ -186,7 +186,10 @@ fn expect_eof(decoder: &mut Decoder, input: BorrowedFd<'_>, rest: &[u8], eof: bo
     decoder.next(&probe[..n], n == 0).map(|_| ())
 }
 
+/// Reads what `input` has (at stream offset `offset`), up to `buf.len()` bytes; fails when
+/// a stop is requested while it waits.
 pub(crate) fn read_some(input: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> Result<usize> {
+    wait_readable(input, None)?;
     retry(|| read(input, &mut *buf)).map_err(|e| {
         let at = TreePath(format!("<input at byte {offset}>").into_bytes());
         Error::io("read archive", at, e)

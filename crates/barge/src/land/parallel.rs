@@ -31,6 +31,7 @@ use super::sync::{DIR_HANDLE_FLAGS, OWNER_RWX};
 use super::{read_some, Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
 use crate::format::{Decoder, Event, Limits, Step};
+use crate::interrupt::wait_readable;
 use crate::root::{populate, umask};
 use crate::solo::{go_solo, spawn_elsewhere};
 use crate::walk::DIR_FLAGS;
@@ -343,7 +344,7 @@ impl Segment {
         self.len = kept;
         while self.len < self.buf.len() && !self.eof {
             let landable = self.len > kept && self.len >= wanted;
-            if landable && (enough() || !readable(input, PATIENCE)) {
+            if landable && (enough() || !wait_readable(input, Some(PATIENCE))?) {
                 break;
             }
             let at = offset + (self.len - kept) as u64;
@@ -353,20 +354,6 @@ impl Segment {
         }
         Ok(())
     }
-}
-
-/// Whether `input` has bytes (or its end) to read within `wait`. Errors say yes: the read
-/// that follows reports them.
-fn readable(input: BorrowedFd<'_>, wait: Duration) -> bool {
-    let timeout = rustix::event::Timespec {
-        tv_sec: wait.as_secs() as i64,
-        tv_nsec: i64::from(wait.subsec_nanos()),
-    };
-    let mut fds = [rustix::event::PollFd::new(
-        &input,
-        rustix::event::PollFlags::IN,
-    )];
-    !matches!(rustix::event::poll(&mut fds, Some(&timeout)), Ok(0))
 }
 
 /// What the landing threads share.

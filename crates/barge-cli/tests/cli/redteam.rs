@@ -1,0 +1,402 @@
+//! Regressions of the red-team findings (issue 17). Each runs through every engine, the
+//! archive mapped and piped, inside and outside the sandbox, and (when the tests run as root)
+//! also as an unprivileged user.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{chown, symlink, MetadataExt, PermissionsExt};
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use barge::format::TAG_PERM;
+
+use crate::common::*;
+
+/// One way of running `barge unpack`.
+#[derive(Clone, Debug)]
+struct Way {
+    engine: String,
+    piped: bool,
+    sandbox: bool,
+    /// As [`NOBODY`] instead of the test's own user.
+    nobody: bool,
+}
+
+impl Way {
+    fn uid(&self) -> u32 {
+        if self.nobody {
+            NOBODY
+        } else {
+            rustix::process::getuid().as_raw()
+        }
+    }
+}
+
+/// Every engine, mapped and piped, in and out of the sandbox, as root and as nobody.
+fn ways() -> Vec<Way> {
+    let users: &[bool] = if is_root() { &[false, true] } else { &[false] };
+    let mut ways = Vec::new();
+    for engine in engines() {
+        for (piped, sandbox) in [(false, true), (false, false), (true, true), (true, false)] {
+            for &nobody in users {
+                ways.push(Way {
+                    engine: engine.clone(),
+                    piped,
+                    sandbox,
+                    nobody,
+                });
+            }
+        }
+    }
+    ways
+}
+
+/// A work dir everyone may use, holding a copy of the binary (the build dir may be closed to
+/// an unprivileged user).
+struct Work {
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+}
+
+impl Work {
+    fn new() -> Work {
+        let dir = tempdir();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o777)).unwrap();
+        let bin = dir.path().join("barge");
+        fs::copy(self::bin(), &bin).unwrap();
+        fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
+        Work { dir, bin }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Writes an archive others may read.
+    fn archive(&self, name: &str, bytes: &[u8]) -> PathBuf {
+        let path = self.path(name);
+        file(&path, bytes, 0o644);
+        path
+    }
+
+    /// `barge unpack` the way `way` says, under `umask`, with `extra` arguments.
+    fn unpack_cmd(&self, way: &Way, archive: &Path, dest: &Path, umask: u32) -> Command {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(format!("umask {umask:03o}; exec \"$@\""))
+            .arg("sh");
+        if way.nobody {
+            cmd.args([
+                "setpriv",
+                "--reuid",
+                "65534",
+                "--regid",
+                "65534",
+                "--clear-groups",
+            ]);
+        }
+        cmd.arg(&self.bin).args(["unpack", "--engine", &way.engine]);
+        if !way.sandbox {
+            cmd.arg("--no-sandbox");
+        }
+        cmd.arg(if way.piped { Path::new("-") } else { archive });
+        cmd.arg(dest);
+        cmd
+    }
+
+    fn unpack(&self, way: &Way, archive: &Path, dest: &Path, umask: u32) -> Output {
+        let mut cmd = self.unpack_cmd(way, archive, dest, umask);
+        let input = way.piped.then(|| fs::read(archive).unwrap());
+        run(&mut cmd, input.as_deref())
+    }
+}
+
+fn mode(path: &Path) -> u32 {
+    fs::symlink_metadata(path).unwrap().mode() & 0o7777
+}
+
+/// A PERM record.
+fn perm(mode: u16) -> Vec<u8> {
+    let mut out = vec![TAG_PERM];
+    out.extend_from_slice(&mode.to_le_bytes());
+    out
+}
+
+/// Gives every directory below `dir` owner rwx, so it can be removed.
+fn make_removable(dir: &Path) {
+    for (path, node) in scan(dir) {
+        if let Node::Dir(_) = node {
+            fs::set_permissions(dir.join(name(&path)), fs::Permissions::from_mode(0o755)).unwrap();
+        }
+    }
+}
+
+/// F1: a PERM without owner rwx used to be applied to a directory that was already in DEST,
+/// and bypassed the umask.
+#[test]
+fn a_merged_directory_keeps_its_mode_and_new_ones_get_the_umask() {
+    let work = Work::new();
+    let archive = Archive::header()
+        .raw(&perm(0o577))
+        .dir(b"pre")
+        .file(b"x", b"x")
+        .pop()
+        .raw(&perm(0o577))
+        .dir(b"new")
+        .file(b"y", b"y")
+        .pop()
+        .end(4);
+    let archive = work.archive("a.barge", &archive);
+    for (i, way) in ways().iter().enumerate() {
+        let what = format!("{way:?}");
+        let dest = work.path(&format!("dest{i}"));
+        fs::create_dir(&dest).unwrap();
+        fs::create_dir(dest.join("pre")).unwrap();
+        fs::set_permissions(dest.join("pre"), fs::Permissions::from_mode(0o700)).unwrap();
+        for dir in [&dest, &dest.join("pre")] {
+            chown(dir, Some(way.uid()), Some(way.uid())).unwrap();
+        }
+        let out = work.unpack(way, &archive, &dest, 0o022);
+        assert!(
+            out.status.success(),
+            "{what}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(mode(&dest.join("pre")), 0o700, "{what}: the merged dir");
+        assert_eq!(
+            mode(&dest.join("new")),
+            0o555,
+            "{what}: 0o577 under umask 022"
+        );
+        assert_eq!(fs::read(dest.join("pre/x")).unwrap(), b"x", "{what}");
+        assert_eq!(fs::read(dest.join("new/y")).unwrap(), b"y", "{what}");
+        make_removable(&dest);
+    }
+}
+
+/// F2: with the sandbox on, a DEST that is a symlink was followed (chroot resolves it).
+#[test]
+fn a_symlink_at_dest_is_refused_whatever_it_points_to() {
+    let work = Work::new();
+    let archive = work.archive("a.barge", &Archive::header().file(b"f", b"x").end(1));
+    let outside = work.path("outside");
+    Sentinel::populate(&outside);
+    fs::set_permissions(&outside, fs::Permissions::from_mode(0o777)).unwrap();
+    let sentinel = Sentinel::record(&outside);
+    for (i, way) in ways().iter().enumerate() {
+        for (target, slash) in [
+            (outside.clone(), ""),
+            (outside.clone(), "/"),
+            (work.path("none"), ""),
+        ] {
+            let what = format!("{way:?} -> {target:?}{slash}");
+            let link = work.path(&format!("link{i}"));
+            let _ = fs::remove_file(&link);
+            symlink(&target, &link).unwrap();
+            let mut dest = link.clone().into_os_string();
+            dest.push(slash);
+            let out = work.unpack(way, &archive, Path::new(&dest), 0o022);
+            assert_clean_failure(&out, &["is a symlink, not a directory"], &what);
+            sentinel.assert_unchanged(&what);
+            assert!(
+                !work.path("none").exists(),
+                "{what}: created the link's target"
+            );
+            assert!(fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink());
+        }
+    }
+}
+
+/// Runs `cmd` (stdin from `input`) under `/usr/bin/time` and returns its output and its peak
+/// resident memory in KiB. (The `ru_maxrss` of a child spawned from this test process would
+/// include this process's own peak, recorded when the child's `exec` dropped the memory it
+/// shared with it.)
+fn run_measured(cmd: &Command, input: Option<&[u8]>, rss: &Path) -> (Output, u64) {
+    let mut timed = Command::new("/usr/bin/time");
+    timed
+        .args(["-f", "%M", "-o"])
+        .arg(rss)
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    let out = run(&mut timed, input);
+    let kib = fs::read_to_string(rss).unwrap();
+    (out, kib.trim().lines().last().unwrap().parse().unwrap())
+}
+
+/// F3: 1,000 nested directories, then 10,000 sibling directories with mode 0o500 (one empty
+/// file each): the threads engine kept every one's full path (about 900x the archive in
+/// memory) and reopened each from the root. Memory now stays within a small bound.
+#[test]
+fn nested_restricted_directories_take_memory_in_proportion_to_the_archive() {
+    let work = Work::new();
+    let mut a = Archive::header();
+    for _ in 0..1000 {
+        a = a.dir(b"a");
+    }
+    for i in 0..10_000 {
+        a = a
+            .raw(&perm(0o500))
+            .dir(format!("r{i:06}").as_bytes())
+            .file(b"x", b"")
+            .pop();
+    }
+    for _ in 0..1000 {
+        a = a.pop();
+    }
+    let bytes = a.end(21_000);
+    let archive = work.archive("deep.barge", &bytes);
+    for way in ways().iter().filter(|w| !w.nobody && w.sandbox) {
+        let what = format!("{way:?}");
+        let dest = work.path("dest");
+        let cmd = work.unpack_cmd(way, &archive, &dest, 0o022);
+        let input = way.piped.then_some(&bytes[..]);
+        let (out, rss_kib) = run_measured(&cmd, input, &work.path("rss"));
+        assert!(
+            out.status.success(),
+            "{what}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let deepest = (0..1000).fold(dest.clone(), |p, _| p.join("a"));
+        assert_eq!(mode(&deepest.join("r000000")), 0o500, "{what}");
+        assert_eq!(mode(&deepest.join("r009999")), 0o500, "{what}");
+        eprintln!(
+            "{what}: peak RSS {rss_kib} KiB for a {} KiB archive",
+            bytes.len() >> 10
+        );
+        // SECURITY.md: at most 16 MiB plus 64 times the archive (here 221 KiB).
+        let bound = 16 * 1024 + 64 * (bytes.len() as u64 >> 10);
+        assert!(
+            rss_kib < bound,
+            "{what}: peak RSS {rss_kib} KiB > {bound} KiB"
+        );
+        make_removable(&dest);
+        fs::remove_dir_all(&dest).unwrap();
+    }
+}
+
+/// Waits until `check` holds, for at most [`TIMEOUT`].
+fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !check() {
+        assert!(start.elapsed() < TIMEOUT, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// F4: a signal in the middle of a file left it short under its final name. A stream that
+/// stalls half-way through a 12 MiB file (every engine creates a file that large as it
+/// arrives) is stopped by SIGINT, SIGTERM or SIGHUP: the partial file is removed, the file
+/// before it stays whole, a DEST barge created gets its usual mode back, and the process
+/// ends by that signal.
+#[test]
+fn a_signal_in_the_middle_of_a_file_removes_it_and_ends_the_process() {
+    let work = Work::new();
+    let big = vec![b'b'; 12 << 20];
+    let all = Archive::header()
+        .file(b"a", &[b'a'; 1000])
+        .file(b"big", &big)
+        .end(2);
+    let cut = all.len() - 9 - (6 << 20);
+    let signals = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+    for (i, way) in ways().iter().filter(|w| w.piped).enumerate() {
+        let signal = signals[i % signals.len()];
+        let what = format!("{way:?}, signal {signal}");
+        let dest = work.path(&format!("dest{i}"));
+        let mut cmd = work.unpack_cmd(way, Path::new("-"), &dest, 0o022);
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(&all[..cut]).unwrap();
+        let partial = dest.join("big");
+        wait_for(&what, || {
+            fs::metadata(&partial).is_ok_and(|m| m.len() >= (6 << 20) - (1 << 20))
+        });
+        assert_eq!(
+            mode(&dest),
+            0o700,
+            "{what}: DEST is private while it is filled"
+        );
+        // The process is `sh`, replaced by `exec` (and by setpriv's exec) with barge.
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let out = wait_output(child, TIMEOUT, &what);
+        drop(stdin);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.signal(), Some(signal), "{what}: {stderr}");
+        assert!(stderr.contains("interrupted by SIG"), "{what}: {stderr}");
+        assert!(!partial.exists(), "{what}: the partial file stayed");
+        assert_eq!(fs::read(dest.join("a")).unwrap(), [b'a'; 1000], "{what}");
+        assert_eq!(mode(&dest), 0o755, "{what}: DEST's mode once stopped");
+    }
+}
+
+/// F4, mapped: a signal while 32 files of 8 MiB land leaves only whole files.
+#[test]
+fn a_signal_during_a_mapped_unpack_leaves_only_whole_files() {
+    let work = Work::new();
+    let size = 8 << 20;
+    let mut a = Archive::header();
+    for i in 0..32 {
+        a = a.file(format!("f{i:02}").as_bytes(), &vec![b'z'; size]);
+    }
+    let archive = work.archive("big.barge", &a.end(32));
+    for (i, way) in ways().iter().filter(|w| !w.piped && !w.nobody).enumerate() {
+        let what = format!("{way:?}");
+        let dest = work.path(&format!("dest{i}"));
+        let mut cmd = work.unpack_cmd(way, &archive, &dest, 0o022);
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for(&what, || {
+            fs::read_dir(&dest).is_ok_and(|mut d| d.next().is_some())
+        });
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        let out = wait_output(child, TIMEOUT, &what);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.signal(), Some(libc::SIGINT), "{what}: {stderr}");
+        let landed: Vec<_> = fs::read_dir(&dest).unwrap().map(|e| e.unwrap()).collect();
+        assert!(landed.len() < 32, "{what}: all landed before the signal");
+        for entry in landed {
+            assert_eq!(
+                entry.metadata().unwrap().len(),
+                size as u64,
+                "{what}: {entry:?}"
+            );
+        }
+        fs::remove_dir_all(&dest).unwrap();
+    }
+}
+
+/// `barge list | head` ends quietly, as `tar -t | head` does (it said "Broken pipe", exit 1).
+#[test]
+fn list_into_a_closed_pipe_ends_quietly() {
+    let work = Work::new();
+    let mut a = Archive::header();
+    for i in 0..20_000 {
+        a = a.file(format!("file-with-a-long-name-{i:06}").as_bytes(), b"");
+    }
+    let archive = work.archive("many.barge", &a.end(20_000));
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("\"$0\" list \"$1\" | head -n 1")
+        .arg(&work.bin)
+        .arg(&archive)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "", "stderr");
+    assert_eq!(out.stdout.iter().filter(|&&b| b == b'\n').count(), 1);
+}

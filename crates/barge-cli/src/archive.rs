@@ -53,8 +53,9 @@ pub fn pack(dir: &Path, output: Option<&Path>, out: OutputArgs) -> Result<ExitCo
     };
     let sink = file.as_ref().map_or(stdout.as_fd(), |f| f.as_fd());
     let progress = Progress::default();
-    let (result, elapsed) =
-        with_progress(out, &progress, || barge::pack::pack(root, sink, &progress));
+    let (result, elapsed) = with_progress(out, &progress, || {
+        barge::pack::pack(root, sink, None, &progress)
+    });
     let packed = match result {
         Ok(packed) => packed,
         Err(e) => {

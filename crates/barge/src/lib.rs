@@ -12,6 +12,7 @@ pub mod error;
 pub mod fds;
 pub mod format;
 pub mod land;
+pub mod output;
 pub mod pack;
 pub mod root;
 pub mod solo;

@@ -12,6 +12,7 @@ use barge::land::parallel::{self, land_parallel, THREADS_FROM};
 use barge::land::sync::SyncLander;
 use barge::land::uring::UringLander;
 use barge::land::{read_events, Driver, Land, LandSummary};
+use barge::output::{Kind, Output};
 use barge::root::{open_dest, populate, raise_fd_limit, Confinement, Mapped};
 use barge::{Progress, TreePath};
 use rustix::fs::{fstat, open, seek, FileType, Mode, OFlags, SeekFrom};
@@ -38,33 +39,22 @@ pub fn pack(dir: &Path, output: Option<&Path>, out: OutputArgs) -> Result<ExitCo
     .with_context(|| format!("cannot open directory {}", dir.display()))?;
     let stdout = std::io::stdout();
     let file = match output {
-        Some(path) if !is_stdio(Some(path)) => Some(
-            open(
-                path,
-                OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::CLOEXEC,
-                Mode::from_raw_mode(0o644),
-            )
-            .with_context(|| format!("cannot create {}", path.display()))?,
-        ),
+        Some(path) if !is_stdio(Some(path)) => Some(Output::open(path)?),
         None if stdout.is_terminal() => {
             bail!("refusing to write an archive to a terminal: use -o FILE or redirect stdout")
         }
         _ => None,
     };
     let sink = file.as_ref().map_or(stdout.as_fd(), |f| f.as_fd());
+    let kind = file.as_ref().map(Output::kind);
+    let replaced = file.as_ref().and_then(Output::replaced);
     let progress = Progress::default();
-    let (result, elapsed) =
-        with_progress(out, &progress, || barge::pack::pack(root, sink, &progress));
-    let packed = match result {
-        Ok(packed) => packed,
-        Err(e) => {
-            if let (Some(path), Some(_)) = (output, &file) {
-                let _ = std::fs::remove_file(path);
-            }
-            return Err(e)
-                .with_context(|| format!("pack {} failed; no archive written", dir.display()));
-        }
-    };
+    let (result, elapsed) = with_progress(out, &progress, || {
+        barge::pack::pack(root, sink, replaced, &progress)
+    });
+    // Dropping an unfinished output removes its new file.
+    let finished = result.and_then(|packed| file.map_or(Ok(()), Output::finish).map(|()| packed));
+    let packed = finished.with_context(|| pack_failed(dir, output, kind, progress.written()))?;
     warn_skipped(&packed.skipped);
     let line = format!(
         "packed {} dirs, {} files, {} ({} archive)",
@@ -81,6 +71,25 @@ pub fn pack(dir: &Path, output: Option<&Path>, out: OutputArgs) -> Result<ExitCo
     fields.insert("skipped".into(), json!(packed.skipped.len()));
     summary(out, &line, fields, elapsed);
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a failed pack says it left: a file is untouched, a stream or device holds an
+/// incomplete archive.
+fn pack_failed(dir: &Path, output: Option<&Path>, kind: Option<Kind>, written: u64) -> String {
+    let dir = dir.display();
+    let name = match (kind, output) {
+        (Some(_), Some(path)) => path.display().to_string(),
+        _ => "stdout".into(),
+    };
+    match kind {
+        Some(Kind::Create) => format!("pack {dir} failed; {name} was not written"),
+        Some(Kind::Replace) => format!("pack {dir} failed; {name} left as it was"),
+        _ if written == 0 => format!("pack {dir} failed; nothing was written to {name}"),
+        _ => format!(
+            "pack {dir} failed after writing {written} bytes to {name}; that archive is \
+             incomplete (it has no end record, so unpack and list reject it)"
+        ),
+    }
 }
 
 fn warn_skipped(skipped: &[(TreePath, &'static str)]) {

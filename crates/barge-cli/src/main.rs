@@ -65,11 +65,18 @@ enum Command {
     ///
     /// Regular files and directories are stored with their permission bits; symlinks,
     /// devices, fifos and sockets are skipped with a warning. Entries are sorted by name,
-    /// so the same tree always gives the same archive.
+    /// so the same tree always gives the same archive. The archive never holds itself or
+    /// the file it replaces.
     Pack {
         /// The directory to pack.
         dir: PathBuf,
         /// Where to write the archive ('-' for stdout, the default when it is not a terminal).
+        ///
+        /// A new file in FILE's directory takes the archive and is renamed over FILE only
+        /// when the pack succeeded: a failed pack leaves FILE as it was. A symlink at FILE
+        /// is replaced itself; its target is never written. A device or fifo at FILE, or a
+        /// symlink to one (such as /dev/stdout), is written in place and never removed. A
+        /// directory or socket is refused.
         #[arg(short, long, value_name = "FILE|-")]
         output: Option<PathBuf>,
         #[command(flatten)]

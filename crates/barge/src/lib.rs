@@ -13,6 +13,7 @@ pub mod fds;
 pub mod format;
 pub mod interrupt;
 pub mod land;
+pub mod output;
 pub mod pack;
 pub mod root;
 pub mod solo;
@@ -27,6 +28,7 @@ pub use error::{Error, Result, TreePath};
 pub struct Progress {
     entries: AtomicU64,
     bytes: AtomicU64,
+    written: AtomicU64,
 }
 
 impl Progress {
@@ -49,5 +51,15 @@ impl Progress {
     /// Content bytes so far.
     pub fn bytes(&self) -> u64 {
         self.bytes.load(Relaxed)
+    }
+
+    /// Counts bytes of output written (what a failed `pack` already sent).
+    pub fn add_written(&self, bytes: u64) {
+        self.written.fetch_add(bytes, Relaxed);
+    }
+
+    /// Output bytes written so far.
+    pub fn written(&self) -> u64 {
+        self.written.load(Relaxed)
     }
 }

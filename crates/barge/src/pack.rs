@@ -64,12 +64,19 @@ pub struct PackSummary {
     pub skipped: Vec<(TreePath, &'static str)>,
 }
 
-/// Packs the tree below the directory `root` into `out` (a file, pipe or socket). When
-/// `out` is a regular file, a file with its device and inode is skipped (the archive
-/// never packs itself).
-pub fn pack(root: OwnedFd, out: BorrowedFd<'_>, progress: &Progress) -> Result<PackSummary> {
+/// Packs the tree below the directory `root` into `out` (a file, pipe or socket). The
+/// archive never packs itself: a file with the device and inode of `out` (when a regular
+/// file) or `replaced` (the file the archive is to replace) is left out without a word.
+pub fn pack(
+    root: OwnedFd,
+    out: BorrowedFd<'_>,
+    replaced: Option<(u64, u64)>,
+    progress: &Progress,
+) -> Result<PackSummary> {
     let out_stat =
         fstat(out).map_err(|e| Error::io("fstat", TreePath(b"<archive>".to_vec()), e))?;
+    let archive = (FileType::from_raw_mode(out_stat.st_mode) == FileType::RegularFile)
+        .then_some((out_stat.st_dev, out_stat.st_ino));
     let (tx, rx) = sync_channel(BUFFERS);
     let (spare_tx, spare) = sync_channel(BUFFERS);
     let queued = AtomicUsize::new(0);
@@ -77,8 +84,7 @@ pub fn pack(root: OwnedFd, out: BorrowedFd<'_>, progress: &Progress) -> Result<P
         tx,
         queued: &queued,
         spare,
-        itself: (FileType::from_raw_mode(out_stat.st_mode) == FileType::RegularFile)
-            .then_some((out_stat.st_dev, out_stat.st_ino)),
+        itself: [archive, replaced],
         buf: Vec::with_capacity(BUFFER),
         summary: PackSummary::default(),
         progress,
@@ -87,7 +93,7 @@ pub fn pack(root: OwnedFd, out: BorrowedFd<'_>, progress: &Progress) -> Result<P
     };
     std::thread::scope(|scope| {
         let queued = &queued;
-        let written = spawn_elsewhere(scope, move || writer(out, rx, spare_tx, queued));
+        let written = spawn_elsewhere(scope, move || writer(out, rx, spare_tx, queued, progress));
         let packed = packer.pack(root);
         drop(packer.tx);
         written.join().expect("the writer does not panic")?;
@@ -113,7 +119,8 @@ struct Packer<'a> {
     queued: &'a AtomicUsize,
     /// Emptied buffers coming back from the writer thread.
     spare: Receiver<Vec<u8>>,
-    itself: Option<(u64, u64)>,
+    /// Device and inode of the archive being written and of the file it replaces.
+    itself: [Option<(u64, u64)>; 2],
     buf: Vec<u8>,
     summary: PackSummary,
     progress: &'a Progress,
@@ -276,32 +283,36 @@ enum Out {
     File(OwnedFd, u64, TreePath),
 }
 
-/// Writes what arrives on `rx` to `out`, returning emptied buffers on `spare` and
-/// counting down `queued` after each item.
+/// Writes what arrives on `rx` to `out`, returning emptied buffers on `spare`, counting
+/// down `queued` after each item and the bytes written in `progress`.
 fn writer(
     out: BorrowedFd<'_>,
     rx: Receiver<Out>,
     spare: SyncSender<Vec<u8>>,
     queued: &AtomicUsize,
+    progress: &Progress,
 ) -> Result<()> {
     for item in rx {
         match item {
             Out::Bytes(mut buf) => {
-                write_all(out, &buf)?;
+                write_all(out, &buf, progress)?;
                 buf.clear();
                 let _ = spare.try_send(buf);
             }
-            Out::File(file, size, path) => send_file(out, file.as_fd(), size, &path)?,
+            Out::File(file, size, path) => send_file(out, file.as_fd(), size, &path, progress)?,
         }
         queued.fetch_sub(1, Relaxed);
     }
     Ok(())
 }
 
-fn write_all(out: BorrowedFd<'_>, mut rest: &[u8]) -> Result<()> {
+fn write_all(out: BorrowedFd<'_>, mut rest: &[u8], progress: &Progress) -> Result<()> {
     while !rest.is_empty() {
         match retry(|| write(out, rest)) {
-            Ok(n) => rest = &rest[n..],
+            Ok(n) => {
+                rest = &rest[n..];
+                progress.add_written(n as u64);
+            }
             Err(e) => return Err(Error::io("write archive", TreePath::default(), e)),
         }
     }
@@ -309,7 +320,13 @@ fn write_all(out: BorrowedFd<'_>, mut rest: &[u8]) -> Result<()> {
 }
 
 /// Sends exactly `size` bytes of `file` to `out`, then checks it did not grow.
-fn send_file(out: BorrowedFd<'_>, file: BorrowedFd<'_>, size: u64, path: &TreePath) -> Result<()> {
+fn send_file(
+    out: BorrowedFd<'_>,
+    file: BorrowedFd<'_>,
+    size: u64,
+    path: &TreePath,
+    progress: &Progress,
+) -> Result<()> {
     let changed = |actual| Error::Changed {
         path: path.clone(),
         expected: size,
@@ -320,7 +337,10 @@ fn send_file(out: BorrowedFd<'_>, file: BorrowedFd<'_>, size: u64, path: &TreePa
         let chunk = (size - offset).min(1 << 30) as usize;
         match retry(|| sendfile(out, file, Some(&mut offset), chunk)) {
             Ok(0) => return Err(changed(offset)),
-            Ok(_) => check()?,
+            Ok(n) => {
+                progress.add_written(n as u64);
+                check()?;
+            }
             Err(e) => return Err(Error::io("sendfile", path.clone(), e)),
         }
     }
@@ -340,8 +360,7 @@ impl Packer<'_> {
         stat: &Stat,
         path: impl Fn() -> TreePath,
     ) -> Result<()> {
-        if self.itself == Some((stat.st_dev, stat.st_ino)) {
-            self.skip(path(), "the archive being written");
+        if self.is_itself(stat.st_dev, stat.st_ino) {
             return Ok(());
         }
         let size = stat.st_size as u64;
@@ -360,6 +379,11 @@ impl Packer<'_> {
         }
         self.counted(size);
         Ok(())
+    }
+
+    /// True for the archive being written and the file it replaces.
+    fn is_itself(&self, dev: u64, ino: u64) -> bool {
+        self.itself.contains(&Some((dev, ino)))
     }
 
     fn counted(&mut self, size: u64) {
@@ -397,8 +421,8 @@ impl Packer<'_> {
             let dev = rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor);
             if kind != FileType::RegularFile {
                 self.skip(self.run.path(i), crate::walk::kind_name(kind));
-            } else if self.itself == Some((dev, st.stx_ino)) {
-                self.skip(self.run.path(i), "the archive being written");
+            } else if self.is_itself(dev, st.stx_ino) {
+                // The archive itself: left out without a word.
             } else if st.stx_size <= INLINE_MAX {
                 let meta = Meta {
                     mode: u32::from(st.stx_mode),

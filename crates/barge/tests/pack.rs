@@ -41,7 +41,7 @@ fn large_files_round_trip_whether_sent_or_read_while_the_writer_is_behind() {
         reader.read_to_end(&mut archive).unwrap();
         archive
     });
-    let summary = pack(root, writer.as_fd(), &Progress::default()).unwrap();
+    let summary = pack(root, writer.as_fd(), None, &Progress::default()).unwrap();
     drop(writer);
     let archive = late_reader.join().unwrap();
     assert_eq!(summary.files, 24);

@@ -151,15 +151,52 @@ pub fn as_nobody() -> Command {
     cmd
 }
 
+/// The command `barge pack SRC -o OUT` (OUT may be `-`).
+pub fn pack_cmd(src: impl AsRef<OsStr>, out: impl AsRef<OsStr>) -> Command {
+    barge(["pack".as_ref(), src.as_ref(), "-o".as_ref(), out.as_ref()])
+}
+
 /// Runs `barge pack SRC -o OUT` (OUT may be `-`) and returns what it wrote on stdout.
 pub fn pack_to(src: &Path, out: impl AsRef<OsStr>) -> Vec<u8> {
-    let mut cmd = barge([
-        "pack".as_ref(),
-        src.as_os_str(),
-        "-o".as_ref(),
-        out.as_ref(),
-    ]);
-    run_ok(&mut cmd, None).stdout
+    run_ok(&mut pack_cmd(src, out), None).stdout
+}
+
+/// A tree whose pack fails before a byte of archive is written: /proc/sys files say 0
+/// bytes at open and hold more.
+pub const FAILING_TREE: &str = "/proc/sys/kernel/random";
+
+/// Runs `work` while a thread reads the fifo `path` to its end; returns what `work` returned
+/// and what was read. A reader still waiting for a writer once `work` is done is released.
+pub fn read_fifo_during<T>(path: &Path, work: impl FnOnce() -> T) -> (T, Vec<u8>) {
+    let reader = {
+        let path = path.to_path_buf();
+        std::thread::spawn(move || {
+            let mut data = Vec::new();
+            fs::File::open(path)
+                .unwrap()
+                .read_to_end(&mut data)
+                .unwrap();
+            data
+        })
+    };
+    let result = work();
+    while !reader.is_finished() {
+        // Opening for writing without blocking succeeds once the reader waits in its open.
+        let flags = rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::NONBLOCK;
+        let _ = rustix::fs::open(path, flags, rustix::fs::Mode::empty());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    (result, reader.join().unwrap())
+}
+
+/// The names in `dir` (hidden ones too), sorted.
+pub fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
 }
 
 /// Creates a fifo (mode 0o644) at `path`.

@@ -1,0 +1,306 @@
+//! Where `pack` writes an archive named by a path (`-o PATH`), so that a failed pack never
+//! destroys what PATH named:
+//!
+//! - nothing, a regular file, or a symlink that leads to neither a device nor a fifo: the
+//!   archive goes to a new file in PATH's directory (unnamed with `O_TMPFILE`, else a hidden
+//!   `.barge-PID-N.tmp`), renamed over PATH only by [`Output::finish`]. A symlink is
+//!   replaced itself: its target is never opened.
+//! - a character or block device or a fifo, or a symlink to one (`/dev/stdout`): opened
+//!   without `O_CREAT` or `O_TRUNC`, written in place and never removed.
+//! - a directory or a socket, or a symlink to one: refused.
+//!
+//! Every call is relative to an `O_PATH` fd of PATH's directory, with PATH's last name.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use rustix::fs::{
+    fstat, linkat, openat, renameat, statat, unlinkat, AtFlags, FileType, Mode, OFlags, Stat, CWD,
+};
+use rustix::io::Errno;
+
+use crate::error::{Error, Result, TreePath};
+
+/// Hidden temporary names tried before giving up (each taken one is skipped).
+const TEMP_TRIES: u32 = 100;
+
+/// What writing to an [`Output`] does to PATH.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A device or fifo: written in place, so what was written stays written on failure.
+    InPlace,
+    /// Nothing was there: PATH appears when the pack succeeded.
+    Create,
+    /// A file or symlink was there: replaced when the pack succeeded, else left as it was.
+    Replace,
+}
+
+/// An archive being written to `-o PATH`. Dropped without [`Output::finish`], it leaves
+/// PATH as it was and removes the file it created.
+#[derive(Debug)]
+pub struct Output {
+    fd: OwnedFd,
+    kind: Kind,
+    /// Device and inode of the regular file at PATH that the archive replaces.
+    replaced: Option<(u64, u64)>,
+    dir: OwnedFd,
+    name: Vec<u8>,
+    /// The new file's name in `dir`, once it has one.
+    temp: Option<Vec<u8>>,
+    path: TreePath,
+}
+
+impl AsFd for Output {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl Output {
+    /// Opens `path` for writing an archive (see the module documentation).
+    pub fn open(path: &Path) -> Result<Output> {
+        Output::open_with(path, true)
+    }
+
+    /// [`Output::open`], trying `O_TMPFILE` only when `unnamed` (tests use the fallback).
+    fn open_with(path: &Path, unnamed: bool) -> Result<Output> {
+        let bytes = path.as_os_str().as_bytes();
+        let shown = TreePath(bytes.to_vec());
+        let fail = |op, e| Error::io(op, shown.clone(), e);
+        let refuse = |why: io::Error| Error::Io {
+            op: "write the archive",
+            path: shown.clone(),
+            cause: why,
+        };
+        let Some((parent, name)) = split(bytes) else {
+            let errno = if bytes.is_empty() {
+                Errno::NOENT
+            } else {
+                Errno::ISDIR
+            };
+            return Err(refuse(errno.into()));
+        };
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let dir = openat(CWD, parent, flags, Mode::empty())
+            .map_err(|e| Error::io("open directory", TreePath(parent.to_vec()), e))?;
+        let found = match statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) => Some(stat),
+            Err(Errno::NOENT) => None,
+            Err(e) => return Err(fail("stat", e)),
+        };
+        let kind_of = |stat: Stat| FileType::from_raw_mode(stat.st_mode);
+        let link = found.map(kind_of) == Some(FileType::Symlink);
+        // What PATH leads to: a symlink's target, when it has one.
+        let leads_to = if link {
+            statat(&dir, name, AtFlags::empty()).ok().map(kind_of)
+        } else {
+            found.map(kind_of)
+        };
+        let file = found.filter(|&s| kind_of(s) == FileType::RegularFile);
+        let (fd, kind, temp) = match leads_to {
+            Some(FileType::Directory) => return Err(refuse(Errno::ISDIR.into())),
+            Some(FileType::Socket) => return Err(refuse(io::Error::other("it is a socket"))),
+            Some(FileType::CharacterDevice | FileType::BlockDevice | FileType::Fifo) => {
+                let fd = open_in_place(&dir, name, link).map_err(|e| fail("open", e))?;
+                (fd, Kind::InPlace, None)
+            }
+            _ => {
+                // A replaced file keeps its permission bits (a 0o600 archive stays private).
+                let mode = Mode::from_raw_mode(file.map_or(0o666, |s| s.st_mode & 0o777));
+                let (fd, temp) = create(&dir, mode, unnamed).map_err(|e| fail("create", e))?;
+                let kind = if found.is_some() {
+                    Kind::Replace
+                } else {
+                    Kind::Create
+                };
+                (fd, kind, temp)
+            }
+        };
+        Ok(Output {
+            fd,
+            kind,
+            replaced: file.map(|s| (s.st_dev, s.st_ino)),
+            dir,
+            name: name.to_vec(),
+            temp,
+            path: shown,
+        })
+    }
+
+    /// What writing does to PATH.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// Device and inode of the regular file the archive replaces (the pack leaves it out).
+    pub fn replaced(&self) -> Option<(u64, u64)> {
+        self.replaced
+    }
+
+    /// Puts a complete archive in place: the new file gets a name (when it had none yet)
+    /// and is renamed over PATH. Nothing to do for a device or fifo.
+    pub fn finish(mut self) -> Result<()> {
+        if self.kind == Kind::InPlace {
+            return Ok(());
+        }
+        if self.temp.is_none() {
+            self.temp = Some(self.link().map_err(|e| self.error("link", e))?);
+        }
+        let temp = self.temp.as_deref().expect("named above");
+        renameat(&self.dir, temp, &self.dir, &self.name[..])
+            .map_err(|e| self.error("rename", e))?;
+        self.temp = None;
+        Ok(())
+    }
+
+    /// Gives the unnamed file a hidden name: by `AT_EMPTY_PATH` where permitted, else
+    /// through `/proc/self/fd`.
+    fn link(&self) -> rustix::io::Result<Vec<u8>> {
+        let proc = format!("/proc/self/fd/{}", self.fd.as_raw_fd());
+        let ((), temp) = with_temp_name(|temp| {
+            match linkat(&self.fd, c"", &self.dir, temp, AtFlags::EMPTY_PATH) {
+                Err(Errno::NOENT | Errno::PERM) => {
+                    linkat(CWD, &proc[..], &self.dir, temp, AtFlags::SYMLINK_FOLLOW)
+                }
+                linked => linked,
+            }
+        })?;
+        Ok(temp)
+    }
+
+    fn error(&self, op: &'static str, errno: Errno) -> Error {
+        Error::io(op, self.path.clone(), errno)
+    }
+}
+
+impl Drop for Output {
+    /// Removes the new file's name unless it was renamed over PATH, and only while the name
+    /// is still that file.
+    fn drop(&mut self) {
+        let Some(temp) = self.temp.take() else { return };
+        let id = |s: Stat| (s.st_dev, s.st_ino);
+        let named = statat(&self.dir, &temp[..], AtFlags::SYMLINK_NOFOLLOW).map(id);
+        if named.is_ok() && named == fstat(&self.fd).map(id) {
+            let _ = unlinkat(&self.dir, &temp[..], AtFlags::empty());
+        }
+    }
+}
+
+/// Opens the device or fifo `name` in `dir` (through a symlink when `follow`) for writing.
+fn open_in_place(dir: &OwnedFd, name: &[u8], follow: bool) -> rustix::io::Result<OwnedFd> {
+    let mut flags = OFlags::WRONLY | OFlags::NOCTTY | OFlags::CLOEXEC;
+    flags.set(OFlags::NOFOLLOW, !follow);
+    let fd = openat(dir, name, flags, Mode::empty())?;
+    match FileType::from_raw_mode(fstat(&fd)?.st_mode) {
+        FileType::CharacterDevice | FileType::BlockDevice | FileType::Fifo => Ok(fd),
+        // Swapped since the stat (try again): never write into a file without truncating it.
+        _ => Err(Errno::AGAIN),
+    }
+}
+
+/// Creates a new file in `dir`: unnamed where the filesystem allows `O_TMPFILE`, else under
+/// a hidden name (`O_EXCL|O_NOFOLLOW`), returned with it.
+fn create(
+    dir: &OwnedFd,
+    mode: Mode,
+    unnamed: bool,
+) -> rustix::io::Result<(OwnedFd, Option<Vec<u8>>)> {
+    if unnamed {
+        let flags = OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC;
+        match openat(dir, c".", flags, mode) {
+            Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => {}
+            opened => return opened.map(|fd| (fd, None)),
+        }
+    }
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let (fd, temp) = with_temp_name(|temp| openat(dir, temp, flags, mode))?;
+    Ok((fd, Some(temp)))
+}
+
+/// Calls `make` with hidden names `.barge-PID-N.tmp` until one is not taken.
+fn with_temp_name<T>(
+    mut make: impl FnMut(&CStr) -> rustix::io::Result<T>,
+) -> rustix::io::Result<(T, Vec<u8>)> {
+    let mut n = 0;
+    loop {
+        let temp = format!(".barge-{}-{n}.tmp\0", std::process::id());
+        let name = CStr::from_bytes_with_nul(temp.as_bytes()).expect("one NUL, at the end");
+        match make(name) {
+            Ok(made) => return Ok((made, name.to_bytes().to_vec())),
+            Err(Errno::EXIST) if n + 1 < TEMP_TRIES => n += 1,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Splits a path into its directory and last name; `None` when the last name is empty,
+/// `.` or `..` (the path names a directory).
+fn split(path: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (parent, name) = match path.iter().rposition(|&b| b == b'/') {
+        Some(0) => (&b"/"[..], &path[1..]),
+        Some(slash) => (&path[..slash], &path[slash + 1..]),
+        None => (&b"."[..], path),
+    };
+    (!matches!(name, b"" | b"." | b"..")).then_some((parent, name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<_> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn write(output: &Output, data: &[u8]) {
+        let fd = output.as_fd().try_clone_to_owned().unwrap();
+        fs::File::from(fd).write_all(data).unwrap();
+    }
+
+    /// The hidden-name fallback (for filesystems without `O_TMPFILE`): dropped, it leaves
+    /// nothing; finished, it replaces PATH and keeps its permission bits.
+    #[test]
+    fn the_named_fallback_leaves_nothing_behind_and_replaces_on_finish() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out");
+        fs::write(&path, b"old").unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+
+        let output = Output::open_with(&path, false).unwrap();
+        assert_eq!(output.kind(), Kind::Replace);
+        assert_eq!(names(dir.path()).len(), 2, "the hidden file, while writing");
+        write(&output, b"new");
+        drop(output);
+        assert_eq!(names(dir.path()), ["out"]);
+        assert_eq!(fs::read(&path).unwrap(), b"old");
+
+        let output = Output::open_with(&path, false).unwrap();
+        write(&output, b"new");
+        output.finish().unwrap();
+        assert_eq!(names(dir.path()), ["out"]);
+        assert_eq!(fs::read(&path).unwrap(), b"new");
+        let mode = fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn split_finds_the_directory_and_last_name() {
+        assert_eq!(split(b"out"), Some((&b"."[..], &b"out"[..])));
+        assert_eq!(split(b"/out"), Some((&b"/"[..], &b"out"[..])));
+        assert_eq!(split(b"a//b"), Some((&b"a/"[..], &b"b"[..])));
+        for dir in [&b""[..], b"/", b"a/", b".", b"a/..", b"a/."] {
+            assert_eq!(split(dir), None, "{dir:?}");
+        }
+    }
+}

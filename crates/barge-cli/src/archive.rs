@@ -36,7 +36,7 @@ pub fn pack(dir: &Path, output: Option<&Path>, out: OutputArgs) -> Result<ExitCo
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )
-    .with_context(|| format!("cannot open directory {}", dir.display()))?;
+    .with_context(|| format!("cannot open directory {}", shown_path(dir)))?;
     let stdout = std::io::stdout();
     let file = match output {
         Some(path) if !is_stdio(Some(path)) => Some(Output::open(path)?),
@@ -76,9 +76,9 @@ pub fn pack(dir: &Path, output: Option<&Path>, out: OutputArgs) -> Result<ExitCo
 /// What a failed pack says it left: a file is untouched, a stream or device holds an
 /// incomplete archive.
 fn pack_failed(dir: &Path, output: Option<&Path>, kind: Option<Kind>, written: u64) -> String {
-    let dir = dir.display();
+    let dir = shown_path(dir);
     let name = match (kind, output) {
-        (Some(_), Some(path)) => path.display().to_string(),
+        (Some(_), Some(path)) => shown_path(path),
         _ => "stdout".into(),
     };
     match kind {

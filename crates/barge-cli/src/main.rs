@@ -27,20 +27,52 @@ pub struct LimitArgs {
     /// Refuse archives nested deeper than this many directories.
     #[arg(long, value_name = "N", default_value_t = barge::format::DEFAULT_MAX_DEPTH)]
     max_depth: usize,
-    /// Refuse archives with more than N entries (dirs + files).
-    #[arg(long, value_name = "N")]
-    max_entries: Option<u64>,
-    /// Refuse archives with more than N bytes of file content.
-    #[arg(long, value_name = "N")]
-    max_bytes: Option<u64>,
+    /// Refuse archives with more than N entries (dirs + files); 'none' for no limit. The
+    /// default bounds what a stranger's archive can make a server create and remember.
+    #[arg(long, value_name = "N", default_value = "10M", value_parser = parse_limit)]
+    max_entries: Limit,
+    /// Refuse archives with more than N bytes of file content, e.g. 500M or 2G (K, M, G
+    /// and T count in 1024s); 'none' (the default) for no limit.
+    #[arg(long, value_name = "N", default_value = "none", value_parser = parse_limit)]
+    max_bytes: Limit,
+}
+
+/// A limit, or none.
+#[derive(Debug, Clone, Copy)]
+pub struct Limit(Option<u64>);
+
+/// Parses `none`, a number, or a number with K, M, G or T (powers of 1024).
+fn parse_limit(text: &str) -> Result<Limit, String> {
+    if text == "none" {
+        return Ok(Limit(None));
+    }
+    let (digits, scale) = match text.char_indices().last() {
+        Some((i, unit)) if unit.is_ascii_alphabetic() => {
+            let power = match unit.to_ascii_uppercase() {
+                'K' => 1,
+                'M' => 2,
+                'G' => 3,
+                'T' => 4,
+                _ => return Err(format!("unknown unit '{unit}' (use K, M, G or T)")),
+            };
+            (&text[..i], 1u64 << (10 * power))
+        }
+        _ => (text, 1),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("'{text}' is not a number, a number with K/M/G/T, or 'none'"))?;
+    n.checked_mul(scale)
+        .map(|n| Limit(Some(n)))
+        .ok_or_else(|| format!("'{text}' is too large"))
 }
 
 impl LimitArgs {
     fn limits(self) -> barge::format::Limits {
         barge::format::Limits {
             max_depth: self.max_depth,
-            max_entries: self.max_entries,
-            max_bytes: self.max_bytes,
+            max_entries: self.max_entries.0,
+            max_bytes: self.max_bytes.0,
         }
     }
 }
@@ -122,6 +154,30 @@ enum Command {
     /// are counted and named on stderr (exit status 1) without stopping the walk.
     #[command(disable_help_flag = true)]
     Du(du::DuArgs),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn limits_take_units_and_none() {
+        let parse = |s| parse_limit(s).map(|l| l.0);
+        assert_eq!(parse("none"), Ok(None));
+        assert_eq!(parse("1500"), Ok(Some(1500)));
+        assert_eq!(parse("10M"), Ok(Some(10 << 20)));
+        assert_eq!(parse("2g"), Ok(Some(2 << 30)));
+        assert_eq!(parse("1T"), Ok(Some(1 << 40)));
+        for bad in ["", "M", "1.5G", "10Q", "-1", "99999999999T"] {
+            assert!(parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
 }
 
 fn main() -> ExitCode {

@@ -18,6 +18,7 @@ struct Counting;
 thread_local! {
     static LIVE: Cell<usize> = const { Cell::new(0) };
     static PEAK: Cell<usize> = const { Cell::new(0) };
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
 }
 
 fn grow(by: usize) {
@@ -33,6 +34,7 @@ fn shrink(by: usize) {
 // SAFETY: forwards to the system allocator; the counters are plain thread-local cells.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.with(|a| a.set(a.get() + 1));
         grow(layout.size());
         System.alloc(layout)
     }
@@ -58,10 +60,17 @@ fn allowance(len: usize) -> usize {
 
 /// Peak bytes allocated (above what was live before) while `decode_all` runs on `input`.
 fn peak_allocation(input: &[u8], limits: Limits) -> usize {
+    peak_and_count(input, limits).0
+}
+
+/// Peak bytes allocated and the number of allocations while `decode_all` runs on `input`.
+fn peak_and_count(input: &[u8], limits: Limits) -> (usize, usize) {
     let base = LIVE.with(|l| l.get());
     PEAK.with(|p| p.set(base));
+    let count = ALLOCATIONS.with(|a| a.get());
     let _ = decode_all(input, limits, |_, _| Ok(()));
-    PEAK.with(|p| p.get()) - base
+    let peak = PEAK.with(|p| p.get()) - base;
+    (peak, ALLOCATIONS.with(|a| a.get()) - count)
 }
 
 /// xorshift64*: small, fixed-seed, good enough to pick mutations.
@@ -206,4 +215,35 @@ fn deep_nesting_allocates_in_proportion_to_input() {
         };
         assert_eq!(outcome.unwrap_err().0, expected);
     }
+}
+
+/// 200,000 unique short names in shuffled order (the red team's 12 MB stream of short
+/// unsorted names took 76 MB): the names a directory remembers cost a few times their
+/// messages, and not an allocation each (with its allocator overhead).
+#[test]
+fn many_unsorted_short_names_allocate_a_few_times_the_input() {
+    let mut rng = Rng(0x5eed);
+    let mut names: Vec<u32> = (0..200_000).collect();
+    for i in (1..names.len()).rev() {
+        names.swap(i, rng.below(i + 1));
+    }
+    let mut input = barge::format::HEADER.to_vec();
+    for n in &names {
+        input.push(barge::format::TAG_FILE);
+        input.extend_from_slice(format!("{n:04x}").as_bytes());
+        input.extend_from_slice(&[0, 0, 0, 0, 0]);
+    }
+    input.push(barge::format::TAG_END);
+    input.extend_from_slice(&(names.len() as u64).to_le_bytes());
+    assert_eq!(decode_whole(&input, Limits::default()).map(|_| ()), Ok(()));
+    let (peak, allocations) = peak_and_count(&input, Limits::default());
+    assert!(
+        peak <= 4 * input.len(),
+        "{peak} bytes allocated for {} bytes of input",
+        input.len()
+    );
+    assert!(
+        allocations < 1000,
+        "{allocations} allocations for 200,000 names"
+    );
 }

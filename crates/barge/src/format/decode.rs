@@ -1,7 +1,9 @@
 //! The pure decoder: bytes in, events out, no I/O. It validates everything the format
 //! promises (names, nesting, counts, limits) before an event reaches a sink.
 
-use std::collections::HashSet;
+use std::hash::{BuildHasher, RandomState};
+
+use hashbrown::HashTable;
 
 use super::{
     FormatError, DEFAULT_DIR_MODE, DEFAULT_FILE_MODE, DEFAULT_MAX_DEPTH, HEADER, MAX_NAME,
@@ -105,55 +107,79 @@ pub struct Decoder {
     wanted: usize,
 }
 
-/// The names used in one directory. While they arrive in strictly increasing byte order (as
-/// `barge pack` writes them), a new name can only repeat the last one, so they are kept in
-/// one buffer without hashing; the first name out of order moves them into a hash set.
+/// The names used in one directory, one after another in one buffer. While they arrive in
+/// strictly increasing byte order (as `barge pack` writes them), a new name can only repeat
+/// the last one, so nothing is hashed; the first name out of order builds a hash table of
+/// them, which holds only where each name is in the buffer (8 bytes a slot), so an archive
+/// of many short unsorted names takes memory in proportion to its size.
 #[derive(Debug, Default)]
 struct Names {
-    /// The names, one after another, while they are in order.
+    /// The names, one after another.
     bytes: Vec<u8>,
     /// Where each name in `bytes` ends.
     ends: Vec<usize>,
-    /// All the names, once one came out of order. Boxed: one `Names` exists per open
-    /// directory, and an inline set would triple its size for the rare unsorted archive.
-    #[allow(clippy::box_collection)]
-    set: Option<Box<HashSet<Box<[u8]>>>>,
+    /// The names by (seeded) hash, once one came out of order, as [`span`]s of `bytes`.
+    /// Boxed: one `Names` exists per open directory, mostly never hashed.
+    table: Option<Box<(HashTable<u64>, RandomState)>>,
+}
+
+/// A name's place in [`Names::bytes`]: its start above its length (names have 1 to 255
+/// bytes).
+fn span(start: usize, end: usize) -> u64 {
+    ((start as u64) << 8) | (end - start) as u64
+}
+
+/// The name at `span` in `bytes`.
+fn at(bytes: &[u8], span: u64) -> &[u8] {
+    let start = (span >> 8) as usize;
+    &bytes[start..start + (span & 0xff) as usize]
 }
 
 impl Names {
     /// True when `name` was added before.
     fn contains(&mut self, name: &[u8]) -> bool {
-        if self.set.is_none() {
+        if self.table.is_none() {
             match self.last() {
                 None => return false,
                 Some(last) if name > last => return false,
                 Some(last) if name == last => return true,
-                Some(_) => {
-                    let mut start = 0;
-                    let mut set = HashSet::with_capacity(self.ends.len() + 1);
-                    for &end in &self.ends {
-                        set.insert(self.bytes[start..end].into());
-                        start = end;
-                    }
-                    self.bytes = Vec::new();
-                    self.ends = Vec::new();
-                    self.set = Some(Box::new(set));
-                }
+                Some(_) => self.build_table(),
             }
         }
-        self.set.as_ref().is_some_and(|set| set.contains(name))
+        let (table, hasher) = &**self.table.as_ref().expect("built above");
+        let bytes = &self.bytes;
+        (table.find(hasher.hash_one(name), |&s| at(bytes, s) == name)).is_some()
+    }
+
+    /// Hashes every name so far.
+    fn build_table(&mut self) {
+        let hasher = RandomState::new();
+        let mut table = HashTable::with_capacity(self.ends.len() + 1);
+        let mut start = 0;
+        let bytes = &self.bytes;
+        let hash = |&s: &u64| hasher.hash_one(at(bytes, s));
+        for &end in &self.ends {
+            let name = span(start, end);
+            table.insert_unique(hash(&name), name, hash);
+            start = end;
+        }
+        self.ends = Vec::new();
+        self.table = Some(Box::new((table, hasher)));
     }
 
     /// Remembers `name` (checked with [`Names::contains`] first).
     fn add(&mut self, name: &[u8]) {
-        match &mut self.set {
-            Some(set) => {
-                set.insert(name.into());
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(name);
+        match &mut self.table {
+            Some(table) => {
+                let (table, hasher) = &mut **table;
+                let bytes = &self.bytes;
+                let hash = |&s: &u64| hasher.hash_one(at(bytes, s));
+                let name = span(start, bytes.len());
+                table.insert_unique(hash(&name), name, hash);
             }
-            None => {
-                self.bytes.extend_from_slice(name);
-                self.ends.push(self.bytes.len());
-            }
+            None => self.ends.push(self.bytes.len()),
         }
     }
 
@@ -168,7 +194,7 @@ impl Names {
     fn clear(&mut self) {
         self.bytes.clear();
         self.ends.clear();
-        self.set = None;
+        self.table = None;
     }
 }
 

@@ -156,30 +156,6 @@ enum Command {
     Du(du::DuArgs),
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::CommandFactory;
-
-    #[test]
-    fn the_command_line_definition_is_consistent() {
-        Cli::command().debug_assert();
-    }
-
-    #[test]
-    fn limits_take_units_and_none() {
-        let parse = |s| parse_limit(s).map(|l| l.0);
-        assert_eq!(parse("none"), Ok(None));
-        assert_eq!(parse("1500"), Ok(Some(1500)));
-        assert_eq!(parse("10M"), Ok(Some(10 << 20)));
-        assert_eq!(parse("2g"), Ok(Some(2 << 30)));
-        assert_eq!(parse("1T"), Ok(Some(1 << 40)));
-        for bad in ["", "M", "1.5G", "10Q", "-1", "99999999999T"] {
-            assert!(parse(bad).is_err(), "{bad:?} accepted");
-        }
-    }
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Commands that write stop cleanly on a signal; `du` only reads, and dies as usual.
@@ -223,4 +199,28 @@ fn main() -> ExitCode {
         barge::interrupt::die_by(signal);
     }
     code
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn limits_take_units_and_none() {
+        let parse = |s| parse_limit(s).map(|l| l.0);
+        assert_eq!(parse("none"), Ok(None));
+        assert_eq!(parse("1500"), Ok(Some(1500)));
+        assert_eq!(parse("10M"), Ok(Some(10 << 20)));
+        assert_eq!(parse("2g"), Ok(Some(2 << 30)));
+        assert_eq!(parse("1T"), Ok(Some(1 << 40)));
+        for bad in ["", "M", "1.5G", "10Q", "-1", "99999999999T"] {
+            assert!(parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
 }

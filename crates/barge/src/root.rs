@@ -97,8 +97,18 @@ pub fn open_dest(dest: &Path, sandbox: bool, keep: Option<RawFd>) -> Result<Dest
 /// something already exists there.
 fn create(dest: &Path) -> Result<bool> {
     if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
-        fs::create_dir_all(parent)
-            .map_err(|e| Error::os("create the destination's parent", path_of(parent), e))?;
+        fs::create_dir_all(parent).map_err(|e| {
+            // The first parent that exists is not a directory (or the OS error says why).
+            let existing = parent
+                .ancestors()
+                .find(|p| statat(CWD, *p, AtFlags::empty()).is_ok());
+            match existing.map(|p| (p, statat(CWD, p, AtFlags::SYMLINK_NOFOLLOW))) {
+                Some((p, Ok(st))) if FileType::from_raw_mode(st.st_mode) != FileType::Directory => {
+                    not_a_directory(p, Errno::NOTDIR)
+                }
+                _ => Error::os("create the destination's parent", path_of(parent), e),
+            }
+        })?;
     }
     match fs::DirBuilder::new().mode(0o700).create(dest) {
         Ok(()) => Ok(true),

@@ -400,3 +400,172 @@ fn list_into_a_closed_pipe_ends_quietly() {
     assert_eq!(String::from_utf8_lossy(&out.stderr), "", "stderr");
     assert_eq!(out.stdout.iter().filter(|&&b| b == b'\n').count(), 1);
 }
+
+/// Unmounts a test's tmpfs when dropped.
+struct Mounted(PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// A full disk (a 4 MiB tmpfs, 10 MiB of files in 8 directories): every entry before the
+/// one reported landed whole, the one reported is not there, and later ones are either
+/// missing (always with the sync engine) or whole (the threaded engines land batches
+/// concurrently, so some after the failure may have landed).
+#[test]
+fn a_full_disk_leaves_every_earlier_entry_whole_and_no_short_file() {
+    if !is_root() {
+        eprintln!("\n*** SKIPPED: needs root to mount a small tmpfs ***\n");
+        return;
+    }
+    let work = Work::new();
+    let small = work.path("small");
+    fs::create_dir(&small).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
+        .arg(&small)
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mount a 4 MiB tmpfs");
+    let _unmount = Mounted(small.clone());
+    let size = 32 * 1024;
+    let mut a = Archive::header();
+    let mut files = Vec::new();
+    for d in 0..8 {
+        a = a.dir(format!("d{d}").as_bytes());
+        for f in 0..40 {
+            let i = d * 40 + f;
+            a = a.file(
+                format!("f{i:03}").as_bytes(),
+                &vec![b'a' + (i % 26) as u8; size],
+            );
+            files.push((i, format!("d{d}/f{i:03}")));
+        }
+        a = a.pop();
+    }
+    let archive = work.archive("full.barge", &a.end(8 * 41));
+    for way in ways().iter().filter(|w| !w.nobody && w.sandbox) {
+        let what = format!("{way:?}");
+        let dest = small.join("dest");
+        let out = work.unpack(way, &archive, &dest, 0o022);
+        assert_clean_failure(&out, &["No space left on device"], &what);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let at = stderr.find(" stopped: d").expect("names the entry") + " stopped: ".len();
+        let failed: usize = stderr[at + 4..at + 7].parse().unwrap();
+        for (i, path) in &files {
+            let landed = fs::read(dest.join(path));
+            if *i < failed {
+                let data = landed.unwrap_or_else(|e| panic!("{what}: {path} before {failed}: {e}"));
+                assert_eq!(data.len(), size, "{what}: {path} is short");
+            } else if *i == failed || way.engine == "sync" {
+                assert!(
+                    landed.is_err(),
+                    "{what}: {path} is there, failed at {failed}"
+                );
+            } else if let Ok(data) = landed {
+                assert_eq!(data.len(), size, "{what}: {path} is short");
+            }
+        }
+        fs::remove_dir_all(&dest).unwrap();
+    }
+}
+
+/// Paths in messages are escaped like entry names (bidirectional overrides too), a message
+/// about an entry 1,024 levels of 255-byte names deep stays short, and the OS error is said
+/// once.
+#[test]
+fn messages_escape_paths_stay_short_and_say_the_os_error_once() {
+    let work = Work::new();
+    // A DEST below a regular file, its name holding a right-to-left override and a newline.
+    let blocker = work.path("blocker");
+    file(&blocker, b"", 0o644);
+    let archive = work.archive("a.barge", &Archive::header().file(b"f", b"x").end(1));
+    let dest = blocker.join("evil\u{202e}txt.exe\nline");
+    let out = run(
+        &mut barge(["unpack".as_ref(), archive.as_os_str(), dest.as_os_str()]),
+        None,
+    );
+    let needles = [
+        "evil\\u{202e}txt.exe\\nline",
+        "blocker is a regular file, not a directory",
+    ];
+    assert_clean_failure(&out, &needles, "dest below a file");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains('\u{202e}'), "raw override: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    // An OS error, once (the chain of causes printed it twice).
+    let out = run(
+        &mut barge([
+            "unpack".as_ref(),
+            archive.as_os_str(),
+            "/proc/1/none/x".as_ref(),
+        ]),
+        None,
+    );
+    assert_clean_failure(&out, &["(os error"], "dest below /proc/1");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("(os error").count(), 1, "{stderr}");
+
+    // list escapes the override in a name.
+    let named = Archive::header().file("a\u{202e}b".as_bytes(), b"").end(1);
+    let out = run_ok(&mut barge(["list", "-"]), Some(&named));
+    let listing = String::from_utf8_lossy(&out.stdout);
+    assert!(listing.contains("a\\u{202e}b"), "{listing}");
+    assert!(!listing.contains('\u{202e}'), "{listing}");
+
+    // A duplicate name 1,024 levels of 255-byte names down.
+    let long = vec![b'n'; 255];
+    let mut a = Archive::header();
+    for _ in 0..1024 {
+        a = a.dir(&long);
+    }
+    let deep = a.file(b"x", b"").file(b"x", b"").0;
+    let out = run(
+        &mut barge(["unpack", "--no-sandbox", "-"]).arg(work.path("deep")),
+        Some(&deep),
+    );
+    assert_clean_failure(
+        &out,
+        &["duplicate name", "(1025 levels) .../"],
+        "deep duplicate",
+    );
+    let line = String::from_utf8_lossy(&out.stderr);
+    assert!(line.len() < 1000, "a {} byte message", line.len());
+    let offset = format!("archive byte {}:", deep.len() - 7);
+    assert!(line.contains(&offset), "{line} lacks {offset}");
+}
+
+/// A pack stopped by a signal leaves no archive and no temporary file, and ends by the signal.
+#[test]
+fn a_signal_during_pack_leaves_no_archive() {
+    let work = Work::new();
+    let src = work.path("src");
+    fs::create_dir(&src).unwrap();
+    for i in 0..24 {
+        file(&src.join(format!("f{i:02}")), &vec![b'p'; 8 << 20], 0o644);
+    }
+    let out_dir = work.path("out");
+    fs::create_dir(&out_dir).unwrap();
+    let archive = out_dir.join("a.barge");
+    let child = barge([
+        "pack".as_ref(),
+        src.as_os_str(),
+        "-o".as_ref(),
+        archive.as_os_str(),
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = wait_output(child, TIMEOUT, "pack");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.signal(), Some(libc::SIGTERM), "{stderr}");
+    let left: Vec<_> = fs::read_dir(&out_dir).unwrap().collect();
+    assert!(left.is_empty(), "left {left:?}");
+}

@@ -523,7 +523,7 @@ fn messages_escape_paths_stay_short_and_say_the_os_error_once() {
     }
     let deep = a.file(b"x", b"").file(b"x", b"").0;
     let out = run(
-        &mut barge(["unpack", "--no-sandbox", "-"]).arg(work.path("deep")),
+        barge(["unpack", "--no-sandbox", "-"]).arg(work.path("deep")),
         Some(&deep),
     );
     assert_clean_failure(

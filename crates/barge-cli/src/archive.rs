@@ -274,7 +274,7 @@ pub fn unpack(
         engine.land(destination.root()?, &input, limits, &progress)
     });
     let finished = destination.finish();
-    let landed = result
+    let landed = barge::interrupt::unless_archive_shrank(result)
         .and_then(|landed| finished.map(|()| landed))
         .with_context(|| format!("unpack into {shown} stopped"))?;
     let line = format!(
@@ -341,7 +341,7 @@ pub fn list(archive: Option<&Path>, json: bool, limits: Limits) -> Result<ExitCo
         Input::Stream(fd) => read_events(Input::stream_fd(fd), limits, &mut print),
     };
     let flushed = w.flush();
-    result.context("list stopped")?;
+    barge::interrupt::unless_archive_shrank(result).context("list stopped")?;
     flushed.context("cannot write the listing")?;
     Ok(ExitCode::SUCCESS)
 }

@@ -195,7 +195,7 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     };
-    if let Some(signal) = stopped_by {
+    if let Some(signal) = stopped_by.filter(|&s| s != barge::interrupt::SIGBUS) {
         barge::interrupt::die_by(signal);
     }
     code

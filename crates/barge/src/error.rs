@@ -133,7 +133,8 @@ pub enum Error {
         actual: u64,
     },
     /// A signal asked to stop (see [`crate::interrupt`]); the file being written was removed.
-    #[error("interrupted by {}", crate::interrupt::signal_name(*.signal))]
+    /// [`crate::interrupt::SIGBUS`] means the mapped archive file shrank.
+    #[error("{}", interrupted(*.signal))]
     Interrupted {
         /// The signal.
         signal: i32,
@@ -150,6 +151,15 @@ pub enum Error {
         /// Bytes announced.
         size: u64,
     },
+}
+
+fn interrupted(signal: i32) -> String {
+    if signal == crate::interrupt::SIGBUS {
+        return "the archive file shrank while it was read (another process truncated or \
+                rewrote it); the file being written was removed"
+            .into();
+    }
+    format!("interrupted by {}", crate::interrupt::signal_name(signal))
 }
 
 /// The library's result type.

@@ -4,11 +4,17 @@
 //! returns [`Error::Interrupted`] instead of dying with a short file under its final name.
 //! The front end then ends the process by the same signal ([`die_by`]).
 //!
+//! A mapped archive that another process truncates would end the process with SIGBUS at the
+//! first read of a vanished page. [`catch_signals`] also catches that: the page is replaced
+//! by zeros, and the stop is requested with [`SIGBUS`], which [`Error::Interrupted`] reports
+//! as the archive having shrunk; the landers check for a stop after every write, before a
+//! file counts as complete, so no file of zeros is kept.
+//!
 //! Signals are process-wide, and so is the flag: a program that handles signals itself calls
 //! [`request`] from its own handler instead of [`catch_signals`].
 
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicI32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
@@ -21,6 +27,54 @@ pub const SIGNALS: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::
 
 /// The first signal that asked to stop, or 0.
 static STOP: AtomicI32 = AtomicI32::new(0);
+
+/// The stop reason of an archive mapping that lost pages (the file was truncated).
+pub const SIGBUS: i32 = libc::SIGBUS;
+
+/// The archive mapping watched for SIGBUS: start, length, and the page size.
+static MAPPING: [AtomicUsize; 3] = [
+    AtomicUsize::new(0),
+    AtomicUsize::new(0),
+    AtomicUsize::new(0),
+];
+
+/// Makes a SIGBUS at an address in `bytes` (a mapping of an archive file) a stop request
+/// instead of the end of the process (see the module documentation). One mapping at a time.
+pub fn watch_mapping(bytes: &[u8]) {
+    MAPPING[2].store(rustix::param::page_size(), Relaxed);
+    MAPPING[1].store(bytes.len(), Relaxed);
+    MAPPING[0].store(bytes.as_ptr() as usize, Relaxed);
+}
+
+extern "C" fn on_bus(signal: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    let (start, len, page) = (
+        MAPPING[0].load(Relaxed),
+        MAPPING[1].load(Relaxed),
+        MAPPING[2].load(Relaxed),
+    );
+    if page == 0 || addr < start || addr >= start + len {
+        // Not the archive: fault again with the default action, which ends the process.
+        // SAFETY: restoring the default disposition is async-signal-safe.
+        unsafe { libc::signal(signal, libc::SIG_DFL) };
+        return;
+    }
+    request(SIGBUS);
+    let at = addr / page * page;
+    // SAFETY: replaces one page of the archive mapping, whose file page is gone, with a
+    // zero page; mmap is a plain system call.
+    unsafe {
+        libc::mmap(
+            at as *mut libc::c_void,
+            page,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE | libc::MAP_FIXED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+    }
+}
 
 extern "C" fn on_signal(signal: libc::c_int) {
     request(signal);
@@ -62,6 +116,15 @@ pub fn retry<T>(mut call: impl FnMut() -> rustix::io::Result<T>) -> rustix::io::
 /// How long a wait for input goes without looking for a stop request.
 const STOP_LATENCY: Duration = Duration::from_millis(100);
 
+/// `result`, unless the mapped archive shrank during the run: then that is the error, whatever
+/// the archive's vanished (zeroed) pages made the decoder or a lander say.
+pub fn unless_archive_shrank<T>(result: Result<T>) -> Result<T> {
+    match requested() {
+        Some(SIGBUS) => Err(Error::Interrupted { signal: SIGBUS }),
+        _ => result,
+    }
+}
+
 /// Waits until `input` has bytes (or its end, or an error) to read, or `wait` has passed
 /// (then false), and fails once a stop was requested. A signal that comes just before a
 /// blocking `read` would not interrupt it; this wait looks for a stop at least every 100 ms.
@@ -85,10 +148,13 @@ pub fn wait_readable(input: BorrowedFd<'_>, wait: Option<Duration>) -> Result<bo
     }
 }
 
-/// Makes [`SIGNALS`] request a stop instead of ending the process. The handler does not ask
-/// for `SA_RESTART`, so a blocking read of a stalled pipe returns `EINTR` and sees the stop.
+/// Makes [`SIGNALS`] request a stop instead of ending the process, and a SIGBUS in a watched
+/// archive mapping too (see [`watch_mapping`]). The handlers do not ask for `SA_RESTART`, so
+/// a blocking read of a stalled pipe returns `EINTR` and sees the stop.
 pub fn catch_signals() {
-    // SAFETY: a zeroed sigaction with a handler that only stores an integer is valid.
+    type Bus = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
+    // SAFETY: zeroed sigactions with handlers that only store integers (and map a page) are
+    // valid.
     unsafe {
         let mut action: libc::sigaction = std::mem::zeroed();
         action.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
@@ -96,6 +162,9 @@ pub fn catch_signals() {
         for signal in SIGNALS {
             libc::sigaction(signal, &action, std::ptr::null_mut());
         }
+        action.sa_sigaction = on_bus as Bus as libc::sighandler_t;
+        action.sa_flags = libc::SA_SIGINFO;
+        libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut());
     }
 }
 
@@ -135,6 +204,7 @@ pub fn signal_name(signal: i32) -> String {
         libc::SIGTERM => "SIGTERM".into(),
         libc::SIGHUP => "SIGHUP".into(),
         libc::SIGPIPE => "SIGPIPE".into(),
+        libc::SIGBUS => "SIGBUS".into(),
         other => format!("signal {other}"),
     }
 }

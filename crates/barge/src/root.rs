@@ -244,7 +244,9 @@ impl Mapped {
             )
         }
         .map_err(|e| Error::io("mmap", path_of(path), e))?;
-        Ok(Mapped { ptr, len, file })
+        let mapped = Mapped { ptr, len, file };
+        crate::interrupt::watch_mapping(mapped.bytes());
+        Ok(mapped)
     }
 
     /// The mapped file.

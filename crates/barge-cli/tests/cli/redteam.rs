@@ -569,3 +569,49 @@ fn a_signal_during_pack_leaves_no_archive() {
     let left: Vec<_> = fs::read_dir(&out_dir).unwrap().collect();
     assert!(left.is_empty(), "left {left:?}");
 }
+
+/// A mapped archive that another process truncates while it lands ("write failed: Bad
+/// address", or death by SIGBUS when the decoder touched a vanished page) fails with a
+/// message saying so, and every file that landed is whole and right (none of zeros).
+#[test]
+fn a_mapped_archive_truncated_while_it_lands_fails_cleanly() {
+    let work = Work::new();
+    let size = 8 << 20;
+    let mut a = Archive::header();
+    for i in 0..32 {
+        a = a.file(format!("f{i:02}").as_bytes(), &vec![b'z'; size]);
+    }
+    let bytes = a.end(32);
+    for (i, way) in ways()
+        .iter()
+        .filter(|w| !w.piped && !w.nobody && w.sandbox)
+        .enumerate()
+    {
+        let what = format!("{way:?}");
+        let archive = work.archive("shrinking.barge", &bytes);
+        let dest = work.path(&format!("dest{i}"));
+        let mut cmd = work.unpack_cmd(way, &archive, &dest, 0o022);
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for(&what, || {
+            fs::read_dir(&dest).is_ok_and(|mut d| d.next().is_some())
+        });
+        let file = fs::OpenOptions::new().write(true).open(&archive).unwrap();
+        file.set_len(bytes.len() as u64 * 2 / 5).unwrap();
+        let out = wait_output(child, TIMEOUT, &what);
+        assert_clean_failure(&out, &["the archive file shrank while it was read"], &what);
+        for entry in fs::read_dir(&dest).unwrap() {
+            let entry = entry.unwrap();
+            let data = fs::read(entry.path()).unwrap();
+            assert!(
+                data.len() == size && data.iter().all(|&b| b == b'z'),
+                "{what}: {entry:?}"
+            );
+        }
+        fs::remove_dir_all(&dest).unwrap();
+    }
+}

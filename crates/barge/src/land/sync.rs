@@ -12,7 +12,7 @@ use rustix::io::{write, Errno};
 use super::{truncation_offset, Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
 use crate::fds::Graveyard;
-use crate::interrupt::{check, retry};
+use crate::interrupt::{check, retry, SIGBUS};
 use crate::root::umask;
 use crate::walk::{kind_with_article, DIR_FLAGS};
 
@@ -173,13 +173,15 @@ impl SyncLander {
         while !data.is_empty() {
             let chunk = &data[..data.len().min(CHUNK as usize)];
             match retry(|| write(&file.fd, chunk)) {
+                // A stop (or a mapped archive that shrank: its vanished pages read as
+                // zeros) is seen before the file counts as complete.
                 Ok(n) => {
                     data = &data[n..];
                     file.written += n as u64;
-                    if !data.is_empty() {
-                        check()?;
-                    }
+                    check()?;
                 }
+                // Only a mapped archive's pages can vanish under a write.
+                Err(Errno::FAULT) => return Err(Error::Interrupted { signal: SIGBUS }),
                 Err(e) => return Err(Error::io("write", self.path(&self.file_name), e)),
             }
         }

@@ -18,6 +18,7 @@ use rustix::io::Errno;
 use super::sync::{SyncLander, CREATE_FLAGS};
 use super::{Land, LandSummary};
 use crate::error::{Error, Result};
+use crate::interrupt::check;
 
 /// Files per batch (three requests each).
 pub const RING_FILES: usize = 64;
@@ -178,6 +179,19 @@ impl UringLander {
             .map_err(|e| Error::io("io_uring_enter", self.sync.path(b""), e))?;
         self.results.clear();
         self.results.extend_from_slice(results);
+        if let Err(stop) = check() {
+            // The contents were copied before the stop was seen; if it says that the
+            // mapped archive shrank, some may be zeros: none of these files counts.
+            for (k, q) in self.queued.iter().enumerate() {
+                if self.results[3 * k] >= 0 {
+                    let name = &self.arena[q.name..q.name + q.name_len];
+                    let _ = unlinkat(self.sync.current(), name, AtFlags::empty());
+                }
+            }
+            self.queued.clear();
+            self.arena.clear();
+            return Err(stop);
+        }
         let mut first = None;
         let queued = std::mem::take(&mut self.queued);
         for (k, q) in queued.iter().enumerate() {

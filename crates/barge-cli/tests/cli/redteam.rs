@@ -126,11 +126,12 @@ fn perm(mode: u16) -> Vec<u8> {
 
 /// Gives every directory below `dir` owner rwx, so it can be removed.
 fn make_removable(dir: &Path) {
-    for (path, node) in scan(dir) {
-        if let Node::Dir(_) = node {
-            fs::set_permissions(dir.join(name(&path)), fs::Permissions::from_mode(0o755)).unwrap();
-        }
-    }
+    let status = Command::new("chmod")
+        .arg("-R")
+        .arg("u+rwx")
+        .arg(dir)
+        .status();
+    assert!(status.unwrap().success(), "chmod -R {dir:?}");
 }
 
 /// F1: a PERM without owner rwx used to be applied to a directory that was already in DEST,
@@ -228,7 +229,7 @@ fn run_measured(cmd: &Command, input: Option<&[u8]>, rss: &Path) -> (Output, u64
     (out, kib.trim().lines().last().unwrap().parse().unwrap())
 }
 
-/// F3: 1,000 nested directories, then 10,000 sibling directories with mode 0o500 (one empty
+/// F3: 1,000 nested directories, then 3,000 sibling directories with mode 0o500 (one empty
 /// file each): the threads engine kept every one's full path (about 900x the archive in
 /// memory) and reopened each from the root. Memory now stays within a small bound.
 #[test]
@@ -238,7 +239,7 @@ fn nested_restricted_directories_take_memory_in_proportion_to_the_archive() {
     for _ in 0..1000 {
         a = a.dir(b"a");
     }
-    for i in 0..10_000 {
+    for i in 0..3000 {
         a = a
             .raw(&perm(0o500))
             .dir(format!("r{i:06}").as_bytes())
@@ -248,11 +249,11 @@ fn nested_restricted_directories_take_memory_in_proportion_to_the_archive() {
     for _ in 0..1000 {
         a = a.pop();
     }
-    let bytes = a.end(21_000);
+    let bytes = a.end(7000);
     let archive = work.archive("deep.barge", &bytes);
-    for way in ways().iter().filter(|w| !w.nobody && w.sandbox) {
+    for (i, way) in ways().iter().enumerate() {
         let what = format!("{way:?}");
-        let dest = work.path("dest");
+        let dest = work.path(&format!("dest{i}"));
         let cmd = work.unpack_cmd(way, &archive, &dest, 0o022);
         let input = way.piped.then_some(&bytes[..]);
         let (out, rss_kib) = run_measured(&cmd, input, &work.path("rss"));
@@ -263,20 +264,19 @@ fn nested_restricted_directories_take_memory_in_proportion_to_the_archive() {
         );
         let deepest = (0..1000).fold(dest.clone(), |p, _| p.join("a"));
         assert_eq!(mode(&deepest.join("r000000")), 0o500, "{what}");
-        assert_eq!(mode(&deepest.join("r009999")), 0o500, "{what}");
+        assert_eq!(mode(&deepest.join("r002999")), 0o500, "{what}");
         eprintln!(
             "{what}: peak RSS {rss_kib} KiB for a {} KiB archive",
             bytes.len() >> 10
         );
-        // SECURITY.md: at most 16 MiB plus 64 times the archive (here 221 KiB).
+        // SECURITY.md: at most 16 MiB plus 64 times the archive (here 60 KiB).
         let bound = 16 * 1024 + 64 * (bytes.len() as u64 >> 10);
         assert!(
             rss_kib < bound,
             "{what}: peak RSS {rss_kib} KiB > {bound} KiB"
         );
-        make_removable(&dest);
-        fs::remove_dir_all(&dest).unwrap();
     }
+    make_removable(work.dir.path());
 }
 
 /// Waits until `check` holds, for at most [`TIMEOUT`].
@@ -349,7 +349,7 @@ fn a_signal_during_a_mapped_unpack_leaves_only_whole_files() {
         a = a.file(format!("f{i:02}").as_bytes(), &vec![b'z'; size]);
     }
     let archive = work.archive("big.barge", &a.end(32));
-    for (i, way) in ways().iter().filter(|w| !w.piped && !w.nobody).enumerate() {
+    for (i, way) in ways().iter().filter(|w| !w.piped).enumerate() {
         let what = format!("{way:?}");
         let dest = work.path(&format!("dest{i}"));
         let mut cmd = work.unpack_cmd(way, &archive, &dest, 0o022);

@@ -123,7 +123,7 @@ pub enum Error {
         found: &'static str,
     },
     /// A source file changed while it was being read.
-    #[error("{path}: changed size while being read ({expected} bytes at open, {actual} read); archive not written past it")]
+    #[error("{path}: changed size while being read ({expected} bytes at open, {actual} read)")]
     Changed {
         /// The entry.
         path: TreePath,

@@ -4,7 +4,7 @@
 
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{chown, symlink, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{chown, symlink, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -613,5 +613,65 @@ fn a_mapped_archive_truncated_while_it_lands_fails_cleanly() {
             );
         }
         fs::remove_dir_all(&dest).unwrap();
+    }
+}
+
+/// F5 as an unprivileged user: a pack that fails (a file changes size while read) leaves an
+/// archive, a symlink (and its target) and a fifo at `-o` as they were, and no temporary file.
+#[test]
+fn a_failed_pack_as_nobody_leaves_what_output_names() {
+    if !is_root() {
+        eprintln!("\n*** SKIPPED: needs root to switch to uid {NOBODY} with setpriv ***\n");
+        return;
+    }
+    let work = Work::new();
+    let out_dir = work.path("out");
+    fs::create_dir(&out_dir).unwrap();
+    chown(&out_dir, Some(NOBODY), Some(NOBODY)).unwrap();
+    let old = out_dir.join("old.barge");
+    file(&old, b"the previous archive", 0o644);
+    let target = work.path("target");
+    file(&target, b"a symlink's target", 0o666);
+    let link = out_dir.join("link.barge");
+    symlink(&target, &link).unwrap();
+    let fifo = out_dir.join("fifo");
+    mkfifo(&fifo);
+    for path in [&old, &link] {
+        rustix::fs::chownat(
+            rustix::fs::CWD,
+            path.as_path(),
+            Some(rustix::fs::Uid::from_raw(NOBODY)),
+            Some(rustix::fs::Gid::from_raw(NOBODY)),
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .unwrap();
+    }
+    fs::set_permissions(&fifo, fs::Permissions::from_mode(0o666)).unwrap();
+    for output in [&old, &link, &fifo] {
+        let what = format!("-o {output:?} as nobody");
+        let mut cmd = as_nobody();
+        cmd.arg(&work.bin)
+            .args(["pack", FAILING_TREE, "-o"])
+            .arg(output);
+        let (out, _) = read_fifo_during(&fifo, || run(&mut cmd, None));
+        assert_clean_failure(&out, &["failed"], &what);
+        assert_eq!(fs::read(&old).unwrap(), b"the previous archive", "{what}");
+        assert!(
+            fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink(),
+            "{what}"
+        );
+        assert_eq!(fs::read(&target).unwrap(), b"a symlink's target", "{what}");
+        assert!(
+            fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo(),
+            "{what}"
+        );
+        assert_eq!(
+            names_in(&out_dir),
+            ["fifo", "link.barge", "old.barge"],
+            "{what}"
+        );
     }
 }

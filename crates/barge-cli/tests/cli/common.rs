@@ -88,15 +88,28 @@ pub fn wait_output(mut child: Child, timeout: Duration, what: &str) -> Output {
     }
 }
 
-/// Runs `cmd` with `stdin` as its input (empty when `None`), output captured, under [`TIMEOUT`].
-pub fn run(cmd: &mut Command, stdin: Option<&[u8]>) -> Output {
-    let what = format!("{cmd:?}");
-    let mut child = cmd
-        .stdin(Stdio::piped())
+/// Starts `cmd` with `stdin`, its stdout and stderr piped (for [`wait_output`]).
+pub fn spawn(cmd: &mut Command, stdin: Stdio) -> Child {
+    cmd.stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// Copies the binary under test into `dir`, executable by everyone (the build directory may
+/// be closed to an unprivileged user), and returns its path.
+pub fn copy_bin(dir: &Path) -> PathBuf {
+    let copy = dir.join("barge");
+    fs::copy(bin(), &copy).unwrap();
+    fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).unwrap();
+    copy
+}
+
+/// Runs `cmd` with `stdin` as its input (empty when `None`), output captured, under [`TIMEOUT`].
+pub fn run(cmd: &mut Command, stdin: Option<&[u8]>) -> Output {
+    let what = format!("{cmd:?}");
+    let mut child = spawn(cmd, Stdio::piped());
     let input = stdin.unwrap_or_default().to_vec();
     let mut pipe = child.stdin.take().unwrap();
     // A writer thread, so a child that stops reading cannot block the test.

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::os::unix::fs::{chown, symlink, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use barge::format::TAG_PERM;
@@ -64,9 +64,7 @@ impl Work {
     fn new() -> Work {
         let dir = tempdir();
         fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o777)).unwrap();
-        let bin = dir.path().join("barge");
-        fs::copy(self::bin(), &bin).unwrap();
-        fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
+        let bin = copy_bin(dir.path());
         Work { dir, bin }
     }
 
@@ -104,6 +102,19 @@ impl Work {
         cmd.arg(if way.piped { Path::new("-") } else { archive });
         cmd.arg(dest);
         cmd
+    }
+
+    /// Starts unpacking the archive file `archive` into `dest` and waits until an entry
+    /// landed there.
+    fn start_mapped(&self, way: &Way, archive: &Path, dest: &Path) -> Child {
+        let child = spawn(
+            &mut self.unpack_cmd(way, archive, dest, 0o022),
+            Stdio::null(),
+        );
+        wait_for(&format!("{way:?}"), || {
+            fs::read_dir(dest).is_ok_and(|mut d| d.next().is_some())
+        });
+        child
     }
 
     fn unpack(&self, way: &Way, archive: &Path, dest: &Path, umask: u32) -> Output {
@@ -308,12 +319,7 @@ fn a_signal_in_the_middle_of_a_file_removes_it_and_ends_the_process() {
         let what = format!("{way:?}, signal {signal}");
         let dest = work.path(&format!("dest{i}"));
         let mut cmd = work.unpack_cmd(way, Path::new("-"), &dest, 0o022);
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = spawn(&mut cmd, Stdio::piped());
         let mut stdin = child.stdin.take().unwrap();
         stdin.write_all(&all[..cut]).unwrap();
         let partial = dest.join("big");
@@ -352,16 +358,7 @@ fn a_signal_during_a_mapped_unpack_leaves_only_whole_files() {
     for (i, way) in ways().iter().filter(|w| !w.piped).enumerate() {
         let what = format!("{way:?}");
         let dest = work.path(&format!("dest{i}"));
-        let mut cmd = work.unpack_cmd(way, &archive, &dest, 0o022);
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        wait_for(&what, || {
-            fs::read_dir(&dest).is_ok_and(|mut d| d.next().is_some())
-        });
+        let child = work.start_mapped(way, &archive, &dest);
         // SAFETY: signalling our own child.
         unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
         let out = wait_output(child, TIMEOUT, &what);
@@ -549,17 +546,7 @@ fn a_signal_during_pack_leaves_no_archive() {
     let out_dir = work.path("out");
     fs::create_dir(&out_dir).unwrap();
     let archive = out_dir.join("a.barge");
-    let child = barge([
-        "pack".as_ref(),
-        src.as_os_str(),
-        "-o".as_ref(),
-        archive.as_os_str(),
-    ])
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
+    let child = spawn(&mut pack_cmd(&src, &archive), Stdio::null());
     std::thread::sleep(Duration::from_millis(30));
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
@@ -590,16 +577,7 @@ fn a_mapped_archive_truncated_while_it_lands_fails_cleanly() {
         let what = format!("{way:?}");
         let archive = work.archive("shrinking.barge", &bytes);
         let dest = work.path(&format!("dest{i}"));
-        let mut cmd = work.unpack_cmd(way, &archive, &dest, 0o022);
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        wait_for(&what, || {
-            fs::read_dir(&dest).is_ok_and(|mut d| d.next().is_some())
-        });
+        let child = work.start_mapped(way, &archive, &dest);
         let file = fs::OpenOptions::new().write(true).open(&archive).unwrap();
         file.set_len(bytes.len() as u64 * 2 / 5).unwrap();
         let out = wait_output(child, TIMEOUT, &what);

@@ -25,9 +25,7 @@ impl Setup {
     fn new() -> Setup {
         let work = tempdir();
         fs::set_permissions(work.path(), fs::Permissions::from_mode(0o755)).unwrap();
-        let copy = work.path().join("barge");
-        fs::copy(bin(), &copy).unwrap();
-        fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).unwrap();
+        let copy = copy_bin(work.path());
         let src = work.path().join("src");
         fs::create_dir_all(src.join("dir/sub")).unwrap();
         file(&src.join("dir/file"), b"content\n", 0o644);

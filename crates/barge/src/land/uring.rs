@@ -231,9 +231,14 @@ impl UringLander {
             let e = Errno::from_raw_os_error(-wrote);
             return Err(Error::io("write", self.sync.path(name), e));
         }
-        // A short write: land the file again the plain way, which resumes short writes.
+        // A short write: land the file again the plain way, which resumes short writes. If
+        // that fails too, its partial file goes now: the next file of the batch may need
+        // the sync lander.
         let data = &self.arena[q.data..q.data + q.len];
-        self.sync.file(name, q.mode, q.len as u64, data)
+        match self.sync.file(name, q.mode, q.len as u64, data) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.sync.abort(e)),
+        }
     }
 }
 

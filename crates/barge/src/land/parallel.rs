@@ -77,7 +77,7 @@ type Name = Arc<[u8]>;
 struct DirStep {
     name: Name,
     mode: u32,
-    restricted: Option<u32>,
+    restricted: Option<usize>,
 }
 
 /// One landing step. A file's name and content are ranges of its batch's source bytes.
@@ -365,7 +365,7 @@ struct Shared<'r> {
     stop: AtomicU64,
     failures: Mutex<Vec<Failure>>,
     /// The [`Restricted`] directories some lander created (the others were there before).
-    created: Mutex<Vec<u32>>,
+    created: Mutex<Vec<usize>>,
 }
 
 impl<'r> Shared<'r> {
@@ -569,7 +569,7 @@ struct Parser {
     at: Vec<DirStep>,
     /// The archive modes of the directories in `at`, and their nodes in `restricted` (once
     /// a restricted directory at or below them needed one).
-    modes: Vec<(u32, Option<u32>)>,
+    modes: Vec<(u32, Option<usize>)>,
     /// A directory decoded but not entered yet: the next event tells whether it stays empty.
     held: Option<(Name, u32)>,
     entries: u64,
@@ -691,7 +691,7 @@ impl Parser {
 
     /// The [`Restricted`] node of directory `name` in the current one (the last in `modes`),
     /// adding it and the nodes of its parents that have none yet.
-    fn node_of_current(&mut self, name: &Name) -> u32 {
+    fn node_of_current(&mut self, name: &Name) -> usize {
         let depth = self.modes.len();
         // The directories with a node are the outermost ones: find the first without.
         let first = (0..depth)
@@ -931,16 +931,16 @@ fn populate_all_but_copied(mapped: &[u8], batch: &Batch<'_>) {
 #[derive(Default)]
 struct Restricted {
     /// (parent, depth, name) of each node; the root's children have no parent and depth 1.
-    nodes: Vec<(Option<u32>, u32, Name)>,
+    nodes: Vec<(Option<usize>, usize, Name)>,
     /// The restricted directories (node, archive mode), children before parents.
-    order: Vec<(u32, u32)>,
+    order: Vec<(usize, u32)>,
 }
 
 impl Restricted {
-    fn add(&mut self, parent: Option<u32>, name: Name) -> u32 {
-        let depth = parent.map_or(1, |p| self.nodes[p as usize].1 + 1);
+    fn add(&mut self, parent: Option<usize>, name: Name) -> usize {
+        let depth = parent.map_or(1, |p| self.nodes[p].1 + 1);
         self.nodes.push((parent, depth, name));
-        (self.nodes.len() - 1) as u32
+        self.nodes.len() - 1
     }
 
     /// Gives each restricted directory in `created` (the ones this unpack made; one that was
@@ -948,21 +948,21 @@ impl Restricted {
     /// reached one name at a time from `root` without following symlinks, reusing the
     /// directories opened for the previous one, and changed with `fchmod` on its own fd,
     /// so a name swapped for a symlink cannot redirect the change.
-    fn apply(&self, root: &OwnedFd, created: Vec<u32>) -> Result<()> {
+    fn apply(&self, root: &OwnedFd, created: Vec<usize>) -> Result<()> {
         let mut made = vec![false; self.nodes.len()];
         for node in created {
-            made[node as usize] = true;
+            made[node] = true;
         }
         // The open directories (node, fd) from depth 1 down to the last one's parent.
-        let mut chain: Vec<(u32, OwnedFd)> = Vec::new();
+        let mut chain: Vec<(usize, OwnedFd)> = Vec::new();
         let umask = umask();
-        for &(node, mode) in self.order.iter().filter(|(node, _)| made[*node as usize]) {
-            let path = |node: u32| {
+        for &(node, mode) in self.order.iter().filter(|(node, _)| made[*node]) {
+            let path = |node: usize| {
                 let mut names = Vec::new();
                 let mut at = Some(node);
                 while let Some(n) = at {
-                    names.push(&self.nodes[n as usize].2[..]);
-                    at = self.nodes[n as usize].0;
+                    names.push(&self.nodes[n].2[..]);
+                    at = self.nodes[n].0;
                 }
                 names.reverse();
                 TreePath::join(names, &[])
@@ -970,28 +970,25 @@ impl Restricted {
             let error = |op, e| Error::io(op, path(node), e);
             // The parents to open: up to the deepest one already open.
             let mut parents = Vec::new();
-            let mut at = self.nodes[node as usize].0;
+            let mut at = self.nodes[node].0;
             while let Some(n) = at {
-                let (parent, depth, _) = &self.nodes[n as usize];
-                if chain
-                    .get(*depth as usize - 1)
-                    .is_some_and(|(open, _)| *open == n)
-                {
+                let (parent, depth, _) = &self.nodes[n];
+                if chain.get(*depth - 1).is_some_and(|(open, _)| *open == n) {
                     break;
                 }
                 parents.push(n);
                 at = *parent;
             }
-            chain.truncate(at.map_or(0, |n| self.nodes[n as usize].1 as usize));
+            chain.truncate(at.map_or(0, |n| self.nodes[n].1));
             for n in parents.into_iter().rev() {
                 let dir = chain.last().map_or(root.as_fd(), |(_, fd)| fd.as_fd());
-                let name = &self.nodes[n as usize].2[..];
+                let name = &self.nodes[n].2[..];
                 let fd = openat(dir, name, DIR_HANDLE_FLAGS, Mode::empty())
                     .map_err(|e| error("open directory", e))?;
                 chain.push((n, fd));
             }
             let dir = chain.last().map_or(root.as_fd(), |(_, fd)| fd.as_fd());
-            let name = &self.nodes[node as usize].2[..];
+            let name = &self.nodes[node].2[..];
             let fd = openat(dir, name, DIR_FLAGS, Mode::empty())
                 .map_err(|e| error("open directory", e))?;
             fchmod(&fd, Mode::from_raw_mode(mode & !umask)).map_err(|e| error("fchmod", e))?;

@@ -11,7 +11,7 @@ use barge::format::{Event, Limits};
 use barge::land::parallel::{self, land_parallel, THREADS_FROM};
 use barge::land::sync::SyncLander;
 use barge::land::uring::UringLander;
-use barge::land::{read_events, Driver, Land, LandSummary};
+use barge::land::{read_events, ByteStream, Driver, Land, LandSummary};
 use barge::output::{Kind, Output};
 use barge::root::{open_dest, populate, raise_fd_limit, Confinement, Mapped};
 use barge::{Progress, TreePath};
@@ -19,7 +19,7 @@ use rustix::fs::{fstat, open, seek, FileType, Mode, OFlags, SeekFrom};
 use serde_json::{json, Map};
 
 use crate::report::{human_bytes, json_path, shown_path, summary, with_progress};
-use crate::OutputArgs;
+use crate::{OutputArgs, Region};
 
 /// Skipped entries named one by one before the rest are only counted.
 const SKIPS_NAMED: usize = 10;
@@ -113,14 +113,21 @@ fn warn_skipped(skipped: &[(TreePath, &'static str)]) {
 /// The pipe buffer asked for when the archive comes through a pipe (the default is 64 KiB).
 const PIPE_BUFFER: usize = 1 << 20;
 
-/// An archive to read: mapped when it is a regular file, streamed otherwise.
+/// An archive to read: mapped when it is a regular file or block device, streamed otherwise.
 enum Input {
     Mapped(Mapped),
-    Stream(Option<OwnedFd>),
+    /// A stream (stdin when no fd), of which at most `length` bytes are the archive.
+    Stream {
+        fd: Option<OwnedFd>,
+        length: Option<u64>,
+    },
 }
 
 impl Input {
-    fn open(path: Option<&Path>) -> Result<Input> {
+    /// Opens the archive at `path` (stdin when none), in the part `region` says. Also
+    /// answers whether zero bytes may follow its end: in a region without a length, or on a
+    /// block device (a fixed-size container).
+    fn open(path: Option<&Path>, region: Region) -> Result<(Input, bool)> {
         let name = path.map_or("stdin".into(), shown_path);
         let owned = match path {
             Some(p) if !is_stdio(Some(p)) => Some(
@@ -136,46 +143,72 @@ impl Input {
         let stdin = std::io::stdin();
         let fd = owned.as_ref().map_or(stdin.as_fd(), |f| f.as_fd());
         let stat = fstat(fd).with_context(|| format!("cannot stat archive {name}"))?;
+        let kind = FileType::from_raw_mode(stat.st_mode);
+        let padded =
+            region.length.is_none() && (region.offset.is_some() || kind == FileType::BlockDevice);
+        let offset = region.offset.unwrap_or(0);
         let at_start = seek(fd, SeekFrom::Current(0)).is_ok_and(|pos| pos == 0);
-        if FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile && at_start {
+        if matches!(kind, FileType::RegularFile | FileType::BlockDevice) && at_start {
+            // A block device's size is where its end is (fstat says 0).
+            let size = match kind {
+                FileType::RegularFile => stat.st_size as u64,
+                _ => seek(fd, SeekFrom::End(0))
+                    .with_context(|| format!("cannot find the size of {name}"))?,
+            };
+            let end = offset.saturating_add(region.length.unwrap_or(size.saturating_sub(offset)));
+            if end > size {
+                return Err(barge::Error::InputTooShort {
+                    needed: end,
+                    got: size,
+                })
+                .with_context(|| format!("cannot read archive {name}"));
+            }
             let owned = match owned {
                 Some(f) => f,
                 None => fd.try_clone_to_owned().context("cannot dup stdin")?,
             };
-            let mapped = Mapped::new(owned, stat.st_size as u64, Path::new(&name))?;
-            return Ok(Input::Mapped(mapped));
+            let mapped = Mapped::new(owned, offset, end - offset, Path::new(&name))?;
+            return Ok((Input::Mapped(mapped), padded));
         }
-        if FileType::from_raw_mode(stat.st_mode) == FileType::Directory {
+        if kind == FileType::Directory {
             bail!("archive {name} is a directory");
         }
-        if FileType::from_raw_mode(stat.st_mode) == FileType::Fifo {
+        if kind == FileType::Fifo {
             // A larger pipe buffer means fewer reads and wake-ups on both ends (best effort:
             // the limit for unprivileged users is /proc/sys/fs/pipe-max-size).
             let _ = rustix::pipe::fcntl_setpipe_size(fd, PIPE_BUFFER);
         }
-        Ok(Input::Stream(owned))
+        ByteStream::new(fd)
+            .skip(offset)
+            .with_context(|| format!("cannot read archive {name}"))?;
+        let length = region.length;
+        Ok((Input::Stream { fd: owned, length }, padded))
     }
 
     /// The fd that must stay open (a mapped archive, or a streamed one given by path).
     fn kept_fd(&self) -> Option<i32> {
         match self {
             Input::Mapped(m) => Some(m.file().as_raw_fd()),
-            Input::Stream(Some(fd)) => Some(fd.as_raw_fd()),
-            Input::Stream(None) => None,
+            Input::Stream { fd, .. } => fd.as_ref().map(|fd| fd.as_raw_fd()),
         }
     }
 
-    fn stream_fd(fd: &Option<OwnedFd>) -> BorrowedFd<'_> {
+    /// The stream of a streamed archive.
+    fn stream(fd: &Option<OwnedFd>, length: Option<u64>) -> ByteStream<'_> {
         // SAFETY: stdin stays open for the life of the process.
         let stdin = unsafe { BorrowedFd::borrow_raw(0) };
-        fd.as_ref().map_or(stdin, |f| f.as_fd())
+        let stream = ByteStream::new(fd.as_ref().map_or(stdin, |f| f.as_fd()));
+        match length {
+            Some(length) => stream.limit(length),
+            None => stream,
+        }
     }
 
     /// The archive as the threaded landing reads it.
     fn parallel(&self) -> parallel::Input<'_> {
         match self {
-            Input::Mapped(m) => parallel::Input::Mapped(m.bytes(), m.file()),
-            Input::Stream(fd) => parallel::Input::Stream(Input::stream_fd(fd)),
+            Input::Mapped(m) => parallel::Input::Mapped(m.bytes(), m.file(), m.offset()),
+            Input::Stream { fd, length } => parallel::Input::Stream(Input::stream(fd, *length)),
         }
     }
 }
@@ -224,10 +257,14 @@ impl Engine {
                 let sync = |fd| Ok(SyncLander::new(fd));
                 land_parallel(root, input.parallel(), limits, workers, sync, progress)
             }
-            (Engine::Uring, Input::Mapped(m)) => {
-                let input = parallel::Input::Mapped(m.bytes(), m.file());
-                land_parallel(root, input, limits, workers, UringLander::new, progress)
-            }
+            (Engine::Uring, Input::Mapped(_)) => land_parallel(
+                root,
+                input.parallel(),
+                limits,
+                workers,
+                UringLander::new,
+                progress,
+            ),
             (Engine::Uring, _) => drive(UringLander::new(root)?, input, limits, progress),
             _ => drive(SyncLander::new(root), input, limits, progress),
         }
@@ -247,7 +284,7 @@ fn drive<L: Land>(
             populate(mapped.bytes());
             driver.run_bytes(mapped.bytes(), limits)
         }
-        Input::Stream(fd) => driver.run_stream(Input::stream_fd(fd), limits),
+        Input::Stream { fd, length } => driver.run_stream(Input::stream(fd, *length), limits),
     }
 }
 
@@ -257,10 +294,12 @@ pub fn unpack(
     dest: &Path,
     sandbox: bool,
     engine: Engine,
-    limits: Limits,
+    mut limits: Limits,
+    region: Region,
     out: OutputArgs,
 ) -> Result<ExitCode> {
-    let input = Input::open(archive)?;
+    let (input, padded) = Input::open(archive, region)?;
+    limits.zero_padding = padded;
     raise_fd_limit();
     let shown = shown_path(dest);
     let mut destination = open_dest(dest, sandbox, input.kept_fd())
@@ -298,8 +337,14 @@ pub fn unpack(
 }
 
 /// `barge list [ARCHIVE|-]`.
-pub fn list(archive: Option<&Path>, json: bool, limits: Limits) -> Result<ExitCode> {
-    let input = Input::open(archive)?;
+pub fn list(
+    archive: Option<&Path>,
+    json: bool,
+    mut limits: Limits,
+    region: Region,
+) -> Result<ExitCode> {
+    let (input, padded) = Input::open(archive, region)?;
+    limits.zero_padding = padded;
     let stdout = std::io::stdout();
     let mut w = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
     let mut print = |decoder: &barge::format::Decoder, event: Event<'_>| -> barge::Result<()> {
@@ -338,7 +383,7 @@ pub fn list(archive: Option<&Path>, json: bool, limits: Limits) -> Result<ExitCo
     };
     let result = match &input {
         Input::Mapped(mapped) => barge::format::decode_all(mapped.bytes(), limits, &mut print),
-        Input::Stream(fd) => read_events(Input::stream_fd(fd), limits, &mut print),
+        Input::Stream { fd, length } => read_events(Input::stream(fd, *length), limits, &mut print),
     };
     let flushed = w.flush();
     barge::interrupt::unless_archive_shrank(result).context("list stopped")?;

@@ -37,6 +37,30 @@ pub struct LimitArgs {
     max_bytes: Limit,
 }
 
+/// Where in the input the archive is: for an archive stored in a block device or inside a
+/// larger file (a browser's upload written to a device padded to a fixed size).
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct Region {
+    /// The archive starts at byte N of the input (any N: a file, a block device such as
+    /// /dev/loop0 or /dev/pmem0, or stdin, whose first N bytes are read and dropped). Unless
+    /// --length is given, only zero bytes (padding) may follow the archive's end, as on a
+    /// block device.
+    #[arg(long, value_name = "N", value_parser = parse_size)]
+    pub offset: Option<u64>,
+    /// Exactly L bytes (from the offset) are the archive: nothing may follow its end
+    /// within them, and nothing after them is read.
+    #[arg(long, value_name = "L", value_parser = parse_size)]
+    pub length: Option<u64>,
+}
+
+/// Parses a number of bytes, with K, M, G or T (powers of 1024).
+fn parse_size(text: &str) -> Result<u64, String> {
+    match parse_limit(text)? {
+        Limit(Some(n)) => Ok(n),
+        Limit(None) => Err("a number of bytes is needed here".into()),
+    }
+}
+
 /// A limit, or none.
 #[derive(Debug, Clone, Copy)]
 pub struct Limit(Option<u64>);
@@ -73,6 +97,7 @@ impl LimitArgs {
             max_depth: self.max_depth,
             max_entries: self.max_entries.0,
             max_bytes: self.max_bytes.0,
+            zero_padding: false,
         }
     }
 }
@@ -136,6 +161,8 @@ enum Command {
         #[command(flatten)]
         limits: LimitArgs,
         #[command(flatten)]
+        region: Region,
+        #[command(flatten)]
         out: OutputArgs,
     },
     /// List the entries of an archive (a file, or '-' for stdin), like `tar -tv`.
@@ -147,6 +174,8 @@ enum Command {
         json: bool,
         #[command(flatten)]
         limits: LimitArgs,
+        #[command(flatten)]
+        region: Region,
     },
     /// Apparent bytes, files, directories and other entries of each PATH, like `du -sb`.
     ///
@@ -169,6 +198,7 @@ fn main() -> ExitCode {
             no_sandbox,
             engine,
             limits,
+            region,
             out,
         } => {
             let (archive, dest) = match &paths[..] {
@@ -176,13 +206,15 @@ fn main() -> ExitCode {
                 [archive, dest] => (Some(archive.as_path()), dest),
                 _ => unreachable!("clap checks 1..=2 paths"),
             };
-            archive::unpack(archive, dest, !no_sandbox, engine, limits.limits(), out)
+            let limits = limits.limits();
+            archive::unpack(archive, dest, !no_sandbox, engine, limits, region, out)
         }
         Command::List {
             archive,
             json,
             limits,
-        } => archive::list(archive.as_deref(), json, limits.limits()),
+            region,
+        } => archive::list(archive.as_deref(), json, limits.limits(), region),
         Command::Du(args) => du::du(args),
     };
     let stopped_by = barge::interrupt::requested();

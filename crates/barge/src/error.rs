@@ -122,6 +122,14 @@ pub enum Error {
         /// What is there, e.g. `a symlink`.
         found: &'static str,
     },
+    /// The input holds fewer bytes than `--offset` and `--length` ask for.
+    #[error("the input has {got} bytes where {needed} were asked for (see --offset and --length)")]
+    InputTooShort {
+        /// Bytes asked for.
+        needed: u64,
+        /// Bytes there are.
+        got: u64,
+    },
     /// A source file changed while it was being read.
     #[error("{path}: changed size while being read ({expected} bytes at open, {actual} read)")]
     Changed {

@@ -212,39 +212,56 @@ pub fn umask() -> u32 {
     })
 }
 
-/// An archive held in memory: a read-only private mapping of a regular file, and the file.
+/// An archive held in memory: a read-only private mapping of (a region of) a regular file
+/// or block device, and the file.
 pub struct Mapped {
     ptr: *mut std::ffi::c_void,
+    /// Bytes mapped: the archive and the bytes before it on its first page.
     len: usize,
+    /// Bytes mapped before the archive (mappings start on a page boundary).
+    skip: usize,
+    /// The file offset of the archive's first byte.
+    offset: u64,
     file: OwnedFd,
 }
 
 impl Mapped {
-    /// Maps all `len` bytes of `file` without reading them: pages are mapped on first use,
-    /// or ahead of use by [`populate`]. An empty file maps to an empty slice.
-    pub fn new(file: OwnedFd, len: u64, path: &Path) -> Result<Mapped> {
+    /// Maps the `len` bytes of `file` from `offset` on (any offset) without reading them:
+    /// pages are mapped on first use, or ahead of use by [`populate`]. An empty region maps
+    /// to an empty slice.
+    pub fn new(file: OwnedFd, offset: u64, len: u64, path: &Path) -> Result<Mapped> {
         use rustix::mm::{mmap, MapFlags, ProtFlags};
+        let page = rustix::param::page_size() as u64;
+        let skip = offset % page;
+        let mut mapped = Mapped {
+            ptr: std::ptr::null_mut(),
+            len: 0,
+            skip: skip as usize,
+            offset,
+            file,
+        };
         if len == 0 {
-            return Ok(Mapped {
-                ptr: std::ptr::null_mut(),
-                len: 0,
-                file,
-            });
+            mapped.skip = 0;
+            return Ok(mapped);
         }
-        let len = usize::try_from(len).expect("64-bit");
-        // SAFETY: a fresh private read-only mapping; nothing else aliases it mutably.
-        let ptr = unsafe {
+        mapped.len = usize::try_from(skip + len).expect("64-bit");
+        // SAFETY: a fresh private read-only mapping; nothing else aliases it mutably. If the
+        // file shrinks while mapped, reading a vanished page raises SIGBUS, which
+        // `interrupt::catch_signals` turns into a stop (the page reads as zeros).
+        mapped.ptr = unsafe {
             mmap(
                 std::ptr::null_mut(),
-                len,
+                mapped.len,
                 ProtFlags::READ,
                 MapFlags::PRIVATE,
-                &file,
-                0,
+                &mapped.file,
+                offset - skip,
             )
         }
-        .map_err(|e| Error::io("mmap", path_of(path), e))?;
-        let mapped = Mapped { ptr, len, file };
+        .map_err(|e| {
+            mapped.len = 0;
+            Error::io("mmap", path_of(path), e)
+        })?;
         crate::interrupt::watch_mapping(mapped.bytes());
         Ok(mapped)
     }
@@ -254,13 +271,19 @@ impl Mapped {
         self.file.as_fd()
     }
 
-    /// The mapped bytes.
+    /// The file offset of the archive's first byte.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// The archive's bytes.
     pub fn bytes(&self) -> &[u8] {
         if self.len == 0 {
             return &[];
         }
         // SAFETY: the mapping is `len` readable bytes and lives as long as `self`.
-        unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
+        let all = unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) };
+        &all[self.skip..]
     }
 }
 

@@ -4,6 +4,7 @@ mod common;
 mod du;
 mod engines;
 mod hostile;
+mod offset;
 mod pack;
 mod redteam;
 mod roundtrip;

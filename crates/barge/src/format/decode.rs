@@ -20,6 +20,10 @@ pub struct Limits {
     pub max_entries: Option<u64>,
     /// Most bytes of file data allowed.
     pub max_bytes: Option<u64>,
+    /// Zero bytes may follow the end message: the archive sits in a container of a fixed
+    /// size (a block device, a region of a file). Any other byte there is still
+    /// `trailing-bytes`.
+    pub zero_padding: bool,
 }
 
 impl Default for Limits {
@@ -28,6 +32,7 @@ impl Default for Limits {
             max_depth: DEFAULT_MAX_DEPTH,
             max_entries: None,
             max_bytes: None,
+            zero_padding: false,
         }
     }
 }
@@ -64,6 +69,8 @@ pub enum Event<'a> {
         /// Number of dirs and files.
         entries: u64,
     },
+    /// Zero bytes after the end, allowed by [`Limits::zero_padding`].
+    Padding,
 }
 
 /// What [`Decoder::next`] found.
@@ -309,8 +316,16 @@ impl Decoder {
             State::Ended if input.is_empty() && eof => Ok(Step::Done),
             State::Ended if input.is_empty() => Ok(Step::NeedMore),
             State::Ended => {
-                self.message_offset = self.offset;
-                Err(self.error(FormatError::TrailingBytes, None))
+                let zeros = match self.limits.zero_padding {
+                    true => input.iter().position(|&b| b != 0).unwrap_or(input.len()),
+                    false => 0,
+                };
+                self.offset += zeros as u64;
+                if zeros == 0 {
+                    self.message_offset = self.offset;
+                    return Err(self.error(FormatError::TrailingBytes, None));
+                }
+                Ok(Step::Event(Event::Padding, zeros))
             }
         }
     }
@@ -579,20 +594,19 @@ pub fn decode_all(
     mut on_event: impl FnMut(&Decoder, Event<'_>) -> Result<(), Error>,
 ) -> Result<u64, Error> {
     let mut decoder = Decoder::new(limits);
-    let mut pos = 0;
+    let (mut pos, mut ended) = (0, None);
     loop {
         match decoder.next(&input[pos..], true)? {
-            Step::Event(Event::End { entries }, n) => {
-                pos += n;
-                if let Step::Done = decoder.next(&input[pos..], true)? {
-                    return Ok(entries);
-                }
-            }
             Step::Event(event, n) => {
                 pos += n;
-                on_event(&decoder, event)?;
+                match event {
+                    Event::End { entries } => ended = Some(entries),
+                    Event::Padding => {}
+                    event => on_event(&decoder, event)?,
+                }
             }
-            Step::NeedMore | Step::Done => unreachable!("eof input never needs more"),
+            Step::Done => return Ok(ended.expect("Done only after the end")),
+            Step::NeedMore => unreachable!("eof input never needs more"),
         }
     }
 }
@@ -601,7 +615,7 @@ pub fn decode_all(
 mod tests {
     use super::{Decoder, Event, Names, Step};
     use crate::format::encode::{push_end, push_file_header};
-    use crate::format::{Limits, HEADER};
+    use crate::format::{FormatError, Limits, HEADER};
 
     /// `next_whole` consumes nothing until a file's content is all there and says how long
     /// its message is, in the first message (after the archive header) as in later ones.
@@ -646,6 +660,42 @@ mod tests {
         let mut decoder = Decoder::new(Limits::default());
         assert_eq!(decoder.next_whole(&huge, false).unwrap(), Step::NeedMore);
         assert_eq!(decoder.wanted(), usize::MAX);
+    }
+
+    /// With zero padding allowed, zeros after the end are consumed in any chunks and the
+    /// first other byte is `trailing-bytes` at its own offset; without, the first byte is.
+    #[test]
+    fn zero_padding_after_the_end_is_consumed_and_anything_else_is_trailing() {
+        let mut archive = HEADER.to_vec();
+        push_end(&mut archive, 0);
+        let end = archive.len();
+        archive.extend_from_slice(&[0; 10_000]);
+        let padded = Limits {
+            zero_padding: true,
+            ..Limits::default()
+        };
+        let run = |input: &[u8], limits: Limits, chunk: usize| {
+            let mut decoder = Decoder::new(limits);
+            let (mut pos, mut fed) = (0, chunk.min(input.len()));
+            loop {
+                match decoder.next(&input[pos..fed], fed == input.len()) {
+                    Ok(Step::Done) => return Ok(decoder.offset()),
+                    Ok(Step::Event(_, n)) => pos += n,
+                    Ok(Step::NeedMore) => fed = (fed + chunk).min(input.len()),
+                    Err(crate::Error::Format { offset, kind, .. }) => return Err((kind, offset)),
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        };
+        for chunk in [1, 7, 4096, usize::MAX] {
+            assert_eq!(run(&archive, padded, chunk), Ok(archive.len() as u64));
+            let trailing = Err((FormatError::TrailingBytes, end as u64));
+            assert_eq!(run(&archive, Limits::default(), chunk), trailing);
+            let mut garbage = archive.clone();
+            garbage.push(b'x');
+            let at = Err((FormatError::TrailingBytes, archive.len() as u64));
+            assert_eq!(run(&garbage, padded, chunk), at, "chunk {chunk}");
+        }
     }
 
     /// Adds each name unless seen; returns the index of the first repeat.

@@ -28,10 +28,9 @@ use std::time::Duration;
 use rustix::fs::{fchmod, openat, Mode};
 
 use super::sync::{DIR_HANDLE_FLAGS, OWNER_RWX};
-use super::{read_some, Land, LandSummary};
+use super::{ByteStream, Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
 use crate::format::{Decoder, Event, Limits, Step};
-use crate::interrupt::wait_readable;
 use crate::root::{populate, umask};
 use crate::solo::{go_solo, spawn_elsewhere};
 use crate::walk::DIR_FLAGS;
@@ -96,8 +95,9 @@ enum Op {
 #[derive(Clone)]
 enum Source<'a> {
     /// A mapped archive, whose pages a lander maps in before landing a batch, and the file
-    /// it maps (large files are copied from there, see [`COPY_FROM`]).
-    Mapped(&'a [u8], Option<BorrowedFd<'a>>),
+    /// it maps with the file offset of the archive's first byte (large files are copied
+    /// from there, see [`COPY_FROM`]).
+    Mapped(&'a [u8], Option<(BorrowedFd<'a>, u64)>),
     /// A segment of a stream, kept alive by each batch decoded from it.
     Stream(Arc<Segment>),
 }
@@ -141,12 +141,12 @@ impl<'a> Batch<'a> {
 type Failure = (u64, Error);
 
 /// Where [`land_parallel`] reads an archive.
-#[derive(Clone, Copy)]
 pub enum Input<'a> {
-    /// A whole archive in memory: the mapping of a regular file, and that file. A file of
-    /// at least [`COPY_FROM`] bytes is copied from the archive file inside the kernel, so
-    /// its pages are never mapped into (or unmapped from) the process.
-    Mapped(&'a [u8], BorrowedFd<'a>),
+    /// A whole archive in memory: the mapping of a file (or block device), that file, and
+    /// the file offset of the archive's first byte. A file of at least [`COPY_FROM`] bytes
+    /// is copied from the archive file inside the kernel, so its pages are never mapped
+    /// into (or unmapped from) the process.
+    Mapped(&'a [u8], BorrowedFd<'a>, u64),
     /// A pipe, socket or file read as a stream. The calling thread reads it into segments
     /// of up to [`SEGMENT`] bytes and decodes each into batches. Until
     /// [`STREAM_THREADS_FROM`] bytes have come it lands them itself as they arrive, like
@@ -155,7 +155,7 @@ pub enum Input<'a> {
     /// large for that (over half a segment) is landed by the calling thread as it reads it,
     /// while the helpers land what came before it. Memory: the segments that batches in
     /// flight were decoded from.
-    Stream(BorrowedFd<'a>),
+    Stream(ByteStream<'a>),
 }
 
 /// Lands the archive `input` below `root` on `workers` threads (the calling thread and
@@ -173,10 +173,11 @@ pub fn land_parallel<L: Land>(
     let mut parser = Parser::new(limits);
     shared.run(&make, |here| {
         let landed = match input {
-            Input::Mapped(bytes, file) => {
-                land_mapped(bytes, file, workers, &mut parser, &shared.stop, here)
+            Input::Mapped(bytes, file, offset) => {
+                let source = Source::Mapped(bytes, Some((file, offset)));
+                land_mapped(source, workers, &mut parser, &shared.stop, here)
             }
-            Input::Stream(fd) => land_stream(fd, workers, &mut parser, &shared.stop, here),
+            Input::Stream(input) => land_stream(input, workers, &mut parser, &shared.stop, here),
         };
         if let Err(failure) = landed {
             shared.fail(failure);
@@ -185,18 +186,18 @@ pub fn land_parallel<L: Land>(
     shared.finish(parser)
 }
 
-/// Decodes the mapped archive `input` into batches, with helpers from the start.
+/// Decodes the mapped archive `source` into batches, with helpers from the start.
 fn land_mapped<'a, L: Land>(
-    input: &'a [u8],
-    file: BorrowedFd<'a>,
+    source: Source<'a>,
     workers: usize,
     parser: &mut Parser,
     stop: &AtomicU64,
     here: &mut Here<'a, '_, L>,
 ) -> std::result::Result<(), Failure> {
     here.start_helpers(workers - 1);
+    let input = source.bytes();
     parser.batch_cost = batch_cost(input.len(), workers);
-    match parser.run(&Source::Mapped(input, Some(file)), stop, here)? {
+    match parser.run(&source, stop, here)? {
         Parsed::NeedMore(used) => parser.end(&input[used..]),
         Parsed::Stopped => Ok(()),
     }
@@ -204,7 +205,7 @@ fn land_mapped<'a, L: Land>(
 
 /// Reads and decodes the stream `input` segment by segment (see [`Input::Stream`]).
 fn land_stream<L: Land>(
-    input: BorrowedFd<'_>,
+    input: ByteStream<'_>,
     workers: usize,
     parser: &mut Parser,
     stop: &AtomicU64,
@@ -217,7 +218,7 @@ fn land_stream<L: Land>(
     };
     Arc::get_mut(&mut stream.cur)
         .expect("new")
-        .refill(input, 0, 0, 0, || true)
+        .refill(&mut stream.input, 0, 0, 0, || true)
         .map_err(|e| (0, e))?;
     loop {
         let read = parser.decoder.offset() + stream.cur.len as u64;
@@ -240,7 +241,7 @@ fn land_stream<L: Land>(
 
 /// The segments of a stream: the one being decoded and spares to read the next into.
 struct Stream<'i> {
-    input: BorrowedFd<'i>,
+    input: ByteStream<'i>,
     cur: Arc<Segment>,
     spares: Vec<Arc<Segment>>,
 }
@@ -256,7 +257,7 @@ impl Stream<'_> {
         parser: &mut Parser,
         here: &mut Here<'_, '_, L>,
     ) -> std::result::Result<bool, Failure> {
-        let input = self.input;
+        let input = &mut self.input;
         if self.cur.eof {
             // The end, whole or cut: a cut file is landed and removed as the sync engine
             // does, for the same message.
@@ -335,7 +336,7 @@ impl Segment {
     /// whole), until `enough()` says to land them or nothing more comes for [`PATIENCE`].
     fn refill(
         &mut self,
-        input: BorrowedFd<'_>,
+        input: &mut ByteStream<'_>,
         kept: usize,
         offset: u64,
         wanted: usize,
@@ -344,11 +345,11 @@ impl Segment {
         self.len = kept;
         while self.len < self.buf.len() && !self.eof {
             let landable = self.len > kept && self.len >= wanted;
-            if landable && (enough() || !wait_readable(input, Some(PATIENCE))?) {
+            if landable && (enough() || !input.wait(Some(PATIENCE))?) {
                 break;
             }
             let at = offset + (self.len - kept) as u64;
-            let n = read_some(input, &mut self.buf[self.len..], at)?;
+            let n = input.read(&mut self.buf[self.len..], at)?;
             self.eof = n == 0;
             self.len += n;
         }
@@ -657,7 +658,7 @@ impl Parser {
                     false
                 }
                 Event::Data(_) => unreachable!("next_whole gives whole files"),
-                Event::End { .. } => false,
+                Event::End { .. } | Event::Padding => false,
             };
             if (boundary && batch.cost >= self.batch_cost) || batch.cost >= 2 * self.batch_cost {
                 let next = Batch::new(self.next_entry(), &self.at, source, pos);
@@ -712,11 +713,14 @@ impl Parser {
 
     /// Decodes `rest`, the input after the last whole message, as the end of the input: the
     /// archive must have ended there.
-    fn end(&mut self, rest: &[u8]) -> std::result::Result<(), Failure> {
-        match self.decoder.next(rest, true) {
-            Ok(Step::Done) => Ok(()),
-            Ok(_) => unreachable!("run() decodes every whole message"),
-            Err(e) => Err((self.entries, e)),
+    fn end(&mut self, mut rest: &[u8]) -> std::result::Result<(), Failure> {
+        loop {
+            match self.decoder.next(rest, true) {
+                Ok(Step::Done) => return Ok(()),
+                Ok(Step::Event(Event::Padding, n)) => rest = &rest[n..],
+                Ok(_) => unreachable!("run() decodes every whole message"),
+                Err(e) => return Err((self.entries, e)),
+            }
         }
     }
 
@@ -727,7 +731,7 @@ impl Parser {
     fn land_rest<L: Land>(
         &mut self,
         rest: &[u8],
-        input: BorrowedFd<'_>,
+        input: &mut ByteStream<'_>,
         buf: &mut [u8],
         here: &mut Here<'_, '_, L>,
     ) -> std::result::Result<(), Failure> {
@@ -766,7 +770,7 @@ impl Parser {
         progress.add_entry(data.len() as u64);
         while self.decoder.remaining_data() > 0 {
             let want = self.decoder.remaining_data().min(buf.len() as u64) as usize;
-            let n = read_some(input, &mut buf[..want], self.decoder.offset())
+            let n = (input.read(&mut buf[..want], self.decoder.offset()))
                 .map_err(|e| (entry, land.abort(e)))?;
             let chunk = match self.decoder.next(&buf[..n], n == 0) {
                 Ok(Step::Event(Event::Data(chunk), _)) => chunk,
@@ -891,7 +895,9 @@ fn land_batch<L: Land>(
             Op::File(name, mode, range) => {
                 let (name, data) = (&bytes[name.clone()], &bytes[range.clone()]);
                 match copy_from.filter(|_| copied(range)) {
-                    Some(file) => land.file_at(name, *mode, data, file, range.start as u64),
+                    Some((file, base)) => {
+                        land.file_at(name, *mode, data, file, base + range.start as u64)
+                    }
                     None => land.file(name, *mode, data.len() as u64, data),
                 }
                 .map_err(fail(entry))?;

@@ -61,7 +61,7 @@ fn record(entries: &mut Vec<Entry>, decoder: &Decoder, event: Event<'_>) {
             .expect("data follows a file")
             .data
             .extend_from_slice(data),
-        Event::Pop | Event::End { .. } => {}
+        Event::Pop | Event::End { .. } | Event::Padding => {}
     }
 }
 

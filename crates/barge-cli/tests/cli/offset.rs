@@ -100,19 +100,21 @@ fn an_archive_at_any_offset_with_zero_padding_lands_through_every_engine() {
     }
 }
 
+/// A refused input: what it is, its bytes, --offset, --length, what the message says.
+type Case = (&'static str, Vec<u8>, u64, Option<u64>, Vec<String>);
+
 #[test]
 fn garbage_after_the_end_and_wrong_lengths_are_refused() {
     let work = tempdir();
     let archive = Archive::header().file(b"f", b"data").end(1);
     let image = work.path().join("image");
     let n = archive.len();
-    // (what, image bytes, --offset, --length, needles)
     let garbage = {
         let mut image = embedded(100, &archive, 4096);
         image.push(b'x');
         image
     };
-    let cases: Vec<(&str, Vec<u8>, u64, Option<u64>, Vec<String>)> = vec![
+    let cases: Vec<Case> = vec![
         (
             "non-zero byte after the padding",
             garbage,

@@ -250,7 +250,10 @@ impl<'a> ByteStream<'a> {
         })?;
         if let (0, Some(length)) = (n, self.length) {
             let got = length - self.left;
-            return Err(Error::InputTooShort { needed: length, got });
+            return Err(Error::InputTooShort {
+                needed: length,
+                got,
+            });
         }
         self.left -= n as u64;
         Ok(n)

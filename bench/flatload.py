@@ -16,8 +16,7 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lib  # noqa: E402
 
-BARGE = os.environ.get("BARGE", "/dev/shm/barge-bench/bin/barge-mine")
-EXP = "/dev/shm/barge-bench/bin/barge-exp"
+BARGE = os.environ.get("BARGE", os.path.join(lib.ROOT, "target", "barge"))
 A = "/dev/shm/barge-bench/archives/flat-million"
 DEST = "/dev/shm/barge-bench/dest-flat"
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flatload.jsonl")
@@ -28,9 +27,6 @@ CASES = {
     "threads": [BARGE, "unpack", "--engine", "threads", A + ".barge", DEST],
     "uring": [BARGE, "unpack", "--engine", "uring", A + ".barge", DEST],
     "tar": ["tar", "-xf", A + ".tar", "-C", DEST],
-    # threads with more workers than cores (BARGE_EXP_WORKERS, an experimental build)
-    "threads-w4": ["env", "BARGE_EXP_WORKERS=4", EXP, "unpack", "--engine", "threads", A + ".barge", DEST],
-    "threads-w8": ["env", "BARGE_EXP_WORKERS=8", EXP, "unpack", "--engine", "threads", A + ".barge", DEST],
 }
 
 

@@ -1,25 +1,22 @@
 //! `pack`, `unpack` and `list`.
 
 use std::io::{IsTerminal, Write};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use barge::error::escape_bytes;
-use barge::format::{Event, Limits};
-use barge::land::parallel::{self, land_parallel, THREADS_FROM};
-use barge::land::sync::SyncLander;
-use barge::land::uring::UringLander;
-use barge::land::{read_events, ByteStream, Driver, Land, LandSummary};
+use barge::format::Event;
 use barge::output::{Kind, Output};
-use barge::root::{open_dest, populate, raise_fd_limit, Confinement, Mapped};
+use barge::root::{raise_fd_limit, Confinement};
+use barge::unpack::{self, Archive, Unpack};
 use barge::{Progress, TreePath};
-use rustix::fs::{fstat, open, seek, FileType, Mode, OFlags, SeekFrom};
+use rustix::fs::{open, FileType, Mode, OFlags};
 use serde_json::{json, Map};
 
 use crate::report::{human_bytes, json_path, shown_path, summary, with_progress};
-use crate::{OutputArgs, Region};
+use crate::OutputArgs;
 
 /// Skipped entries named one by one before the rest are only counted.
 const SKIPS_NAMED: usize = 10;
@@ -110,115 +107,12 @@ fn warn_skipped(skipped: &[(TreePath, &'static str)]) {
     }
 }
 
-/// The pipe buffer asked for when the archive comes through a pipe (the default is 64 KiB).
-const PIPE_BUFFER: usize = 1 << 20;
-
-/// An archive to read: mapped when it is a regular file or block device, streamed otherwise.
-enum Input {
-    Mapped(Mapped),
-    /// A stream (stdin when no fd), of which at most `length` bytes are the archive.
-    Stream {
-        fd: Option<OwnedFd>,
-        length: Option<u64>,
-    },
-}
-
-impl Input {
-    /// Opens the archive at `path` (stdin when none), in the part `region` says. Also
-    /// answers whether zero bytes may follow its end: in a region without a length, or on a
-    /// block device (a fixed-size container).
-    fn open(path: Option<&Path>, region: Region) -> Result<(Input, bool)> {
-        let name = path.map_or("stdin".into(), shown_path);
-        let owned = match path {
-            Some(p) if !is_stdio(Some(p)) => Some(
-                open(
-                    p,
-                    OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY,
-                    Mode::empty(),
-                )
-                .with_context(|| format!("cannot open archive {name}"))?,
-            ),
-            _ => None,
-        };
-        let stdin = std::io::stdin();
-        let fd = owned.as_ref().map_or(stdin.as_fd(), |f| f.as_fd());
-        let stat = fstat(fd).with_context(|| format!("cannot stat archive {name}"))?;
-        let kind = FileType::from_raw_mode(stat.st_mode);
-        let padded =
-            region.length.is_none() && (region.offset.is_some() || kind == FileType::BlockDevice);
-        let offset = region.offset.unwrap_or(0);
-        let at_start = seek(fd, SeekFrom::Current(0)).is_ok_and(|pos| pos == 0);
-        if matches!(kind, FileType::RegularFile | FileType::BlockDevice) && at_start {
-            // A block device's size is where its end is (fstat says 0).
-            let size = match kind {
-                FileType::RegularFile => stat.st_size as u64,
-                _ => seek(fd, SeekFrom::End(0))
-                    .with_context(|| format!("cannot find the size of {name}"))?,
-            };
-            let end = offset.saturating_add(region.length.unwrap_or(size.saturating_sub(offset)));
-            if end > size {
-                return Err(barge::Error::InputTooShort {
-                    needed: end,
-                    got: size,
-                })
-                .with_context(|| format!("cannot read archive {name}"));
-            }
-            let owned = match owned {
-                Some(f) => f,
-                None => fd.try_clone_to_owned().context("cannot dup stdin")?,
-            };
-            let mapped = Mapped::new(owned, offset, end - offset, Path::new(&name))?;
-            return Ok((Input::Mapped(mapped), padded));
-        }
-        if kind == FileType::Directory {
-            bail!("archive {name} is a directory");
-        }
-        if kind == FileType::Fifo {
-            // A larger pipe buffer means fewer reads and wake-ups on both ends (best effort:
-            // the limit for unprivileged users is /proc/sys/fs/pipe-max-size).
-            let _ = rustix::pipe::fcntl_setpipe_size(fd, PIPE_BUFFER);
-        }
-        ByteStream::new(fd)
-            .skip(offset)
-            .with_context(|| format!("cannot read archive {name}"))?;
-        let length = region.length;
-        Ok((Input::Stream { fd: owned, length }, padded))
-    }
-
-    /// The fd that must stay open (a mapped archive, or a streamed one given by path).
-    fn kept_fd(&self) -> Option<i32> {
-        match self {
-            Input::Mapped(m) => Some(m.file().as_raw_fd()),
-            Input::Stream { fd, .. } => fd.as_ref().map(|fd| fd.as_raw_fd()),
-        }
-    }
-
-    /// The stream of a streamed archive.
-    fn stream(fd: &Option<OwnedFd>, length: Option<u64>) -> ByteStream<'_> {
-        // SAFETY: stdin stays open for the life of the process.
-        let stdin = unsafe { BorrowedFd::borrow_raw(0) };
-        let stream = ByteStream::new(fd.as_ref().map_or(stdin, |f| f.as_fd()));
-        match length {
-            Some(length) => stream.limit(length),
-            None => stream,
-        }
-    }
-
-    /// The archive as the threaded landing reads it.
-    fn parallel(&self) -> parallel::Input<'_> {
-        match self {
-            Input::Mapped(m) => parallel::Input::Mapped(m.bytes(), m.file(), m.offset()),
-            Input::Stream { fd, length } => parallel::Input::Stream(Input::stream(fd, *length)),
-        }
-    }
-}
-
 /// How `unpack` lands the tree. (Plain comments on the variants keep `--help` listing them
 /// as `[possible values: ...]`, which the bench harness reads.)
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Engine {
-    // `threads`, except `sync` for an archive file under `THREADS_FROM` bytes (a shorter
-    // stream lands on one thread within `threads`).
+    // `threads`, except `sync` for an archive file under 256 KiB (a shorter stream lands on
+    // one thread within `threads`).
     #[default]
     Auto,
     // One thread making plain system calls.
@@ -230,79 +124,42 @@ pub enum Engine {
     Uring,
 }
 
-impl Engine {
-    /// The engine that lands `input`.
-    fn resolve(self, input: &Input) -> Engine {
-        match (self, input) {
-            (Engine::Uring, _) => Engine::Uring,
-            (Engine::Auto, Input::Mapped(m)) if (m.bytes().len() as u64) < THREADS_FROM => {
-                Engine::Sync
-            }
-            (Engine::Auto, _) => Engine::Threads,
-            (engine, _) => engine,
-        }
-    }
-
-    /// Lands `input` below `root`.
-    fn land(
-        self,
-        root: OwnedFd,
-        input: &Input,
-        limits: Limits,
-        progress: &Progress,
-    ) -> barge::Result<LandSummary> {
-        let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
-        match (self.resolve(input), input) {
-            (Engine::Threads, input) => {
-                let sync = |fd| Ok(SyncLander::new(fd));
-                land_parallel(root, input.parallel(), limits, workers, sync, progress)
-            }
-            (Engine::Uring, Input::Mapped(_)) => land_parallel(
-                root,
-                input.parallel(),
-                limits,
-                workers,
-                UringLander::new,
-                progress,
-            ),
-            (Engine::Uring, _) => drive(UringLander::new(root)?, input, limits, progress),
-            _ => drive(SyncLander::new(root), input, limits, progress),
+impl From<Engine> for unpack::Engine {
+    fn from(engine: Engine) -> unpack::Engine {
+        match engine {
+            Engine::Auto => unpack::Engine::Auto,
+            Engine::Sync => unpack::Engine::Sync,
+            Engine::Threads => unpack::Engine::Threads,
+            Engine::Uring => unpack::Engine::Uring,
         }
     }
 }
 
-/// Lands `input` with one lander on the calling thread.
-fn drive<L: Land>(
-    land: L,
-    input: &Input,
-    limits: Limits,
-    progress: &Progress,
-) -> barge::Result<LandSummary> {
-    let driver = Driver::new(land, progress);
-    match input {
-        Input::Mapped(mapped) => {
-            populate(mapped.bytes());
-            driver.run_bytes(mapped.bytes(), limits)
+/// Opens the archive at `path` ('-' or none: stdin) for `operation`; an error that does not
+/// name the archive gets its name.
+fn open_archive(operation: &Unpack, path: Option<&Path>) -> Result<Archive> {
+    let path = path.filter(|p| !is_stdio(Some(p)));
+    operation.open(path).map_err(|e| match e {
+        e @ barge::Error::InputTooShort { .. } => {
+            let name = path.map_or("stdin".into(), shown_path);
+            anyhow::Error::new(e).context(format!("cannot read archive {name}"))
         }
-        Input::Stream { fd, length } => driver.run_stream(Input::stream(fd, *length), limits),
-    }
+        e => e.into(),
+    })
 }
 
 /// `barge unpack [ARCHIVE|-] DEST`.
 pub fn unpack(
     archive: Option<&Path>,
     dest: &Path,
-    sandbox: bool,
-    engine: Engine,
-    mut limits: Limits,
-    region: Region,
+    operation: Unpack,
     out: OutputArgs,
 ) -> Result<ExitCode> {
-    let (input, padded) = Input::open(archive, region)?;
-    limits.zero_padding = padded;
+    let input = open_archive(&operation, archive)?;
     raise_fd_limit();
     let shown = shown_path(dest);
-    let mut destination = open_dest(dest, sandbox, input.kept_fd())
+    let mut destination = operation
+        .prepare(dest, &input)
         .with_context(|| format!("cannot prepare destination {shown}"))?;
     let confinement = destination.confinement.clone();
     if let Confinement::Unavailable(reason) = &confinement {
@@ -310,12 +167,9 @@ pub fn unpack(
     }
     let progress = Progress::default();
     let (result, elapsed) = with_progress(out, &progress, || {
-        engine.land(destination.root()?, &input, limits, &progress)
+        operation.land(&input, &mut destination, &progress)
     });
-    let finished = destination.finish();
-    let landed = barge::interrupt::unless_archive_shrank(result)
-        .and_then(|landed| finished.map(|()| landed))
-        .with_context(|| format!("unpack into {shown} stopped"))?;
+    let landed = result.with_context(|| format!("unpack into {shown} stopped"))?;
     let line = format!(
         "unpacked {} dirs, {} files, {}",
         landed.dirs,
@@ -337,14 +191,8 @@ pub fn unpack(
 }
 
 /// `barge list [ARCHIVE|-]`.
-pub fn list(
-    archive: Option<&Path>,
-    json: bool,
-    mut limits: Limits,
-    region: Region,
-) -> Result<ExitCode> {
-    let (input, padded) = Input::open(archive, region)?;
-    limits.zero_padding = padded;
+pub fn list(archive: Option<&Path>, json: bool, operation: Unpack) -> Result<ExitCode> {
+    let input = open_archive(&operation, archive)?;
     let stdout = std::io::stdout();
     let mut w = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
     let mut print = |decoder: &barge::format::Decoder, event: Event<'_>| -> barge::Result<()> {
@@ -381,12 +229,9 @@ pub fn list(
         writeln!(w, "{line}")
             .map_err(|e| barge::Error::os("write listing", TreePath(b"<stdout>".to_vec()), e))
     };
-    let result = match &input {
-        Input::Mapped(mapped) => barge::format::decode_all(mapped.bytes(), limits, &mut print),
-        Input::Stream { fd, length } => read_events(Input::stream(fd, *length), limits, &mut print),
-    };
+    let result = operation.list(&input, &mut print);
     let flushed = w.flush();
-    barge::interrupt::unless_archive_shrank(result).context("list stopped")?;
+    result.context("list stopped")?;
     flushed.context("cannot write the listing")?;
     Ok(ExitCode::SUCCESS)
 }

@@ -8,6 +8,7 @@ mod report;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use barge::unpack::Unpack;
 use clap::{Parser, Subcommand};
 
 #[global_allocator]
@@ -46,11 +47,20 @@ pub struct Region {
     /// --length is given, only zero bytes (padding) may follow the archive's end, as on a
     /// block device.
     #[arg(long, value_name = "N", value_parser = parse_size)]
-    pub offset: Option<u64>,
+    offset: Option<u64>,
     /// Exactly L bytes (from the offset) are the archive: nothing may follow its end
     /// within them, and nothing after them is read.
     #[arg(long, value_name = "L", value_parser = parse_size)]
-    pub length: Option<u64>,
+    length: Option<u64>,
+}
+
+impl From<Region> for barge::unpack::Region {
+    fn from(region: Region) -> barge::unpack::Region {
+        barge::unpack::Region {
+            offset: region.offset,
+            length: region.length,
+        }
+    }
 }
 
 /// Parses a number of bytes, with K, M, G or T (powers of 1024).
@@ -206,15 +216,22 @@ fn main() -> ExitCode {
                 [archive, dest] => (Some(archive.as_path()), dest),
                 _ => unreachable!("clap checks 1..=2 paths"),
             };
-            let limits = limits.limits();
-            archive::unpack(archive, dest, !no_sandbox, engine, limits, region, out)
+            let operation = Unpack::new()
+                .engine(engine.into())
+                .limits(limits.limits())
+                .region(region.into())
+                .sandbox(!no_sandbox);
+            archive::unpack(archive, dest, operation, out)
         }
         Command::List {
             archive,
             json,
             limits,
             region,
-        } => archive::list(archive.as_deref(), json, limits.limits(), region),
+        } => {
+            let operation = Unpack::new().limits(limits.limits()).region(region.into());
+            archive::list(archive.as_deref(), json, operation)
+        }
         Command::Du(args) => du::du(args),
     };
     let stopped_by = barge::interrupt::requested();

@@ -17,6 +17,7 @@ pub mod output;
 pub mod pack;
 pub mod root;
 pub mod solo;
+pub mod unpack;
 pub mod walk;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

@@ -538,7 +538,7 @@ fn archive_that_is_a_directory_or_missing_is_a_clean_error() {
     );
     assert_clean_failure(
         &out,
-        &["cannot open archive", "missing.barge"],
+        &["missing.barge: open the archive failed"],
         "missing archive",
     );
 }

@@ -33,6 +33,9 @@ pub const MODE_MASK: u32 = 0o777;
 pub const PERM_MASK: u32 = 0o7777;
 /// Default nesting limit.
 pub const DEFAULT_MAX_DEPTH: usize = 1024;
+/// Most entries an unpack accepts unless told otherwise (10 × 1024²): far above real trees,
+/// it bounds what a stranger's archive can make a server create and remember.
+pub const DEFAULT_MAX_ENTRIES: u64 = 10 << 20;
 
 /// What is wrong with an archive. Each kind has a stable [`code`](FormatError::code) shared
 /// with the JavaScript decoder and the test vectors.

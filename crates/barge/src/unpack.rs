@@ -1,0 +1,316 @@
+//! `unpack` and `list` as library operations: [`Unpack`] opens an archive ([`Archive`]: a
+//! file or block device mapped, anything else streamed, at an offset), opens and confines the
+//! destination, picks the engine and lands. A front end only maps its options onto it and
+//! reports.
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use rustix::fs::{fstat, open, seek, FileType, Mode, OFlags, SeekFrom};
+
+use crate::error::{Error, Result, TreePath};
+use crate::format::{decode_all, Decoder, Event, Limits, DEFAULT_MAX_ENTRIES};
+use crate::land::parallel::{self, land_parallel, THREADS_FROM};
+use crate::land::sync::SyncLander;
+use crate::land::uring::UringLander;
+use crate::land::{read_events, ByteStream, Driver, Land, LandSummary};
+use crate::root::{open_dest, populate, Destination, Mapped};
+use crate::Progress;
+
+/// The pipe buffer asked for when the archive comes through a pipe (the default is 64 KiB).
+const PIPE_BUFFER: usize = 1 << 20;
+
+/// How an unpack lands the tree.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Engine {
+    /// [`Engine::Threads`], except [`Engine::Sync`] for an archive file under
+    /// [`THREADS_FROM`] bytes (a shorter stream lands on one thread within `Threads`).
+    #[default]
+    Auto,
+    /// One thread making plain system calls.
+    Sync,
+    /// One thread per core lands, the first also decodes (and reads a stream).
+    Threads,
+    /// Like `Threads` (one thread for a stream), each lander creating the small files of a
+    /// directory in io_uring batches.
+    Uring,
+}
+
+/// Where in its input an archive is: from byte `offset`, and `length` bytes long (else to
+/// the end of the input, where only zero padding may follow it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Region {
+    /// The archive's first byte in the input.
+    pub offset: Option<u64>,
+    /// The archive's length.
+    pub length: Option<u64>,
+}
+
+/// An unpack (or listing): its engine, limits, confinement and where the archive is.
+#[derive(Clone, Debug)]
+pub struct Unpack {
+    engine: Engine,
+    limits: Limits,
+    sandbox: bool,
+    region: Region,
+}
+
+impl Default for Unpack {
+    /// The automatic engine, the sandbox, the default depth limit and at most
+    /// [`DEFAULT_MAX_ENTRIES`] entries.
+    fn default() -> Unpack {
+        Unpack {
+            engine: Engine::Auto,
+            limits: Limits {
+                max_entries: Some(DEFAULT_MAX_ENTRIES),
+                ..Limits::default()
+            },
+            sandbox: true,
+            region: Region::default(),
+        }
+    }
+}
+
+/// An archive opened for reading.
+pub struct Archive {
+    input: Input,
+    /// Zero bytes may follow its end (see [`Limits::zero_padding`]).
+    padded: bool,
+}
+
+/// Mapped when it is a regular file or block device, streamed otherwise.
+enum Input {
+    Mapped(Mapped),
+    /// A stream (stdin when no fd), of which at most `length` bytes are the archive.
+    Stream {
+        fd: Option<OwnedFd>,
+        length: Option<u64>,
+    },
+}
+
+impl Unpack {
+    /// An unpack with the defaults (see [`Unpack::default`]).
+    pub fn new() -> Unpack {
+        Unpack::default()
+    }
+
+    /// Lands with `engine`.
+    pub fn engine(mut self, engine: Engine) -> Unpack {
+        self.engine = engine;
+        self
+    }
+
+    /// Refuses archives beyond `limits` (its `zero_padding` is decided by the input).
+    pub fn limits(mut self, limits: Limits) -> Unpack {
+        self.limits = limits;
+        self
+    }
+
+    /// Confines the landing to the destination in a user-namespace chroot (the default);
+    /// see [`open_dest`].
+    pub fn sandbox(mut self, sandbox: bool) -> Unpack {
+        self.sandbox = sandbox;
+        self
+    }
+
+    /// Where in its input the archive is.
+    pub fn region(mut self, region: Region) -> Unpack {
+        self.region = region;
+        self
+    }
+
+    /// Opens the archive at `path`, or stdin. A regular file or block device is mapped
+    /// (pages are read as they are landed), anything else is read as a stream, after
+    /// skipping to the region's offset. Zero padding may follow the archive in a region
+    /// without a length, and on a block device (a container of a fixed size).
+    pub fn open(&self, path: Option<&Path>) -> Result<Archive> {
+        let shown = TreePath(path.map_or(b"<stdin>".to_vec(), |p| {
+            p.as_os_str().as_encoded_bytes().to_vec()
+        }));
+        let fail = |op, e| Error::io(op, shown.clone(), e);
+        let owned = match path {
+            Some(p) => Some(
+                open(
+                    p,
+                    OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY,
+                    Mode::empty(),
+                )
+                .map_err(|e| fail("open the archive", e))?,
+            ),
+            None => None,
+        };
+        let fd = owned.as_ref().map_or(stdin(), |f| f.as_fd());
+        let stat = fstat(fd).map_err(|e| fail("stat the archive", e))?;
+        let kind = FileType::from_raw_mode(stat.st_mode);
+        let Region { offset, length } = self.region;
+        let padded = length.is_none() && (offset.is_some() || kind == FileType::BlockDevice);
+        let offset = offset.unwrap_or(0);
+        let at_start = seek(fd, SeekFrom::Current(0)).is_ok_and(|pos| pos == 0);
+        let input = match kind {
+            FileType::RegularFile | FileType::BlockDevice if at_start => {
+                // A block device's size is where its end is (fstat says 0).
+                let size = match kind {
+                    FileType::RegularFile => stat.st_size as u64,
+                    _ => seek(fd, SeekFrom::End(0)).map_err(|e| fail("seek the archive", e))?,
+                };
+                let len = length.unwrap_or(size.saturating_sub(offset));
+                let end = offset.saturating_add(len);
+                if end > size {
+                    return Err(Error::InputTooShort {
+                        needed: end,
+                        got: size,
+                    });
+                }
+                let file = match owned {
+                    Some(f) => f,
+                    None => fd
+                        .try_clone_to_owned()
+                        .map_err(|e| Error::os("dup stdin", shown.clone(), e))?,
+                };
+                let name = Path::new(std::ffi::OsStr::from_bytes(&shown.0));
+                Input::Mapped(Mapped::new(file, offset, len, name)?)
+            }
+            FileType::Directory => {
+                let cause = std::io::Error::other("it is a directory");
+                return Err(Error::os("read the archive", shown, cause));
+            }
+            _ => {
+                if kind == FileType::Fifo {
+                    // A larger pipe buffer means fewer reads and wake-ups on both ends (best
+                    // effort: the limit for unprivileged users is /proc/sys/fs/pipe-max-size).
+                    let _ = rustix::pipe::fcntl_setpipe_size(fd, PIPE_BUFFER);
+                }
+                ByteStream::new(fd).skip(offset)?;
+                Input::Stream { fd: owned, length }
+            }
+        };
+        Ok(Archive { input, padded })
+    }
+
+    /// Opens the destination `dest` (creating it when missing) for `archive`, confined when
+    /// the sandbox is on, keeping the archive's fd open. The process must be
+    /// single-threaded then (see [`open_dest`]).
+    pub fn prepare(&self, dest: &Path, archive: &Archive) -> Result<Destination> {
+        open_dest(dest, self.sandbox, archive.kept_fd())
+    }
+
+    /// Lands `archive` into `destination`, reporting to `progress`, and gives a destination
+    /// this unpack created its final mode, whether the landing succeeded or not.
+    pub fn land(
+        &self,
+        archive: &Archive,
+        destination: &mut Destination,
+        progress: &Progress,
+    ) -> Result<LandSummary> {
+        let limits = archive.limits(self.limits);
+        let landed = destination
+            .root()
+            .and_then(|root| self.land_into(root, archive, limits, progress));
+        let finished = destination.finish();
+        crate::interrupt::unless_archive_shrank(landed).and_then(|l| finished.map(|()| l))
+    }
+
+    /// The engine that lands `archive`.
+    fn resolve(&self, archive: &Archive) -> Engine {
+        match (self.engine, &archive.input) {
+            (Engine::Auto, Input::Mapped(m)) if (m.bytes().len() as u64) < THREADS_FROM => {
+                Engine::Sync
+            }
+            (Engine::Auto, _) => Engine::Threads,
+            (engine, _) => engine,
+        }
+    }
+
+    fn land_into(
+        &self,
+        root: OwnedFd,
+        archive: &Archive,
+        limits: Limits,
+        progress: &Progress,
+    ) -> Result<LandSummary> {
+        let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+        match (self.resolve(archive), &archive.input) {
+            (Engine::Threads, _) => {
+                let sync = |fd| Ok(SyncLander::new(fd));
+                land_parallel(root, archive.parallel(), limits, workers, sync, progress)
+            }
+            (Engine::Uring, Input::Mapped(_)) => {
+                let input = archive.parallel();
+                land_parallel(root, input, limits, workers, UringLander::new, progress)
+            }
+            (Engine::Uring, _) => archive.drive(UringLander::new(root)?, limits, progress),
+            _ => archive.drive(SyncLander::new(root), limits, progress),
+        }
+    }
+
+    /// Decodes `archive` without landing it, calling `on_event` for each entry (for a
+    /// listing); returns the number of entries.
+    pub fn list(
+        &self,
+        archive: &Archive,
+        on_event: impl FnMut(&Decoder, Event<'_>) -> Result<()>,
+    ) -> Result<u64> {
+        let limits = archive.limits(self.limits);
+        let listed = match &archive.input {
+            Input::Mapped(mapped) => decode_all(mapped.bytes(), limits, on_event),
+            Input::Stream { fd, length } => read_events(stream(fd, *length), limits, on_event),
+        };
+        crate::interrupt::unless_archive_shrank(listed)
+    }
+}
+
+/// Stdin, which stays open for the life of the process.
+fn stdin() -> BorrowedFd<'static> {
+    // SAFETY: fd 0 is never closed by barge.
+    unsafe { BorrowedFd::borrow_raw(0) }
+}
+
+/// The stream of a streamed archive.
+fn stream(fd: &Option<OwnedFd>, length: Option<u64>) -> ByteStream<'_> {
+    let stream = ByteStream::new(fd.as_ref().map_or(stdin(), |f| f.as_fd()));
+    match length {
+        Some(length) => stream.limit(length),
+        None => stream,
+    }
+}
+
+impl Archive {
+    /// `limits` with zero padding as this input allows.
+    fn limits(&self, limits: Limits) -> Limits {
+        Limits {
+            zero_padding: self.padded,
+            ..limits
+        }
+    }
+
+    /// The fd that must stay open in a sandbox (a mapped archive, or a streamed one given by
+    /// path).
+    fn kept_fd(&self) -> Option<RawFd> {
+        match &self.input {
+            Input::Mapped(m) => Some(m.file().as_raw_fd()),
+            Input::Stream { fd, .. } => fd.as_ref().map(|fd| fd.as_raw_fd()),
+        }
+    }
+
+    /// The archive as the threaded landing reads it.
+    fn parallel(&self) -> parallel::Input<'_> {
+        match &self.input {
+            Input::Mapped(m) => parallel::Input::Mapped(m.bytes(), m.file(), m.offset()),
+            Input::Stream { fd, length } => parallel::Input::Stream(stream(fd, *length)),
+        }
+    }
+
+    /// Lands the archive with one lander on the calling thread.
+    fn drive<L: Land>(&self, land: L, limits: Limits, progress: &Progress) -> Result<LandSummary> {
+        let driver = Driver::new(land, progress);
+        match &self.input {
+            Input::Mapped(mapped) => {
+                populate(mapped.bytes());
+                driver.run_bytes(mapped.bytes(), limits)
+            }
+            Input::Stream { fd, length } => driver.run_stream(stream(fd, *length), limits),
+        }
+    }
+}

@@ -1,5 +1,6 @@
 //! The `barge` command: pack, unpack and list barge archives.
 
+#[cfg(any(target_env = "musl", test))]
 mod alloc;
 mod archive;
 mod du;
@@ -11,6 +12,8 @@ use std::process::ExitCode;
 use barge::unpack::Unpack;
 use clap::{Parser, Subcommand};
 
+/// On musl only, where it was measured to pay (see `alloc.rs`); glibc's malloc is fine.
+#[cfg(target_env = "musl")]
 #[global_allocator]
 static ALLOCATOR: alloc::Allocator = alloc::Allocator::new();
 

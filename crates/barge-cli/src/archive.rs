@@ -10,7 +10,7 @@ use barge::error::escape_bytes;
 use barge::format::Event;
 use barge::output::{Kind, Output};
 use barge::root::{raise_fd_limit, Confinement};
-use barge::unpack::{self, Archive, Unpack};
+use barge::unpack::{Archive, Unpack};
 use barge::{Progress, TreePath};
 use rustix::fs::{open, FileType, Mode, OFlags};
 use serde_json::{json, Map};
@@ -104,34 +104,6 @@ fn warn_skipped(skipped: &[(TreePath, &'static str)]) {
             "barge: skipped {} entries that are neither regular files nor directories",
             skipped.len()
         );
-    }
-}
-
-/// How `unpack` lands the tree. (Plain comments on the variants keep `--help` listing them
-/// as `[possible values: ...]`, which the bench harness reads.)
-#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Engine {
-    // `threads`, except `sync` for an archive file under 256 KiB (a shorter stream lands on
-    // one thread within `threads`).
-    #[default]
-    Auto,
-    // One thread making plain system calls.
-    Sync,
-    // One thread per core lands, the first also decodes (and reads a stream).
-    Threads,
-    // Like `threads` (one thread for a stream), each lander creating the small files of a
-    // directory in io_uring batches.
-    Uring,
-}
-
-impl From<Engine> for unpack::Engine {
-    fn from(engine: Engine) -> unpack::Engine {
-        match engine {
-            Engine::Auto => unpack::Engine::Auto,
-            Engine::Sync => unpack::Engine::Sync,
-            Engine::Threads => unpack::Engine::Threads,
-            Engine::Uring => unpack::Engine::Uring,
-        }
     }
 }
 

@@ -66,6 +66,16 @@ impl From<Region> for barge::unpack::Region {
     }
 }
 
+/// The engines `--engine` offers (and `--help` lists): the library's.
+fn engine_parser() -> impl clap::builder::TypedValueParser<Value = barge::unpack::Engine> {
+    use barge::unpack::Engine;
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(Engine::ALL.map(|(name, _)| name)).map(|name| {
+        let known = Engine::ALL.iter().find(|(known, _)| *known == name);
+        known.expect("clap offers only these").1
+    })
+}
+
 /// Parses a number of bytes, with K, M, G or T (powers of 1024).
 fn parse_size(text: &str) -> Result<u64, String> {
     match parse_limit(text)? {
@@ -167,10 +177,12 @@ enum Command {
         #[arg(long)]
         no_sandbox: bool,
         /// How to land: sync (one thread), threads (one thread per core lands, the first
-        /// also decodes and reads a stream), auto (threads, except sync for archive files
-        /// under 256 KiB; a stream that short lands on one thread).
-        #[arg(long, value_enum, default_value_t)]
-        engine: archive::Engine,
+        /// also decodes and reads a stream), uring (like threads, each creating the small
+        /// files of a directory in io_uring batches; one thread for a stream), auto (threads,
+        /// except sync for archive files under 256 KiB; a stream that short lands on one
+        /// thread).
+        #[arg(long, default_value = "auto", value_parser = engine_parser())]
+        engine: barge::unpack::Engine,
         #[command(flatten)]
         limits: LimitArgs,
         #[command(flatten)]
@@ -220,7 +232,7 @@ fn main() -> ExitCode {
                 _ => unreachable!("clap checks 1..=2 paths"),
             };
             let operation = Unpack::new()
-                .engine(engine.into())
+                .engine(engine)
                 .limits(limits.limits())
                 .region(region.into())
                 .sandbox(!no_sandbox);

@@ -38,6 +38,16 @@ pub enum Engine {
     Uring,
 }
 
+impl Engine {
+    /// Every engine, under the name a front end offers it by.
+    pub const ALL: [(&'static str, Engine); 4] = [
+        ("auto", Engine::Auto),
+        ("sync", Engine::Sync),
+        ("threads", Engine::Threads),
+        ("uring", Engine::Uring),
+    ];
+}
+
 /// Where in its input an archive is: from byte `offset`, and `length` bytes long (else to
 /// the end of the input, where only zero padding may follow it).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -133,20 +133,17 @@ pub fn run_ok(cmd: &mut Command, stdin: Option<&[u8]>) -> Output {
     out
 }
 
-/// The engines `barge unpack --help` offers (`auto` included).
+/// The engines `barge unpack --engine` offers (`auto` included): the library's list, from
+/// which the CLI builds its choices.
 pub fn engines() -> Vec<String> {
+    let engines = barge::unpack::Engine::ALL.map(|(name, _)| name.to_string());
     let help = run_ok(&mut barge(["unpack", "--help"]), None).stdout;
-    let help = String::from_utf8(help).unwrap();
-    let at = help.find("--engine").expect("unpack has --engine");
-    let values = &help[at..];
-    let start = values.find("possible values: ").unwrap() + "possible values: ".len();
-    let end = start + values[start..].find(']').unwrap();
-    let engines: Vec<String> = values[start..end]
-        .split(',')
-        .map(|e| e.trim().to_string())
-        .collect();
-    assert!(engines.len() >= 3, "engines: {engines:?}");
-    engines
+    let offered = format!("[possible values: {}]", engines.join(", "));
+    assert!(
+        String::from_utf8_lossy(&help).contains(&offered),
+        "--help lacks {offered}"
+    );
+    engines.to_vec()
 }
 
 /// The unprivileged user the tests run as.

@@ -60,13 +60,7 @@ pub fn pack(dir: &Path, output: Option<&Path>, out: OutputArgs) -> Result<ExitCo
         human_bytes(packed.bytes),
         human_bytes(packed.archive_bytes)
     );
-    let mut fields = Map::new();
-    fields.insert("dirs".into(), json!(packed.dirs));
-    fields.insert("files".into(), json!(packed.files));
-    fields.insert("bytes".into(), json!(packed.bytes));
-    fields.insert("archive_bytes".into(), json!(packed.archive_bytes));
-    fields.insert("skipped".into(), json!(packed.skipped.len()));
-    summary(out, &line, fields, elapsed);
+    summary(out, &line, &packed, Map::new(), elapsed, kind.is_none());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -148,15 +142,10 @@ pub fn unpack(
         landed.files,
         human_bytes(landed.bytes)
     );
-    let mut fields = Map::new();
-    fields.insert("dirs".into(), json!(landed.dirs));
-    fields.insert("files".into(), json!(landed.files));
-    fields.insert("bytes".into(), json!(landed.bytes));
-    fields.insert(
-        "sandboxed".into(),
-        json!(confinement == Confinement::Sandboxed),
-    );
-    summary(out, &line, fields, elapsed);
+    let mut sandboxed = Map::new();
+    let confined = confinement == Confinement::Sandboxed;
+    sandboxed.insert("sandboxed".into(), json!(confined));
+    summary(out, &line, &landed, sandboxed, elapsed, false);
     // The mapping is released by the exit; unmapping it first only costs time.
     std::mem::forget(input);
     Ok(ExitCode::SUCCESS)

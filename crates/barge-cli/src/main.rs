@@ -131,7 +131,8 @@ pub struct OutputArgs {
     /// Print a summary (entries, bytes, time) on stderr when done.
     #[arg(short, long)]
     verbose: bool,
-    /// Print the summary as one JSON object on stderr when done (implies --verbose).
+    /// Print the summary as one JSON object when done: on stdout (on stderr when stdout
+    /// carries the archive).
     #[arg(long)]
     json: bool,
     /// Never show the progress line (it is shown only on a terminal, after one second).

@@ -67,15 +67,31 @@ pub fn human_bytes(bytes: u64) -> String {
     }
 }
 
-/// Prints the closing summary on stderr: `fields` as JSON with `--json`, or `line` with
+/// Prints the closing summary: `done` and `extra` fields as one JSON object with `--json`
+/// (on stdout, or on stderr when stdout carries the archive), or `line` on stderr with
 /// `--verbose`.
-pub fn summary(out: OutputArgs, line: &str, mut fields: Map<String, Value>, elapsed: Duration) {
-    let mut stderr = std::io::stderr().lock();
+pub fn summary(
+    out: OutputArgs,
+    line: &str,
+    done: &impl serde::Serialize,
+    extra: Map<String, Value>,
+    elapsed: Duration,
+    stdout_is_data: bool,
+) {
     if out.json {
+        let mut fields = match serde_json::to_value(done) {
+            Ok(Value::Object(fields)) => fields,
+            _ => Map::new(),
+        };
+        fields.extend(extra);
         fields.insert("seconds".into(), json!(elapsed.as_secs_f64()));
-        let _ = writeln!(stderr, "{}", Value::Object(fields));
+        let text = Value::Object(fields).to_string();
+        let _ = match stdout_is_data {
+            true => writeln!(std::io::stderr().lock(), "{text}"),
+            false => writeln!(std::io::stdout().lock(), "{text}"),
+        };
     } else if out.verbose {
-        let _ = writeln!(stderr, "{line} in {:.3} s", elapsed.as_secs_f64());
+        eprintln!("{line} in {:.3} s", elapsed.as_secs_f64());
     }
 }
 

@@ -50,7 +50,7 @@ const BUFFERS: usize = 8;
 const WRITER_BEHIND: usize = BUFFERS / 2;
 
 /// What a pack did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct PackSummary {
     /// Directories packed (the root not included).
     pub dirs: u64,
@@ -60,8 +60,14 @@ pub struct PackSummary {
     pub bytes: u64,
     /// Bytes of archive written.
     pub archive_bytes: u64,
-    /// Entries skipped because they are not dirs or regular files, with their kind.
+    /// Entries skipped because they are not dirs or regular files, with their kind (how
+    /// many, in a serialized summary).
+    #[serde(serialize_with = "count")]
     pub skipped: Vec<(TreePath, &'static str)>,
+}
+
+fn count<S: serde::Serializer, T>(items: &[T], to: S) -> std::result::Result<S::Ok, S::Error> {
+    to.serialize_u64(items.len() as u64)
 }
 
 /// Packs the tree below the directory `root` into `out` (a file, pipe or socket). The

@@ -653,3 +653,32 @@ fn a_failed_pack_as_nobody_leaves_what_output_names() {
         );
     }
 }
+
+/// `--json` summaries go to stdout, as `du --json` and `list --json` do, except when pack
+/// writes its archive there: then to stderr.
+#[test]
+fn json_summaries_go_to_stdout_unless_it_carries_the_archive() {
+    let work = Work::new();
+    let src = work.path("src");
+    fs::create_dir(&src).unwrap();
+    file(&src.join("f"), b"content", 0o644);
+    let archive = work.path("a.barge");
+    let parse = |text: &[u8]| -> serde_json::Value {
+        serde_json::from_slice(text).unwrap_or_else(|e| panic!("{e}: {text:?}"))
+    };
+    let packed = run_ok(pack_cmd(&src, &archive).arg("--json"), None);
+    assert_eq!(parse(&packed.stdout)["files"], 1);
+    let streamed = run_ok(pack_cmd(&src, "-").arg("--json"), None);
+    assert_eq!(parse(&streamed.stderr)["files"], 1);
+    assert!(streamed
+        .stdout
+        .starts_with(barge::format::HEADER.as_slice()));
+    let dest = work.path("dest");
+    let unpacked = run_ok(barge(["unpack", "--json"]).arg(&archive).arg(&dest), None);
+    let summary = parse(&unpacked.stdout);
+    assert_eq!(
+        (summary["files"].as_u64(), summary["dirs"].as_u64()),
+        (Some(1), Some(0))
+    );
+    assert!(summary["sandboxed"].is_boolean() && summary["seconds"].is_number());
+}

@@ -51,8 +51,9 @@ impl Setup {
 
 /// The `--json` summary line of a run.
 fn summary_json(out: &Output) -> serde_json::Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().last().unwrap_or_default();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let line = stderr.lines().last().unwrap_or_default();
     serde_json::from_str(line).unwrap_or_else(|e| panic!("no JSON summary ({e}): {stderr}"))
 }
 

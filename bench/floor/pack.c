@@ -6,7 +6,7 @@
  *
  * The main thread walks DIR depth-first in getdents64 order (openat relative to the parent's
  * fd, O_DIRECTORY for directories, d_type to tell them from files) and reads each file into
- * a ring of 8 buffers of 1 MiB; a second thread, on the other CPU, writes each full buffer to
+ * a ring of 8 buffers of 256 KiB; a second thread, on the other CPU, writes each full buffer to
  * OUT with one write. A read that returns less than asked is taken as the end of the file (true
  * of tmpfs, not in general), so a small file costs openat + read + close. Each file's data is
  * followed by a barge-like FILE header (tag, name, NUL, u32 size), each directory is framed by
@@ -24,10 +24,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #define NBUF 8
-#define BUFSZ (1u << 20)
+#define BUFSZ (256u << 10)
 
 static uint8_t *bufs[NBUF];
 static size_t lens[NBUF];
@@ -47,6 +48,9 @@ static void die(const char *what) {
 
 static void *writer(void *arg) {
     (void)arg;
+    /* As barge's threads: a private fd table and credentials (see unpack.c). */
+    unshare(CLONE_FILES);
+    prctl(PR_SET_KEEPCAPS, prctl(PR_GET_KEEPCAPS, 0, 0, 0, 0), 0, 0, 0);
     cpu_set_t set;
     sched_getaffinity(0, sizeof set, &set);
     CPU_CLR(main_cpu, &set);

@@ -10,9 +10,10 @@
  * directories open there ("" at the root, else names joined by '/'). The timed run maps the
  * archive and lands [8, OFFSET) on the main thread and [OFFSET, END) on a second one, which
  * first creates (or opens) the directories of PATH. Per entry: DIR is mkdirat + openat(O_PATH),
- * FILE is openat(O_WRONLY|O_CREAT|O_EXCL|O_NOFOLLOW) + write + close, all relative to the
- * parent's fd; each thread populates its part of the mapping 4 MiB ahead of its writes
- * (MADV_POPULATE_READ; faults inside write cost more).
+ * FILE is openat(O_WRONLY|O_CREAT|O_EXCL|O_NOFOLLOW) + write + close, relative to the parent's
+ * fd. Files under 32 KiB are written from the mapping, which each thread populates
+ * ahead of its writes (MADV_POPULATE_READ; faults inside write cost more); larger ones are
+ * copied from the archive file with copy_file_range, as barge does (one copy, no mapping).
  *
  * It does not validate (a malformed archive may crash it or land garbage), checks no names,
  * depths or limits, has no sandbox, no containment, no error messages beyond an exit code,
@@ -28,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -37,9 +39,13 @@
 
 #define MAXDEPTH 1100
 #define AHEAD (4u << 20)
+/* Files this large go by copy_file_range from the archive file, as barge does: one copy, and
+ * their pages are never mapped in. */
+#define BIG (32u << 10)
 
 static const uint8_t *base;
 static size_t archive_len;
+static int archive_fd;
 
 static void die(const char *what) {
     perror(what);
@@ -62,10 +68,11 @@ struct part {
     int cpu; /* CPU of the main thread, which the second thread leaves; -1: stay */
 };
 
-static void populate(size_t *ready, size_t need) {
+/* Maps in [from, need) and AHEAD more, unless done already. */
+static void populate(size_t *ready, size_t from, size_t need) {
     if (need <= *ready)
         return;
-    size_t page = 4096, start = *ready & ~(page - 1);
+    size_t start = (*ready > from ? *ready : from) & ~(size_t)4095;
     size_t end = need + AHEAD;
     if (end > archive_len)
         end = archive_len;
@@ -76,6 +83,11 @@ static void populate(size_t *ready, size_t need) {
 static void *land(void *arg) {
     struct part *pt = arg;
     if (pt->cpu >= 0) {
+        /* As barge's helpers: a private fd table (a shared one takes its lock on every
+         * openat/close and counts references on every write) and a private copy of the
+         * credentials (every open file takes a reference on its opener's). */
+        unshare(CLONE_FILES);
+        prctl(PR_SET_KEEPCAPS, prctl(PR_GET_KEEPCAPS, 0, 0, 0, 0), 0, 0, 0);
         cpu_set_t set;
         sched_getaffinity(0, sizeof set, &set);
         CPU_CLR(pt->cpu, &set);
@@ -96,7 +108,7 @@ static void *land(void *arg) {
     size_t at = pt->from, ready = at;
     int mode = -1;
     while (at < pt->to) {
-        populate(&ready, at + 512);
+        populate(&ready, at, at + 512);
         uint8_t tag = base[at++];
         if (tag == 0x00)
             break;
@@ -122,16 +134,26 @@ static void *land(void *arg) {
             int n = tag == 0x04 ? 8 : 4;
             uint64_t size = le(base + at, n);
             at += n;
-            populate(&ready, at + size);
             int fd = openat(fds[depth], name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                             mode < 0 ? 0644 : mode);
             if (fd < 0)
                 die("openat file");
-            for (uint64_t done = 0; done < size;) {
-                ssize_t w = write(fd, base + at + done, size - done);
-                if (w <= 0)
-                    die("write");
-                done += w;
+            if (size >= BIG) {
+                loff_t off = at;
+                for (uint64_t done = 0; done < size;) {
+                    ssize_t w = copy_file_range(archive_fd, &off, fd, NULL, size - done, 0);
+                    if (w <= 0)
+                        die("copy_file_range");
+                    done += w;
+                }
+            } else {
+                populate(&ready, at, at + size);
+                for (uint64_t done = 0; done < size;) {
+                    ssize_t w = write(fd, base + at + done, size - done);
+                    if (w <= 0)
+                        die("write");
+                    done += w;
+                }
             }
             close(fd);
             at += size;
@@ -150,7 +172,7 @@ static void map(const char *path) {
     base = mmap(NULL, archive_len, PROT_READ, MAP_SHARED, fd, 0);
     if (base == MAP_FAILED)
         die("mmap");
-    close(fd);
+    archive_fd = fd;
 }
 
 /* Prints the split: the first message after half the work (never between a PERM and its

@@ -4,10 +4,20 @@ output is compared with the source digest, and each peer's warm-up output too. T
 "piped" rows read the archive from `cat ARCHIVE |` (a stream, not a mapped file): compare
 them with each other.
 
+The "floor" row is bench/floor/unpack.c: it lands the same barge archive with only the syscalls
+every lander must make (per directory `mkdirat` + `openat(O_PATH)`, per file
+`openat(O_CREAT|O_EXCL|O_NOFOLLOW)` + `write` + `close`, relative to directory fds, the
+archive mapped and populated ahead of the writes), on two threads that start at a split point
+the harness computes outside the timed region (`floor-unpack --plan`: the message nearest to
+half the work, and the directories open there). It validates nothing and has no sandbox, no
+containment, no limits and no error reporting, so the barge row's "time / floor" is the cost
+of barge's safety and generality over the bare work. Its output is checked once.
+
 Ratios are peer time / barge time of the same round: 3.0x means barge took a third of the time.
 """
 
 import os
+import subprocess
 
 import lib
 
@@ -18,6 +28,8 @@ TARGETS = [
     ("tiny-many", "tar -xf", 2.5),
     ("small", "tar -xf", 2.0),
 ]
+# Issue 13 targets: (set, maximum median barge time / floor time).
+FLOOR_TARGETS = [("linux", 1.15), ("tiny-many", 1.15)]
 
 
 def once(fn):
@@ -54,6 +66,13 @@ def run(ctx):
             )
             for e in ctx.engines
         ]
+        if "unpack" in ctx.floor:
+            plan = subprocess.run(
+                [ctx.floor["unpack"], "--plan", a["barge"]], capture_output=True, check=True
+            ).stdout.decode(errors="surrogateescape")
+            offset, path = plan.rstrip("\n").split(" ", 1)
+            floor = lib.cmd(ctx.floor["unpack"], a["barge"], dest, offset, path)
+            barge.append(lib.Case(lib.FLOOR, floor, setup, once(check)))
         peers = [
             ("tar -xf", lib.cmd("tar", "-xf", a["tar"], "-C", dest)),
             (

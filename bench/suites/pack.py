@@ -5,12 +5,10 @@ archive must be byte-identical to the first one, which is unpacked once and comp
 source digest.
 
 The "floor" row is bench/floor/pack.c: it walks the tree (`getdents64`, `openat` relative to
-the parent), reads every file into a ring of 1 MiB buffers and writes them to the output on a
-second thread, one `write` per buffer: the same byte volume as the barge archive (names,
-headers after each file's data, no PERM) in directory order, not a valid archive. It does no
-`stat` (a short read ends a file), no sorting and no checks, so the barge row's
-"time / floor" is what barge's canonical order, checks and format cost over the bare work.
-Its output's size is checked once.
+the parent), reads every file (no `stat`: a short read ends a file) into a ring of 256 KiB
+buffers which a second thread writes to the output, one `write` each: the byte volume of the
+barge archive, not a valid archive. No sorting, no checks; its output's size is checked once.
+The barge row's "time / floor" is what barge costs over that bare work (see "The floor").
 
 Ratios are peer time / barge time of the same round: 2.0x means barge took half the time.
 """

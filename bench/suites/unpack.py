@@ -6,12 +6,11 @@ them with each other.
 
 The "floor" row is bench/floor/unpack.c: it lands the same barge archive with only the syscalls
 every lander must make (per directory `mkdirat` + `openat(O_PATH)`, per file
-`openat(O_CREAT|O_EXCL|O_NOFOLLOW)` + `write` + `close`, relative to directory fds, the
-archive mapped and populated ahead of the writes), on two threads that start at a split point
-the harness computes outside the timed region (`floor-unpack --plan`: the message nearest to
-half the work, and the directories open there). It validates nothing and has no sandbox, no
-containment, no limits and no error reporting, so the barge row's "time / floor" is the cost
-of barge's safety and generality over the bare work. Its output is checked once.
+`openat(O_CREAT|O_EXCL|O_NOFOLLOW)` + `write` or, from 32 KiB, `copy_file_range` + `close`,
+relative to directory fds), on two threads split at a point the harness computes outside the
+timed region (`floor-unpack --plan`). It validates nothing and has no sandbox, no containment,
+no limits and no error reporting; its output is checked once. The barge row's "time / floor"
+is the cost of barge's safety and generality over the bare work (see "The floor").
 
 Ratios are peer time / barge time of the same round: 3.0x means barge took a third of the time.
 """

@@ -5,7 +5,9 @@ result is a dict with at least ``cases`` (the list ``measure`` returns), an opti
 ``TARGETS = [(set, case label, minimum ratio)]`` and a module docstring that is shown in
 docs/BENCHMARKS.md. ``ctx`` is a Ctx: ``barge`` (path of a frozen copy of the release binary),
 ``sets`` (DataSets the user selected), ``pairs``, ``trace`` (False with --quick: skip strace and
-perf) and ``engines`` (values of ``barge unpack --engine`` besides auto, [] without the option).
+perf), ``engines`` (values of ``barge unpack --engine`` besides auto, [] without the option)
+and ``floor`` ({name: path} of the floor programs bench/floor/<name>.c, built by bench/run:
+the bare syscalls of an unpack or a pack, whose case is labelled FLOOR).
 ``bench/run`` builds barge, calls the suites, adds run metadata to each set's result, writes
 bench/results/<date>-<suite>.json and regenerates docs/BENCHMARKS.md (bench/report.py).
 
@@ -57,6 +59,8 @@ Data sets (on /dev/shm/barge-bench, cached, rebuilt when missing)
   fresh_dir(path), remove(path)          rm -rf PATH && mkdir -p PATH; rm -rf PATH
   verify_tree(path, ds)                  raises unless tree_digest(path) matches ds
   WORK                                   the work directory (scratch space under it is yours)
+  FLOOR                                  label of the floor case ("floor"): report.py adds a
+                                         "time / floor" column to a table that has one
   lock()                                 waits for, then holds, the WORK lock (bench/run takes it)
 
 Results
@@ -88,6 +92,7 @@ SETS = ("linux", "small", "tiny-many")
 # take ~5 GiB of tmpfs per copy and a minute per checked run.
 OPT_IN_SETS = ("flat-million",)
 FORMATS = ("barge", "tar", "cpio", "bsdtar")
+FLOOR = "floor"
 # Bump when a data set's recipe changes, so cached trees are rebuilt.
 RECIPE = {"linux": 1, "small": 1, "tiny-many": 1, "flat-million": 1}
 # Processes whose presence during a run means the machine was busy (other engineers compiling).
@@ -122,6 +127,7 @@ class Ctx:
     pairs: int
     trace: bool
     engines: list
+    floor: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass

@@ -5,6 +5,7 @@ import glob
 import importlib
 import json
 import os
+import statistics
 
 import lib
 
@@ -48,19 +49,33 @@ def set_header(suite, name, r):
     return line
 
 
+def _floor(r):
+    return next((c for c in r["cases"] if c["label"] == lib.FLOOR), None)
+
+
+def floor_ratio(c, floor):
+    """Median over the rounds of c's time / the floor's time in the same round."""
+    return statistics.median(a / b for a, b in zip(c["times"], floor["times"]))
+
+
 def set_table(suite, name, r):
-    """Markdown table of one suite run on one data set."""
+    """Markdown table of one suite run on one data set (with a "time / floor" column when the
+    run has a floor case)."""
+    floor = _floor(r)
     rows = [
         set_header(suite, name, r),
         "",
-        f"| case | median ms | time / {_ref_label(r)} (median of per-pair ratios) | user ms | sys ms "
-        "| sys µs/file | syscalls/file |",
-        "|---|--:|--:|--:|--:|--:|--:|",
+        f"| case | median ms | time / {_ref_label(r)} (median of per-pair ratios) "
+        + ("| time / floor " if floor else "")
+        + "| user ms | sys ms | sys µs/file | syscalls/file |",
+        "|---|--:|--:|" + ("--:|" if floor else "") + "--:|--:|--:|--:|",
     ]
     for c in r["cases"]:
         rows.append(
-            f"| {_cell(c['label'])} | {_ms(c['median'])} | {c['ratio']:.2f}x | {_ms(c['user'])} "
-            f"| {_ms(c['sys'])} | {c['sys_us_per_file']:.1f} | {_num(c.get('syscalls_per_file'))} |"
+            f"| {_cell(c['label'])} | {_ms(c['median'])} | {c['ratio']:.2f}x "
+            + (f"| {floor_ratio(c, floor):.2f}x " if floor else "")
+            + f"| {_ms(c['user'])} | {_ms(c['sys'])} | {c['sys_us_per_file']:.1f} "
+            f"| {_num(c.get('syscalls_per_file'))} |"
         )
     rows += ["", "<details><summary>commands</summary>", ""]
     rows += [f"- {c['label']}: `{c['cmd']}`" for c in r["cases"]]
@@ -131,6 +146,23 @@ def targets_table(docs):
     return "\n".join(rows)
 
 
+def floor_table(docs):
+    """barge time / floor time (the floor: bare syscalls, bench/floor/) against the targets."""
+    rows = ["| suite | set | barge / floor | target (at most) | |", "|---|---|--:|--:|---|"]
+    for suite, doc in sorted(docs.items()):
+        targets = dict(getattr(_suite(suite), "FLOOR_TARGETS", []))
+        for name, r in doc["sets"].items():
+            floor = _floor(r)
+            if not floor:
+                continue
+            got = floor_ratio(r["cases"][0], floor)
+            want = targets.get(name)
+            verdict = "" if want is None else "met" if got <= want else "**missed**"
+            target = "" if want is None else f"{want:.2f}x"
+            rows.append(f"| {suite} | {name} | {got:.2f}x | {target} | {verdict} |")
+    return "\n".join(rows) if len(rows) > 2 else ""
+
+
 def generated(docs):
     parts = [BEGIN, ""]
     if not docs:
@@ -150,6 +182,15 @@ def generated(docs):
         targets_table(docs),
         "",
     ]
+    floors = floor_table(docs)
+    if floors:
+        parts += [
+            "Against the floor (median of per-pair ratios barge time / floor time, same run; the",
+            "floor programs are described in each suite's section):",
+            "",
+            floors,
+            "",
+        ]
     for suite, doc in sorted(docs.items()):
         mod = _suite(suite)
         parts += [f"## {suite} ({doc['date']})", ""]

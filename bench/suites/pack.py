@@ -4,6 +4,12 @@ tree to the same file on tmpfs (removed before every run, outside the timed regi
 archive must be byte-identical to the first one, which is unpacked once and compared with the
 source digest.
 
+The "floor" row is bench/floor/pack.c: it walks the tree (`getdents64`, `openat` relative to
+the parent), reads every file (no `stat`: a short read ends a file) into a ring of 256 KiB
+buffers which a second thread writes to the output, one `write` each: the byte volume of the
+barge archive, not a valid archive. No sorting, no checks; its output's size is checked once.
+The barge row's "time / floor" is what barge costs over that bare work (see "The floor").
+
 Ratios are peer time / barge time of the same round: 2.0x means barge took half the time.
 """
 
@@ -13,6 +19,8 @@ import lib
 
 # Issue 3 targets: (set, case label, minimum median ratio vs barge).
 TARGETS = [("linux", "tar -cf", 2.0)]
+# Issue 13 targets: (set, maximum median barge time / floor time).
+FLOOR_TARGETS = [("linux", 1.2), ("tiny-many", 1.2)]
 
 LABELS = {
     "barge": "barge pack",
@@ -20,6 +28,15 @@ LABELS = {
     "cpio": "find | cpio -o",
     "bsdtar": "bsdtar -cf",
 }
+
+
+def stream_bytes(ds):
+    """Bytes the pack floor writes for `ds`: its barge archive's size without PERM messages."""
+    n = 8 + 9
+    for parent, dirs, files in os.walk(ds.root):
+        n += sum(len(os.fsencode(d)) + 3 for d in dirs)
+        n += sum(len(os.fsencode(f)) + 6 + os.path.getsize(os.path.join(parent, f)) for f in files)
+    return n
 
 
 def run(ctx):
@@ -55,6 +72,15 @@ def run(ctx):
             )
             for f in lib.FORMATS
         ]
+        if "pack" in ctx.floor:
+            want, checked = stream_bytes(ds), []
+
+            def check_floor(want=want, checked=checked):
+                if not checked and os.path.getsize(path) != want:
+                    raise RuntimeError(f"floor-pack wrote {os.path.getsize(path)} bytes, not {want}")
+                checked.append(True)
+
+            cases.insert(1, lib.Case(lib.FLOOR, lib.cmd(ctx.floor["pack"], ds.root, path), setup, check_floor))
         out[ds.name] = {"cases": lib.measure(cases, lib.pairs_for(ds, ctx.pairs), ds.files, trace=ctx.trace)}
         lib.remove(outdir)
     return out

@@ -4,10 +4,19 @@ output is compared with the source digest, and each peer's warm-up output too. T
 "piped" rows read the archive from `cat ARCHIVE |` (a stream, not a mapped file): compare
 them with each other.
 
+The "floor" row is bench/floor/unpack.c: it lands the same barge archive with only the syscalls
+every lander must make (per directory `mkdirat` + `openat(O_PATH)`, per file
+`openat(O_CREAT|O_EXCL|O_NOFOLLOW)` + `write` or, from 32 KiB, `copy_file_range` + `close`,
+relative to directory fds), on two threads split at a point the harness computes outside the
+timed region (`floor-unpack --plan`). It validates nothing and has no sandbox, no containment,
+no limits and no error reporting; its output is checked once. The barge row's "time / floor"
+is the cost of barge's safety and generality over the bare work (see "The floor").
+
 Ratios are peer time / barge time of the same round: 3.0x means barge took a third of the time.
 """
 
 import os
+import subprocess
 
 import lib
 
@@ -18,6 +27,8 @@ TARGETS = [
     ("tiny-many", "tar -xf", 2.5),
     ("small", "tar -xf", 2.0),
 ]
+# Issue 13 targets: (set, maximum median barge time / floor time).
+FLOOR_TARGETS = [("linux", 1.15), ("tiny-many", 1.15)]
 
 
 def once(fn):
@@ -54,6 +65,13 @@ def run(ctx):
             )
             for e in ctx.engines
         ]
+        if "unpack" in ctx.floor:
+            plan = subprocess.run(
+                [ctx.floor["unpack"], "--plan", a["barge"]], capture_output=True, check=True
+            ).stdout.decode(errors="surrogateescape")
+            offset, path = plan.rstrip("\n").split(" ", 1)
+            floor = lib.cmd(ctx.floor["unpack"], a["barge"], dest, offset, path)
+            barge.append(lib.Case(lib.FLOOR, floor, setup, once(check)))
         peers = [
             ("tar -xf", lib.cmd("tar", "-xf", a["tar"], "-C", dest)),
             (

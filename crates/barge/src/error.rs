@@ -83,6 +83,7 @@ fn is_invisible_format(c: char) -> bool {
 
 /// Everything that can go wrong in barge.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A system call failed on an entry.
     /// (The OS error is part of the message, not a `source`, so a chain of causes does not

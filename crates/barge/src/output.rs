@@ -29,6 +29,7 @@ const TEMP_TRIES: u32 = 100;
 
 /// What writing to an [`Output`] does to PATH.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Kind {
     /// A device or fifo: written in place, so what was written stays written on failure.
     InPlace,

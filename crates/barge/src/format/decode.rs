@@ -39,6 +39,7 @@ impl Default for Limits {
 
 /// One decoded message. Names borrow from the input given to [`Decoder::next`].
 #[derive(Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Event<'a> {
     /// Create directory `name` in the current directory and enter it.
     Dir {
@@ -73,7 +74,8 @@ pub enum Event<'a> {
     Padding,
 }
 
-/// What [`Decoder::next`] found.
+/// What [`Decoder::next`] found. (Deliberately exhaustive: a caller handles exactly these three answers; another would
+/// change the protocol, not extend it.)
 #[derive(Debug, PartialEq, Eq)]
 pub enum Step<'a> {
     /// An event, and how many input bytes it consumed.

@@ -67,6 +67,7 @@ pub struct Encoder<W: Write> {
 
 /// Errors of [`Encoder`]: bad input or a failed write.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EncodeError {
     /// The entry breaks a format rule.
     #[error("{0}")]

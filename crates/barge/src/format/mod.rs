@@ -40,6 +40,7 @@ pub const DEFAULT_MAX_ENTRIES: u64 = 10 << 20;
 /// What is wrong with an archive. Each kind has a stable [`code`](FormatError::code) shared
 /// with the JavaScript decoder and the test vectors.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum FormatError {
     /// The input does not start with `BARGE\0`.
     #[error("not a barge archive (bad magic)")]

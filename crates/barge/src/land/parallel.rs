@@ -141,6 +141,7 @@ impl<'a> Batch<'a> {
 type Failure = (u64, Error);
 
 /// Where [`land_parallel`] reads an archive.
+#[non_exhaustive]
 pub enum Input<'a> {
     /// A whole archive in memory: the mapping of a file (or block device), that file, and
     /// the file offset of the archive's first byte. A file of at least [`COPY_FROM`] bytes

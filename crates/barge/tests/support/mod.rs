@@ -62,6 +62,7 @@ fn record(entries: &mut Vec<Entry>, decoder: &Decoder, event: Event<'_>) {
             .data
             .extend_from_slice(data),
         Event::Pop | Event::End { .. } | Event::Padding => {}
+        other => panic!("an event this test does not know: {other:?}"),
     }
 }
 

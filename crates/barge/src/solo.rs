@@ -64,12 +64,8 @@ pub fn go_solo() {
     let _ = unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::FILES) };
     // Setting PR_SET_KEEPCAPS to its current value changes nothing but commits a fresh
     // copy of the credentials for this thread alone.
-    // SAFETY: plain prctl calls with integer arguments.
-    unsafe {
-        let keep = libc::prctl(libc::PR_GET_KEEPCAPS, 0, 0, 0, 0);
-        if keep >= 0 {
-            libc::prctl(libc::PR_SET_KEEPCAPS, keep as libc::c_ulong, 0, 0, 0);
-        }
+    if let Ok(keep) = rustix::thread::get_keep_capabilities() {
+        let _ = rustix::thread::set_keep_capabilities(keep);
     }
 }
 

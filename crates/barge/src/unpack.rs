@@ -3,11 +3,12 @@
 //! destination, picks the engine and lands. A front end only maps its options onto it and
 //! reports.
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use rustix::fs::{fstat, open, seek, FileType, Mode, OFlags, SeekFrom};
+use rustix::stdio::stdin;
 
 use crate::error::{Error, Result, TreePath};
 use crate::format::{decode_all, Decoder, Event, Limits, DEFAULT_MAX_ENTRIES};
@@ -269,12 +270,6 @@ impl Unpack {
         };
         crate::interrupt::unless_archive_shrank(listed)
     }
-}
-
-/// Stdin, which stays open for the life of the process.
-fn stdin() -> BorrowedFd<'static> {
-    // SAFETY: fd 0 is never closed by barge.
-    unsafe { BorrowedFd::borrow_raw(0) }
 }
 
 /// The stream of a streamed archive.

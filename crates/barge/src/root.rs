@@ -134,17 +134,14 @@ impl Destination {
     /// The destination's fd for a lander: the one opened, or a duplicate when
     /// [`Destination::finish`] still needs it.
     pub fn root(&mut self) -> Result<OwnedFd> {
-        let fd = match (&self.fd, self.final_mode) {
-            (Some(fd), Some(_)) => fd.try_clone(),
-            _ => {
-                return self.fd.take().ok_or(Error::io(
-                    "open destination",
-                    TreePath::default(),
-                    Errno::BADF,
-                ))
+        match (&self.fd, self.final_mode) {
+            (Some(fd), Some(_)) => {
+                (fd.try_clone()).map_err(|e| Error::os("dup destination", TreePath::default(), e))
             }
-        };
-        fd.map_err(|e| Error::os("dup destination", TreePath::default(), e))
+            // Handed out already: a second lander would be a bug of the caller.
+            _ => (self.fd.take())
+                .ok_or_else(|| Error::io("open destination", TreePath::default(), Errno::BADF)),
+        }
     }
 
     /// Gives a destination this unpack created its final mode (the usual `0o777 & !umask`).

@@ -1,0 +1,380 @@
+//! The one tree model every source and sink shares: an [`Entry`] (name, [`Kind`], [`Meta`]),
+//! its [`Content`], and the push-model [`Sink`] that sources drive.
+//!
+//! Sources: the archive decoder (through `land::Driver`), the ordered walker (`walk`), and
+//! per directory the parallel walker. Sinks: the landers, the encoder (`pack`), du's
+//! counter, `list`'s printer, and [`Recording`] for tests.
+
+use std::os::fd::BorrowedFd;
+
+use rustix::fs::FileType;
+
+use crate::error::Error;
+
+/// What kind of entry a name is.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// A directory.
+    Dir,
+    /// A regular file.
+    File,
+    /// A symbolic link.
+    Symlink,
+    /// A named pipe.
+    Fifo,
+    /// A character device.
+    CharDevice,
+    /// A block device.
+    BlockDevice,
+    /// A unix socket.
+    Socket,
+    /// What the directory listing did not say (and nobody asked the inode yet).
+    Unknown,
+}
+
+impl Kind {
+    /// The kind of a directory listing's or a stat's file type.
+    pub fn of(file_type: FileType) -> Kind {
+        match file_type {
+            FileType::Directory => Kind::Dir,
+            FileType::RegularFile => Kind::File,
+            FileType::Symlink => Kind::Symlink,
+            FileType::Fifo => Kind::Fifo,
+            FileType::CharacterDevice => Kind::CharDevice,
+            FileType::BlockDevice => Kind::BlockDevice,
+            FileType::Socket => Kind::Socket,
+            FileType::Unknown => Kind::Unknown,
+        }
+    }
+
+    /// The kind of a `st_mode`.
+    pub fn of_mode(st_mode: u32) -> Kind {
+        Kind::of(FileType::from_raw_mode(st_mode))
+    }
+
+    /// Its name for messages ("symlink").
+    pub fn name(self) -> &'static str {
+        self.with_article().split_once(' ').map_or("", |(_, name)| name)
+    }
+
+    /// Its name with its article, for messages ("a symlink", "an entry of unknown type").
+    pub fn with_article(self) -> &'static str {
+        match self {
+            Kind::Dir => "a directory",
+            Kind::File => "a regular file",
+            Kind::Symlink => "a symlink",
+            Kind::Fifo => "a fifo",
+            Kind::CharDevice => "a character device",
+            Kind::BlockDevice => "a block device",
+            Kind::Socket => "a socket",
+            Kind::Unknown => "an entry of unknown type",
+        }
+    }
+}
+
+/// What an entry carries besides its name and kind. Today the permission bits; owner,
+/// times, extended attributes, symlink targets and hard links join it as the format
+/// records them.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Meta {
+    /// Permission bits (`st_mode & 0o7777`; the archive format keeps `0o777` of them).
+    pub mode: u32,
+}
+
+impl Meta {
+    /// Metadata with permission bits `mode`.
+    pub fn with_mode(mode: u32) -> Meta {
+        Meta { mode }
+    }
+}
+
+/// One entry of a tree, as a source announces it: a single-component name in the
+/// directory entered last.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry<'a> {
+    /// The name: one path component, never `.`, `..`, empty, or with a `/` or NUL.
+    pub name: &'a [u8],
+    /// What it is.
+    pub kind: Kind,
+    /// Its metadata (mode 0 when the source does not know it yet).
+    pub meta: Meta,
+}
+
+impl<'a> Entry<'a> {
+    /// A directory entry.
+    pub fn dir(name: &'a [u8], meta: Meta) -> Entry<'a> {
+        Entry {
+            name,
+            kind: Kind::Dir,
+            meta,
+        }
+    }
+
+    /// A regular file entry.
+    pub fn file(name: &'a [u8], meta: Meta) -> Entry<'a> {
+        Entry {
+            name,
+            kind: Kind::File,
+            meta,
+        }
+    }
+}
+
+/// The content of a regular file, in the form its source has it.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug)]
+pub enum Content<'a> {
+    /// All of it, in memory.
+    Bytes(&'a [u8]),
+    /// `size` bytes of which the first ones are here; the rest follows through
+    /// [`Sink::data`] (an archive read as a stream).
+    Stream {
+        /// The whole size.
+        size: u64,
+        /// What arrived so far.
+        first: &'a [u8],
+    },
+    /// `len` bytes at `offset` of the regular file `fd`, which a sink may move inside the
+    /// kernel (`copy_file_range`, `sendfile`); `mapped` holds the same bytes when the source
+    /// has them in memory (a mapped archive).
+    File {
+        /// The file holding the bytes.
+        fd: BorrowedFd<'a>,
+        /// Where they start in it.
+        offset: u64,
+        /// How many.
+        len: u64,
+        /// The same bytes, when mapped.
+        mapped: Option<&'a [u8]>,
+    },
+    /// Not opened yet: the entry is named in the directory `dir` (a walker's listing). A
+    /// sink opens it itself (relative to `dir`, not following symlinks), which lets it
+    /// batch opens and reads (io_uring) or skip files it does not need.
+    Unopened {
+        /// The directory listing the entry.
+        dir: BorrowedFd<'a>,
+    },
+}
+
+/// Receives a tree, depth first: each entry is in the directory entered last. Sources call
+/// it; sinks implement it. Modelled on ripgrep's `grep_searcher::Sink`: an associated error
+/// any library error converts into, default methods for what a sink may ignore, and an
+/// implementation for `&mut S`.
+pub trait Sink {
+    /// What a failing sink returns; a source's own errors convert into it.
+    type Error: From<Error>;
+
+    /// A directory, entered: entries up to the matching [`Sink::leave_dir`] are in it.
+    fn enter_dir(&mut self, entry: &Entry<'_>) -> Result<(), Self::Error>;
+
+    /// The end of the directory entered last.
+    fn leave_dir(&mut self) -> Result<(), Self::Error>;
+
+    /// A directory the source knows to be empty; by default entered and left.
+    fn empty_dir(&mut self, entry: &Entry<'_>) -> Result<(), Self::Error> {
+        self.enter_dir(entry)?;
+        self.leave_dir()
+    }
+
+    /// A regular file and its content.
+    fn file(&mut self, entry: &Entry<'_>, content: Content<'_>) -> Result<(), Self::Error>;
+
+    /// More content of the file announced last as [`Content::Stream`]; ignored by default.
+    fn data(&mut self, _data: &[u8]) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// An entry that is neither a directory nor a regular file (symlink, fifo, device,
+    /// socket); ignored by default.
+    fn other(&mut self, _entry: &Entry<'_>) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// The source failed with `cause`: undo what is half done (a partly written file) and
+    /// return the error to report. By default, `cause`.
+    fn abort(&mut self, cause: Self::Error) -> Self::Error {
+        cause
+    }
+
+    /// The source ended: complete pending work.
+    fn finish(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}
+
+impl<S: Sink + ?Sized> Sink for &mut S {
+    type Error = S::Error;
+
+    fn enter_dir(&mut self, entry: &Entry<'_>) -> Result<(), S::Error> {
+        (**self).enter_dir(entry)
+    }
+    fn leave_dir(&mut self) -> Result<(), S::Error> {
+        (**self).leave_dir()
+    }
+    fn empty_dir(&mut self, entry: &Entry<'_>) -> Result<(), S::Error> {
+        (**self).empty_dir(entry)
+    }
+    fn file(&mut self, entry: &Entry<'_>, content: Content<'_>) -> Result<(), S::Error> {
+        (**self).file(entry, content)
+    }
+    fn data(&mut self, data: &[u8]) -> Result<(), S::Error> {
+        (**self).data(data)
+    }
+    fn other(&mut self, entry: &Entry<'_>) -> Result<(), S::Error> {
+        (**self).other(entry)
+    }
+    fn abort(&mut self, cause: S::Error) -> S::Error {
+        (**self).abort(cause)
+    }
+    fn finish(&mut self) -> Result<(), S::Error> {
+        (**self).finish()
+    }
+}
+
+/// One call a [`Recording`] received, with owned names and content.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Recorded {
+    /// [`Sink::enter_dir`].
+    Enter(Vec<u8>, Meta),
+    /// [`Sink::leave_dir`].
+    Leave,
+    /// [`Sink::empty_dir`].
+    Empty(Vec<u8>, Meta),
+    /// [`Sink::file`], with all of its content (read from the fd or file for the
+    /// [`Content::File`] and [`Content::Unopened`] forms; streamed data appended).
+    File(Vec<u8>, Meta, Vec<u8>),
+    /// [`Sink::other`].
+    Other(Vec<u8>, Kind),
+    /// [`Sink::finish`].
+    Finish,
+}
+
+/// A sink that records every call, for tests of sources, drivers and walkers.
+#[derive(Debug, Default)]
+pub struct Recording {
+    /// The calls, in order.
+    pub calls: Vec<Recorded>,
+}
+
+impl Recording {
+    /// The calls with every [`Recorded::Empty`] spelled as `Enter` + `Leave`, so that
+    /// sources that know empty directories and sources that do not compare equal.
+    pub fn normalized(&self) -> Vec<Recorded> {
+        let mut calls = Vec::with_capacity(self.calls.len());
+        for call in &self.calls {
+            match call {
+                Recorded::Empty(name, meta) => {
+                    calls.push(Recorded::Enter(name.clone(), *meta));
+                    calls.push(Recorded::Leave);
+                }
+                call => calls.push(call.clone()),
+            }
+        }
+        calls
+    }
+}
+
+impl Sink for Recording {
+    type Error = Error;
+
+    fn enter_dir(&mut self, entry: &Entry<'_>) -> Result<(), Error> {
+        self.calls.push(Recorded::Enter(entry.name.to_vec(), entry.meta));
+        Ok(())
+    }
+    fn leave_dir(&mut self) -> Result<(), Error> {
+        self.calls.push(Recorded::Leave);
+        Ok(())
+    }
+    fn empty_dir(&mut self, entry: &Entry<'_>) -> Result<(), Error> {
+        self.calls.push(Recorded::Empty(entry.name.to_vec(), entry.meta));
+        Ok(())
+    }
+    fn file(&mut self, entry: &Entry<'_>, content: Content<'_>) -> Result<(), Error> {
+        let bytes = read_content(entry, content)?;
+        self.calls
+            .push(Recorded::File(entry.name.to_vec(), entry.meta, bytes));
+        Ok(())
+    }
+    fn data(&mut self, data: &[u8]) -> Result<(), Error> {
+        match self.calls.last_mut() {
+            Some(Recorded::File(_, _, bytes)) => {
+                bytes.extend_from_slice(data);
+                Ok(())
+            }
+            _ => panic!("data without a file"),
+        }
+    }
+    fn other(&mut self, entry: &Entry<'_>) -> Result<(), Error> {
+        self.calls
+            .push(Recorded::Other(entry.name.to_vec(), entry.kind));
+        Ok(())
+    }
+    fn finish(&mut self) -> Result<(), Error> {
+        self.calls.push(Recorded::Finish);
+        Ok(())
+    }
+}
+
+/// All of a file's content as bytes (reads [`Content::File`] and [`Content::Unopened`]).
+fn read_content(entry: &Entry<'_>, content: Content<'_>) -> Result<Vec<u8>, Error> {
+    use rustix::fs::{openat, Mode, OFlags};
+    use rustix::io::pread;
+    let path = || crate::TreePath(entry.name.to_vec());
+    let read_all = |fd: BorrowedFd<'_>, offset: u64, len: Option<u64>| {
+        let mut bytes = Vec::new();
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            let want = len.map_or(buf.len(), |len| {
+                (len - bytes.len() as u64).min(buf.len() as u64) as usize
+            });
+            let n = pread(fd, &mut buf[..want], offset + bytes.len() as u64)
+                .map_err(|e| Error::io("read", path(), e))?;
+            if n == 0 {
+                return Ok(bytes);
+            }
+            bytes.extend_from_slice(&buf[..n]);
+        }
+    };
+    match content {
+        Content::Bytes(bytes) => Ok(bytes.to_vec()),
+        Content::Stream { first, .. } => Ok(first.to_vec()),
+        Content::File { fd, offset, len, .. } => read_all(fd, offset, Some(len)),
+        Content::Unopened { dir } => {
+            let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let fd = openat(dir, entry.name, flags, Mode::empty())
+                .map_err(|e| Error::io("open", path(), e))?;
+            read_all(std::os::fd::AsFd::as_fd(&fd), 0, None)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_names_drop_the_article() {
+        assert_eq!(Kind::Symlink.name(), "symlink");
+        assert_eq!(Kind::Unknown.name(), "entry of unknown type");
+        assert_eq!(Kind::File.with_article(), "a regular file");
+    }
+
+    #[test]
+    fn normalized_spells_empty_dirs_as_enter_and_leave() {
+        let mut rec = Recording::default();
+        let meta = Meta::with_mode(0o755);
+        rec.empty_dir(&Entry::dir(b"e", meta)).unwrap();
+        rec.file(&Entry::file(b"f", meta), Content::Bytes(b"x"))
+            .unwrap();
+        assert_eq!(
+            rec.normalized(),
+            vec![
+                Recorded::Enter(b"e".to_vec(), meta),
+                Recorded::Leave,
+                Recorded::File(b"f".to_vec(), meta, b"x".to_vec()),
+            ]
+        );
+    }
+}

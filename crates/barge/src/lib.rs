@@ -17,6 +17,7 @@ pub mod output;
 pub mod pack;
 pub mod root;
 pub mod solo;
+pub mod source;
 pub mod tree;
 pub mod unpack;
 pub mod walk;

@@ -3,6 +3,8 @@
 //! destination, picks the engine and lands. A front end only maps its options onto it and
 //! reports.
 
+use std::cell::{RefCell, RefMut};
+use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -15,8 +17,9 @@ use crate::format::{decode_all, Decoder, Event, Limits, DEFAULT_MAX_ENTRIES};
 use crate::land::parallel::{self, land_parallel, THREADS_FROM};
 use crate::land::sync::SyncLander;
 use crate::land::uring::UringLander;
-use crate::land::{read_events, ByteStream, Driver, Land, LandSummary};
+use crate::land::{Driver, Land, LandSummary};
 use crate::root::{open_dest, populate, Destination, Mapped};
+use crate::source::{read_events, ByteStream, ReadSource};
 use crate::Progress;
 
 /// The pipe buffer asked for when the archive comes through a pipe (the default is 64 KiB).
@@ -99,6 +102,17 @@ enum Input {
         fd: Option<OwnedFd>,
         length: Option<u64>,
     },
+    /// Any reader (a decrypted channel, an HTTP body), read once.
+    Reader(RefCell<Box<dyn Read + Send>>),
+}
+
+/// The reader of an [`Input::Reader`] archive while a stream reads it.
+struct Borrowed<'a>(RefMut<'a, Box<dyn Read + Send>>);
+
+impl Read for Borrowed<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.read(buf)
+    }
 }
 
 impl Unpack {
@@ -266,22 +280,39 @@ impl Unpack {
         let limits = archive.limits(self.limits);
         let listed = match &archive.input {
             Input::Mapped(mapped) => decode_all(mapped.bytes(), limits, on_event),
-            Input::Stream { fd, length } => read_events(stream(fd, *length), limits, on_event),
+            _ => read_events(archive.stream(), limits, on_event),
         };
         crate::interrupt::unless_archive_shrank(listed)
     }
 }
 
-/// The stream of a streamed archive.
-fn stream(fd: &Option<OwnedFd>, length: Option<u64>) -> ByteStream<'_> {
-    let stream = ByteStream::new(fd.as_ref().map_or(stdin(), |f| f.as_fd()));
-    match length {
-        Some(length) => stream.limit(length),
-        None => stream,
-    }
-}
-
 impl Archive {
+    /// The archive that `reader` yields, from its first byte to the end: a decrypted
+    /// channel, an HTTP request body. It is streamed, and can be landed or listed once.
+    pub fn from_reader(reader: impl Read + Send + 'static) -> Archive {
+        Archive {
+            input: Input::Reader(RefCell::new(Box::new(reader))),
+            padded: false,
+        }
+    }
+
+    /// The archive as a stream (not for a mapped one).
+    fn stream(&self) -> ByteStream<'_> {
+        match &self.input {
+            Input::Stream { fd, length } => {
+                let stream = ByteStream::new(fd.as_ref().map_or(stdin(), |f| f.as_fd()));
+                match length {
+                    Some(length) => stream.limit(*length),
+                    None => stream,
+                }
+            }
+            Input::Reader(reader) => {
+                ByteStream::from_source(ReadSource(Borrowed(reader.borrow_mut())))
+            }
+            Input::Mapped(_) => unreachable!("a mapped archive is not streamed"),
+        }
+    }
+
     /// `limits` with zero padding as this input allows.
     fn limits(&self, limits: Limits) -> Limits {
         Limits {
@@ -296,6 +327,7 @@ impl Archive {
         match &self.input {
             Input::Mapped(m) => Some(m.file().as_raw_fd()),
             Input::Stream { fd, .. } => fd.as_ref().map(|fd| fd.as_raw_fd()),
+            Input::Reader(_) => None,
         }
     }
 
@@ -303,7 +335,7 @@ impl Archive {
     fn parallel(&self) -> parallel::Input<'_> {
         match &self.input {
             Input::Mapped(m) => parallel::Input::Mapped(m.bytes(), m.file(), m.offset()),
-            Input::Stream { fd, length } => parallel::Input::Stream(stream(fd, *length)),
+            _ => parallel::Input::Stream(self.stream()),
         }
     }
 
@@ -315,7 +347,7 @@ impl Archive {
                 populate(mapped.bytes());
                 driver.run_bytes(mapped.bytes(), limits)
             }
-            Input::Stream { fd, length } => driver.run_stream(stream(fd, *length), limits),
+            _ => driver.run_stream(self.stream(), limits),
         }
     }
 }

@@ -78,3 +78,106 @@ fn an_archive_at_an_offset_is_listed_and_landed_through_every_engine() {
     let error = operation.list(&opened, |_, _| Ok(())).unwrap_err();
     assert!(error.to_string().contains("[trailing-bytes]"), "{error}");
 }
+
+/// A reader that hands out its bytes in uneven small pieces, is interrupted now and then,
+/// and fails with `failure` after `fail_at` bytes when that is set.
+struct Trickle {
+    bytes: Vec<u8>,
+    at: usize,
+    calls: usize,
+    fail_at: Option<usize>,
+}
+
+impl std::io::Read for Trickle {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.calls += 1;
+        if self.calls % 7 == 0 {
+            return Err(std::io::ErrorKind::Interrupted.into());
+        }
+        let end = self.fail_at.unwrap_or(self.bytes.len());
+        if self.at == end && self.fail_at.is_some() {
+            return Err(std::io::Error::other("the channel lost its peer"));
+        }
+        let n = buf
+            .len()
+            .min(end - self.at)
+            .min(1 + self.calls * 997 % 65_536);
+        buf[..n].copy_from_slice(&self.bytes[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+/// An archive over 4 MiB (so the threaded engine starts its helpers while streaming): 64
+/// directories of 40 files.
+fn large_archive() -> Vec<u8> {
+    let mut encoder = Encoder::new(Vec::new());
+    for d in 0..64 {
+        encoder.dir(format!("d{d}").as_bytes(), 0o755).unwrap();
+        for f in 0..40 {
+            let content = vec![(d * 40 + f) as u8; 2_000 + f * 10];
+            encoder
+                .file(format!("f{f}").as_bytes(), 0o644, &content)
+                .unwrap();
+        }
+        encoder.pop().unwrap();
+    }
+    encoder.finish().unwrap()
+}
+
+#[test]
+fn an_archive_from_any_reader_lands_through_every_engine() {
+    let work = tempfile::tempdir().unwrap();
+    let archive = large_archive();
+    assert!(archive.len() > 4 << 20);
+    for engine in [Engine::Auto, Engine::Sync, Engine::Threads, Engine::Uring] {
+        let reader = Trickle {
+            bytes: archive.clone(),
+            at: 0,
+            calls: 0,
+            fail_at: None,
+        };
+        let operation = Unpack::new().sandbox(false).engine(engine);
+        let opened = barge::unpack::Archive::from_reader(reader);
+        let dest = work.path().join(format!("dest-{engine:?}"));
+        let mut destination = operation.prepare(&dest, &opened).unwrap();
+        let landed = operation
+            .land(&opened, &mut destination, &Progress::default())
+            .unwrap();
+        assert_eq!((landed.dirs, landed.files), (64, 64 * 40), "{engine:?}");
+        assert_eq!(
+            fs::read(dest.join("d63/f39")).unwrap(),
+            vec![(63 * 40 + 39) as u8; 2_390],
+            "{engine:?}"
+        );
+    }
+}
+
+#[test]
+fn a_reader_that_fails_names_the_input_offset_and_leaves_no_cut_file() {
+    let work = tempfile::tempdir().unwrap();
+    let mut encoder = Encoder::new(Vec::new());
+    encoder.file(b"big", 0o644, &vec![9u8; 300_000]).unwrap();
+    let archive = encoder.finish().unwrap();
+    for engine in [Engine::Sync, Engine::Threads, Engine::Uring] {
+        let reader = Trickle {
+            bytes: archive.clone(),
+            at: 0,
+            calls: 0,
+            fail_at: Some(150_000),
+        };
+        let operation = Unpack::new().sandbox(false).engine(engine);
+        let opened = barge::unpack::Archive::from_reader(reader);
+        let dest = work.path().join(format!("dest-{engine:?}"));
+        let mut destination = operation.prepare(&dest, &opened).unwrap();
+        let error = operation
+            .land(&opened, &mut destination, &Progress::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("<input at byte") && error.contains("the channel lost its peer"),
+            "{engine:?}: {error}"
+        );
+        assert!(!dest.join("big").exists(), "{engine:?}: a cut file stayed");
+    }
+}

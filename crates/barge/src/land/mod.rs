@@ -8,11 +8,9 @@ pub mod uring;
 
 use std::os::fd::BorrowedFd;
 
-use rustix::io::read;
-
-use crate::error::{Error, Result, TreePath};
-use crate::format::{Decoder, Event, FormatError, Limits, Step};
-use crate::interrupt::{retry, wait_readable};
+use crate::error::{Error, Result};
+use crate::format::{Event, FormatError, Limits};
+use crate::source::{read_events, ByteStream};
 use crate::Progress;
 
 /// A sink that creates a tree. Every method acts relative to the directory entered last.
@@ -138,125 +136,6 @@ impl<'p, L: Land> Driver<'p, L> {
             Ok(_) => self.land.finish(),
             Err(e) => Err(self.land.abort(e)),
         }
-    }
-}
-
-/// Decodes an archive read from `input` (a pipe, socket or file) with one buffer of
-/// memory, calling `on_event` for each event; returns the number of entries.
-pub fn read_events(
-    mut input: ByteStream<'_>,
-    limits: Limits,
-    mut on_event: impl FnMut(&Decoder, Event<'_>) -> Result<()>,
-) -> Result<u64> {
-    const BUFFER: usize = 1 << 20;
-    let mut decoder = Decoder::new(limits);
-    let mut buf = vec![0u8; BUFFER];
-    let (mut start, mut end, mut eof, mut ended) = (0, 0, false, None);
-    loop {
-        match decoder.next(&buf[start..end], eof)? {
-            Step::Event(event, n) => {
-                start += n;
-                match event {
-                    Event::End { entries } => ended = Some(entries),
-                    Event::Padding => {}
-                    event => on_event(&decoder, event)?,
-                }
-            }
-            Step::NeedMore => {
-                // What is left is at most one incomplete message header: cheap to move.
-                buf.copy_within(start..end, 0);
-                (start, end) = (0, end - start);
-                let n = input.read(&mut buf[end..], decoder.offset())?;
-                eof = n == 0;
-                end += n;
-            }
-            Step::Done => return Ok(ended.expect("Done only after the end")),
-        }
-    }
-}
-
-/// An archive read as a stream (a pipe, socket or file), of which only a given number of
-/// bytes may belong to the archive (`unpack --length`): what follows them is never read.
-#[derive(Debug)]
-pub struct ByteStream<'a> {
-    fd: BorrowedFd<'a>,
-    /// Bytes of the archive not read yet, at most.
-    left: u64,
-    /// How many bytes the archive has, when that was given.
-    length: Option<u64>,
-}
-
-impl<'a> ByteStream<'a> {
-    /// The rest of `fd`, to its end.
-    pub fn new(fd: BorrowedFd<'a>) -> ByteStream<'a> {
-        ByteStream {
-            fd,
-            left: u64::MAX,
-            length: None,
-        }
-    }
-
-    /// The next `length` bytes are the archive: no more is read, and an input that ends
-    /// before them is an error.
-    pub fn limit(self, length: u64) -> ByteStream<'a> {
-        ByteStream {
-            left: length,
-            length: Some(length),
-            ..self
-        }
-    }
-
-    /// Reads and drops the next `n` bytes (the archive starts after them: `--offset`).
-    pub fn skip(&mut self, n: u64) -> Result<()> {
-        let mut scratch = vec![0u8; n.min(1 << 16) as usize];
-        let mut skipped = 0;
-        while skipped < n {
-            let want = (n - skipped).min(scratch.len() as u64) as usize;
-            match self.read(&mut scratch[..want], skipped)? {
-                0 => {
-                    return Err(Error::InputTooShort {
-                        needed: n,
-                        got: skipped,
-                    })
-                }
-                got => skipped += got as u64,
-            }
-        }
-        Ok(())
-    }
-
-    /// Waits until the next read has something to return (bytes, or the end) or `patience`
-    /// has passed (then false); fails when a stop is requested meanwhile.
-    pub(crate) fn wait(&self, patience: Option<std::time::Duration>) -> Result<bool> {
-        if self.left == 0 {
-            return Ok(true);
-        }
-        wait_readable(self.fd, patience)
-    }
-
-    /// Reads what comes next, up to `buf.len()` bytes (0 at the end); `offset` is where the
-    /// stream is, for messages.
-    pub(crate) fn read(&mut self, buf: &mut [u8], offset: u64) -> Result<usize> {
-        let want = buf
-            .len()
-            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
-        if want == 0 {
-            return Ok(0);
-        }
-        self.wait(None)?;
-        let n = retry(|| read(self.fd, &mut buf[..want])).map_err(|e| {
-            let at = TreePath(format!("<input at byte {offset}>").into_bytes());
-            Error::io("read archive", at, e)
-        })?;
-        if let (0, Some(length)) = (n, self.length) {
-            let got = length - self.left;
-            return Err(Error::InputTooShort {
-                needed: length,
-                got,
-            });
-        }
-        self.left -= n as u64;
-        Ok(n)
     }
 }
 

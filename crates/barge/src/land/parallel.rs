@@ -28,11 +28,12 @@ use std::time::Duration;
 use rustix::fs::{fchmod, openat, Mode};
 
 use super::sync::{DIR_HANDLE_FLAGS, OWNER_RWX};
-use super::{ByteStream, Land, LandSummary};
+use super::{Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
 use crate::format::{Decoder, Event, Limits, Step};
 use crate::root::{populate, umask};
 use crate::solo::{go_solo, spawn_elsewhere};
+use crate::source::ByteStream;
 use crate::walk::DIR_FLAGS;
 use crate::Progress;
 

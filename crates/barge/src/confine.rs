@@ -248,9 +248,10 @@ pub fn run_child_if_requested() {
         Ok(landed) => Report::Landed(landed),
         Err(failure) => Report::Failed(failure),
     };
-    let mut out = std::io::stdout().lock();
+    let line = serde_json::to_string(&report).expect("plain data");
     // A parent that went away reads no report; there is no one else to tell.
-    let _ = serde_json::to_writer(&mut out, &report).map(|()| out.flush());
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
     std::process::exit(match report {
         Report::Landed(_) => 0,
         Report::Failed(_) => 1,

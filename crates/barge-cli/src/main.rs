@@ -212,6 +212,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // A server spawning `barge` as its confined lander (see `barge::confine`) gets the child
+    // mode here, before any argument is parsed.
+    barge::confine::run_child_if_requested();
     let cli = Cli::parse();
     // Commands that write stop cleanly on a signal; `du` only reads, and dies as usual.
     if !matches!(cli.command, Command::Du(_)) {

@@ -160,6 +160,19 @@ pub enum Error {
         /// Bytes announced.
         size: u64,
     },
+    /// The confined lander (see [`crate::confine`]) failed with this error of its own, or
+    /// died without reporting one.
+    #[error("{message}")]
+    Confined {
+        /// What failed: `io`, `format`, `exists`, `not-a-directory`, `input-too-short`,
+        /// `changed`, `interrupted`, `short`, `unconfined` (the sandbox was unavailable),
+        /// `request` (the child did not understand its arguments), or `died`.
+        kind: String,
+        /// The OS error number of an `io` error.
+        errno: Option<i32>,
+        /// The child's message, as the variant it came from shows it.
+        message: String,
+    },
 }
 
 fn interrupted(signal: i32) -> String {

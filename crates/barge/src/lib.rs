@@ -7,6 +7,7 @@
 
 #![warn(missing_docs)]
 
+pub mod confine;
 pub mod du;
 pub mod error;
 pub mod fds;

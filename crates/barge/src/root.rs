@@ -18,7 +18,7 @@ use crate::fds::close_range;
 use crate::walk::kind_with_article;
 
 /// How the destination is confined.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub enum Confinement {
     /// In a new user namespace, chrooted to the destination, with no outside fds open.

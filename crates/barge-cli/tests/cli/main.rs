@@ -1,6 +1,7 @@
 //! Integration tests of the `barge` command, run against the real binary on real files.
 
 mod common;
+mod confine;
 mod du;
 mod engines;
 mod hostile;

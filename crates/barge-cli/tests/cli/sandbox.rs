@@ -14,15 +14,15 @@ use crate::common::*;
 
 /// A world-readable work dir holding a copy of the binary, a small tree and its archive,
 /// and an empty DEST owned by `owner`.
-struct Setup {
-    work: tempfile::TempDir,
-    bin: PathBuf,
-    src: PathBuf,
-    archive: PathBuf,
+pub struct Setup {
+    pub work: tempfile::TempDir,
+    pub bin: PathBuf,
+    pub src: PathBuf,
+    pub archive: PathBuf,
 }
 
 impl Setup {
-    fn new() -> Setup {
+    pub fn new() -> Setup {
         let work = tempdir();
         fs::set_permissions(work.path(), fs::Permissions::from_mode(0o755)).unwrap();
         let copy = copy_bin(work.path());
@@ -41,7 +41,7 @@ impl Setup {
         }
     }
 
-    fn dest(&self, name: &str, owner: u32) -> PathBuf {
+    pub fn dest(&self, name: &str, owner: u32) -> PathBuf {
         let dest = self.work.path().join(name);
         fs::create_dir(&dest).unwrap();
         chown(&dest, Some(owner), Some(owner)).unwrap();
@@ -58,7 +58,7 @@ fn summary_json(out: &Output) -> serde_json::Value {
 }
 
 /// Whether an unprivileged user may create a user namespace here.
-fn unprivileged_userns() -> bool {
+pub fn unprivileged_userns() -> bool {
     as_nobody()
         .args(["unshare", "--user", "--map-root-user", "true"])
         .output()
@@ -113,7 +113,7 @@ fn unprivileged_user_unpacks_inside_the_sandbox() {
 /// `unshare` prefixes nesting user namespaces `levels` deep (each mapping root to its parent's
 /// root), then one more mapping [`NOBODY`], so the command runs as a non-root user in a
 /// namespace that may not nest any further.
-fn nested_userns(levels: usize) -> Command {
+pub fn nested_userns(levels: usize) -> Command {
     let mut args: Vec<&str> = Vec::new();
     for _ in 0..levels {
         args.extend(["unshare", "--user", "--map-root-user"]);
@@ -124,11 +124,10 @@ fn nested_userns(levels: usize) -> Command {
     cmd
 }
 
-#[test]
-fn without_user_namespaces_the_fallback_gives_a_notice_and_lands() {
-    // Simulated with the kernel's nesting limit (32 user namespaces): barge runs as uid 65534
-    // in the deepest namespace that can be created, so its own unshare fails.
-    let Some(levels) = (0..40)
+/// The deepest [`nested_userns`] that can run a command, if any: in it, barge's own
+/// `unshare` fails as where user namespaces are unavailable (the kernel nests at most 32).
+pub fn deepest_userns() -> Option<usize> {
+    (0..40)
         .rev()
         .find(|&n| {
             nested_userns(n)
@@ -137,7 +136,13 @@ fn without_user_namespaces_the_fallback_gives_a_notice_and_lands() {
                 .is_ok_and(|o| o.status.success())
         })
         .filter(|&n| n > 0)
-    else {
+}
+
+#[test]
+fn without_user_namespaces_the_fallback_gives_a_notice_and_lands() {
+    // Simulated with the kernel's nesting limit: barge runs as uid 65534 in the deepest
+    // namespace that can be created, so its own unshare fails.
+    let Some(levels) = deepest_userns() else {
         eprintln!(
             "\n*** SKIPPED: cannot nest user namespaces here to simulate their absence ***\n"
         );
@@ -161,7 +166,7 @@ fn without_user_namespaces_the_fallback_gives_a_notice_and_lands() {
 }
 
 /// Polls `check` for up to [`TIMEOUT`].
-fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
+pub fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
     let start = Instant::now();
     while !check() {
         assert!(start.elapsed() < TIMEOUT, "timed out waiting for {what}");

@@ -12,7 +12,7 @@ use super::{
 use crate::error::{Error, TreePath};
 
 /// Limits a decoder enforces on untrusted input.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Limits {
     /// Deepest directory nesting allowed (the root is depth 0).
     pub max_depth: usize,

@@ -47,7 +47,7 @@ pub trait Land {
 }
 
 /// What an unpack created.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LandSummary {
     /// Directories created (or merged into when they already existed).
     pub dirs: u64,

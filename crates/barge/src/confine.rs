@@ -1,0 +1,395 @@
+//! Confinement at a process boundary, for a process that must outlive its landings (a
+//! server): each archive lands in a **confined lander child** that keeps only its pipes.
+//!
+//! The sandbox of [`crate::root::open_dest`] (user namespace, `chroot` to DEST, every other
+//! fd closed) confines the whole process, so a long-running, multi-threaded parent cannot
+//! apply it to itself, nor `fork` without `exec`. Instead [`ConfinedUnpack::spawn`] starts an
+//! executable (by default the running one) in child mode, and the parent writes the archive's
+//! bytes into [`ConfinedChild::input`] (a socket's decrypted data, an HTTP body) and collects
+//! the result with [`ConfinedChild::wait`].
+//!
+//! The child mode is entered by [`run_child_if_requested`], which any binary embedding the
+//! library calls first thing in `main` (the `barge` command does). The protocol between the
+//! two is private to this module: argv is `[exe, marker, DEST, request as JSON]`; stdin is
+//! the archive, stdout carries one JSON report (the [`Landed`] result or the error), stderr
+//! is the parent's. The child closes every fd above 2, opens DEST by the rules of
+//! [`crate::root::open_dest`] (created when missing, never followed if a symlink), confines
+//! itself there and lands with [`Unpack`] streaming from stdin. Where the sandbox is
+//! unavailable it fails closed, unless the parent allowed it to land unconfined.
+
+use std::ffi::{OsStr, OsString};
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result, TreePath};
+use crate::fds::close_range;
+use crate::format::Limits;
+use crate::land::LandSummary;
+use crate::root::{raise_fd_limit, Confinement};
+use crate::unpack::{Engine, Unpack};
+use crate::Progress;
+
+/// The first argument that asks an executable for the child mode.
+const CHILD_MODE: &str = "--barge-confined-lander";
+
+/// A landing to run in a confined child (see the [module](self) documentation).
+#[derive(Clone, Debug)]
+pub struct ConfinedUnpack {
+    dest: PathBuf,
+    executable: Option<PathBuf>,
+    request: Request,
+}
+
+/// What the parent asks of the child, as the second argument after the marker.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Request {
+    /// The engine, by its name in [`Engine::ALL`].
+    engine: String,
+    /// The limits, or [`Unpack`]'s defaults.
+    limits: Option<Limits>,
+    /// Land even where the sandbox is unavailable.
+    allow_unconfined: bool,
+}
+
+/// What a confined landing did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Landed {
+    /// What it created.
+    pub summary: LandSummary,
+    /// How it was confined: [`Confinement::Sandboxed`], or [`Confinement::Unavailable`]
+    /// when the parent allowed that.
+    pub confinement: Confinement,
+}
+
+/// The error a child reports: what becomes [`Error::Confined`] in the parent.
+#[derive(Debug, Serialize, Deserialize)]
+struct Failure {
+    kind: String,
+    errno: Option<i32>,
+    message: String,
+}
+
+/// The child's one line on stdout.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Report {
+    Landed(Landed),
+    Failed(Failure),
+}
+
+impl ConfinedUnpack {
+    /// A landing into `dest` (resolved from the parent's working directory) by the running
+    /// executable, with [`Unpack`]'s default engine and limits, failing where the sandbox
+    /// is unavailable.
+    pub fn new(dest: impl Into<PathBuf>) -> ConfinedUnpack {
+        ConfinedUnpack {
+            dest: dest.into(),
+            executable: None,
+            request: Request {
+                engine: engine_name(Engine::default()).into(),
+                limits: None,
+                allow_unconfined: false,
+            },
+        }
+    }
+
+    /// Runs `path` as the child instead of the running executable; it must call
+    /// [`run_child_if_requested`] first (the `barge` binary does).
+    pub fn executable(mut self, path: impl Into<PathBuf>) -> ConfinedUnpack {
+        self.executable = Some(path.into());
+        self
+    }
+
+    /// Lands with `engine`.
+    pub fn engine(mut self, engine: Engine) -> ConfinedUnpack {
+        self.request.engine = engine_name(engine).into();
+        self
+    }
+
+    /// Refuses archives beyond `limits` (see [`Unpack::limits`]).
+    pub fn limits(mut self, limits: Limits) -> ConfinedUnpack {
+        self.request.limits = Some(limits);
+        self
+    }
+
+    /// Lets the child land where the sandbox is unavailable (containment then rests on
+    /// fd-relative landing; [`Landed::confinement`] says so). Off by default: the child
+    /// fails with the kind `unconfined`.
+    pub fn allow_unconfined(mut self, allow: bool) -> ConfinedUnpack {
+        self.request.allow_unconfined = allow;
+        self
+    }
+
+    /// Starts the child, which waits for the archive on [`ConfinedChild::input`]. Safe to
+    /// call from any thread of a multi-threaded process (a `fork` + `exec`).
+    pub fn spawn(&self) -> Result<ConfinedChild> {
+        let executable = match &self.executable {
+            Some(path) => path.clone(),
+            None => std::env::current_exe()
+                .map_err(|e| Error::os("find the running executable", TreePath::default(), e))?,
+        };
+        let request = serde_json::to_string(&self.request).expect("plain data");
+        let mut child = Command::new(&executable)
+            .arg(CHILD_MODE)
+            .arg(&self.dest)
+            .arg(request)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| {
+                let path = TreePath(executable.as_os_str().as_bytes().to_vec());
+                Error::os("start the confined lander", path, e)
+            })?;
+        Ok(ConfinedChild {
+            input: child.stdin.take(),
+            report: child.stdout.take().expect("piped"),
+            child,
+        })
+    }
+}
+
+/// The name `engine` goes by in [`Engine::ALL`].
+fn engine_name(engine: Engine) -> &'static str {
+    let named = Engine::ALL.iter().find(|(_, known)| *known == engine);
+    named.expect("every engine is named").0
+}
+
+/// A running confined lander. Dropping it before [`ConfinedChild::wait`] kills the child
+/// (SIGKILL: a file it was writing may stay, short) and reaps it.
+#[derive(Debug)]
+pub struct ConfinedChild {
+    child: Child,
+    /// The archive's way in, until [`ConfinedChild::wait`] closes it.
+    input: Option<ChildStdin>,
+    report: ChildStdout,
+}
+
+impl ConfinedChild {
+    /// Where the archive's bytes go. A write failing with `BrokenPipe` means the child
+    /// stopped reading (a bad archive, a full disk): [`ConfinedChild::wait`] says why.
+    pub fn input(&mut self) -> &mut ChildStdin {
+        self.input
+            .as_mut()
+            .expect("open until wait, which takes self")
+    }
+
+    /// The child's process id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Ends the input (so what was written is the whole archive), waits for the child and
+    /// returns what it landed, or its error as [`Error::Confined`] (of the kind `died` when
+    /// it ended without a report: a crash, a kill).
+    pub fn wait(mut self) -> Result<Landed> {
+        drop(self.input.take());
+        let mut report = Vec::new();
+        let read = self.report.read_to_end(&mut report);
+        let status = self.child.wait();
+        let shown = || TreePath(format!("<confined lander {}>", self.child.id()).into_bytes());
+        let status = status.map_err(|e| Error::os("wait for", shown(), e))?;
+        read.map_err(|e| Error::os("read the report of", shown(), e))?;
+        match serde_json::from_slice(&report) {
+            Ok(Report::Landed(landed)) => Ok(landed),
+            Ok(Report::Failed(Failure {
+                kind,
+                errno,
+                message,
+            })) => Err(Error::Confined {
+                kind,
+                errno,
+                message,
+            }),
+            Err(_) => Err(Error::Confined {
+                kind: "died".into(),
+                errno: None,
+                message: format!(
+                    "the confined lander (pid {}) {} without reporting a result",
+                    self.child.id(),
+                    ended(status)
+                ),
+            }),
+        }
+    }
+}
+
+/// How a process ended, for messages.
+fn ended(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (_, Some(signal)) => format!("was killed by {}", crate::interrupt::signal_name(signal)),
+        _ => format!("ended ({status})"),
+    }
+}
+
+impl Drop for ConfinedChild {
+    fn drop(&mut self) {
+        // Both do nothing once `wait` has reaped the child.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The child mode: when the process was started by [`ConfinedUnpack::spawn`], lands the
+/// archive on stdin, reports on stdout and exits (status 0 when it landed, 1 when not);
+/// otherwise returns at once. Call it first in `main`, before parsing arguments, starting
+/// threads or opening files.
+pub fn run_child_if_requested() {
+    let mut args = std::env::args_os().skip(1);
+    if args.next().as_deref() != Some(OsStr::new(CHILD_MODE)) {
+        return;
+    }
+    let report = match land_confined(args) {
+        Ok(landed) => Report::Landed(landed),
+        Err(failure) => Report::Failed(failure),
+    };
+    let line = serde_json::to_string(&report).expect("plain data");
+    // A parent that went away reads no report; there is no one else to tell.
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+    std::process::exit(match report {
+        Report::Landed(_) => 0,
+        Report::Failed(_) => 1,
+    })
+}
+
+/// Lands stdin into the DEST of `args` (DEST, then the request), confined.
+fn land_confined(mut args: impl Iterator<Item = OsString>) -> Result<Landed, Failure> {
+    let (Some(dest), Some(request), None) = (args.next(), args.next(), args.next()) else {
+        return Err(Failure::request("want DEST and a request"));
+    };
+    let request: Request = serde_json::from_slice(request.as_bytes()).map_err(Failure::request)?;
+    let engine = Engine::ALL.iter().find(|(name, _)| *name == request.engine);
+    let Some(&(_, engine)) = engine else {
+        return Err(Failure::request(format!("no engine {}", request.engine)));
+    };
+    crate::interrupt::catch_signals();
+    // Whatever the parent leaked (a fd without close-on-exec) goes before any input is
+    // read. The sandbox closes again and fails where this fails.
+    let _ = close_range(3, i32::MAX);
+    let mut operation = Unpack::new().engine(engine);
+    if let Some(limits) = request.limits {
+        operation = operation.limits(limits);
+    }
+    let archive = operation.open(None)?;
+    raise_fd_limit();
+    let mut destination = operation.prepare(Path::new(&dest), &archive)?;
+    if let Confinement::Unavailable(reason) = &destination.confinement {
+        if !request.allow_unconfined {
+            destination.finish()?;
+            return Err(Failure {
+                kind: "unconfined".into(),
+                errno: None,
+                message: format!("sandbox unavailable ({reason}); refusing to land unconfined"),
+            });
+        }
+    }
+    let summary = operation.land(&archive, &mut destination, &Progress::default())?;
+    Ok(Landed {
+        summary,
+        confinement: destination.confinement,
+    })
+}
+
+impl Failure {
+    /// A request the child does not understand (a parent of another version).
+    fn request(why: impl std::fmt::Display) -> Failure {
+        Failure {
+            kind: "request".into(),
+            errno: None,
+            message: format!("the confined lander's request is invalid: {why}"),
+        }
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Failure {
+        let (kind, errno) = match &error {
+            Error::Io { cause, .. } => ("io", cause.raw_os_error()),
+            Error::Format { .. } => ("format", None),
+            Error::Exists { .. } => ("exists", None),
+            Error::NotADirectory { .. } => ("not-a-directory", None),
+            Error::InputTooShort { .. } => ("input-too-short", None),
+            Error::Changed { .. } => ("changed", None),
+            Error::Interrupted { .. } => ("interrupted", None),
+            Error::Short { .. } => ("short", None),
+            Error::Confined { errno, .. } => ("confined", *errno),
+        };
+        Failure {
+            kind: kind.into(),
+            errno,
+            message: error.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The report as the parent reads it back.
+    fn round_trip(error: Error) -> Failure {
+        let text = serde_json::to_string(&Report::Failed(error.into())).unwrap();
+        match serde_json::from_str(&text).unwrap() {
+            Report::Failed(failure) => failure,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_reported_error_keeps_its_kind_errno_and_message() {
+        let error = Error::io(
+            "openat",
+            TreePath(b"a/\xff".to_vec()),
+            rustix::io::Errno::NOSPC,
+        );
+        let message = error.to_string();
+        let failure = round_trip(error);
+        assert_eq!(failure.kind, "io");
+        assert_eq!(failure.errno, Some(libc::ENOSPC));
+        assert_eq!(failure.message, message);
+        assert!(message.starts_with("a/\\xff: openat failed"), "{message}");
+        let failure = round_trip(Error::Interrupted {
+            signal: libc::SIGTERM,
+        });
+        assert_eq!((&*failure.kind, failure.errno), ("interrupted", None));
+        assert_eq!(failure.message, "interrupted by SIGTERM");
+    }
+
+    #[test]
+    fn a_request_round_trips_and_names_every_engine() {
+        for (name, engine) in Engine::ALL {
+            let landing = ConfinedUnpack::new("d").engine(engine).limits(Limits {
+                max_entries: Some(7),
+                ..Limits::default()
+            });
+            let text = serde_json::to_string(&landing.request).unwrap();
+            let back: Request = serde_json::from_str(&text).unwrap();
+            assert_eq!(back.engine, name);
+            assert_eq!(back.limits.map(|l| l.max_entries), Some(Some(7)));
+            assert!(!back.allow_unconfined);
+        }
+    }
+
+    #[test]
+    fn a_landing_reports_its_summary_and_confinement() {
+        let landed = Landed {
+            summary: LandSummary {
+                dirs: 2,
+                files: 3,
+                bytes: 4,
+            },
+            confinement: Confinement::Unavailable("no user namespace".into()),
+        };
+        let text = serde_json::to_string(&Report::Landed(landed.clone())).unwrap();
+        match serde_json::from_str(&text).unwrap() {
+            Report::Landed(back) => assert_eq!(back, landed),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -28,7 +28,7 @@ use rustix::fs::{
 use rustix::io::{pread, write, Errno};
 
 use crate::error::{Error, Result, TreePath};
-use crate::interrupt::{check, retry};
+use crate::interrupt::{check, requested, retry};
 use crate::Progress;
 
 /// Hidden temporary names tried before giving up (each taken one is skipped).
@@ -385,7 +385,8 @@ impl<W: io::Write + Send> ArchiveWriter for IoWriter<W> {
                     rest = &rest[n..];
                     progress.add_written(n as u64);
                 }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // Retried as `retry` does: unless a stop was asked for.
+                Err(e) if e.kind() == io::ErrorKind::Interrupted && requested().is_none() => {}
                 Err(e) => return Err(write_failed(e)),
             }
         }
@@ -467,6 +468,32 @@ mod tests {
         assert_eq!(fs::read(&path).unwrap(), b"new");
         let mode = fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
+    }
+
+    /// A large file goes through the `Write` whole, and one that is shorter or longer
+    /// than its announced size fails with what was found.
+    #[test]
+    fn the_write_form_copies_large_files_and_notices_a_changed_size() {
+        let data: Vec<u8> = (0..FILE_CHUNK * 2 + 5).map(|i| (i % 253) as u8).collect();
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&data).unwrap();
+        let (path, progress) = (TreePath(b"big".to_vec()), Progress::default());
+        let mut out = Vec::new();
+        let mut writer = IoWriter::new(&mut out);
+        let size = data.len() as u64;
+        writer
+            .write_file(file.as_fd(), size, &path, &progress)
+            .unwrap();
+        for (announced, found) in [(size + 1, size), (size - 1, size)] {
+            let failed = writer.write_file(file.as_fd(), announced, &path, &progress);
+            assert!(
+                matches!(failed, Err(Error::Changed { expected, actual, .. })
+                    if expected == announced && actual == found),
+                "{failed:?}"
+            );
+        }
+        assert!(out[..data.len()] == data[..]);
+        assert_eq!(progress.written(), out.len() as u64);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use barge::error::escape_bytes;
 use barge::format::Event;
 use barge::output::{Kind, Output};
+use barge::pack::Pack;
 use barge::root::{raise_fd_limit, Confinement};
 use barge::unpack::{Archive, Unpack};
 use barge::{Progress, TreePath};
@@ -42,16 +43,14 @@ pub fn pack(dir: &Path, output: Option<&Path>, out: OutputArgs) -> Result<ExitCo
         }
         _ => None,
     };
-    let sink = file.as_ref().map_or(stdout.as_fd(), |f| f.as_fd());
     let kind = file.as_ref().map(Output::kind);
-    let replaced = file.as_ref().and_then(Output::replaced);
     let progress = Progress::default();
-    let (result, elapsed) = with_progress(out, &progress, || {
-        barge::pack::pack(root, sink, replaced, &progress)
+    let pack = Pack::new(root).progress(&progress);
+    let (result, elapsed) = with_progress(out, &progress, || match file {
+        Some(file) => pack.to_output(file),
+        None => pack.to_fd(stdout.as_fd()),
     });
-    // Dropping an unfinished output removes its new file.
-    let finished = result.and_then(|packed| file.map_or(Ok(()), Output::finish).map(|()| packed));
-    let packed = finished.with_context(|| pack_failed(dir, output, kind, progress.written()))?;
+    let packed = result.with_context(|| pack_failed(dir, output, kind, progress.written()))?;
     warn_skipped(&packed.skipped);
     let line = format!(
         "packed {} dirs, {} files, {} ({} archive)",

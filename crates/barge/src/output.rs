@@ -10,6 +10,10 @@
 //! - a directory or a socket, or a symlink to one: refused.
 //!
 //! Every call is relative to an `O_PATH` fd of PATH's directory, with PATH's last name.
+//!
+//! What pack's writer thread writes into: an `ArchiveWriter`, either an fd (`FdWriter`:
+//! `write`, and `sendfile` for large files) or any [`io::Write`] (`IoWriter`: large files
+//! read and written through it, for an encrypting socket).
 
 use std::ffi::CStr;
 use std::io;
@@ -18,11 +22,14 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use rustix::fs::{
-    fstat, linkat, openat, renameat, statat, unlinkat, AtFlags, FileType, Mode, OFlags, Stat, CWD,
+    fstat, linkat, openat, renameat, sendfile, statat, unlinkat, AtFlags, FileType, Mode, OFlags,
+    Stat, CWD,
 };
-use rustix::io::Errno;
+use rustix::io::{pread, write, Errno};
 
 use crate::error::{Error, Result, TreePath};
+use crate::interrupt::{check, requested, retry};
+use crate::Progress;
 
 /// Hidden temporary names tried before giving up (each taken one is skipped).
 const TEMP_TRIES: u32 = 100;
@@ -248,6 +255,174 @@ fn split(path: &[u8]) -> Option<(&[u8], &[u8])> {
     (!matches!(name, b"" | b"." | b"..")).then_some((parent, name))
 }
 
+/// Where pack's writer thread puts an archive, in order.
+pub(crate) trait ArchiveWriter: Send {
+    /// Writes all of `bytes`, counting what was written in `progress`.
+    fn write_bytes(&mut self, bytes: &[u8], progress: &Progress) -> Result<()>;
+
+    /// Writes exactly the first `size` bytes of the regular file `file` (`path` in
+    /// messages), counting them in `progress`; [`Error::Changed`] when it is shorter or grew.
+    fn write_file(
+        &mut self,
+        file: BorrowedFd<'_>,
+        size: u64,
+        path: &TreePath,
+        progress: &Progress,
+    ) -> Result<()>;
+
+    /// After the last write: pushes out what is buffered.
+    fn finish(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The chunks in which [`IoWriter`] reads large files.
+const FILE_CHUNK: usize = 1 << 20;
+
+/// The error of a failed archive write.
+fn write_failed(cause: io::Error) -> Error {
+    Error::os("write archive", TreePath::default(), cause)
+}
+
+/// Writes to a file descriptor (a file, pipe, socket or device): `write`, and `sendfile`
+/// for large files.
+pub(crate) struct FdWriter<'fd>(pub(crate) BorrowedFd<'fd>);
+
+impl ArchiveWriter for FdWriter<'_> {
+    fn write_bytes(&mut self, mut rest: &[u8], progress: &Progress) -> Result<()> {
+        while !rest.is_empty() {
+            let n = retry(|| write(self.0, rest)).map_err(|e| write_failed(e.into()))?;
+            rest = &rest[n..];
+            progress.add_written(n as u64);
+        }
+        Ok(())
+    }
+
+    /// Sends the file by `sendfile`, then checks with `fstat` that it did not grow.
+    fn write_file(
+        &mut self,
+        file: BorrowedFd<'_>,
+        size: u64,
+        path: &TreePath,
+        progress: &Progress,
+    ) -> Result<()> {
+        let mut offset = 0u64;
+        while offset < size {
+            let chunk = (size - offset).min(1 << 30) as usize;
+            match retry(|| sendfile(self.0, file, Some(&mut offset), chunk)) {
+                Ok(0) => return Err(changed(path, size, offset)),
+                Ok(n) => {
+                    progress.add_written(n as u64);
+                    check()?;
+                }
+                Err(e) => return Err(Error::io("sendfile", path.clone(), e)),
+            }
+        }
+        let now = fstat(file).map_err(|e| Error::io("fstat", path.clone(), e))?;
+        if now.st_size as u64 != size {
+            return Err(changed(path, size, now.st_size as u64));
+        }
+        Ok(())
+    }
+}
+
+/// Writes through any [`io::Write`]; large files are read (`pread`) in chunks into a buffer
+/// kept for the next one, and written through it.
+pub(crate) struct IoWriter<W> {
+    out: W,
+    buf: Vec<u8>,
+}
+
+impl<W> IoWriter<W> {
+    /// Writes to `out`.
+    pub(crate) fn new(out: W) -> IoWriter<W> {
+        IoWriter {
+            out,
+            buf: Vec::new(),
+        }
+    }
+}
+
+impl<W: io::Write + Send> IoWriter<W> {
+    /// Reads `size` bytes of `file` in `buf`-sized chunks and writes them, then probes one
+    /// byte more.
+    fn copy(
+        &mut self,
+        file: BorrowedFd<'_>,
+        size: u64,
+        buf: &mut [u8],
+        path: &TreePath,
+        progress: &Progress,
+    ) -> Result<()> {
+        let read = |buf: &mut [u8], offset| {
+            retry(|| pread(file, &mut *buf, offset)).map_err(|e| Error::io("read", path.clone(), e))
+        };
+        let mut offset = 0u64;
+        while offset < size {
+            let want = (size - offset).min(buf.len() as u64) as usize;
+            match read(&mut buf[..want], offset)? {
+                0 => return Err(changed(path, size, offset)),
+                n => {
+                    self.write_bytes(&buf[..n], progress)?;
+                    check()?;
+                    offset += n as u64;
+                }
+            }
+        }
+        match read(&mut buf[..1], size)? {
+            0 => Ok(()),
+            _ => Err(changed(path, size, size + 1)),
+        }
+    }
+}
+
+impl<W: io::Write + Send> ArchiveWriter for IoWriter<W> {
+    fn write_bytes(&mut self, mut rest: &[u8], progress: &Progress) -> Result<()> {
+        while !rest.is_empty() {
+            match self.out.write(rest) {
+                Ok(0) => return Err(write_failed(io::ErrorKind::WriteZero.into())),
+                Ok(n) => {
+                    rest = &rest[n..];
+                    progress.add_written(n as u64);
+                }
+                // Retried as `retry` does: unless a stop was asked for.
+                Err(e) if e.kind() == io::ErrorKind::Interrupted && requested().is_none() => {}
+                Err(e) => return Err(write_failed(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the file in chunks, then checks with a one-byte read at its size that it did
+    /// not grow.
+    fn write_file(
+        &mut self,
+        file: BorrowedFd<'_>,
+        size: u64,
+        path: &TreePath,
+        progress: &Progress,
+    ) -> Result<()> {
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.resize(FILE_CHUNK, 0);
+        let copied = self.copy(file, size, &mut buf, path, progress);
+        self.buf = buf;
+        copied
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        self.out.flush().map_err(write_failed)
+    }
+}
+
+/// A file of `size` bytes found to have `actual` bytes while it was written.
+fn changed(path: &TreePath, expected: u64, actual: u64) -> Error {
+    Error::Changed {
+        path: path.clone(),
+        expected,
+        actual,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,6 +468,32 @@ mod tests {
         assert_eq!(fs::read(&path).unwrap(), b"new");
         let mode = fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
+    }
+
+    /// A large file goes through the `Write` whole, and one that is shorter or longer
+    /// than its announced size fails with what was found.
+    #[test]
+    fn the_write_form_copies_large_files_and_notices_a_changed_size() {
+        let data: Vec<u8> = (0..FILE_CHUNK * 2 + 5).map(|i| (i % 253) as u8).collect();
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&data).unwrap();
+        let (path, progress) = (TreePath(b"big".to_vec()), Progress::default());
+        let mut out = Vec::new();
+        let mut writer = IoWriter::new(&mut out);
+        let size = data.len() as u64;
+        writer
+            .write_file(file.as_fd(), size, &path, &progress)
+            .unwrap();
+        for (announced, found) in [(size + 1, size), (size - 1, size)] {
+            let failed = writer.write_file(file.as_fd(), announced, &path, &progress);
+            assert!(
+                matches!(failed, Err(Error::Changed { expected, actual, .. })
+                    if expected == announced && actual == found),
+                "{failed:?}"
+            );
+        }
+        assert!(out[..data.len()] == data[..]);
+        assert_eq!(progress.written(), out.len() as u64);
     }
 
     #[test]

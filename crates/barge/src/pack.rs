@@ -1,37 +1,41 @@
-//! `pack`: walk a directory and encode it. Small files are read straight into the output
-//! buffer (one large `write` for many files). A writer thread does the writing, in order,
-//! while the calling thread walks and reads the next files. A large file goes from file to
-//! output by `sendfile` of exactly its `fstat` size on the writer thread, unless the writer
-//! is behind ([`WRITER_BEHIND`] items queued): then the walking thread reads it into the
-//! output buffers, so each thread copies the data once instead of the writer twice (on
-//! tmpfs, `sendfile` copies into the pipe and again into the file). On the linux tree that
-//! keeps both threads busy: 593 ms against 620 ms with `sendfile` only.
+//! `pack`: the archive encoder as a [`Sink`] (`Packer`), and the [`Pack`] operation that
+//! walks a directory into it. Small files are read straight into the output buffer (one
+//! large write for many files). A writer thread does the writing, in order, into an
+//! `ArchiveWriter`, while the calling thread walks and reads the next files. A large file
+//! goes from file to output on the writer thread (`sendfile` of exactly its `fstat` size
+//! into an fd), unless the writer is behind ([`WRITER_BEHIND`] items queued): then the
+//! walking thread reads it into the output buffers, so each thread copies the data once
+//! instead of the writer twice (on tmpfs, `sendfile` copies into the pipe and again into
+//! the file). On the linux tree that keeps both threads busy: 593 ms against 620 ms with
+//! `sendfile` only.
 //!
-//! With io_uring, the files of a directory are taken in runs of up to [`RING_FILES`]: each
-//! is `statx`ed (a plain call: the ring runs `statx` on io-wq threads at a higher CPU cost),
-//! then one `io_uring_enter` opens each small file into a fixed-file slot, reads it into its
-//! place in the output buffer, checks it did not grow and closes the slot, so no fd and no
-//! `close` system call per file: about one system call per file in all. Without io_uring
-//! the walker opens each file and it is read with `read`.
+//! The walker announces regular files unopened. With io_uring, the files of a directory are
+//! taken in runs of up to [`RING_FILES`]: each is `statx`ed (a plain call: the ring runs
+//! `statx` on io-wq threads at a higher CPU cost), then one `io_uring_enter` opens each
+//! small file into a fixed-file slot, reads it into its place in the output buffer, checks
+//! it did not grow and closes the slot, so no fd and no `close` system call per file: about
+//! one system call per file in all. Without io_uring each file is opened with `openat` and
+//! read with `read`.
 
 use std::ffi::CStr;
+use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 use io_uring::{opcode, squeue::Flags, types};
-use rustix::fs::{
-    fstat, openat, sendfile, statx, AtFlags, FileType, Mode, OFlags, Stat, StatxFlags,
-};
-use rustix::io::{fcntl_dupfd_cloexec, read, write, Errno};
+use rustix::fs::{fstat, openat, statx, AtFlags, FileType, Mode, OFlags, Stat, StatxFlags};
+use rustix::io::{fcntl_dupfd_cloexec, pread, read, Errno};
 
 use crate::error::{Error, Result, TreePath};
 use crate::format::encode::{push_dir, push_end, push_file_header, push_pop};
 use crate::format::HEADER;
 use crate::interrupt::{check, retry};
 use crate::land::uring::Ring;
+use crate::output::{ArchiveWriter, FdWriter, IoWriter, Output};
 use crate::solo::spawn_elsewhere;
-use crate::walk::{walk, Location, Visitor, FILE_FLAGS};
+use crate::tree::{Content, Entry, Kind, Sink};
+use crate::walk::{walk, FILE_FLAGS};
 use crate::Progress;
 
 /// Files read per ring batch (four requests each).
@@ -70,55 +74,113 @@ fn count<S: serde::Serializer, T>(items: &[T], to: S) -> std::result::Result<S::
     to.serialize_u64(items.len() as u64)
 }
 
-/// Packs the tree below the directory `root` into `out` (a file, pipe or socket). The
-/// archive never packs itself: a file with the device and inode of `out` (when a regular
-/// file) or `replaced` (the file the archive is to replace) is left out without a word.
-pub fn pack(
+/// Packs the tree below a directory into an archive:
+/// `Pack::new(root).progress(&progress).to_fd(out)`. The archive never packs itself: the
+/// file it is written to (when a regular file) and the file it replaces are left out
+/// without a word.
+#[derive(Debug)]
+pub struct Pack<'a> {
     root: OwnedFd,
-    out: BorrowedFd<'_>,
+    progress: Option<&'a Progress>,
+    /// Device and inode of the file the archive replaces.
     replaced: Option<(u64, u64)>,
+}
+
+impl<'a> Pack<'a> {
+    /// A pack of the tree below the directory `root` (opened for reading).
+    pub fn new(root: OwnedFd) -> Pack<'a> {
+        Pack {
+            root,
+            progress: None,
+            replaced: None,
+        }
+    }
+
+    /// Counts entries, content bytes and archive bytes written in `progress` as it goes.
+    pub fn progress(mut self, progress: &'a Progress) -> Pack<'a> {
+        self.progress = Some(progress);
+        self
+    }
+
+    /// Writes the archive to `out` (a file, pipe, socket or device) by `write`, and large
+    /// files by `sendfile`.
+    pub fn to_fd(self, out: BorrowedFd<'_>) -> Result<PackSummary> {
+        let stat =
+            fstat(out).map_err(|e| Error::io("fstat", TreePath(b"<archive>".to_vec()), e))?;
+        let archive = (FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile)
+            .then_some((stat.st_dev, stat.st_ino));
+        self.run(FdWriter(out), archive)
+    }
+
+    /// Writes the archive to `-o PATH` (see [`Output`]) and puts it in place when it is
+    /// complete; a failed pack leaves PATH as it was (a device or fifo holds what was
+    /// written).
+    pub fn to_output(mut self, out: Output) -> Result<PackSummary> {
+        self.replaced = out.replaced();
+        let packed = self.to_fd(out.as_fd())?;
+        out.finish()?;
+        Ok(packed)
+    }
+
+    /// Writes the archive through `out` (an encrypting socket, a `Vec<u8>`); large files
+    /// are read and written through it, and it is flushed at the end. Nothing is left
+    /// out: `out` must not write into the tree.
+    pub fn to_writer(self, out: impl io::Write + Send) -> Result<PackSummary> {
+        self.run(IoWriter::new(out), None)
+    }
+
+    /// Walks the tree into a [`Packer`] writing to `out`; `archive` is the file `out` writes.
+    fn run(self, out: impl ArchiveWriter, archive: Option<(u64, u64)>) -> Result<PackSummary> {
+        let local = Progress::default();
+        let progress = self.progress.unwrap_or(&local);
+        encode(out, [archive, self.replaced], progress, |packer| {
+            walk(self.root, packer)
+        })
+    }
+}
+
+/// Runs `source` on a [`Packer`] that writes to `out` through a writer thread, leaving out
+/// the files `itself` (device, inode); the source calls [`Sink::finish`] to end the archive.
+fn encode<W: ArchiveWriter>(
+    mut out: W,
+    itself: [Option<(u64, u64)>; 2],
     progress: &Progress,
+    source: impl FnOnce(&mut Packer<'_>) -> Result<()>,
 ) -> Result<PackSummary> {
-    let out_stat =
-        fstat(out).map_err(|e| Error::io("fstat", TreePath(b"<archive>".to_vec()), e))?;
-    let archive = (FileType::from_raw_mode(out_stat.st_mode) == FileType::RegularFile)
-        .then_some((out_stat.st_dev, out_stat.st_ino));
     let (tx, rx) = sync_channel(BUFFERS);
     let (spare_tx, spare) = sync_channel(BUFFERS);
     let queued = AtomicUsize::new(0);
+    let mut buf = Vec::with_capacity(BUFFER);
+    buf.extend_from_slice(&HEADER);
     let mut packer = Packer {
         tx,
         queued: &queued,
         spare,
-        itself: [archive, replaced],
-        buf: Vec::with_capacity(BUFFER),
+        itself,
+        buf,
         summary: PackSummary::default(),
         progress,
         ring: Ring::new(4 * RING_FILES as u32, RING_FILES as u32).ok(),
         run: Run::default(),
+        dir: Vec::new(),
+        streaming: None,
     };
     std::thread::scope(|scope| {
         let queued = &queued;
-        let written = spawn_elsewhere(scope, move || writer(out, rx, spare_tx, queued, progress));
-        let packed = packer.pack(root);
+        let written = spawn_elsewhere(scope, move || {
+            writer(&mut out, rx, spare_tx, queued, progress)
+        });
+        let packed = source(&mut packer);
         drop(packer.tx);
         written.join().expect("the writer does not panic")?;
         packed.map(|()| packer.summary)
     })
 }
 
-impl Packer<'_> {
-    fn pack(&mut self, root: OwnedFd) -> Result<()> {
-        self.buf.extend_from_slice(&HEADER);
-        walk(root, self)?;
-        self.end_run()?;
-        let entries = self.summary.dirs + self.summary.files;
-        push_end(&mut self.buf, entries);
-        self.flush()
-    }
-}
-
-struct Packer<'a> {
+/// The archive encoder: a [`Sink`] that encodes what it receives into buffers for the
+/// writer thread. It opens and reads the files a walker announces [`Content::Unopened`]
+/// itself, and records entries of other kinds as skipped.
+pub(crate) struct Packer<'a> {
     /// To the writer thread.
     tx: SyncSender<Out>,
     /// Items sent to the writer thread and not written yet.
@@ -132,6 +194,10 @@ struct Packer<'a> {
     progress: &'a Progress,
     ring: Option<Ring>,
     run: Run,
+    /// The path of the directory entered last, for messages.
+    dir: Vec<u8>,
+    /// The file announced last as [`Content::Stream`]: its name, size and bytes so far.
+    streaming: Option<(Vec<u8>, u64, u64)>,
 }
 
 /// Files of one directory waiting to be read through the ring, in archive order.
@@ -139,8 +205,6 @@ struct Packer<'a> {
 struct Run {
     /// A duplicate of the directory's fd (the walker may close its own before the run ends).
     dir: Option<OwnedFd>,
-    /// The directory's path, for messages.
-    path: Vec<u8>,
     /// The names, each followed by a NUL.
     names: Vec<u8>,
     /// Where each name starts in `names`.
@@ -152,10 +216,11 @@ impl Run {
         let end = self.starts.get(i + 1).map_or(self.names.len(), |&e| e) - 1;
         &self.names[self.starts[i]..end]
     }
+}
 
-    fn path(&self, i: usize) -> TreePath {
-        TreePath::join([&self.path[..]], self.name(i))
-    }
+/// The path of `name` in the directory `dir`, for messages.
+fn path_in(dir: &[u8], name: &[u8]) -> TreePath {
+    TreePath::join([dir], name)
 }
 
 /// What `statx` says of a listed file.
@@ -285,14 +350,14 @@ fn writer_gone() -> Error {
 enum Out {
     /// Encoded messages and small files.
     Bytes(Vec<u8>),
-    /// A large file, sent by `sendfile`, of exactly this size.
+    /// A large file, written from its fd (`sendfile`), of exactly this size.
     File(OwnedFd, u64, TreePath),
 }
 
 /// Writes what arrives on `rx` to `out`, returning emptied buffers on `spare`, counting
 /// down `queued` after each item and the bytes written in `progress`.
 fn writer(
-    out: BorrowedFd<'_>,
+    out: &mut impl ArchiveWriter,
     rx: Receiver<Out>,
     spare: SyncSender<Vec<u8>>,
     queued: &AtomicUsize,
@@ -301,60 +366,15 @@ fn writer(
     for item in rx {
         match item {
             Out::Bytes(mut buf) => {
-                write_all(out, &buf, progress)?;
+                out.write_bytes(&buf, progress)?;
                 buf.clear();
                 let _ = spare.try_send(buf);
             }
-            Out::File(file, size, path) => send_file(out, file.as_fd(), size, &path, progress)?,
+            Out::File(file, size, path) => out.write_file(file.as_fd(), size, &path, progress)?,
         }
         queued.fetch_sub(1, Relaxed);
     }
-    Ok(())
-}
-
-fn write_all(out: BorrowedFd<'_>, mut rest: &[u8], progress: &Progress) -> Result<()> {
-    while !rest.is_empty() {
-        match retry(|| write(out, rest)) {
-            Ok(n) => {
-                rest = &rest[n..];
-                progress.add_written(n as u64);
-            }
-            Err(e) => return Err(Error::io("write archive", TreePath::default(), e)),
-        }
-    }
-    Ok(())
-}
-
-/// Sends exactly `size` bytes of `file` to `out`, then checks it did not grow.
-fn send_file(
-    out: BorrowedFd<'_>,
-    file: BorrowedFd<'_>,
-    size: u64,
-    path: &TreePath,
-    progress: &Progress,
-) -> Result<()> {
-    let changed = |actual| Error::Changed {
-        path: path.clone(),
-        expected: size,
-        actual,
-    };
-    let mut offset = 0u64;
-    while offset < size {
-        let chunk = (size - offset).min(1 << 30) as usize;
-        match retry(|| sendfile(out, file, Some(&mut offset), chunk)) {
-            Ok(0) => return Err(changed(offset)),
-            Ok(n) => {
-                progress.add_written(n as u64);
-                check()?;
-            }
-            Err(e) => return Err(Error::io("sendfile", path.clone(), e)),
-        }
-    }
-    let now = fstat(file).map_err(|e| Error::io("fstat", path.clone(), e))?;
-    if now.st_size as u64 != size {
-        return Err(changed(now.st_size as u64));
-    }
-    Ok(())
+    out.finish()
 }
 
 impl Packer<'_> {
@@ -422,11 +442,11 @@ impl Packer<'_> {
                 .expect("names are stored with their NUL");
             let mask = StatxFlags::TYPE | StatxFlags::MODE | StatxFlags::SIZE | StatxFlags::INO;
             let st = statx(dir, name, AtFlags::SYMLINK_NOFOLLOW, mask)
-                .map_err(|e| Error::io("statx", self.run.path(i), e))?;
+                .map_err(|e| Error::io("statx", path_in(&self.dir, self.run.name(i)), e))?;
             let kind = FileType::from_raw_mode(u32::from(st.stx_mode));
             let dev = rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor);
             if kind != FileType::RegularFile {
-                self.skip(self.run.path(i), crate::walk::kind_name(kind));
+                self.skip(path_in(&self.dir, self.run.name(i)), Kind::of(kind));
             } else if self.is_itself(dev, st.stx_ino) {
                 // The archive itself: left out without a word.
             } else if st.stx_size <= INLINE_MAX {
@@ -438,7 +458,9 @@ impl Packer<'_> {
             } else {
                 self.read_ring(dir, &small)?;
                 small.clear();
-                self.open_and_pack(dir, i)?;
+                let name = self.run.name(i).to_vec();
+                let path = path_in(&self.dir, &name);
+                self.open_and_pack(dir, &name, || path.clone())?;
             }
         }
         self.read_ring(dir, &small)?;
@@ -447,19 +469,35 @@ impl Packer<'_> {
         Ok(())
     }
 
-    /// Opens file `i` of the run with a plain `openat` and packs it.
-    fn open_and_pack(&mut self, dir: BorrowedFd<'_>, i: usize) -> Result<()> {
-        let name = self.run.name(i).to_vec();
-        let file = openat(dir, &name[..], FILE_FLAGS, Mode::empty())
-            .map_err(|e| Error::io("open", self.run.path(i), e))?;
-        let stat = fstat(&file).map_err(|e| Error::io("fstat", self.run.path(i), e))?;
-        let kind = FileType::from_raw_mode(stat.st_mode);
-        if kind != FileType::RegularFile {
-            self.skip(self.run.path(i), crate::walk::kind_name(kind));
-            return Ok(());
+    /// Opens the listed file `name` in `dir` with a plain `openat` and packs it; one
+    /// replaced since the listing by a symlink or another kind is skipped.
+    fn open_and_pack(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        name: &[u8],
+        path: impl Fn() -> TreePath,
+    ) -> Result<()> {
+        let file = match openat(dir, name, FILE_FLAGS, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::LOOP) => {
+                self.skip(path(), Kind::Symlink);
+                return Ok(());
+            }
+            Err(e) => return Err(Error::io("open", path(), e)),
+        };
+        let stat = fstat(&file).map_err(|e| Error::io("fstat", path(), e))?;
+        match Kind::of_mode(stat.st_mode) {
+            Kind::File => self.pack_file(name, file, &stat, path),
+            other => {
+                self.skip(path(), other);
+                Ok(())
+            }
         }
-        let path = self.run.path(i);
-        self.pack_file(&name, file, &stat, || path.clone())
+    }
+
+    /// Records an entry left out because of its kind.
+    fn skip(&mut self, path: TreePath, kind: Kind) {
+        self.summary.skipped.push((path, kind.name()));
     }
 
     /// Appends the small files `files` of the run (index, statx) with one ring batch: each
@@ -521,15 +559,19 @@ impl Packer<'_> {
             }
             at += meta.size as usize;
         }
-        let results = ring
-            .run()
-            .map_err(|e| Error::io("io_uring_enter", self.run.path(files[0].0), e))?;
+        let results = ring.run().map_err(|e| {
+            Error::io(
+                "io_uring_enter",
+                path_in(&self.dir, self.run.name(files[0].0)),
+                e,
+            )
+        })?;
         for (k, &(i, meta)) in files.iter().enumerate() {
             let result = |j: usize| match results[4 * k + j] {
                 r if r < 0 => Err(Errno::from_raw_os_error(-r)),
                 r => Ok(r as u64),
             };
-            let path = || self.run.path(i);
+            let path = || path_in(&self.dir, self.run.name(i));
             result(0).map_err(|e| Error::io("open", path(), e))?;
             let got = result(1).map_err(|e| Error::io("read", path(), e))?;
             let more = result(2).map_err(|e| Error::io("read", path(), e))?;
@@ -554,42 +596,21 @@ impl Packer<'_> {
     }
 }
 
-impl Visitor for Packer<'_> {
-    fn enter_dir(&mut self, name: &[u8], stat: &Stat, _at: &Location) -> Result<()> {
-        check()?;
-        self.end_run()?;
-        push_dir(&mut self.buf, name, stat.st_mode);
-        self.summary.dirs += 1;
-        self.progress.add_entry(0);
-        Ok(())
-    }
-
-    fn leave_dir(&mut self) -> Result<()> {
-        self.end_run()?;
-        push_pop(&mut self.buf);
-        if self.buf.len() >= FLUSH_AT {
-            self.flush()?;
-        }
-        Ok(())
-    }
-
-    fn file(&mut self, name: &[u8], file: OwnedFd, stat: &Stat, at: &Location) -> Result<()> {
-        self.pack_file(name, file, stat, || at.path(name))
-    }
-
-    fn skip(&mut self, path: TreePath, kind: &'static str) {
-        self.summary.skipped.push((path, kind));
-    }
-
-    fn listed_file(&mut self, dir: BorrowedFd<'_>, name: &[u8], at: &Location) -> Result<bool> {
+impl Packer<'_> {
+    /// Packs a file the walker listed in `dir`: into the ring's run, or opened and read
+    /// right away without a ring.
+    fn listed(&mut self, dir: BorrowedFd<'_>, name: &[u8]) -> Result<()> {
         if self.ring.is_none() {
-            return Ok(false);
+            // Lent out, so that messages name the file without a copy per file.
+            let dir_path = std::mem::take(&mut self.dir);
+            let packed = self.open_and_pack(dir, name, || path_in(&dir_path, name));
+            self.dir = dir_path;
+            return packed;
         }
         if self.run.dir.is_none() {
             let dup = fcntl_dupfd_cloexec(dir, 0)
-                .map_err(|e| Error::io("dup directory", at.path(b""), e))?;
+                .map_err(|e| Error::io("dup directory", TreePath(self.dir.clone()), e))?;
             self.run.dir = Some(dup);
-            self.run.path = at.path(b"").0;
         }
         self.run.starts.push(self.run.names.len());
         self.run.names.extend_from_slice(name);
@@ -597,6 +618,318 @@ impl Visitor for Packer<'_> {
         if self.run.starts.len() == RING_FILES {
             self.drain(dir)?;
         }
-        Ok(true)
+        Ok(())
+    }
+
+    /// Appends `data` to the buffers, handing full ones to the writer.
+    fn append(&mut self, mut data: &[u8]) -> Result<()> {
+        loop {
+            let n = data.len().min(BUFFER - self.buf.len());
+            self.buf.extend_from_slice(&data[..n]);
+            data = &data[n..];
+            if self.buf.len() >= FLUSH_AT {
+                self.flush()?;
+            }
+            if data.is_empty() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Appends `len` bytes of `fd` from `offset` (a file region a source hands over).
+    fn append_region(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        mut offset: u64,
+        len: u64,
+        name: &[u8],
+    ) -> Result<()> {
+        let end = offset + len;
+        while offset < end {
+            let room = &mut self.buf.spare_capacity_mut()[..];
+            let want = room.len().min((end - offset) as usize);
+            let n = retry(|| pread(fd, &mut room[..want], offset).map(|(got, _)| got.len()))
+                .map_err(|e| Error::io("read", path_in(&self.dir, name), e))?;
+            if n == 0 {
+                return Err(Error::Changed {
+                    path: path_in(&self.dir, name),
+                    expected: len,
+                    actual: len - (end - offset),
+                });
+            }
+            // SAFETY: `pread` initialized the first `n` spare bytes.
+            unsafe { self.buf.set_len(self.buf.len() + n) };
+            offset += n as u64;
+            if self.buf.len() >= FLUSH_AT {
+                self.flush()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Fails when the file announced as a stream got fewer bytes than its size.
+    fn stream_ended(&mut self) -> Result<()> {
+        match self.streaming.take() {
+            Some((name, size, got)) if got != size => Err(Error::Changed {
+                path: path_in(&self.dir, &name),
+                expected: size,
+                actual: got,
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Sink for Packer<'_> {
+    type Error = Error;
+
+    fn enter_dir(&mut self, entry: &Entry<'_>) -> Result<()> {
+        check()?;
+        self.stream_ended()?;
+        self.end_run()?;
+        push_dir(&mut self.buf, entry.name, entry.meta.mode);
+        self.summary.dirs += 1;
+        self.progress.add_entry(0);
+        if !self.dir.is_empty() {
+            self.dir.push(b'/');
+        }
+        self.dir.extend_from_slice(entry.name);
+        Ok(())
+    }
+
+    fn leave_dir(&mut self) -> Result<()> {
+        self.stream_ended()?;
+        self.end_run()?;
+        push_pop(&mut self.buf);
+        let parent = self.dir.iter().rposition(|&b| b == b'/');
+        self.dir.truncate(parent.unwrap_or(0));
+        if self.buf.len() >= FLUSH_AT {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Encodes a file; one announced [`Content::Unopened`] is opened and read here.
+    fn file(&mut self, entry: &Entry<'_>, content: Content<'_>) -> Result<()> {
+        self.stream_ended()?;
+        if let Content::Unopened { dir } = content {
+            return self.listed(dir, entry.name);
+        }
+        self.end_run()?;
+        let (name, mode) = (entry.name, entry.meta.mode);
+        match content {
+            Content::Bytes(data)
+            | Content::File {
+                mapped: Some(data), ..
+            } => {
+                push_file_header(&mut self.buf, name, mode, data.len() as u64);
+                self.append(data)?;
+                self.counted(data.len() as u64);
+            }
+            Content::File {
+                fd, offset, len, ..
+            } => {
+                push_file_header(&mut self.buf, name, mode, len);
+                self.append_region(fd, offset, len, name)?;
+                self.counted(len);
+            }
+            Content::Stream { size, first } => {
+                push_file_header(&mut self.buf, name, mode, size);
+                self.append(first)?;
+                self.counted(size);
+                self.streaming = Some((name.to_vec(), size, first.len() as u64));
+            }
+            Content::Unopened { .. } => unreachable!("packed above"),
+        }
+        Ok(())
+    }
+
+    /// More of the streamed file; bytes beyond its size fail as a changed file.
+    fn data(&mut self, data: &[u8]) -> Result<()> {
+        let (name, size, got) = self.streaming.as_mut().expect("data follows a stream");
+        *got += data.len() as u64;
+        if *got > *size {
+            return Err(Error::Changed {
+                path: path_in(&self.dir, name),
+                expected: *size,
+                actual: *got,
+            });
+        }
+        self.append(data)
+    }
+
+    /// Records the entry as skipped.
+    fn other(&mut self, entry: &Entry<'_>) -> Result<()> {
+        self.stream_ended()?;
+        self.skip(path_in(&self.dir, entry.name), entry.kind);
+        Ok(())
+    }
+
+    /// Ends the archive.
+    fn finish(&mut self) -> Result<()> {
+        self.stream_ended()?;
+        self.end_run()?;
+        let entries = self.summary.dirs + self.summary.files;
+        push_end(&mut self.buf, entries);
+        self.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+    use crate::format::{decode_all, Event, Limits};
+    use crate::tree::Meta;
+
+    fn packed_tree(root: &std::path::Path) -> Vec<u8> {
+        std::fs::create_dir_all(root.join("d/e")).unwrap();
+        for (i, size) in [0, 5, 70_000, 3_000_000, 100].into_iter().enumerate() {
+            let data: Vec<u8> = (0..size).map(|b| (b % 251 + i) as u8).collect();
+            std::fs::write(root.join(format!("d/f{i}")), data).unwrap();
+        }
+        std::fs::write(root.join("d/e/x"), b"x").unwrap();
+        let flags = OFlags::DIRECTORY | OFlags::RDONLY;
+        let root = rustix::fs::open(root, flags, Mode::empty()).unwrap();
+        let mut archive = Vec::new();
+        Pack::new(root).to_writer(&mut archive).unwrap();
+        archive
+    }
+
+    /// Encodes what `source` feeds a packer, into bytes.
+    fn encoded(source: impl FnOnce(&mut Packer<'_>) -> Result<()>) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        encode(
+            IoWriter::new(&mut out),
+            [None; 2],
+            &Progress::default(),
+            source,
+        )?;
+        Ok(out)
+    }
+
+    /// Every form of content a source may hand over (bytes, a stream in pieces, a region of
+    /// a file) encodes to the bytes the walker's files gave.
+    #[test]
+    fn a_decoded_archive_encodes_to_the_same_bytes_whatever_the_form_of_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let archive = packed_tree(&dir.path().join("tree"));
+        let mut file = tempfile::tempfile_in(dir.path()).unwrap();
+        file.write_all(&archive).unwrap();
+        let mut files = 0;
+        let again = encoded(|packer| {
+            decode_all(&archive, Limits::default(), |_, event| match event {
+                Event::Dir { name, mode } => {
+                    packer.enter_dir(&Entry::dir(name, Meta::with_mode(mode)))
+                }
+                Event::Pop => packer.leave_dir(),
+                Event::File {
+                    name, mode, data, ..
+                } => {
+                    let entry = Entry::file(name, Meta::with_mode(mode));
+                    let size = data.len() as u64;
+                    files += 1;
+                    match files % 3 {
+                        0 => packer.file(&entry, Content::Bytes(data)),
+                        1 => {
+                            let (first, rest) = data.split_at(data.len() / 2);
+                            let (middle, last) = rest.split_at(rest.len() / 3);
+                            packer.file(&entry, Content::Stream { size, first })?;
+                            packer.data(middle)?;
+                            packer.data(last)
+                        }
+                        _ => {
+                            let offset = data.as_ptr() as u64 - archive.as_ptr() as u64;
+                            let (fd, mapped) = (file.as_fd(), None);
+                            let content = Content::File {
+                                fd,
+                                offset,
+                                len: size,
+                                mapped,
+                            };
+                            packer.file(&entry, content)
+                        }
+                    }
+                }
+                _ => Ok(()),
+            })?;
+            packer.finish()
+        })
+        .unwrap();
+        assert_eq!(files, 6);
+        assert!(
+            again == archive,
+            "{} against {} bytes",
+            again.len(),
+            archive.len()
+        );
+    }
+
+    /// Without io_uring each listed file is opened and read on its own: the same archive.
+    #[test]
+    fn packing_without_a_ring_gives_the_same_archive() {
+        let dir = tempfile::tempdir().unwrap();
+        let archive = packed_tree(dir.path());
+        let flags = OFlags::DIRECTORY | OFlags::RDONLY;
+        let root = rustix::fs::open(dir.path(), flags, Mode::empty()).unwrap();
+        let plain = encoded(|packer| {
+            packer.ring = None;
+            walk(root, packer)
+        })
+        .unwrap();
+        assert!(
+            plain == archive,
+            "{} against {} bytes",
+            plain.len(),
+            archive.len()
+        );
+    }
+
+    #[test]
+    fn a_stream_shorter_or_longer_than_announced_fails() {
+        let entry = Entry::file(b"s", Meta::with_mode(0o644));
+        let short = encoded(|packer| {
+            packer.file(
+                &entry,
+                Content::Stream {
+                    size: 10,
+                    first: b"abc",
+                },
+            )?;
+            packer.finish()
+        });
+        assert!(
+            matches!(
+                short,
+                Err(Error::Changed {
+                    expected: 10,
+                    actual: 3,
+                    ..
+                })
+            ),
+            "{short:?}"
+        );
+        let long = encoded(|packer| {
+            packer.file(
+                &entry,
+                Content::Stream {
+                    size: 4,
+                    first: b"abc",
+                },
+            )?;
+            packer.data(b"de")
+        });
+        assert!(
+            matches!(
+                long,
+                Err(Error::Changed {
+                    expected: 4,
+                    actual: 5,
+                    ..
+                })
+            ),
+            "{long:?}"
+        );
     }
 }

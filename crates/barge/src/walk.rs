@@ -1,13 +1,14 @@
-//! The directory walker: getdents64 on directory fds, `openat` relative to the parent,
-//! entries sorted by name bytes, no path strings built for syscalls.
+//! The ordered directory walker, a source of the tree model: getdents64 on directory fds,
+//! `openat` relative to the parent, entries sorted by name bytes, no path strings built for
+//! syscalls, a [`Sink`] driven.
 
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use rustix::fs::{fstat, openat, statat, AtFlags, FileType, Mode, OFlags, RawDir, Stat};
-use rustix::io::Errno;
+use rustix::fs::{fstat, openat, statat, AtFlags, FileType, Mode, OFlags, RawDir};
 
 use crate::error::{Error, Result, TreePath};
+use crate::tree::{Content, Entry, Kind, Meta, Sink};
 
 /// Size of the getdents64 buffer.
 const DIRENT_BUFFER: usize = 64 * 1024;
@@ -92,47 +93,16 @@ pub fn dirent_buffer() -> Vec<MaybeUninit<u8>> {
     vec![MaybeUninit::uninit(); DIRENT_BUFFER]
 }
 
-/// Receives the tree from [`walk`], depth first, siblings in name-byte order.
-pub trait Visitor {
-    /// A directory, about to be entered.
-    fn enter_dir(&mut self, name: &[u8], stat: &Stat, at: &Location) -> Result<()>;
-    /// The end of the directory entered last.
-    fn leave_dir(&mut self) -> Result<()>;
-    /// A regular file, opened for reading, with its `fstat`.
-    fn file(&mut self, name: &[u8], file: OwnedFd, stat: &Stat, at: &Location) -> Result<()>;
-    /// An entry that is neither a directory nor a regular file (symlink, device, fifo, socket).
-    fn skip(&mut self, path: TreePath, kind: &'static str);
-    /// A regular file as listed in the directory `dir`, before the walker opens it: a
-    /// visitor that opens and reads it itself returns `true`, and the walker moves on.
-    fn listed_file(&mut self, _dir: BorrowedFd<'_>, _name: &[u8], _at: &Location) -> Result<bool> {
-        Ok(false)
-    }
-}
-
 /// Where the walk is: the names of the directories above the current entry.
 #[derive(Default, Debug)]
-pub struct Location {
+struct Location {
     dirs: Vec<Box<[u8]>>,
 }
 
 impl Location {
     /// The path of `name` in the current directory.
-    pub fn path(&self, name: &[u8]) -> TreePath {
+    fn path(&self, name: &[u8]) -> TreePath {
         TreePath::join(self.dirs.iter().map(|d| &d[..]), name)
-    }
-}
-
-/// Describes a file type for messages.
-pub fn kind_name(kind: FileType) -> &'static str {
-    match kind {
-        FileType::RegularFile => "regular file",
-        FileType::Directory => "directory",
-        FileType::Symlink => "symlink",
-        FileType::Fifo => "fifo",
-        FileType::Socket => "socket",
-        FileType::CharacterDevice => "character device",
-        FileType::BlockDevice => "block device",
-        FileType::Unknown => "unknown file type",
     }
 }
 
@@ -156,10 +126,21 @@ struct Frame {
     next: usize,
 }
 
-/// Walks the tree below the directory `root`, calling `visitor` for every entry. Reads
-/// each directory once with getdents64 and opens every entry relative to its parent's fd,
-/// never following symlinks.
-pub fn walk(root: OwnedFd, visitor: &mut impl Visitor) -> Result<()> {
+/// Walks the tree below the directory `root` into `sink`, depth first, siblings in
+/// name-byte order, then calls [`Sink::finish`], or [`Sink::abort`] on a failure. Reads
+/// each directory once with getdents64 and opens every directory relative to its parent's
+/// fd, never following symlinks; a directory whose listing is empty goes to
+/// [`Sink::empty_dir`]. Regular files are announced [`Content::Unopened`] (the sink opens
+/// them), other kinds through [`Sink::other`]; an entry's [`Meta`] is known for directories
+/// only (their `fstat`).
+pub fn walk<S: Sink>(root: OwnedFd, sink: &mut S) -> std::result::Result<(), S::Error> {
+    match walk_into(root, sink) {
+        Ok(()) => sink.finish(),
+        Err(e) => Err(sink.abort(e)),
+    }
+}
+
+fn walk_into<S: Sink>(root: OwnedFd, sink: &mut S) -> std::result::Result<(), S::Error> {
     let mut buf = dirent_buffer();
     let mut at = Location::default();
     let mut pool: Vec<Listing> = Vec::new();
@@ -171,7 +152,7 @@ pub fn walk(root: OwnedFd, visitor: &mut impl Visitor) -> Result<()> {
             pool.push(done.listing);
             if !stack.is_empty() {
                 at.dirs.pop();
-                visitor.leave_dir()?;
+                sink.leave_dir()?;
             }
             continue;
         }
@@ -187,35 +168,45 @@ pub fn walk(root: OwnedFd, visitor: &mut impl Visitor) -> Result<()> {
         }
         match kind {
             FileType::Directory => {
-                let fd = openat(parent, &name[..], DIR_FLAGS, Mode::empty())
-                    .map_err(|e| Error::io("open directory", at.path(&name), e))?;
-                let stat = fstat(&fd).map_err(|e| Error::io("fstat", at.path(&name), e))?;
-                visitor.enter_dir(&name, &stat, &at)?;
-                at.dirs.push(name.as_slice().into());
-                let frame = open_frame(fd, &mut buf, &mut pool, || at.path(b""))?;
-                stack.push(frame);
-            }
-            FileType::RegularFile if visitor.listed_file(parent, &name, &at)? => {}
-            FileType::RegularFile => {
-                let fd = match openat(parent, &name[..], FILE_FLAGS, Mode::empty()) {
-                    Ok(fd) => fd,
-                    // Replaced by a symlink since the listing.
-                    Err(Errno::LOOP) => {
-                        visitor.skip(at.path(&name), kind_name(FileType::Symlink));
-                        continue;
-                    }
-                    Err(e) => return Err(Error::io("open", at.path(&name), e)),
-                };
-                let stat = fstat(&fd).map_err(|e| Error::io("fstat", at.path(&name), e))?;
-                match FileType::from_raw_mode(stat.st_mode) {
-                    FileType::RegularFile => visitor.file(&name, fd, &stat, &at)?,
-                    other => visitor.skip(at.path(&name), kind_name(other)),
+                let (dir, mode) = open_dir(parent, &name, &mut buf, &mut pool, &at)?;
+                let entry = Entry::dir(&name, Meta::with_mode(mode));
+                if dir.listing.is_empty() {
+                    pool.push(dir.listing);
+                    sink.empty_dir(&entry)?;
+                } else {
+                    sink.enter_dir(&entry)?;
+                    at.dirs.push(name.as_slice().into());
+                    stack.push(dir);
                 }
             }
-            other => visitor.skip(at.path(&name), kind_name(other)),
+            FileType::RegularFile => {
+                let entry = Entry::file(&name, Meta::default());
+                sink.file(&entry, Content::Unopened { dir: parent })?;
+            }
+            other => sink.other(&Entry {
+                name: &name,
+                kind: Kind::of(other),
+                meta: Meta::default(),
+            })?,
         }
     }
     Ok(())
+}
+
+/// Opens the directory `name` in `parent` and reads its listing; returns it with its
+/// permission bits.
+fn open_dir(
+    parent: BorrowedFd<'_>,
+    name: &[u8],
+    buf: &mut [MaybeUninit<u8>],
+    pool: &mut Vec<Listing>,
+    at: &Location,
+) -> Result<(Frame, u32)> {
+    let fd = openat(parent, name, DIR_FLAGS, Mode::empty())
+        .map_err(|e| Error::io("open directory", at.path(name), e))?;
+    let stat = fstat(&fd).map_err(|e| Error::io("fstat", at.path(name), e))?;
+    let frame = open_frame(fd, buf, pool, || at.path(name))?;
+    Ok((frame, stat.st_mode & 0o7777))
 }
 
 fn open_frame(

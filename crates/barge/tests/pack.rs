@@ -1,17 +1,165 @@
-//! `pack` into a pipe whose reader starts late: the writer thread is stuck on its first
-//! write, so the queue fills, and large files are first handed to the writer (`sendfile`)
-//! and then, once it is behind, read into the output buffers by the walking thread. Every
-//! file must come out of the archive as it went in, in name order.
+//! `pack` through the library: into a pipe whose reader starts late, into an fd and into
+//! any `Write` (the same bytes), and as a sink that receives what the walker sees.
 
-use std::io::Read;
+use std::fs;
+use std::io::{Read, Seek, SeekFrom};
 use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
 use std::time::Duration;
 
 use barge::format::{decode_all, Event, Limits};
-use barge::pack::pack;
-use barge::Progress;
-use rustix::fs::{open, Mode, OFlags};
+use barge::pack::{Pack, PackSummary};
+use barge::tree::{Content, Entry, Kind, Meta, Recorded, Recording, Sink};
+use barge::walk::walk;
+use rustix::fs::{mknodat, open, FileType, Mode, OFlags, CWD};
 
+fn open_dir(dir: &Path) -> OwnedFd {
+    open(dir, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()).unwrap()
+}
+
+/// A tree with nested, empty and crowded directories (more files than one ring batch),
+/// files of the sizes around the inline limit, a symlink and a fifo.
+fn varied_tree(root: &Path) {
+    fs::create_dir_all(root.join("a/b/c")).unwrap();
+    fs::create_dir_all(root.join("a/empty")).unwrap();
+    fs::create_dir(root.join("empty")).unwrap();
+    fs::create_dir(root.join("crowd")).unwrap();
+    for (i, size) in [0, 1, 4095, 65_536, 65_537, 300_000]
+        .into_iter()
+        .enumerate()
+    {
+        let data: Vec<u8> = (0..size).map(|b| (b * 7 + i) as u8).collect();
+        fs::write(root.join(format!("a/size{i}")), data).unwrap();
+    }
+    fs::write(root.join("a/b/c/deep"), b"deep").unwrap();
+    for i in 0..150 {
+        fs::write(root.join(format!("crowd/f{i:03}")), format!("file {i}")).unwrap();
+    }
+    fs::write(root.join("top"), b"top").unwrap();
+    std::os::unix::fs::symlink("a", root.join("link")).unwrap();
+    mknodat(
+        CWD,
+        root.join("a/fifo"),
+        FileType::Fifo,
+        Mode::from(0o644),
+        0,
+    )
+    .unwrap();
+}
+
+/// Decodes `archive` and replays it into `sink` (each DIR entered, each POP left).
+fn replay(archive: &[u8], sink: &mut impl Sink<Error = barge::Error>) {
+    decode_all(archive, Limits::default(), |_, event| match event {
+        Event::Dir { name, mode } => sink.enter_dir(&Entry::dir(name, Meta::with_mode(mode))),
+        Event::File {
+            name, mode, data, ..
+        } => sink.file(
+            &Entry::file(name, Meta::with_mode(mode)),
+            Content::Bytes(data),
+        ),
+        Event::Pop => sink.leave_dir(),
+        _ => Ok(()),
+    })
+    .unwrap();
+    sink.finish().unwrap();
+}
+
+/// The calls with empty directories entered and left, and the file metadata the walker
+/// does not know (it leaves files unopened) cleared.
+fn comparable(recording: &Recording) -> Vec<Recorded> {
+    recording
+        .normalized()
+        .into_iter()
+        .map(|call| match call {
+            Recorded::File(name, _, data) => Recorded::File(name, Meta::default(), data),
+            call => call,
+        })
+        .collect()
+}
+
+fn pack_to_vec(root: &Path) -> (Vec<u8>, PackSummary) {
+    let mut archive = Vec::new();
+    let summary = Pack::new(open_dir(root)).to_writer(&mut archive).unwrap();
+    (archive, summary)
+}
+
+#[test]
+fn packing_keeps_what_the_walker_sees_and_skips_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    varied_tree(dir.path());
+    let mut walked = Recording::default();
+    walk(open_dir(dir.path()), &mut walked).unwrap();
+    let (archive, summary) = pack_to_vec(dir.path());
+    let mut unpacked = Recording::default();
+    replay(&archive, &mut unpacked);
+
+    let others: Vec<_> = walked
+        .calls
+        .iter()
+        .filter(|call| matches!(call, Recorded::Other(..)))
+        .cloned()
+        .collect();
+    assert_eq!(
+        others,
+        [
+            Recorded::Other(b"fifo".to_vec(), Kind::Fifo),
+            Recorded::Other(b"link".to_vec(), Kind::Symlink)
+        ]
+    );
+    let skipped: Vec<_> = summary
+        .skipped
+        .iter()
+        .map(|(path, kind)| (path.to_string(), *kind))
+        .collect();
+    assert_eq!(
+        skipped,
+        [("a/fifo".into(), "fifo"), ("link".into(), "symlink")]
+    );
+    assert!(
+        walked
+            .calls
+            .contains(&Recorded::Empty(b"empty".to_vec(), Meta::with_mode(0o755))),
+        "an empty directory is announced empty, with its mode: {:?}",
+        walked.calls
+    );
+    walked
+        .calls
+        .retain(|call| !matches!(call, Recorded::Other(..)));
+    let (walked, unpacked) = (comparable(&walked), comparable(&unpacked));
+    assert_eq!(walked.len(), 1 + 3 + 2 + 2 + 2 + 6 + 1 + 2 + 150 + 1 + 1);
+    assert!(
+        walked == unpacked,
+        "walked {walked:?}\n\nunpacked {unpacked:?}"
+    );
+    assert_eq!((summary.dirs, summary.files), (6, 6 + 1 + 150 + 1));
+}
+
+#[test]
+fn packing_into_a_writer_gives_the_bytes_of_packing_into_an_fd() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("tree");
+    varied_tree(&tree);
+    let (written, summary) = pack_to_vec(&tree);
+    let file = tempfile::tempfile_in(dir.path()).unwrap();
+    let fd_summary = Pack::new(open_dir(&tree)).to_fd(file.as_fd()).unwrap();
+    let mut sent = Vec::new();
+    let mut file = file;
+    file.seek(SeekFrom::Start(0)).unwrap();
+    file.read_to_end(&mut sent).unwrap();
+    assert_eq!(summary, fd_summary);
+    assert_eq!(summary.archive_bytes, written.len() as u64);
+    assert!(
+        written == sent,
+        "{} against {} bytes",
+        written.len(),
+        sent.len()
+    );
+}
+
+/// Into a pipe whose reader starts late: the writer thread is stuck on its first write, so
+/// the queue fills, and large files are first handed to the writer (`sendfile`) and then,
+/// once it is behind, read into the output buffers by the walking thread. Every file must
+/// come out of the archive as it went in, in name order.
 #[test]
 fn large_files_round_trip_whether_sent_or_read_while_the_writer_is_behind() {
     let dir = tempfile::tempdir().unwrap();
@@ -27,12 +175,7 @@ fn large_files_round_trip_whether_sent_or_read_while_the_writer_is_behind() {
     for (name, data) in &files {
         std::fs::write(dir.path().join(name), data).unwrap();
     }
-    let root: OwnedFd = open(
-        dir.path(),
-        OFlags::DIRECTORY | OFlags::RDONLY,
-        Mode::empty(),
-    )
-    .unwrap();
+    let root = open_dir(dir.path());
     let (reader, writer) = std::io::pipe().unwrap();
     let late_reader = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(300));
@@ -41,7 +184,7 @@ fn large_files_round_trip_whether_sent_or_read_while_the_writer_is_behind() {
         reader.read_to_end(&mut archive).unwrap();
         archive
     });
-    let summary = pack(root, writer.as_fd(), None, &Progress::default()).unwrap();
+    let summary = Pack::new(root).to_fd(writer.as_fd()).unwrap();
     drop(writer);
     let archive = late_reader.join().unwrap();
     assert_eq!(summary.files, 24);

@@ -20,6 +20,7 @@ pub mod solo;
 pub mod tree;
 pub mod unpack;
 pub mod walk;
+pub mod walk_parallel;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 

@@ -164,7 +164,7 @@ impl Du {
             Ok(fd) => {
                 let stat = statx(&fd, "", AtFlags::EMPTY_PATH, MASK).map_err(whole)?;
                 let count = Count::new(self, seen, &stat);
-                if !seen.all || seen.first(key(&stat)) {
+                if seen.counts_dir(key(&stat)) {
                     let slot = count.slot(0, name.to_vec());
                     let mut totals = Totals::default();
                     totals.count(&stat);
@@ -208,9 +208,10 @@ struct Seen {
 }
 
 impl Seen {
-    /// True the first time the inode `key` is seen.
-    fn first(&self, key: (u64, u64)) -> bool {
-        self.inodes.lock().expect("no panics").insert(key)
+    /// True when the directory `key` is to be measured: always with one PATH, the first
+    /// time it is seen with several.
+    fn counts_dir(&self, key: (u64, u64)) -> bool {
+        !self.all || self.inodes.lock().expect("no panics").insert(key)
     }
 }
 
@@ -360,7 +361,7 @@ impl ParallelVisitor for Counter<'_> {
         _fd: BorrowedFd<'_>,
         stat: &Statx,
     ) -> Result<usize, WalkState> {
-        if self.count.excluded(stat) || (self.count.seen.all && !self.count.seen.first(key(stat))) {
+        if self.count.excluded(stat) || !self.count.seen.counts_dir(key(stat)) {
             return Err(WalkState::Skip);
         }
         let slot = self.count.own_slot(parent, entry.name);
@@ -422,5 +423,44 @@ impl ParallelVisitor for Counter<'_> {
     fn error(&mut self, error: Error) -> WalkState {
         self.count.error(error);
         WalkState::Continue
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use super::*;
+
+    #[test]
+    fn counts_hard_links_once_keeps_subtotals_and_skips_paths_seen() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        fs::create_dir_all(root.join("d/e")).unwrap();
+        fs::write(root.join("f"), b"12345").unwrap();
+        fs::write(root.join("d/g"), b"123").unwrap();
+        fs::hard_link(root.join("f"), root.join("d/e/h")).unwrap();
+        std::os::unix::fs::symlink("f", root.join("d/link")).unwrap();
+        let sub = root.join("d");
+        let usages: Vec<Usage> = Du::new()
+            .depth(1)
+            .threads(4)
+            .run(&[root.to_path_buf(), sub.clone()])
+            .collect::<Result<_>>()
+            .unwrap();
+        let whole = &usages[0];
+        let counts = |t: &Totals| (t.files, t.dirs, t.other);
+        assert_eq!(counts(&whole.totals), (2, 3, 1));
+        assert_eq!(whole.error_count, 0);
+        let paths: Vec<&[u8]> = whole.subtotals.iter().map(|s| &s.path.0[..]).collect();
+        assert_eq!(
+            paths,
+            [root.as_os_str().as_bytes(), sub.as_os_str().as_bytes()]
+        );
+        // d holds g, e and the symlink: h is f, counted with the root, listed before d.
+        assert_eq!(counts(&whole.subtotals[1].totals), (1, 2, 1));
+        // d again: every inode in it was counted with the first PATH.
+        assert_eq!(usages[1].totals, Totals::default());
+        assert_eq!(usages[1].subtotals[0].path.0, sub.as_os_str().as_bytes());
     }
 }

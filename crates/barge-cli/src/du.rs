@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use barge::du::{Du, Options, Subtotal, Totals, Usage};
+use barge::du::{Du, Subtotal, Totals, Usage};
 use barge::root::raise_fd_limit;
 use serde_json::{json, Map, Value};
 
@@ -64,19 +64,17 @@ pub fn du(args: DuArgs) -> Result<ExitCode> {
     } else {
         args.paths.clone()
     };
-    let du = Du::new(Options {
-        one_file_system: args.one_file_system,
-        depth: args.depth.unwrap_or(0),
-        threads: args.threads,
-        count_once: paths.len() > 1,
-    });
+    let du = Du::new()
+        .one_file_system(args.one_file_system)
+        .depth(args.depth.unwrap_or(0))
+        .threads(args.threads);
     let mut stdout = std::io::stdout().lock();
     let mut total = Totals::default();
     // Errors counted, and errors printed (all PATH errors, the first few below them).
     let (mut errors, mut named) = (0u64, 0u64);
     let mut results = Vec::new();
-    for path in &paths {
-        let usage = match du.measure(path) {
+    for usage in du.run(&paths) {
+        let usage = match usage {
             Ok(usage) => usage,
             Err(e) => {
                 eprintln!("barge du: {e}");

@@ -22,6 +22,7 @@ pub mod source;
 pub mod tree;
 pub mod unpack;
 pub mod walk;
+pub mod walk_parallel;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use barge::du::{Du, Subtotal, Totals, Usage};
-use barge::root::raise_fd_limit;
+use barge::sys::fds::raise_fd_limit;
 use serde_json::{json, Map, Value};
 
 use crate::report::{human_bytes, json_path};

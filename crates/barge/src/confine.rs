@@ -27,10 +27,11 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result, TreePath};
-use crate::fds::close_range;
 use crate::format::Limits;
 use crate::land::LandSummary;
-use crate::root::{raise_fd_limit, Confinement};
+use crate::root::Confinement;
+use crate::sys::fds::close_range;
+use crate::sys::fds::raise_fd_limit;
 use crate::unpack::{Engine, Unpack};
 use crate::Progress;
 

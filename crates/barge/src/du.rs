@@ -23,9 +23,11 @@ use rustix::fs::{openat, statx, AtFlags, FileType, Mode, Statx, StatxFlags, CWD}
 use rustix::io::Errno;
 
 use crate::error::{Error, Result, TreePath};
+use crate::sys::DIR_FLAGS;
 use crate::tree::{Entry, Kind};
-use crate::walk::DIR_FLAGS;
-use crate::walk_parallel::{Dir, ParallelVisitor, ParallelVisitorBuilder, WalkParallel, WalkState};
+use crate::walk::parallel::{
+    Dir, ParallelVisitor, ParallelVisitorBuilder, WalkParallel, WalkState,
+};
 
 /// What every `statx` asks for.
 const MASK: StatxFlags = StatxFlags::TYPE

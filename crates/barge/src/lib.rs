@@ -10,19 +10,17 @@
 pub mod confine;
 pub mod du;
 pub mod error;
-pub mod fds;
 pub mod format;
 pub mod interrupt;
 pub mod land;
 pub mod output;
 pub mod pack;
 pub mod root;
-pub mod solo;
 pub mod source;
+pub mod sys;
 pub mod tree;
 pub mod unpack;
 pub mod walk;
-pub mod walk_parallel;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 

@@ -22,13 +22,13 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use rustix::fs::{
-    fstat, linkat, openat, renameat, sendfile, statat, unlinkat, AtFlags, FileType, Mode, OFlags,
-    Stat, CWD,
+    fstat, linkat, openat, renameat, statat, unlinkat, AtFlags, FileType, Mode, OFlags, Stat, CWD,
 };
 use rustix::io::{pread, write, Errno};
 
 use crate::error::{Error, Result, TreePath};
 use crate::interrupt::{check, requested, retry};
+use crate::sys::copy::send_file;
 use crate::Progress;
 
 /// Hidden temporary names tried before giving up (each taken one is skipped).
@@ -298,7 +298,8 @@ impl ArchiveWriter for FdWriter<'_> {
         Ok(())
     }
 
-    /// Sends the file by `sendfile`, then checks with `fstat` that it did not grow.
+    /// Sends the file inside the kernel ([`send_file`]), then checks with `fstat` that it
+    /// did not grow.
     fn write_file(
         &mut self,
         file: BorrowedFd<'_>,
@@ -306,17 +307,12 @@ impl ArchiveWriter for FdWriter<'_> {
         path: &TreePath,
         progress: &Progress,
     ) -> Result<()> {
-        let mut offset = 0u64;
-        while offset < size {
-            let chunk = (size - offset).min(1 << 30) as usize;
-            match retry(|| sendfile(self.0, file, Some(&mut offset), chunk)) {
-                Ok(0) => return Err(changed(path, size, offset)),
-                Ok(n) => {
-                    progress.add_written(n as u64);
-                    check()?;
-                }
-                Err(e) => return Err(Error::io("sendfile", path.clone(), e)),
-            }
+        let sent = send_file(self.0, file, size, path, |n| {
+            progress.add_written(n);
+            check()
+        })?;
+        if sent < size {
+            return Err(changed(path, size, sent));
         }
         let now = fstat(file).map_err(|e| Error::io("fstat", path.clone(), e))?;
         if now.st_size as u64 != size {

@@ -33,9 +33,10 @@ use crate::format::HEADER;
 use crate::interrupt::{check, retry};
 use crate::land::uring::Ring;
 use crate::output::{ArchiveWriter, FdWriter, IoWriter, Output};
-use crate::solo::spawn_elsewhere;
+use crate::sys::thread::spawn_elsewhere;
+use crate::sys::FILE_FLAGS;
 use crate::tree::{Content, Entry, Kind, Sink};
-use crate::walk::{walk, FILE_FLAGS};
+use crate::walk::walk;
 use crate::Progress;
 
 /// Files read per ring batch (four requests each).

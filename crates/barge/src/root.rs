@@ -2,7 +2,7 @@
 //! fd it opened itself, and optionally (layer 3) inside a user namespace chrooted to it.
 
 use std::fs;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
@@ -14,8 +14,8 @@ use rustix::process::{chroot, fchdir, getgid, getuid};
 use rustix::thread::{unshare_unsafe, UnshareFlags};
 
 use crate::error::{Error, Result, TreePath};
-use crate::fds::close_range;
-use crate::walk::kind_with_article;
+use crate::sys::fds::close_range;
+use crate::tree::Kind;
 
 /// How the destination is confined.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -121,7 +121,7 @@ fn create(dest: &Path) -> Result<bool> {
 fn not_a_directory(dest: &Path, errno: Errno) -> Error {
     let found = match statat(CWD, dest, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Symlink => "a symlink",
-        Ok(st) => kind_with_article(FileType::from_raw_mode(st.st_mode)),
+        Ok(st) => Kind::of_mode(st.st_mode).with_article(),
         Err(_) => return Error::io("open destination", path_of(dest), errno),
     };
     Error::NotADirectory {
@@ -207,119 +207,4 @@ pub fn umask() -> u32 {
         rustix::process::umask(old);
         old.bits()
     })
-}
-
-/// An archive held in memory: a read-only private mapping of (a region of) a regular file
-/// or block device, and the file.
-pub struct Mapped {
-    ptr: *mut std::ffi::c_void,
-    /// Bytes mapped: the archive and the bytes before it on its first page.
-    len: usize,
-    /// Bytes mapped before the archive (mappings start on a page boundary).
-    skip: usize,
-    /// The file offset of the archive's first byte.
-    offset: u64,
-    file: OwnedFd,
-}
-
-impl Mapped {
-    /// Maps the `len` bytes of `file` from `offset` on (any offset) without reading them:
-    /// pages are mapped on first use, or ahead of use by [`populate`]. An empty region maps
-    /// to an empty slice.
-    pub fn new(file: OwnedFd, offset: u64, len: u64, path: &Path) -> Result<Mapped> {
-        use rustix::mm::{mmap, MapFlags, ProtFlags};
-        let page = rustix::param::page_size() as u64;
-        let skip = offset % page;
-        let mut mapped = Mapped {
-            ptr: std::ptr::null_mut(),
-            len: 0,
-            skip: skip as usize,
-            offset,
-            file,
-        };
-        if len == 0 {
-            mapped.skip = 0;
-            return Ok(mapped);
-        }
-        mapped.len = usize::try_from(skip + len).expect("64-bit");
-        // SAFETY: a fresh private read-only mapping; nothing else aliases it mutably. If the
-        // file shrinks while mapped, reading a vanished page raises SIGBUS, which
-        // `interrupt::catch_signals` turns into a stop (the page reads as zeros).
-        mapped.ptr = unsafe {
-            mmap(
-                std::ptr::null_mut(),
-                mapped.len,
-                ProtFlags::READ,
-                MapFlags::PRIVATE,
-                &mapped.file,
-                offset - skip,
-            )
-        }
-        .map_err(|e| {
-            mapped.len = 0;
-            Error::io("mmap", path_of(path), e)
-        })?;
-        crate::interrupt::watch_mapping(mapped.bytes());
-        Ok(mapped)
-    }
-
-    /// The mapped file.
-    pub fn file(&self) -> BorrowedFd<'_> {
-        self.file.as_fd()
-    }
-
-    /// The file offset of the archive's first byte.
-    pub fn offset(&self) -> u64 {
-        self.offset
-    }
-
-    /// The archive's bytes.
-    pub fn bytes(&self) -> &[u8] {
-        if self.len == 0 {
-            return &[];
-        }
-        // SAFETY: the mapping is `len` readable bytes and lives as long as `self`.
-        let all = unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) };
-        &all[self.skip..]
-    }
-}
-
-/// Maps the pages holding `bytes`, a part of a file mapping, in one call (page faults one by
-/// one inside a later `write` cost about twice as much); does nothing where the kernel lacks
-/// `MADV_POPULATE_READ` (before 5.14).
-pub fn populate(bytes: &[u8]) {
-    if bytes.is_empty() {
-        return;
-    }
-    let page = rustix::param::page_size();
-    let start = bytes.as_ptr() as usize / page * page;
-    let end = bytes.as_ptr() as usize + bytes.len();
-    // SAFETY: advice only; the range covers whole pages of a live mapping or allocation
-    // (the first page holds `bytes[0]`), and populating for reading changes no contents.
-    let _ = unsafe {
-        rustix::mm::madvise(
-            start as *mut std::ffi::c_void,
-            end - start,
-            rustix::mm::Advice::LinuxPopulateRead,
-        )
-    };
-}
-
-impl Drop for Mapped {
-    fn drop(&mut self) {
-        if self.len > 0 {
-            // SAFETY: unmapping exactly the mapping this value owns.
-            let _ = unsafe { rustix::mm::munmap(self.ptr, self.len) };
-        }
-    }
-}
-
-/// Raises the soft open-file limit to the hard limit, so deep trees do not run out of fds.
-pub fn raise_fd_limit() {
-    use rustix::process::{getrlimit, setrlimit, Resource};
-    let mut limit = getrlimit(Resource::Nofile);
-    if limit.current < limit.maximum {
-        limit.current = limit.maximum;
-        let _ = setrlimit(Resource::Nofile, limit);
-    }
 }

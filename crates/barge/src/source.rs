@@ -2,7 +2,7 @@
 //! descriptor (pipe, socket, file, stdin) or any [`Read`] (a decrypted socket, an HTTP body);
 //! [`ByteStream`] adds what every stream needs on top: a length limit (`--length`), skipping
 //! to an offset (`--offset`), and stop-aware waits. The other form of input, a mapped region
-//! of a file or block device, is random access and lives in `root::Mapped`.
+//! of a file or block device, is random access and lives in [`crate::sys::map::Mapped`].
 
 use std::io::{ErrorKind, Read};
 use std::os::fd::BorrowedFd;

@@ -18,8 +18,9 @@ use crate::land::parallel::{self, land_parallel, THREADS_FROM};
 use crate::land::sync::SyncLander;
 use crate::land::uring::UringLander;
 use crate::land::{Driver, Land, LandSummary};
-use crate::root::{open_dest, populate, Destination, Mapped};
+use crate::root::{open_dest, Destination};
 use crate::source::{read_events, ByteStream, ReadSource};
+use crate::sys::map::{populate, Mapped};
 use crate::Progress;
 
 /// The pipe buffer asked for when the archive comes through a pipe (the default is 64 KiB).

@@ -31,10 +31,11 @@ use super::sync::{DIR_HANDLE_FLAGS, OWNER_RWX};
 use super::{Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
 use crate::format::{Decoder, Event, Limits, Step};
-use crate::root::{populate, umask};
-use crate::solo::{go_solo, spawn_elsewhere};
+use crate::root::umask;
 use crate::source::ByteStream;
-use crate::walk::DIR_FLAGS;
+use crate::sys::map::populate;
+use crate::sys::thread::{go_solo, spawn_elsewhere};
+use crate::sys::DIR_FLAGS;
 use crate::Progress;
 
 /// Batches waiting for a helper, at most.

@@ -11,10 +11,11 @@ use rustix::io::{write, Errno};
 
 use super::{truncation_offset, Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
-use crate::fds::Graveyard;
 use crate::interrupt::{check, retry, SIGBUS};
 use crate::root::umask;
-use crate::walk::{kind_with_article, DIR_FLAGS};
+use crate::sys::fds::Graveyard;
+use crate::sys::DIR_FLAGS;
+use crate::tree::Kind;
 
 /// Flags that open a directory of the tree as a handle for `*at` calls only.
 pub const DIR_HANDLE_FLAGS: OFlags = OFlags::PATH
@@ -108,7 +109,7 @@ impl SyncLander {
             Ok(st) => match FileType::from_raw_mode(st.st_mode) {
                 FileType::RegularFile if st.st_nlink > 1 => "a hard-linked file",
                 FileType::RegularFile => "a file",
-                other => kind_with_article(other),
+                other => Kind::of(other).with_article(),
             },
             Err(_) => "an entry",
         };

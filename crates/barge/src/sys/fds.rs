@@ -78,6 +78,16 @@ impl Drop for Graveyard {
     }
 }
 
+/// Raises the soft open-file limit to the hard limit, so deep trees do not run out of fds.
+pub fn raise_fd_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        let _ = setrlimit(Resource::Nofile, limit);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

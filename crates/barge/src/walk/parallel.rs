@@ -27,9 +27,10 @@ use rustix::io::Errno;
 use rustix::process::{getrlimit, Resource};
 
 use crate::error::{Error, TreePath};
-use crate::solo::spawn_elsewhere;
+use crate::sys::dir::{dirent_buffer, Listing};
+use crate::sys::thread::spawn_elsewhere;
+use crate::sys::DIR_FLAGS;
 use crate::tree::{Entry, Kind, Meta};
-use crate::walk::{dirent_buffer, Listing, DIR_FLAGS};
 
 /// A directory taking longer than this plus [`SLOW_ENTRY`] per entry was not in the cache.
 const SLOW_DIR: Duration = Duration::from_micros(100);

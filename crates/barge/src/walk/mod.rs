@@ -2,96 +2,17 @@
 //! `openat` relative to the parent, entries sorted by name bytes, no path strings built for
 //! syscalls, a [`Sink`] driven.
 
+pub mod parallel;
+
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use rustix::fs::{fstat, openat, statat, AtFlags, FileType, Mode, OFlags, RawDir};
+use rustix::fs::{fstat, openat, statat, AtFlags, FileType, Mode};
 
 use crate::error::{Error, Result, TreePath};
+use crate::sys::dir::{dirent_buffer, Listing};
+use crate::sys::DIR_FLAGS;
 use crate::tree::{Content, Entry, Kind, Meta, Sink};
-
-/// Size of the getdents64 buffer.
-const DIRENT_BUFFER: usize = 64 * 1024;
-
-/// Flags to open a directory for reading its entries.
-pub const DIR_FLAGS: OFlags = OFlags::RDONLY
-    .union(OFlags::DIRECTORY)
-    .union(OFlags::NOFOLLOW)
-    .union(OFlags::CLOEXEC);
-
-/// Flags to open a regular file for reading; `NONBLOCK` keeps a fifo swapped in after the
-/// listing from blocking the walk.
-pub const FILE_FLAGS: OFlags = OFlags::RDONLY
-    .union(OFlags::NOFOLLOW)
-    .union(OFlags::NONBLOCK)
-    .union(OFlags::NOCTTY)
-    .union(OFlags::CLOEXEC);
-
-/// The entries of one directory: names in one buffer, with their getdents64 types.
-#[derive(Default, Debug)]
-pub struct Listing {
-    names: Vec<u8>,
-    entries: Vec<(u32, u8, FileType)>,
-}
-
-impl Listing {
-    /// Replaces the contents with the entries of the directory `dir` (without `.` and `..`).
-    pub fn read(
-        &mut self,
-        dir: BorrowedFd<'_>,
-        buf: &mut [MaybeUninit<u8>],
-    ) -> rustix::io::Result<()> {
-        self.names.clear();
-        self.entries.clear();
-        let mut raw = RawDir::new(dir, buf);
-        while let Some(entry) = raw.next() {
-            let entry = entry?;
-            let name = entry.file_name().to_bytes();
-            if name == b"." || name == b".." {
-                continue;
-            }
-            self.entries
-                .push((self.names.len() as u32, name.len() as u8, entry.file_type()));
-            self.names.extend_from_slice(name);
-        }
-        Ok(())
-    }
-
-    /// Sorts the entries by name bytes.
-    pub fn sort(&mut self) {
-        let names = &self.names;
-        self.entries.sort_unstable_by(|a, b| {
-            let name = |(start, len, _): &(u32, u8, FileType)| {
-                &names[*start as usize..*start as usize + *len as usize]
-            };
-            name(a).cmp(name(b))
-        });
-    }
-
-    /// Number of entries.
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// True when the directory has no entries.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    /// The name and type of entry `i`.
-    pub fn get(&self, i: usize) -> (&[u8], FileType) {
-        let (start, len, kind) = self.entries[i];
-        (
-            &self.names[start as usize..start as usize + len as usize],
-            kind,
-        )
-    }
-}
-
-/// A getdents64 buffer of the walker's size.
-pub fn dirent_buffer() -> Vec<MaybeUninit<u8>> {
-    vec![MaybeUninit::uninit(); DIRENT_BUFFER]
-}
 
 /// Where the walk is: the names of the directories above the current entry.
 #[derive(Default, Debug)]
@@ -103,20 +24,6 @@ impl Location {
     /// The path of `name` in the current directory.
     fn path(&self, name: &[u8]) -> TreePath {
         TreePath::join(self.dirs.iter().map(|d| &d[..]), name)
-    }
-}
-
-/// Describes a file type with its article, for messages (`a symlink`, `an unknown ...`).
-pub fn kind_with_article(kind: FileType) -> &'static str {
-    match kind {
-        FileType::RegularFile => "a regular file",
-        FileType::Directory => "a directory",
-        FileType::Symlink => "a symlink",
-        FileType::Fifo => "a fifo",
-        FileType::Socket => "a socket",
-        FileType::CharacterDevice => "a character device",
-        FileType::BlockDevice => "a block device",
-        FileType::Unknown => "an entry of unknown type",
     }
 }
 

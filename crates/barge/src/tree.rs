@@ -55,7 +55,9 @@ impl Kind {
 
     /// Its name for messages ("symlink").
     pub fn name(self) -> &'static str {
-        self.with_article().split_once(' ').map_or("", |(_, name)| name)
+        self.with_article()
+            .split_once(' ')
+            .map_or("", |(_, name)| name)
     }
 
     /// Its name with its article, for messages ("a symlink", "an entry of unknown type").
@@ -280,7 +282,8 @@ impl Sink for Recording {
     type Error = Error;
 
     fn enter_dir(&mut self, entry: &Entry<'_>) -> Result<(), Error> {
-        self.calls.push(Recorded::Enter(entry.name.to_vec(), entry.meta));
+        self.calls
+            .push(Recorded::Enter(entry.name.to_vec(), entry.meta));
         Ok(())
     }
     fn leave_dir(&mut self) -> Result<(), Error> {
@@ -288,7 +291,8 @@ impl Sink for Recording {
         Ok(())
     }
     fn empty_dir(&mut self, entry: &Entry<'_>) -> Result<(), Error> {
-        self.calls.push(Recorded::Empty(entry.name.to_vec(), entry.meta));
+        self.calls
+            .push(Recorded::Empty(entry.name.to_vec(), entry.meta));
         Ok(())
     }
     fn file(&mut self, entry: &Entry<'_>, content: Content<'_>) -> Result<(), Error> {
@@ -340,7 +344,9 @@ fn read_content(entry: &Entry<'_>, content: Content<'_>) -> Result<Vec<u8>, Erro
     match content {
         Content::Bytes(bytes) => Ok(bytes.to_vec()),
         Content::Stream { first, .. } => Ok(first.to_vec()),
-        Content::File { fd, offset, len, .. } => read_all(fd, offset, Some(len)),
+        Content::File {
+            fd, offset, len, ..
+        } => read_all(fd, offset, Some(len)),
         Content::Unopened { dir } => {
             let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
             let fd = openat(dir, entry.name, flags, Mode::empty())

@@ -275,3 +275,143 @@ pub fn truncation_offset(error: &Error) -> Option<u64> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::os::fd::AsFd;
+
+    use super::*;
+    use crate::format::Encoder;
+    use crate::tree::{Recorded, Recording};
+
+    /// More than a pipe holds, so a streamed file of this size arrives in pieces.
+    const BIG: usize = 200_000;
+
+    fn big() -> Vec<u8> {
+        (0..BIG).map(|i| (i % 251) as u8).collect()
+    }
+
+    /// `a/` holding `b/` (with a big file), an empty `e/` and `f`; an empty `z/`; an empty
+    /// file `top`.
+    fn archive() -> Vec<u8> {
+        let mut encoder = Encoder::new(Vec::new());
+        encoder.dir(b"a", 0o755).unwrap();
+        encoder.dir(b"b", 0o750).unwrap();
+        encoder.file(b"big", 0o600, &big()).unwrap();
+        encoder.pop().unwrap();
+        encoder.dir(b"e", 0o700).unwrap();
+        encoder.pop().unwrap();
+        encoder.file(b"f", 0o644, b"hello").unwrap();
+        encoder.pop().unwrap();
+        encoder.dir(b"z", 0o755).unwrap();
+        encoder.pop().unwrap();
+        encoder.file(b"top", 0o644, b"").unwrap();
+        encoder.finish().unwrap()
+    }
+
+    /// What a sink driven with [`archive`] receives.
+    fn calls() -> Vec<Recorded> {
+        let mode = Meta::with_mode;
+        vec![
+            Recorded::Enter(b"a".to_vec(), mode(0o755)),
+            Recorded::Enter(b"b".to_vec(), mode(0o750)),
+            Recorded::File(b"big".to_vec(), mode(0o600), big()),
+            Recorded::Leave,
+            Recorded::Empty(b"e".to_vec(), mode(0o700)),
+            Recorded::File(b"f".to_vec(), mode(0o644), b"hello".to_vec()),
+            Recorded::Leave,
+            Recorded::Empty(b"z".to_vec(), mode(0o755)),
+            Recorded::File(b"top".to_vec(), mode(0o644), Vec::new()),
+            Recorded::Finish,
+        ]
+    }
+
+    /// A [`Recording`] that also counts [`Sink::data`] calls.
+    #[derive(Default)]
+    struct Pieces {
+        recording: Recording,
+        data: usize,
+    }
+
+    impl Sink for Pieces {
+        type Error = Error;
+
+        fn enter_dir(&mut self, entry: &Entry<'_>) -> Result<()> {
+            self.recording.enter_dir(entry)
+        }
+        fn leave_dir(&mut self) -> Result<()> {
+            self.recording.leave_dir()
+        }
+        fn empty_dir(&mut self, entry: &Entry<'_>) -> Result<()> {
+            self.recording.empty_dir(entry)
+        }
+        fn file(&mut self, entry: &Entry<'_>, content: Content<'_>) -> Result<()> {
+            self.recording.file(entry, content)
+        }
+        fn data(&mut self, data: &[u8]) -> Result<()> {
+            self.data += 1;
+            self.recording.data(data)
+        }
+        fn finish(&mut self) -> Result<()> {
+            self.recording.finish()
+        }
+    }
+
+    /// Drives a [`Pieces`] with `bytes` written into a pipe 1000 bytes at a time.
+    fn drive_piped(bytes: Vec<u8>) -> (Pieces, Result<()>, Progress) {
+        let (reader, writer) = rustix::pipe::pipe().unwrap();
+        let writing = std::thread::spawn(move || {
+            let mut writer = std::fs::File::from(writer);
+            for piece in bytes.chunks(1000) {
+                writer.write_all(piece).unwrap();
+            }
+        });
+        let (mut sink, progress) = (Pieces::default(), Progress::default());
+        let input = ByteStream::new(reader.as_fd());
+        let result = Driver::new(&mut sink, &progress).run_stream(input, Limits::default());
+        writing.join().unwrap();
+        (sink, result, progress)
+    }
+
+    #[test]
+    fn an_archive_in_memory_drives_a_sink_with_held_dirs_and_empty_ones() {
+        let (mut sink, progress) = (Recording::default(), Progress::default());
+        let driver = Driver::new(&mut sink, &progress);
+        driver.run_bytes(&archive(), Limits::default()).unwrap();
+        assert_eq!(sink.calls, calls());
+        assert_eq!((progress.entries(), progress.bytes()), (7, BIG as u64 + 5));
+    }
+
+    #[test]
+    fn a_stream_in_small_pieces_drives_the_same_calls_with_the_data_reassembled() {
+        let (sink, result, progress) = drive_piped(archive());
+        result.unwrap();
+        assert_eq!(sink.recording.calls, calls());
+        assert!(sink.data > 0, "the big file came in one piece");
+        assert_eq!((progress.entries(), progress.bytes()), (7, BIG as u64 + 5));
+    }
+
+    #[test]
+    fn a_cut_stream_aborts_inside_the_file_and_never_finishes() {
+        let mut bytes = archive();
+        let cut = bytes.len() / 2;
+        bytes.truncate(cut);
+        let (sink, result, _) = drive_piped(bytes);
+        let error = result.unwrap_err();
+        assert!(truncation_offset(&error).is_some(), "{error}");
+        let landed = &sink.recording.calls;
+        assert_eq!(landed[..2], calls()[..2]);
+        match &landed[2..] {
+            [Recorded::File(name, _, data)] => {
+                assert_eq!(name, b"big");
+                assert!(
+                    data.len() < BIG && big().starts_with(data),
+                    "{}",
+                    data.len()
+                );
+            }
+            other => panic!("after a/b/: {other:?}"),
+        }
+    }
+}

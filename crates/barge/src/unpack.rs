@@ -257,8 +257,8 @@ impl Unpack {
         }
     }
 
-    /// Decodes `archive` without landing it into `sink` (a listing): the same calls a
-    /// lander gets, an empty directory as [`Sink::empty_dir`].
+    /// Drives `sink` with `archive` instead of landing it (a listing): the calls a lander on
+    /// one thread gets, an empty directory as [`Sink::empty_dir`].
     pub fn list(&self, archive: &Archive, sink: impl Sink<Error = Error>) -> Result<()> {
         let limits = archive.limits(self.limits);
         let listed = archive.drive(sink, limits, &Progress::default());

@@ -1,5 +1,5 @@
-//! Landing: turning decoded events into a tree under a root directory fd. The [`Driver`]
-//! feeds any [`Sink`] the events of an in-memory archive or a stream; [`Land`] is what the
+//! Landing: turning decoded events into a tree under a root directory fd. The `Driver`
+//! feeds any [`Sink`] the events of an in-memory archive or a stream; `Land` is what the
 //! landers add to it; [`sync`] is the plain system-call lander.
 
 pub mod parallel;

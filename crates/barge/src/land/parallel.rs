@@ -2,7 +2,7 @@
 //! message before it is landed) into batches of consecutive entries and queues them for
 //! helper threads; when the queue is full, and once decoding is done, it lands batches
 //! itself, so `workers` threads land in all (one per core, not one more). Each lands with
-//! its own [`Land`] below its own duplicate of the root fd, and maps in the pages of a
+//! its own `Land` below its own duplicate of the root fd, and maps in the pages of a
 //! mapped archive's batch before landing it. Helpers get a private fd table and credentials
 //! (see [`go_solo`]), so no two threads share them. A batch carries the path of the
 //! directory it starts in, which its lander creates or merges into first (an existing
@@ -141,7 +141,7 @@ impl<'a> Batch<'a> {
 /// An error and the archive index of the entry it concerns.
 type Failure = (u64, Error);
 
-/// Where [`land_parallel`] reads an archive.
+/// Where `land_parallel` reads an archive.
 #[non_exhaustive]
 pub enum Input<'a> {
     /// A whole archive in memory: the mapping of a file (or block device), that file, and

@@ -7,14 +7,14 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use barge::error::escape_bytes;
-use barge::format::Event;
 use barge::output::{Kind, Output};
 use barge::pack::Pack;
 use barge::root::Confinement;
 use barge::sys::fds::raise_fd_limit;
+use barge::tree::{self, Content, Entry, Sink};
 use barge::unpack::{Archive, Unpack};
 use barge::{Progress, TreePath};
-use rustix::fs::{open, FileType, Mode, OFlags};
+use rustix::fs::{open, Mode, OFlags};
 use serde_json::{json, Map};
 
 use crate::report::{human_bytes, json_path, shown_path, summary, with_progress};
@@ -155,56 +155,94 @@ pub fn unpack(
 pub fn list(archive: Option<&Path>, json: bool, operation: Unpack) -> Result<ExitCode> {
     let input = open_archive(&operation, archive)?;
     let stdout = std::io::stdout();
-    let mut w = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
-    let mut print = |decoder: &barge::format::Decoder, event: Event<'_>| -> barge::Result<()> {
-        let (name, kind, size, mode): (&[u8], _, _, _) = match event {
-            Event::Dir { mode, .. } => (b"", FileType::Directory, 0, mode),
-            Event::File {
-                name, size, mode, ..
-            } => (name, FileType::RegularFile, size, mode),
-            _ => return Ok(()),
-        };
-        let path = TreePath::join(decoder.dir_names(), name);
-        let line = if json {
-            let mut fields = Map::new();
-            json_path(&mut fields, "path", &path.0);
-            fields.insert(
-                "kind".into(),
-                json!(if kind == FileType::Directory {
-                    "dir"
-                } else {
-                    "file"
-                }),
-            );
-            fields.insert("size".into(), json!(size));
-            fields.insert("mode".into(), json!(mode));
-            serde_json::Value::Object(fields).to_string()
-        } else {
-            let slash = if kind == FileType::Directory { "/" } else { "" };
-            format!(
-                "{} {size:>12} {}{slash}",
-                mode_string(kind, mode),
-                escape_bytes(&path.0)
-            )
-        };
-        writeln!(w, "{line}")
-            .map_err(|e| barge::Error::os("write listing", TreePath(b"<stdout>".to_vec()), e))
+    let mut printer = Printer {
+        out: std::io::BufWriter::with_capacity(1 << 16, stdout.lock()),
+        json,
+        dir: Vec::new(),
+        starts: Vec::new(),
     };
-    let result = operation.list(&input, &mut print);
-    let flushed = w.flush();
+    let result = operation.list(&input, &mut printer);
+    let flushed = printer.out.flush();
     result.context("list stopped")?;
     flushed.context("cannot write the listing")?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// `drwxr-xr-x`-style rendering of a kind and mode.
-fn mode_string(kind: FileType, mode: u32) -> String {
+/// `list`'s sink: a line per directory and file, as text or JSON, in archive order.
+struct Printer<W: Write> {
+    out: W,
+    json: bool,
+    /// The path of the directory entered last.
+    dir: Vec<u8>,
+    /// Where in `dir` the name of each directory entered starts.
+    starts: Vec<usize>,
+}
+
+impl<W: Write> Printer<W> {
+    /// Prints the line of `entry` (in the directory entered last), of `size` bytes.
+    fn print(&mut self, entry: &Entry<'_>, size: u64) -> barge::Result<()> {
+        let path = TreePath::join([&self.dir[..]], entry.name);
+        let dir = entry.kind == tree::Kind::Dir;
+        let mode = entry.meta.mode;
+        let line = if self.json {
+            let mut fields = Map::new();
+            json_path(&mut fields, "path", &path.0);
+            fields.insert("kind".into(), json!(if dir { "dir" } else { "file" }));
+            fields.insert("size".into(), json!(size));
+            fields.insert("mode".into(), json!(mode));
+            serde_json::Value::Object(fields).to_string()
+        } else {
+            let slash = if dir { "/" } else { "" };
+            format!(
+                "{} {size:>12} {}{slash}",
+                mode_string(dir, mode),
+                escape_bytes(&path.0)
+            )
+        };
+        writeln!(self.out, "{line}")
+            .map_err(|e| barge::Error::os("write listing", TreePath(b"<stdout>".to_vec()), e))
+    }
+}
+
+impl<W: Write> Sink for Printer<W> {
+    type Error = barge::Error;
+
+    fn enter_dir(&mut self, entry: &Entry<'_>) -> barge::Result<()> {
+        self.print(entry, 0)?;
+        self.starts.push(self.dir.len());
+        if !self.dir.is_empty() {
+            self.dir.push(b'/');
+        }
+        self.dir.extend_from_slice(entry.name);
+        Ok(())
+    }
+
+    fn leave_dir(&mut self) -> barge::Result<()> {
+        let start = self.starts.pop().expect("a directory was entered");
+        self.dir.truncate(start);
+        Ok(())
+    }
+
+    fn empty_dir(&mut self, entry: &Entry<'_>) -> barge::Result<()> {
+        self.print(entry, 0)
+    }
+
+    fn file(&mut self, entry: &Entry<'_>, content: Content<'_>) -> barge::Result<()> {
+        let size = match content {
+            Content::Bytes(bytes) => bytes.len() as u64,
+            Content::Stream { size, .. } => size,
+            Content::File { len, .. } => len,
+            // An archive hands no unopened files.
+            _ => 0,
+        };
+        self.print(entry, size)
+    }
+}
+
+/// `drwxr-xr-x`-style rendering of a directory's or file's mode.
+fn mode_string(dir: bool, mode: u32) -> String {
     let mut s = String::with_capacity(10);
-    s.push(if kind == FileType::Directory {
-        'd'
-    } else {
-        '-'
-    });
+    s.push(if dir { 'd' } else { '-' });
     for shift in [6, 3, 0] {
         let bits = (mode >> shift) & 7;
         s.push(if bits & 4 != 0 { 'r' } else { '-' });

@@ -158,11 +158,11 @@ impl<'a> ByteStream<'a> {
 
 /// Decodes an archive read from `input` (a pipe, socket or file) with one buffer of
 /// memory, calling `on_event` for each event; returns the number of entries.
-pub fn read_events(
+pub fn read_events<E: From<Error>>(
     mut input: ByteStream<'_>,
     limits: Limits,
-    mut on_event: impl FnMut(&Decoder, Event<'_>) -> Result<()>,
-) -> Result<u64> {
+    mut on_event: impl FnMut(&Decoder, Event<'_>) -> std::result::Result<(), E>,
+) -> std::result::Result<u64, E> {
     const BUFFER: usize = 1 << 20;
     let mut decoder = Decoder::new(limits);
     let mut buf = vec![0u8; BUFFER];

@@ -13,14 +13,15 @@ use rustix::fs::{fstat, open, seek, FileType, Mode, OFlags, SeekFrom};
 use rustix::stdio::stdin;
 
 use crate::error::{Error, Result, TreePath};
-use crate::format::{decode_all, Decoder, Event, Limits, DEFAULT_MAX_ENTRIES};
+use crate::format::{Limits, DEFAULT_MAX_ENTRIES};
 use crate::land::parallel::{self, land_parallel, THREADS_FROM};
 use crate::land::sync::SyncLander;
 use crate::land::uring::UringLander;
 use crate::land::{Driver, Land, LandSummary};
 use crate::root::{open_dest, Destination};
-use crate::source::{read_events, ByteStream, ReadSource};
+use crate::source::{ByteStream, ReadSource};
 use crate::sys::map::{populate, Mapped};
+use crate::tree::Sink;
 use crate::Progress;
 
 /// The pipe buffer asked for when the archive comes through a pipe (the default is 64 KiB).
@@ -266,23 +267,16 @@ impl Unpack {
                 let input = archive.parallel();
                 land_parallel(root, input, limits, workers, UringLander::new, progress)
             }
-            (Engine::Uring, _) => archive.drive(UringLander::new(root)?, limits, progress),
-            _ => archive.drive(SyncLander::new(root), limits, progress),
+            (Engine::Uring, _) => archive.land(UringLander::new(root)?, limits, progress),
+            _ => archive.land(SyncLander::new(root), limits, progress),
         }
     }
 
-    /// Decodes `archive` without landing it, calling `on_event` for each entry (for a
-    /// listing); returns the number of entries.
-    pub fn list(
-        &self,
-        archive: &Archive,
-        on_event: impl FnMut(&Decoder, Event<'_>) -> Result<()>,
-    ) -> Result<u64> {
+    /// Drives `sink` with `archive` instead of landing it (a listing): the calls a lander on
+    /// one thread gets, an empty directory as [`Sink::empty_dir`].
+    pub fn list(&self, archive: &Archive, sink: impl Sink<Error = Error>) -> Result<()> {
         let limits = archive.limits(self.limits);
-        let listed = match &archive.input {
-            Input::Mapped(mapped) => decode_all(mapped.bytes(), limits, on_event),
-            _ => read_events(archive.stream(), limits, on_event),
-        };
+        let listed = archive.drive(sink, limits, &Progress::default());
         crate::interrupt::unless_archive_shrank(listed)
     }
 }
@@ -341,13 +335,29 @@ impl Archive {
     }
 
     /// Lands the archive with one lander on the calling thread.
-    fn drive<L: Land>(&self, land: L, limits: Limits, progress: &Progress) -> Result<LandSummary> {
-        let driver = Driver::new(land, progress);
+    fn land<L: Land>(
+        &self,
+        mut land: L,
+        limits: Limits,
+        progress: &Progress,
+    ) -> Result<LandSummary> {
+        if let Input::Mapped(mapped) = &self.input {
+            populate(mapped.bytes());
+        }
+        self.drive(&mut land, limits, progress)?;
+        Ok(land.summary())
+    }
+
+    /// Drives `sink` with the archive on the calling thread.
+    fn drive<S: Sink>(
+        &self,
+        sink: S,
+        limits: Limits,
+        progress: &Progress,
+    ) -> std::result::Result<(), S::Error> {
+        let driver = Driver::new(sink, progress);
         match &self.input {
-            Input::Mapped(mapped) => {
-                populate(mapped.bytes());
-                driver.run_bytes(mapped.bytes(), limits)
-            }
+            Input::Mapped(mapped) => driver.run_bytes(mapped.bytes(), limits),
             _ => driver.run_stream(self.stream(), limits),
         }
     }

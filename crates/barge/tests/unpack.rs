@@ -6,7 +6,8 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
-use barge::format::{Encoder, Event};
+use barge::format::Encoder;
+use barge::tree::{Meta, Recorded, Recording};
 use barge::unpack::{Engine, Region, Unpack};
 use barge::Progress;
 
@@ -37,18 +38,20 @@ fn an_archive_at_an_offset_is_listed_and_landed_through_every_engine() {
 
     let operation = Unpack::new().sandbox(false).region(region);
     let opened = operation.open(Some(&image)).unwrap();
-    let mut names = Vec::new();
-    let entries = operation
-        .list(&opened, |decoder, event| {
-            if let Event::File { name, .. } = event {
-                let dirs: Vec<&[u8]> = decoder.dir_names().collect();
-                names.push((dirs.concat(), name.to_vec()));
-            }
-            Ok(())
-        })
-        .unwrap();
-    assert_eq!(entries, 4);
-    assert_eq!(names.len(), 3);
+    let mut listed = Recording::default();
+    operation.list(&opened, &mut listed).unwrap();
+    let mode = Meta::with_mode;
+    assert_eq!(
+        listed.calls,
+        [
+            Recorded::Enter(b"docs".to_vec(), mode(0o500)),
+            Recorded::File(b"a.txt".to_vec(), mode(0o644), b"alpha\n".to_vec()),
+            Recorded::File(b"b.bin".to_vec(), mode(0o600), vec![7u8; 100_000]),
+            Recorded::Leave,
+            Recorded::File(b"top".to_vec(), mode(0o644), b"top\n".to_vec()),
+            Recorded::Finish,
+        ]
+    );
 
     for engine in [Engine::Auto, Engine::Sync, Engine::Threads, Engine::Uring] {
         let dest = work.path().join(format!("dest-{engine:?}"));
@@ -75,7 +78,7 @@ fn an_archive_at_an_offset_is_listed_and_landed_through_every_engine() {
     bytes.push(1);
     fs::write(&image, &bytes).unwrap();
     let opened = operation.open(Some(&image)).unwrap();
-    let error = operation.list(&opened, |_, _| Ok(())).unwrap_err();
+    let error = (operation.list(&opened, Recording::default())).unwrap_err();
     assert!(error.to_string().contains("[trailing-bytes]"), "{error}");
 }
 

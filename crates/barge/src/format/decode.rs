@@ -593,8 +593,17 @@ fn parse_name(input: &[u8]) -> Result<Option<(&[u8], usize)>, FormatError> {
 pub fn decode_all(
     input: &[u8],
     limits: Limits,
-    mut on_event: impl FnMut(&Decoder, Event<'_>) -> Result<(), Error>,
+    on_event: impl FnMut(&Decoder, Event<'_>) -> Result<(), Error>,
 ) -> Result<u64, Error> {
+    decode_each(input, limits, on_event)
+}
+
+/// [`decode_all`] for a caller whose errors are of another type (a sink's).
+pub(crate) fn decode_each<E: From<Error>>(
+    input: &[u8],
+    limits: Limits,
+    mut on_event: impl FnMut(&Decoder, Event<'_>) -> Result<(), E>,
+) -> Result<u64, E> {
     let mut decoder = Decoder::new(limits);
     let (mut pos, mut ended) = (0, None);
     loop {

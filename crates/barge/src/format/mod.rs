@@ -4,6 +4,7 @@
 mod decode;
 pub mod encode;
 
+pub(crate) use decode::decode_each;
 pub use decode::{decode_all, Decoder, Event, Limits, Step};
 pub use encode::{EncodeError, Encoder};
 

@@ -1,49 +1,24 @@
-//! Landing: turning decoded events into a tree under a root directory fd. The driver here
-//! feeds a [`Land`] sink from an in-memory archive or a stream; [`sync`] is the plain
-//! system-call lander.
+//! Landing: turning decoded events into a tree under a root directory fd. The `Driver`
+//! feeds any [`Sink`] the events of an in-memory archive or a stream; `Land` is what the
+//! landers add to it; [`sync`] is the plain system-call lander.
 
 pub mod parallel;
 pub mod sync;
 pub mod uring;
 
-use std::os::fd::BorrowedFd;
-
 use crate::error::{Error, Result};
-use crate::format::{Event, FormatError, Limits};
+use crate::format::{decode_each, Event, FormatError, Limits};
 use crate::source::{read_events, ByteStream};
+use crate::tree::{Content, Entry, Meta, Sink};
 use crate::Progress;
 
-/// A sink that creates a tree. Every method acts relative to the directory entered last.
-pub trait Land {
-    /// Creates directory `name` and enters it; true when it created it, false when it merged
-    /// into a directory that was there (whose mode it then leaves alone).
-    fn enter_dir(&mut self, name: &[u8], mode: u32) -> Result<bool>;
-    /// Creates directory `name`, which stays empty, without entering it.
-    fn empty_dir(&mut self, name: &[u8], mode: u32) -> Result<()>;
-    /// Leaves the directory entered last.
-    fn leave_dir(&mut self) -> Result<()>;
-    /// Creates file `name` of `size` bytes starting with `data`; when `data` is shorter
-    /// than `size`, the rest arrives through [`Land::data`].
-    fn file(&mut self, name: &[u8], mode: u32, size: u64, data: &[u8]) -> Result<()>;
-    /// Creates file `name` with the content `data`, which is also the bytes at `offset` of
-    /// the regular file `source`, so a lander may copy them from there inside the kernel
-    /// instead of from memory. By default, [`Land::file`] with `data`.
-    fn file_at(
-        &mut self,
-        name: &[u8],
-        mode: u32,
-        data: &[u8],
-        _source: BorrowedFd<'_>,
-        _offset: u64,
-    ) -> Result<()> {
-        self.file(name, mode, data.len() as u64, data)
-    }
-    /// More content of the file being written.
-    fn data(&mut self, data: &[u8]) -> Result<()>;
-    /// The input failed: removes a partly written file and returns the error to report.
-    fn abort(&mut self, cause: Error) -> Error;
-    /// Completes all pending work and returns what was landed.
-    fn finish(&mut self) -> Result<LandSummary>;
+/// A sink that creates a tree below a root directory, with what only landing needs.
+pub(crate) trait Land: Sink<Error = Error> {
+    /// [`Sink::enter_dir`], answering true when it created the directory and false when it
+    /// merged into one that was there (whose mode it then leaves alone).
+    fn enter(&mut self, dir: &Entry<'_>) -> Result<bool>;
+    /// What it landed so far.
+    fn summary(&self) -> LandSummary;
 }
 
 /// What an unpack created.
@@ -57,48 +32,63 @@ pub struct LandSummary {
     pub bytes: u64,
 }
 
-/// Feeds events to a [`Land`], holding back each `DIR` until the next event shows whether
-/// the directory stays empty (then it is created but never opened).
-pub struct Driver<'p, L: Land> {
-    land: L,
-    pending: Vec<u8>,
-    pending_mode: Option<u32>,
+/// The content of a file of `size` bytes whose message came with `data`: all of it, or the
+/// start of a stream.
+fn content(size: u64, data: &[u8]) -> Content<'_> {
+    if data.len() as u64 == size {
+        Content::Bytes(data)
+    } else {
+        Content::Stream { size, first: data }
+    }
+}
+
+/// Feeds decoded events to a [`Sink`], holding back each `DIR` until the next event shows
+/// whether the directory stays empty (then it is [`Sink::empty_dir`], never entered);
+/// counts progress and stops at a stop request.
+pub(crate) struct Driver<'p, S: Sink> {
+    sink: S,
+    held: Vec<u8>,
+    held_mode: Option<u32>,
     progress: &'p Progress,
 }
 
-impl<'p, L: Land> Driver<'p, L> {
-    /// Wraps `land`, reporting to `progress`.
-    pub fn new(land: L, progress: &'p Progress) -> Self {
+impl<'p, S: Sink> Driver<'p, S> {
+    /// Wraps `sink`, reporting to `progress`.
+    pub(crate) fn new(sink: S, progress: &'p Progress) -> Self {
         Driver {
-            land,
-            pending: Vec::with_capacity(256),
-            pending_mode: None,
+            sink,
+            held: Vec::with_capacity(256),
+            held_mode: None,
             progress,
         }
     }
 
-    fn enter_pending(&mut self) -> Result<()> {
-        match self.pending_mode.take() {
-            Some(mode) => self.land.enter_dir(&self.pending, mode).map(drop),
+    fn enter_held(&mut self) -> std::result::Result<(), S::Error> {
+        match self.held_mode.take() {
+            Some(mode) => self
+                .sink
+                .enter_dir(&Entry::dir(&self.held, Meta::with_mode(mode))),
             None => Ok(()),
         }
     }
 
     /// Handles one event (unless a stop was requested).
-    pub fn event(&mut self, event: Event<'_>) -> Result<()> {
+    fn event(&mut self, event: Event<'_>) -> std::result::Result<(), S::Error> {
         crate::interrupt::check()?;
         match event {
             Event::Dir { name, mode } => {
-                self.enter_pending()?;
-                self.pending.clear();
-                self.pending.extend_from_slice(name);
-                self.pending_mode = Some(mode);
+                self.enter_held()?;
+                self.held.clear();
+                self.held.extend_from_slice(name);
+                self.held_mode = Some(mode);
                 self.progress.add_entry(0);
                 Ok(())
             }
-            Event::Pop => match self.pending_mode.take() {
-                Some(mode) => self.land.empty_dir(&self.pending, mode),
-                None => self.land.leave_dir(),
+            Event::Pop => match self.held_mode.take() {
+                Some(mode) => self
+                    .sink
+                    .empty_dir(&Entry::dir(&self.held, Meta::with_mode(mode))),
+                None => self.sink.leave_dir(),
             },
             Event::File {
                 name,
@@ -106,35 +96,47 @@ impl<'p, L: Land> Driver<'p, L> {
                 size,
                 data,
             } => {
-                self.enter_pending()?;
+                self.enter_held()?;
                 self.progress.add_entry(data.len() as u64);
-                self.land.file(name, mode, size, data)
+                let entry = Entry::file(name, Meta::with_mode(mode));
+                self.sink.file(&entry, content(size, data))
             }
             Event::Data(data) => {
                 self.progress.add_bytes(data.len() as u64);
-                self.land.data(data)
+                self.sink.data(data)
             }
             Event::End { .. } | Event::Padding => Ok(()),
         }
     }
 
-    /// Lands a complete archive held in memory.
-    pub fn run_bytes(mut self, input: &[u8], limits: Limits) -> Result<LandSummary> {
-        let result = crate::format::decode_all(input, limits, |_, event| self.event(event));
+    /// Drives the sink with a complete archive held in memory.
+    pub(crate) fn run_bytes(
+        mut self,
+        input: &[u8],
+        limits: Limits,
+    ) -> std::result::Result<(), S::Error> {
+        let result = decode_each(input, limits, |_, event| self.event(event));
         self.close(result)
     }
 
-    /// Lands an archive read from `input` (a pipe, socket or file), holding at most one
-    /// buffer of it in memory.
-    pub fn run_stream(mut self, input: ByteStream<'_>, limits: Limits) -> Result<LandSummary> {
+    /// Drives the sink with an archive read from `input` (a pipe, socket or file), holding
+    /// at most one buffer of it in memory.
+    pub(crate) fn run_stream(
+        mut self,
+        input: ByteStream<'_>,
+        limits: Limits,
+    ) -> std::result::Result<(), S::Error> {
         let result = read_events(input, limits, |_, event| self.event(event));
         self.close(result)
     }
 
-    fn close(mut self, result: Result<u64>) -> Result<LandSummary> {
+    fn close(
+        mut self,
+        result: std::result::Result<u64, S::Error>,
+    ) -> std::result::Result<(), S::Error> {
         match result {
-            Ok(_) => self.land.finish(),
-            Err(e) => Err(self.land.abort(e)),
+            Ok(_) => self.sink.finish(),
+            Err(e) => Err(self.sink.abort(e)),
         }
     }
 }
@@ -148,5 +150,145 @@ pub fn truncation_offset(error: &Error) -> Option<u64> {
             ..
         } => Some(*offset),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::os::fd::AsFd;
+
+    use super::*;
+    use crate::format::Encoder;
+    use crate::tree::{Recorded, Recording};
+
+    /// More than a pipe holds, so a streamed file of this size arrives in pieces.
+    const BIG: usize = 200_000;
+
+    fn big() -> Vec<u8> {
+        (0..BIG).map(|i| (i % 251) as u8).collect()
+    }
+
+    /// `a/` holding `b/` (with a big file), an empty `e/` and `f`; an empty `z/`; an empty
+    /// file `top`.
+    fn archive() -> Vec<u8> {
+        let mut encoder = Encoder::new(Vec::new());
+        encoder.dir(b"a", 0o755).unwrap();
+        encoder.dir(b"b", 0o750).unwrap();
+        encoder.file(b"big", 0o600, &big()).unwrap();
+        encoder.pop().unwrap();
+        encoder.dir(b"e", 0o700).unwrap();
+        encoder.pop().unwrap();
+        encoder.file(b"f", 0o644, b"hello").unwrap();
+        encoder.pop().unwrap();
+        encoder.dir(b"z", 0o755).unwrap();
+        encoder.pop().unwrap();
+        encoder.file(b"top", 0o644, b"").unwrap();
+        encoder.finish().unwrap()
+    }
+
+    /// What a sink driven with [`archive`] receives.
+    fn calls() -> Vec<Recorded> {
+        let mode = Meta::with_mode;
+        vec![
+            Recorded::Enter(b"a".to_vec(), mode(0o755)),
+            Recorded::Enter(b"b".to_vec(), mode(0o750)),
+            Recorded::File(b"big".to_vec(), mode(0o600), big()),
+            Recorded::Leave,
+            Recorded::Empty(b"e".to_vec(), mode(0o700)),
+            Recorded::File(b"f".to_vec(), mode(0o644), b"hello".to_vec()),
+            Recorded::Leave,
+            Recorded::Empty(b"z".to_vec(), mode(0o755)),
+            Recorded::File(b"top".to_vec(), mode(0o644), Vec::new()),
+            Recorded::Finish,
+        ]
+    }
+
+    /// A [`Recording`] that also counts [`Sink::data`] calls.
+    #[derive(Default)]
+    struct Pieces {
+        recording: Recording,
+        data: usize,
+    }
+
+    impl Sink for Pieces {
+        type Error = Error;
+
+        fn enter_dir(&mut self, entry: &Entry<'_>) -> Result<()> {
+            self.recording.enter_dir(entry)
+        }
+        fn leave_dir(&mut self) -> Result<()> {
+            self.recording.leave_dir()
+        }
+        fn empty_dir(&mut self, entry: &Entry<'_>) -> Result<()> {
+            self.recording.empty_dir(entry)
+        }
+        fn file(&mut self, entry: &Entry<'_>, content: Content<'_>) -> Result<()> {
+            self.recording.file(entry, content)
+        }
+        fn data(&mut self, data: &[u8]) -> Result<()> {
+            self.data += 1;
+            self.recording.data(data)
+        }
+        fn finish(&mut self) -> Result<()> {
+            self.recording.finish()
+        }
+    }
+
+    /// Drives a [`Pieces`] with `bytes` written into a pipe 1000 bytes at a time.
+    fn drive_piped(bytes: Vec<u8>) -> (Pieces, Result<()>, Progress) {
+        let (reader, writer) = rustix::pipe::pipe().unwrap();
+        let writing = std::thread::spawn(move || {
+            let mut writer = std::fs::File::from(writer);
+            for piece in bytes.chunks(1000) {
+                writer.write_all(piece).unwrap();
+            }
+        });
+        let (mut sink, progress) = (Pieces::default(), Progress::default());
+        let input = ByteStream::new(reader.as_fd());
+        let result = Driver::new(&mut sink, &progress).run_stream(input, Limits::default());
+        writing.join().unwrap();
+        (sink, result, progress)
+    }
+
+    #[test]
+    fn an_archive_in_memory_drives_a_sink_with_held_dirs_and_empty_ones() {
+        let (mut sink, progress) = (Recording::default(), Progress::default());
+        let driver = Driver::new(&mut sink, &progress);
+        driver.run_bytes(&archive(), Limits::default()).unwrap();
+        assert_eq!(sink.calls, calls());
+        assert_eq!((progress.entries(), progress.bytes()), (7, BIG as u64 + 5));
+    }
+
+    #[test]
+    fn a_stream_in_small_pieces_drives_the_same_calls_with_the_data_reassembled() {
+        let (sink, result, progress) = drive_piped(archive());
+        result.unwrap();
+        assert_eq!(sink.recording.calls, calls());
+        assert!(sink.data > 0, "the big file came in one piece");
+        assert_eq!((progress.entries(), progress.bytes()), (7, BIG as u64 + 5));
+    }
+
+    #[test]
+    fn a_cut_stream_aborts_inside_the_file_and_never_finishes() {
+        let mut bytes = archive();
+        let cut = bytes.len() / 2;
+        bytes.truncate(cut);
+        let (sink, result, _) = drive_piped(bytes);
+        let error = result.unwrap_err();
+        assert!(truncation_offset(&error).is_some(), "{error}");
+        let landed = &sink.recording.calls;
+        assert_eq!(landed[..2], calls()[..2]);
+        match &landed[2..] {
+            [Recorded::File(name, _, data)] => {
+                assert_eq!(name, b"big");
+                assert!(
+                    data.len() < BIG && big().starts_with(data),
+                    "{}",
+                    data.len()
+                );
+            }
+            other => panic!("after a/b/: {other:?}"),
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! message before it is landed) into batches of consecutive entries and queues them for
 //! helper threads; when the queue is full, and once decoding is done, it lands batches
 //! itself, so `workers` threads land in all (one per core, not one more). Each lands with
-//! its own [`Land`] below its own duplicate of the root fd, and maps in the pages of a
+//! its own `Land` below its own duplicate of the root fd, and maps in the pages of a
 //! mapped archive's batch before landing it. Helpers get a private fd table and credentials
 //! (see [`go_solo`]), so no two threads share them. A batch carries the path of the
 //! directory it starts in, which its lander creates or merges into first (an existing
@@ -27,15 +27,16 @@ use std::time::Duration;
 
 use rustix::fs::{fchmod, openat, Mode};
 
-use super::sync::{DIR_HANDLE_FLAGS, OWNER_RWX};
-use super::{Land, LandSummary};
+use super::sync::OWNER_RWX;
+use super::{content, Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
 use crate::format::{Decoder, Event, Limits, Step};
 use crate::root::umask;
 use crate::source::ByteStream;
 use crate::sys::map::populate;
 use crate::sys::thread::{go_solo, spawn_elsewhere};
-use crate::sys::DIR_FLAGS;
+use crate::sys::{DIR_FLAGS, DIR_HANDLE_FLAGS};
+use crate::tree::{Content, Entry, Meta};
 use crate::Progress;
 
 /// Batches waiting for a helper, at most.
@@ -142,7 +143,7 @@ impl<'a> Batch<'a> {
 /// An error and the archive index of the entry it concerns.
 type Failure = (u64, Error);
 
-/// Where [`land_parallel`] reads an archive.
+/// Where `land_parallel` reads an archive.
 #[non_exhaustive]
 pub enum Input<'a> {
     /// A whole archive in memory: the mapping of a file (or block device), that file, and
@@ -164,7 +165,7 @@ pub enum Input<'a> {
 /// Lands the archive `input` below `root` on `workers` threads (the calling thread and
 /// `workers - 1` helpers), each landing through a lander made by `make` from its own
 /// duplicate of `root`.
-pub fn land_parallel<L: Land>(
+pub(crate) fn land_parallel<L: Land>(
     root: OwnedFd,
     input: Input<'_>,
     limits: Limits,
@@ -768,7 +769,8 @@ impl Parser {
         worker.land(&batch);
         let land = &mut worker.land;
         let progress = worker.shared.progress;
-        land.file(name, mode, size, data)
+        let file = Entry::file(name, Meta::with_mode(mode));
+        land.file(&file, content(size, data))
             .map_err(|e| (entry, land.abort(e)))?;
         progress.add_entry(data.len() as u64);
         while self.decoder.remaining_data() > 0 {
@@ -832,7 +834,7 @@ impl<'s, L: Land> Worker<'s, L> {
 /// Creates (or merges into) the directory `dir` and enters it, noting a restricted one it
 /// created.
 fn enter<L: Land>(land: &mut L, dir: &DirStep, shared: &Shared<'_>) -> Result<()> {
-    let created = land.enter_dir(&dir.name, dir.mode)?;
+    let created = land.enter(&Entry::dir(&dir.name, Meta::with_mode(dir.mode)))?;
     if let Some(node) = dir.restricted.filter(|_| created) {
         shared.created.lock().expect("no panics").push(node);
     }
@@ -887,7 +889,8 @@ fn land_batch<L: Land>(
                 entry += 1;
             }
             Op::Empty(name, mode) => {
-                land.empty_dir(name, *mode).map_err(fail(entry))?;
+                let dir = Entry::dir(name, Meta::with_mode(*mode));
+                land.empty_dir(&dir).map_err(fail(entry))?;
                 progress.add_entry(0);
                 entry += 1;
             }
@@ -896,14 +899,18 @@ fn land_batch<L: Land>(
                 at.pop();
             }
             Op::File(name, mode, range) => {
-                let (name, data) = (&bytes[name.clone()], &bytes[range.clone()]);
-                match copy_from.filter(|_| copied(range)) {
-                    Some((file, base)) => {
-                        land.file_at(name, *mode, data, file, base + range.start as u64)
-                    }
-                    None => land.file(name, *mode, data.len() as u64, data),
-                }
-                .map_err(fail(entry))?;
+                let data = &bytes[range.clone()];
+                let content = match copy_from.filter(|_| copied(range)) {
+                    Some((fd, base)) => Content::File {
+                        fd,
+                        offset: base + range.start as u64,
+                        len: data.len() as u64,
+                        mapped: Some(data),
+                    },
+                    None => Content::Bytes(data),
+                };
+                let file = Entry::file(&bytes[name.clone()], Meta::with_mode(*mode));
+                land.file(&file, content).map_err(fail(entry))?;
                 progress.add_entry(data.len() as u64);
                 entry += 1;
             }

@@ -5,7 +5,7 @@
 use std::os::fd::{AsFd, BorrowedFd, IntoRawFd, OwnedFd};
 
 use rustix::fs::{
-    copy_file_range, fchmod, mkdirat, openat, statat, unlinkat, AtFlags, FileType, Mode, OFlags,
+    copy_file_range, fchmod, mkdirat, openat, statat, unlinkat, AtFlags, FileType, Mode,
 };
 use rustix::io::{write, Errno};
 
@@ -14,21 +14,8 @@ use crate::error::{Error, Result, TreePath};
 use crate::interrupt::{check, retry, SIGBUS};
 use crate::root::umask;
 use crate::sys::fds::Graveyard;
-use crate::sys::DIR_FLAGS;
-use crate::tree::Kind;
-
-/// Flags that open a directory of the tree as a handle for `*at` calls only.
-pub const DIR_HANDLE_FLAGS: OFlags = OFlags::PATH
-    .union(OFlags::DIRECTORY)
-    .union(OFlags::NOFOLLOW)
-    .union(OFlags::CLOEXEC);
-
-/// Flags that create a file: never an existing one, never through a symlink.
-pub const CREATE_FLAGS: OFlags = OFlags::WRONLY
-    .union(OFlags::CREATE)
-    .union(OFlags::EXCL)
-    .union(OFlags::NOFOLLOW)
-    .union(OFlags::CLOEXEC);
+use crate::sys::{CREATE_FLAGS, DIR_FLAGS, DIR_HANDLE_FLAGS};
+use crate::tree::{Content, Entry, Kind, Sink};
 
 /// Most bytes one `write` or `copy_file_range` moves: a stop request is seen between two.
 const CHUNK: u64 = 64 << 20;
@@ -200,7 +187,8 @@ impl SyncLander {
 }
 
 impl Land for SyncLander {
-    fn enter_dir(&mut self, name: &[u8], mode: u32) -> Result<bool> {
+    fn enter(&mut self, dir: &Entry<'_>) -> Result<bool> {
+        let (name, mode) = (dir.name, dir.meta.mode);
         let lacks_owner_rwx = mode & OWNER_RWX != OWNER_RWX;
         let created = self.make_dir(
             name,
@@ -234,8 +222,20 @@ impl Land for SyncLander {
         Ok(created)
     }
 
-    fn empty_dir(&mut self, name: &[u8], mode: u32) -> Result<()> {
-        self.make_dir(name, mode)?;
+    fn summary(&self) -> LandSummary {
+        self.summary
+    }
+}
+
+impl Sink for SyncLander {
+    type Error = Error;
+
+    fn enter_dir(&mut self, dir: &Entry<'_>) -> Result<()> {
+        self.enter(dir).map(drop)
+    }
+
+    fn empty_dir(&mut self, dir: &Entry<'_>) -> Result<()> {
+        self.make_dir(dir.name, dir.meta.mode)?;
         self.summary.dirs += 1;
         Ok(())
     }
@@ -250,28 +250,43 @@ impl Land for SyncLander {
         Ok(())
     }
 
-    fn file(&mut self, name: &[u8], mode: u32, size: u64, data: &[u8]) -> Result<()> {
-        self.create(name, mode, size)?;
-        self.write_all(data)
-    }
-
-    fn file_at(
-        &mut self,
-        name: &[u8],
-        mode: u32,
-        data: &[u8],
-        source: BorrowedFd<'_>,
-        offset: u64,
-    ) -> Result<()> {
-        self.create(name, mode, data.len() as u64)?;
-        let copied = self.copy_in_kernel(source, offset)?;
-        self.write_all(&data[copied..])
+    /// Writes the content from memory, or, for [`Content::File`], copies it inside the
+    /// kernel and writes from its mapping what the kernel could not copy.
+    fn file(&mut self, file: &Entry<'_>, content: Content<'_>) -> Result<()> {
+        let (name, mode) = (file.name, file.meta.mode);
+        match content {
+            Content::Bytes(data) => {
+                self.create(name, mode, data.len() as u64)?;
+                self.write_all(data)
+            }
+            Content::Stream { size, first } => {
+                self.create(name, mode, size)?;
+                self.write_all(first)
+            }
+            Content::File {
+                fd,
+                offset,
+                len,
+                mapped: Some(data),
+            } => {
+                self.create(name, mode, len)?;
+                let copied = self.copy_in_kernel(fd, offset)?;
+                self.write_all(&data[copied..])
+            }
+            // Only a copier hands these over; it is to come.
+            Content::File { mapped: None, .. } | Content::Unopened { .. } => Err(Error::io(
+                "land a file from an fd without its bytes",
+                self.path(name),
+                Errno::NOTSUP,
+            )),
+        }
     }
 
     fn data(&mut self, data: &[u8]) -> Result<()> {
         self.write_all(data)
     }
 
+    /// Removes a partly written file; when the input ended inside it, says so.
     fn abort(&mut self, cause: Error) -> Error {
         let Some(file) = self.file.take() else {
             return cause;
@@ -292,8 +307,8 @@ impl Land for SyncLander {
         }
     }
 
-    fn finish(&mut self) -> Result<LandSummary> {
+    fn finish(&mut self) -> Result<()> {
         self.left.close_all();
-        Ok(self.summary)
+        Ok(())
     }
 }

@@ -11,14 +11,16 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use io_uring::{opcode, squeue::Entry, squeue::Flags, types, IoUring};
+use io_uring::{opcode, squeue, squeue::Flags, types, IoUring};
 use rustix::fs::{unlinkat, AtFlags, OFlags};
 use rustix::io::Errno;
 
-use super::sync::{SyncLander, CREATE_FLAGS};
+use super::sync::SyncLander;
 use super::{Land, LandSummary};
 use crate::error::{Error, Result};
 use crate::interrupt::check;
+use crate::sys::CREATE_FLAGS;
+use crate::tree::{Content, Entry, Meta, Sink};
 
 /// Files per batch (three requests each).
 pub const RING_FILES: usize = 64;
@@ -67,7 +69,7 @@ impl Ring {
     ///
     /// # Safety
     /// Every buffer and path `entry` points to must stay valid until [`Ring::run`] returns.
-    pub unsafe fn push(&mut self, entry: &Entry) {
+    pub unsafe fn push(&mut self, entry: &squeue::Entry) {
         assert!(self.queued < self.capacity(), "batch larger than the ring");
         // SAFETY: the caller keeps what `entry` points to alive until `run` returns, and the
         // queue has room: at most `capacity` requests are queued between two runs.
@@ -235,7 +237,8 @@ impl UringLander {
         // that fails too, its partial file goes now: the next file of the batch may need
         // the sync lander.
         let data = &self.arena[q.data..q.data + q.len];
-        match self.sync.file(name, q.mode, q.len as u64, data) {
+        let file = Entry::file(name, Meta::with_mode(q.mode));
+        match self.sync.file(&file, Content::Bytes(data)) {
             Ok(()) => Ok(()),
             Err(e) => Err(self.sync.abort(e)),
         }
@@ -243,14 +246,31 @@ impl UringLander {
 }
 
 impl Land for UringLander {
-    fn enter_dir(&mut self, name: &[u8], mode: u32) -> Result<bool> {
+    fn enter(&mut self, dir: &Entry<'_>) -> Result<bool> {
         self.flush()?;
-        self.sync.enter_dir(name, mode)
+        self.sync.enter(dir)
     }
 
-    fn empty_dir(&mut self, name: &[u8], mode: u32) -> Result<()> {
+    fn summary(&self) -> LandSummary {
+        let sync = self.sync.summary();
+        LandSummary {
+            dirs: sync.dirs,
+            files: sync.files + self.landed.files,
+            bytes: sync.bytes + self.landed.bytes,
+        }
+    }
+}
+
+impl Sink for UringLander {
+    type Error = Error;
+
+    fn enter_dir(&mut self, dir: &Entry<'_>) -> Result<()> {
+        self.enter(dir).map(drop)
+    }
+
+    fn empty_dir(&mut self, dir: &Entry<'_>) -> Result<()> {
         self.flush()?;
-        self.sync.empty_dir(name, mode)
+        self.sync.empty_dir(dir)
     }
 
     fn leave_dir(&mut self) -> Result<()> {
@@ -258,12 +278,24 @@ impl Land for UringLander {
         self.sync.leave_dir()
     }
 
-    fn file(&mut self, name: &[u8], mode: u32, size: u64, data: &[u8]) -> Result<()> {
-        if size > SMALL || (data.len() as u64) < size {
+    /// Queues a small file whose bytes are all here (also when they could be copied from a
+    /// file: the batch writes them from memory); hands any other to the sync lander.
+    fn file(&mut self, file: &Entry<'_>, content: Content<'_>) -> Result<()> {
+        let data = match content {
+            Content::Bytes(data)
+            | Content::File {
+                mapped: Some(data), ..
+            } => data,
+            content => {
+                self.flush()?;
+                return self.sync.file(file, content);
+            }
+        };
+        if data.len() as u64 > SMALL {
             self.flush()?;
-            return self.sync.file(name, mode, size, data);
+            return self.sync.file(file, Content::Bytes(data));
         }
-        let at = self.arena.len();
+        let (name, at) = (file.name, self.arena.len());
         self.arena.extend_from_slice(name);
         self.arena.push(0);
         self.arena.extend_from_slice(data);
@@ -272,7 +304,7 @@ impl Land for UringLander {
             name_len: name.len(),
             data: at + name.len() + 1,
             len: data.len(),
-            mode,
+            mode: file.meta.mode,
         });
         if self.queued.len() == RING_FILES || self.arena.len() >= ARENA {
             self.flush()?;
@@ -292,13 +324,8 @@ impl Land for UringLander {
         }
     }
 
-    fn finish(&mut self) -> Result<LandSummary> {
+    fn finish(&mut self) -> Result<()> {
         self.flush()?;
-        let sync = self.sync.finish()?;
-        Ok(LandSummary {
-            dirs: sync.dirs,
-            files: sync.files + self.landed.files,
-            bytes: sync.bytes + self.landed.bytes,
-        })
+        self.sync.finish()
     }
 }

@@ -1,7 +1,7 @@
 //! Confinement at a process boundary, for a process that must outlive its landings (a
 //! server): each archive lands in a **confined lander child** that keeps only its pipes.
 //!
-//! The sandbox of [`crate::root::open_dest`] (user namespace, `chroot` to DEST, every other
+//! The sandbox of `open_dest` (user namespace, `chroot` to DEST, every other
 //! fd closed) confines the whole process, so a long-running, multi-threaded parent cannot
 //! apply it to itself, nor `fork` without `exec`. Instead [`ConfinedUnpack::spawn`] starts an
 //! executable (by default the running one) in child mode, and the parent writes the archive's
@@ -13,7 +13,7 @@
 //! two is private to this module: argv is `[exe, marker, DEST, request as JSON]`; stdin is
 //! the archive, stdout carries one JSON report (the [`Landed`] result or the error), stderr
 //! is the parent's. The child closes every fd above 2, opens DEST by the rules of
-//! [`crate::root::open_dest`] (created when missing, never followed if a symlink), confines
+//! `open_dest` (created when missing, never followed if a symlink), confines
 //! itself there and lands with [`Unpack`] streaming from stdin. Where the sandbox is
 //! unavailable it fails closed, unless the parent allowed it to land unconfined.
 

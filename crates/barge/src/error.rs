@@ -189,7 +189,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     /// Builds an [`Error::Io`] from a rustix errno; a call interrupted by a signal that asked
-    /// to stop (see [`crate::interrupt::retry`]) is [`Error::Interrupted`].
+    /// to stop (see `retry`) is [`Error::Interrupted`].
     pub fn io(op: &'static str, path: TreePath, errno: rustix::io::Errno) -> Error {
         if errno == rustix::io::Errno::INTR {
             if let Some(signal) = crate::interrupt::requested() {

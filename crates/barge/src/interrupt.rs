@@ -1,6 +1,6 @@
 //! Stopping cleanly on a signal. SIGINT, SIGTERM, SIGHUP and SIGPIPE only set a flag
 //! ([`catch_signals`]); the landers and `pack` check it between system calls ([`check`], and
-//! [`retry`] after an interrupted call), so a stopped run removes the file it was writing and
+//! `retry` after an interrupted call), so a stopped run removes the file it was writing and
 //! returns [`Error::Interrupted`] instead of dying with a short file under its final name.
 //! The front end then ends the process by the same signal ([`die_by`]).
 //!
@@ -40,7 +40,7 @@ static MAPPING: [AtomicUsize; 3] = [
 
 /// Makes a SIGBUS at an address in `bytes` (a mapping of an archive file) a stop request
 /// instead of the end of the process (see the module documentation). One mapping at a time.
-pub fn watch_mapping(bytes: &[u8]) {
+pub(crate) fn watch_mapping(bytes: &[u8]) {
     MAPPING[2].store(rustix::param::page_size(), Relaxed);
     MAPPING[1].store(bytes.len(), Relaxed);
     MAPPING[0].store(bytes.as_ptr() as usize, Relaxed);
@@ -104,7 +104,7 @@ pub fn check() -> Result<()> {
 
 /// Runs a system call again when a signal interrupted it (`EINTR`), unless that signal asked
 /// to stop: then the `EINTR` is returned, which [`Error::io`] reports as the stop.
-pub fn retry<T>(mut call: impl FnMut() -> rustix::io::Result<T>) -> rustix::io::Result<T> {
+pub(crate) fn retry<T>(mut call: impl FnMut() -> rustix::io::Result<T>) -> rustix::io::Result<T> {
     loop {
         match call() {
             Err(Errno::INTR) if requested().is_none() => {}
@@ -118,7 +118,7 @@ const STOP_LATENCY: Duration = Duration::from_millis(100);
 
 /// `result`, unless the mapped archive shrank during the run: then that is the error, whatever
 /// the archive's vanished (zeroed) pages made the decoder or a lander say.
-pub fn unless_archive_shrank<T>(result: Result<T>) -> Result<T> {
+pub(crate) fn unless_archive_shrank<T>(result: Result<T>) -> Result<T> {
     match requested() {
         Some(SIGBUS) => Err(Error::Interrupted { signal: SIGBUS }),
         _ => result,
@@ -128,7 +128,7 @@ pub fn unless_archive_shrank<T>(result: Result<T>) -> Result<T> {
 /// Waits until `input` has bytes (or its end, or an error) to read, or `wait` has passed
 /// (then false), and fails once a stop was requested. A signal that comes just before a
 /// blocking `read` would not interrupt it; this wait looks for a stop at least every 100 ms.
-pub fn wait_readable(input: BorrowedFd<'_>, wait: Option<Duration>) -> Result<bool> {
+pub(crate) fn wait_readable(input: BorrowedFd<'_>, wait: Option<Duration>) -> Result<bool> {
     let start = Instant::now();
     loop {
         check()?;
@@ -149,7 +149,7 @@ pub fn wait_readable(input: BorrowedFd<'_>, wait: Option<Duration>) -> Result<bo
 }
 
 /// Makes [`SIGNALS`] request a stop instead of ending the process, and a SIGBUS in a watched
-/// archive mapping too (see [`watch_mapping`]). The handlers do not ask for `SA_RESTART`, so
+/// archive mapping too (see `watch_mapping`). The handlers do not ask for `SA_RESTART`, so
 /// a blocking read of a stalled pipe returns `EINTR` and sees the stop.
 pub fn catch_signals() {
     type Bus = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
@@ -198,7 +198,7 @@ pub fn die_by(signal: i32) {
 }
 
 /// The name of a signal, for messages.
-pub fn signal_name(signal: i32) -> String {
+pub(crate) fn signal_name(signal: i32) -> String {
     match signal {
         libc::SIGINT => "SIGINT".into(),
         libc::SIGTERM => "SIGTERM".into(),

@@ -1,9 +1,13 @@
 //! barge: move whole file trees with the fewest syscalls and containment by construction.
 //!
-//! Every command is a source of tree events joined to a sink: the directory [`walk`]er and
-//! the archive [`format`] decoder are sources; the [`land`]ers, the archive encoder
-//! ([`pack`]) are sinks. The decoder is pure (bytes in, events out) and every lander
-//! syscall is relative to a directory fd it opened itself.
+//! Every command is a source of tree entries driving a sink, in one model ([`tree`]: an
+//! `Entry`, its `Meta` and `Content`, the push-model `Sink`). Sources: the ordered
+//! [`walk`]er, the parallel walker ([`walk::parallel`]) and the archive decoder
+//! ([`format`](mod@format)) over a byte source. Sinks: the landers, the encoder ([`pack`]),
+//! du's counter ([`du`]) and `list`'s printer. The operations [`pack::Pack`],
+//! [`unpack::Unpack`] and [`du::Du`] compose them; [`confine`] runs a landing in a confined
+//! child process. The decoder is pure (bytes in, events out), and every syscall below a
+//! root is relative to a directory fd with a single-component name ([`sys`]).
 
 #![warn(missing_docs)]
 
@@ -12,11 +16,11 @@ pub mod du;
 pub mod error;
 pub mod format;
 pub mod interrupt;
-pub mod land;
+pub(crate) mod land;
 pub mod output;
 pub mod pack;
 pub mod root;
-pub mod source;
+pub(crate) mod source;
 pub mod sys;
 pub mod tree;
 pub mod unpack;
@@ -36,13 +40,13 @@ pub struct Progress {
 
 impl Progress {
     /// Counts one entry with `bytes` bytes of content.
-    pub fn add_entry(&self, bytes: u64) {
+    pub(crate) fn add_entry(&self, bytes: u64) {
         self.entries.fetch_add(1, Relaxed);
         self.add_bytes(bytes);
     }
 
     /// Counts content bytes.
-    pub fn add_bytes(&self, bytes: u64) {
+    pub(crate) fn add_bytes(&self, bytes: u64) {
         self.bytes.fetch_add(bytes, Relaxed);
     }
 
@@ -57,7 +61,7 @@ impl Progress {
     }
 
     /// Counts bytes of output written (what a failed `pack` already sent).
-    pub fn add_written(&self, bytes: u64) {
+    pub(crate) fn add_written(&self, bytes: u64) {
         self.written.fetch_add(bytes, Relaxed);
     }
 

@@ -61,7 +61,7 @@ pub struct Destination {
 /// unprivileged caller first enters a new user namespace in which it is root, as `unshare
 /// --map-root-user` does) and closes every fd above 2 except `keep` and the destination's.
 /// The process must be single-threaded then; meant for a process that does nothing but land.
-pub fn open_dest(dest: &Path, sandbox: bool, keep: Option<RawFd>) -> Result<Destination> {
+pub(crate) fn open_dest(dest: &Path, sandbox: bool, keep: Option<RawFd>) -> Result<Destination> {
     // A trailing slash would make the kernel follow a final symlink despite O_NOFOLLOW.
     let bytes = dest.as_os_str().as_bytes();
     let trimmed = match bytes.iter().rposition(|&b| b != b'/') {
@@ -199,7 +199,7 @@ fn close_all_but(keep: &[RawFd]) -> rustix::io::Result<()> {
 }
 
 /// The process's umask, read once (reading it means setting it, so the first call must come
-/// while the process is single-threaded; [`open_dest`] makes it).
+/// while the process is single-threaded; `open_dest` makes it).
 pub fn umask() -> u32 {
     static UMASK: OnceLock<u32> = OnceLock::new();
     *UMASK.get_or_init(|| {

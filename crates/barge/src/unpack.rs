@@ -17,7 +17,8 @@ use crate::format::{Limits, DEFAULT_MAX_ENTRIES};
 use crate::land::parallel::{self, land_parallel, THREADS_FROM};
 use crate::land::sync::SyncLander;
 use crate::land::uring::UringLander;
-use crate::land::{Driver, Land, LandSummary};
+pub use crate::land::LandSummary;
+use crate::land::{Driver, Land};
 use crate::root::{open_dest, Destination};
 use crate::source::{ByteStream, ReadSource};
 use crate::sys::map::{populate, Mapped};
@@ -32,7 +33,7 @@ const PIPE_BUFFER: usize = 1 << 20;
 #[non_exhaustive]
 pub enum Engine {
     /// [`Engine::Threads`], except [`Engine::Sync`] for an archive file under
-    /// [`THREADS_FROM`] bytes (a shorter stream lands on one thread within `Threads`).
+    /// `THREADS_FROM` bytes (a shorter stream lands on one thread within `Threads`).
     #[default]
     Auto,
     /// One thread making plain system calls.
@@ -136,7 +137,7 @@ impl Unpack {
     }
 
     /// Confines the landing to the destination in a user-namespace chroot (the default);
-    /// see [`open_dest`].
+    /// see `open_dest`.
     pub fn sandbox(mut self, sandbox: bool) -> Unpack {
         self.sandbox = sandbox;
         self
@@ -218,7 +219,7 @@ impl Unpack {
 
     /// Opens the destination `dest` (creating it when missing) for `archive`, confined when
     /// the sandbox is on, keeping the archive's fd open. The process must be
-    /// single-threaded then (see [`open_dest`]).
+    /// single-threaded then (see `open_dest`).
     pub fn prepare(&self, dest: &Path, archive: &Archive) -> Result<Destination> {
         open_dest(dest, self.sandbox, archive.kept_fd())
     }

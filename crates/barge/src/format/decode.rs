@@ -264,7 +264,7 @@ impl Decoder {
     }
 
     /// Bytes of the current file still to come (0 outside file data).
-    pub fn remaining_data(&self) -> u64 {
+    pub(crate) fn remaining_data(&self) -> u64 {
         match self.state {
             State::Data { remaining } => remaining,
             _ => 0,
@@ -273,7 +273,7 @@ impl Decoder {
 
     /// Tells the decoder that the caller consumed `n` bytes of the current file's data
     /// itself (for example by splicing them from the input to the file).
-    pub fn skip_data(&mut self, n: u64) {
+    pub(crate) fn skip_data(&mut self, n: u64) {
         let remaining = self.remaining_data();
         assert!(n <= remaining, "skip_data past the end of the file");
         self.offset += n;
@@ -298,7 +298,7 @@ impl Decoder {
 
     /// The bytes the message at the input's start takes, when the last call was a
     /// [`Decoder::next_whole`] that needs more of a file whose header it read; else 0.
-    pub fn wanted(&self) -> usize {
+    pub(crate) fn wanted(&self) -> usize {
         self.wanted
     }
 

@@ -19,7 +19,7 @@ fn push_perm(buf: &mut Vec<u8>, mode: u32, default: u32) {
 }
 
 /// Appends a `DIR` message (with `PERM` when needed). The name must be valid.
-pub fn push_dir(buf: &mut Vec<u8>, name: &[u8], mode: u32) {
+pub(crate) fn push_dir(buf: &mut Vec<u8>, name: &[u8], mode: u32) {
     push_perm(buf, mode, DEFAULT_DIR_MODE);
     buf.push(TAG_DIR);
     buf.extend_from_slice(name);
@@ -27,7 +27,7 @@ pub fn push_dir(buf: &mut Vec<u8>, name: &[u8], mode: u32) {
 }
 
 /// Appends a `FILE` or `FILE64` header (with `PERM` when needed); `size` data bytes must follow.
-pub fn push_file_header(buf: &mut Vec<u8>, name: &[u8], mode: u32, size: u64) {
+pub(crate) fn push_file_header(buf: &mut Vec<u8>, name: &[u8], mode: u32, size: u64) {
     push_perm(buf, mode, DEFAULT_FILE_MODE);
     match u32::try_from(size) {
         Ok(small) => {
@@ -46,12 +46,12 @@ pub fn push_file_header(buf: &mut Vec<u8>, name: &[u8], mode: u32, size: u64) {
 }
 
 /// Appends a `POP` message.
-pub fn push_pop(buf: &mut Vec<u8>) {
+pub(crate) fn push_pop(buf: &mut Vec<u8>) {
     buf.push(TAG_POP);
 }
 
 /// Appends the end message.
-pub fn push_end(buf: &mut Vec<u8>, entries: u64) {
+pub(crate) fn push_end(buf: &mut Vec<u8>, entries: u64) {
     buf.push(TAG_END);
     buf.extend_from_slice(&entries.to_le_bytes());
 }

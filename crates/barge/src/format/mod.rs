@@ -144,7 +144,7 @@ impl FormatError {
 
 /// Checks a name against the rules every entry name obeys (1..=255 bytes, no NUL, no `/`,
 /// not `.` or `..`).
-pub fn check_name(name: &[u8]) -> Result<(), FormatError> {
+pub(crate) fn check_name(name: &[u8]) -> Result<(), FormatError> {
     match name {
         [] => Err(FormatError::EmptyName),
         b"." | b".." => Err(FormatError::DotName),

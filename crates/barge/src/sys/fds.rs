@@ -6,7 +6,7 @@ use rustix::process::{getrlimit, Resource};
 
 /// Closes the fds `first..=last` with one `close_range`. It fails only where the kernel
 /// lacks the call (before 5.9) or a seccomp filter refuses it.
-pub fn close_range(first: RawFd, last: RawFd) -> rustix::io::Result<()> {
+pub(crate) fn close_range(first: RawFd, last: RawFd) -> rustix::io::Result<()> {
     if first > last {
         return Ok(());
     }
@@ -26,7 +26,7 @@ pub fn close_range(first: RawFd, last: RawFd) -> rustix::io::Result<()> {
 /// goes in one `close_range`. Only fds handed to it are ever closed, so fds owned by
 /// anyone else (even inside a run's span) are never touched.
 #[derive(Debug)]
-pub struct Graveyard {
+pub(crate) struct Graveyard {
     fds: Vec<RawFd>,
     limit: usize,
 }
@@ -49,7 +49,7 @@ impl Graveyard {
     }
 
     /// Takes `fd` to be closed later.
-    pub fn bury(&mut self, fd: OwnedFd) {
+    pub(crate) fn bury(&mut self, fd: OwnedFd) {
         self.fds.push(fd.into_raw_fd());
         if self.fds.len() >= self.limit {
             self.close_all();
@@ -57,7 +57,7 @@ impl Graveyard {
     }
 
     /// Closes every fd held, one `close_range` per run of consecutive numbers.
-    pub fn close_all(&mut self) {
+    pub(crate) fn close_all(&mut self) {
         self.fds.sort_unstable();
         let mut runs = self.fds.chunk_by(|a, b| a + 1 == *b);
         for run in &mut runs {

@@ -2,38 +2,38 @@
 //! libfs). Open-flag presets, directory listing with getdents64, memory maps of archive
 //! regions, kernel copies with a read/write fallback, fd hygiene (checked `close_range`,
 //! batched closes, the fd limit) and worker-thread placement. The one EINTR helper is
-//! [`crate::interrupt::retry`], since a retry must first look for a stop request.
+//! `retry`, since a retry must first look for a stop request.
 
-pub mod copy;
-pub mod dir;
+pub(crate) mod copy;
+pub(crate) mod dir;
 pub mod fds;
-pub mod map;
-pub mod thread;
+pub(crate) mod map;
+pub(crate) mod thread;
 
 use rustix::fs::OFlags;
 
 /// Opens a directory to read its entries (and to be the dirfd of `*at` calls).
-pub const DIR_FLAGS: OFlags = OFlags::RDONLY
+pub(crate) const DIR_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::DIRECTORY)
     .union(OFlags::NOFOLLOW)
     .union(OFlags::CLOEXEC);
 
 /// Opens a regular file for reading; `NONBLOCK` keeps a fifo swapped in after the listing
 /// from blocking, `NOCTTY` a terminal from becoming the controlling one.
-pub const FILE_FLAGS: OFlags = OFlags::RDONLY
+pub(crate) const FILE_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::NOFOLLOW)
     .union(OFlags::NONBLOCK)
     .union(OFlags::NOCTTY)
     .union(OFlags::CLOEXEC);
 
 /// Opens a directory of a tree being created as a handle for `*at` calls only.
-pub const DIR_HANDLE_FLAGS: OFlags = OFlags::PATH
+pub(crate) const DIR_HANDLE_FLAGS: OFlags = OFlags::PATH
     .union(OFlags::DIRECTORY)
     .union(OFlags::NOFOLLOW)
     .union(OFlags::CLOEXEC);
 
 /// Creates a file: never an existing one, never through a symlink.
-pub const CREATE_FLAGS: OFlags = OFlags::WRONLY
+pub(crate) const CREATE_FLAGS: OFlags = OFlags::WRONLY
     .union(OFlags::CREATE)
     .union(OFlags::EXCL)
     .union(OFlags::NOFOLLOW)

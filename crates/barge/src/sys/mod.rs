@@ -1,6 +1,6 @@
 //! The system-call layer: what the sources and sinks share below their own logic (like xcp's
 //! libfs). Open-flag presets, directory listing with getdents64, memory maps of archive
-//! regions, kernel copies with a read/write fallback, fd hygiene (checked `close_range`,
+//! regions, the io_uring ring, kernel copies with a read/write fallback, fd hygiene (checked `close_range`,
 //! batched closes, the fd limit) and worker-thread placement. The one EINTR helper is
 //! `retry`, since a retry must first look for a stop request.
 
@@ -8,6 +8,7 @@ pub(crate) mod copy;
 pub(crate) mod dir;
 pub mod fds;
 pub(crate) mod map;
+pub(crate) mod ring;
 pub(crate) mod thread;
 
 use rustix::fs::OFlags;

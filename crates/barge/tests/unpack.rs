@@ -184,3 +184,59 @@ fn a_reader_that_fails_names_the_input_offset_and_leaves_no_cut_file() {
         assert!(!dest.join("big").exists(), "{engine:?}: a cut file stayed");
     }
 }
+
+/// A streamed archive whose file larger than a segment of the threaded engine (16 MiB) is
+/// the first entry of a directory (held back until then) inside a directory without owner
+/// write permission lands exactly and ends with the restricted mode; cut inside that file,
+/// it fails naming the file, which is removed, and the directory stays writable for its
+/// owner (to remove what landed), on the threaded engine as on the sync one.
+#[test]
+fn a_huge_first_file_in_held_directories_streams_through_the_threaded_engine() {
+    let work = tempfile::tempdir().unwrap();
+    let huge: Vec<u8> = (0..20u32 << 20).map(|i| (i % 253) as u8).collect();
+    let mut encoder = Encoder::new(Vec::new());
+    encoder.dir(b"outer", 0o500).unwrap();
+    encoder.dir(b"inner", 0o755).unwrap();
+    encoder.file(b"huge", 0o644, &huge).unwrap();
+    encoder.file(b"after", 0o644, b"after\n").unwrap();
+    encoder.pop().unwrap();
+    encoder.pop().unwrap();
+    encoder.file(b"top", 0o644, b"top\n").unwrap();
+    let archive = encoder.finish().unwrap();
+    let cut = archive[..12 << 20].to_vec();
+    for engine in [Engine::Threads, Engine::Sync] {
+        for (what, bytes) in [("whole", archive.clone()), ("cut", cut.clone())] {
+            let reader = Trickle {
+                bytes,
+                at: 0,
+                calls: 0,
+                fail_at: None,
+            };
+            let operation = Unpack::new().sandbox(false).engine(engine);
+            let opened = barge::unpack::Archive::from_reader(reader);
+            let dest = work.path().join(format!("{what}-{engine:?}"));
+            let mut destination = operation.prepare(&dest, &opened).unwrap();
+            let landed = operation.land(&opened, &mut destination, &Progress::default());
+            let outer = dest.join("outer");
+            let mode = if what == "whole" {
+                let landed = landed.unwrap();
+                assert_eq!((landed.dirs, landed.files), (2, 3));
+                assert!(fs::read(outer.join("inner/huge")).unwrap() == huge);
+                assert_eq!(fs::read(outer.join("inner/after")).unwrap(), b"after\n");
+                assert_eq!(fs::read(dest.join("top")).unwrap(), b"top\n");
+                0o500
+            } else {
+                let error = landed.unwrap_err().to_string();
+                assert!(
+                    error.contains("outer/inner/huge: input ended after"),
+                    "{error}"
+                );
+                assert!(!outer.join("inner/huge").exists(), "the cut file stayed");
+                0o700
+            };
+            let found = fs::metadata(&outer).unwrap().permissions().mode();
+            assert_eq!(found & 0o777, mode, "{what} {engine:?}");
+            fs::set_permissions(&outer, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+    }
+}

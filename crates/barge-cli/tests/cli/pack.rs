@@ -291,3 +291,29 @@ fn a_pack_failing_midway_on_stdout_says_how_much_it_wrote() {
     ];
     assert_clean_failure(&out, &needles, "pack to a closed pipe");
 }
+
+#[test]
+fn an_archive_appended_to_a_file_as_by_a_shell_redirection_is_whole() {
+    // `barge pack DIR >> FILE`: stdout is opened with O_APPEND, which sendfile refuses; the
+    // large file then goes through read + write.
+    let work = tempdir();
+    let src = work.path().join("src");
+    fs::create_dir(&src).unwrap();
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    file(&src.join("big"), &big, 0o644);
+    file(&src.join("small"), b"small\n", 0o644);
+    let out_path = work.path().join("out.barge");
+    fs::write(&out_path, b"").unwrap();
+    let out = fs::OpenOptions::new().append(true).open(&out_path).unwrap();
+    let mut cmd = barge(["pack".as_ref(), src.as_os_str()]);
+    let status = cmd.stdout(out).status().unwrap();
+    assert!(status.success(), "pack >> FILE failed: {status}");
+
+    let dest = work.path().join("dest");
+    run_ok(
+        &mut barge(["unpack".as_ref(), out_path.as_os_str(), dest.as_os_str()]),
+        None,
+    );
+    assert_eq!(fs::read(dest.join("big")).unwrap(), big);
+    assert_eq!(fs::read(dest.join("small")).unwrap(), b"small\n");
+}

@@ -42,13 +42,71 @@ fn content(size: u64, data: &[u8]) -> Content<'_> {
     }
 }
 
-/// Feeds decoded events to a [`Sink`], holding back each `DIR` until the next event shows
-/// whether the directory stays empty (then it is [`Sink::empty_dir`], never entered);
-/// counts progress and stops at a stop request.
-pub(crate) struct Driver<'p, S: Sink> {
-    sink: S,
+/// The one policy between decoded events and a sink: each `DIR` is held back until the next
+/// event shows whether the directory stays empty (then it is [`Sink::empty_dir`], never
+/// entered), and a stop request ends the feeding. The [`Driver`] and the threaded engine's
+/// batch planner (`parallel`) both feed through it.
+#[derive(Default)]
+pub(crate) struct Feed {
     held: Vec<u8>,
     held_mode: Option<u32>,
+}
+
+impl Feed {
+    /// Whether a directory is held back (decoded, not passed on yet).
+    pub(crate) fn holding(&self) -> bool {
+        self.held_mode.is_some()
+    }
+
+    fn enter_held<S: Sink>(&mut self, sink: &mut S) -> std::result::Result<(), S::Error> {
+        match self.held_mode.take() {
+            Some(mode) => sink.enter_dir(&Entry::dir(&self.held, Meta::with_mode(mode))),
+            None => Ok(()),
+        }
+    }
+
+    /// Passes `event` on to `sink` (unless a stop was requested).
+    pub(crate) fn event<S: Sink>(
+        &mut self,
+        event: Event<'_>,
+        sink: &mut S,
+    ) -> std::result::Result<(), S::Error> {
+        crate::interrupt::check()?;
+        match event {
+            Event::Dir { name, mode } => {
+                self.enter_held(sink)?;
+                self.held.clear();
+                self.held.extend_from_slice(name);
+                self.held_mode = Some(mode);
+                Ok(())
+            }
+            Event::Pop => match self.held_mode.take() {
+                Some(mode) => sink.empty_dir(&Entry::dir(&self.held, Meta::with_mode(mode))),
+                None => sink.leave_dir(),
+            },
+            Event::File {
+                name,
+                mode,
+                size,
+                data,
+            } => {
+                self.enter_held(sink)?;
+                sink.file(
+                    &Entry::file(name, Meta::with_mode(mode)),
+                    content(size, data),
+                )
+            }
+            Event::Data(data) => sink.data(data),
+            Event::End { .. } | Event::Padding => Ok(()),
+        }
+    }
+}
+
+/// Feeds the events of an archive in memory or a stream to a [`Sink`] through a [`Feed`],
+/// counting progress as they are decoded.
+pub(crate) struct Driver<'p, S: Sink> {
+    sink: S,
+    feed: Feed,
     progress: &'p Progress,
 }
 
@@ -57,56 +115,20 @@ impl<'p, S: Sink> Driver<'p, S> {
     pub(crate) fn new(sink: S, progress: &'p Progress) -> Self {
         Driver {
             sink,
-            held: Vec::with_capacity(256),
-            held_mode: None,
+            feed: Feed::default(),
             progress,
         }
     }
 
-    fn enter_held(&mut self) -> std::result::Result<(), S::Error> {
-        match self.held_mode.take() {
-            Some(mode) => self
-                .sink
-                .enter_dir(&Entry::dir(&self.held, Meta::with_mode(mode))),
-            None => Ok(()),
-        }
-    }
-
-    /// Handles one event (unless a stop was requested).
+    /// Counts and passes on one event.
     fn event(&mut self, event: Event<'_>) -> std::result::Result<(), S::Error> {
-        crate::interrupt::check()?;
         match event {
-            Event::Dir { name, mode } => {
-                self.enter_held()?;
-                self.held.clear();
-                self.held.extend_from_slice(name);
-                self.held_mode = Some(mode);
-                self.progress.add_entry(0);
-                Ok(())
-            }
-            Event::Pop => match self.held_mode.take() {
-                Some(mode) => self
-                    .sink
-                    .empty_dir(&Entry::dir(&self.held, Meta::with_mode(mode))),
-                None => self.sink.leave_dir(),
-            },
-            Event::File {
-                name,
-                mode,
-                size,
-                data,
-            } => {
-                self.enter_held()?;
-                self.progress.add_entry(data.len() as u64);
-                let entry = Entry::file(name, Meta::with_mode(mode));
-                self.sink.file(&entry, content(size, data))
-            }
-            Event::Data(data) => {
-                self.progress.add_bytes(data.len() as u64);
-                self.sink.data(data)
-            }
-            Event::End { .. } | Event::Padding => Ok(()),
+            Event::Dir { .. } => self.progress.add_entry(0),
+            Event::File { data, .. } => self.progress.add_entry(data.len() as u64),
+            Event::Data(data) => self.progress.add_bytes(data.len() as u64),
+            _ => {}
         }
+        self.feed.event(event, &mut self.sink)
     }
 
     /// Drives the sink with a complete archive held in memory.

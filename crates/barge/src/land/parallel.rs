@@ -28,7 +28,7 @@ use std::time::Duration;
 use rustix::fs::{fchmod, openat, Mode};
 
 use super::sync::OWNER_RWX;
-use super::{content, Land, LandSummary};
+use super::{Feed, Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
 use crate::format::{Decoder, Event, Limits, Step};
 use crate::root::umask;
@@ -36,7 +36,7 @@ use crate::source::ByteStream;
 use crate::sys::map::populate;
 use crate::sys::thread::{go_solo, spawn_elsewhere};
 use crate::sys::{DIR_FLAGS, DIR_HANDLE_FLAGS};
-use crate::tree::{Content, Entry, Meta};
+use crate::tree::{Content, Entry, Meta, Sink};
 use crate::Progress;
 
 /// Batches waiting for a helper, at most.
@@ -200,7 +200,7 @@ fn land_mapped<'a, L: Land>(
 ) -> std::result::Result<(), Failure> {
     here.start_helpers(workers - 1);
     let input = source.bytes();
-    parser.batch_cost = batch_cost(input.len(), workers);
+    parser.plan.batch_cost = batch_cost(input.len(), workers);
     match parser.run(&source, stop, here)? {
         Parsed::NeedMore(used) => parser.end(&input[used..]),
         Parsed::Stopped => Ok(()),
@@ -229,7 +229,7 @@ fn land_stream<L: Land>(
         if here.helpers == 0 && read >= STREAM_THREADS_FROM as u64 {
             here.start_helpers(workers - 1);
         }
-        parser.batch_cost = batch_cost(stream.cur.len, here.helpers + 1);
+        parser.plan.batch_cost = batch_cost(stream.cur.len, here.helpers + 1);
         let source = Source::Stream(stream.cur.clone());
         let parsed = parser.run(&source, stop, here)?;
         drop(source);
@@ -273,7 +273,7 @@ impl Stream<'_> {
         let kept = self.cur.len - used;
         let wanted = parser.decoder.wanted();
         let offset = parser.decoder.offset() + kept as u64;
-        let failed = |e| (parser.entries, e);
+        let failed = |e| (parser.decoded(), e);
         // Read until the cut message is whole, and then, with helpers, on while they have
         // batches to land.
         let queue = here.queue;
@@ -304,7 +304,7 @@ impl Stream<'_> {
         };
         let offset = parser.decoder.offset() + kept as u64;
         buf.refill(input, kept, offset, parser.decoder.wanted(), enough)
-            .map_err(|e| (parser.entries, e))?;
+            .map_err(|e| (parser.decoded(), e))?;
         let done = std::mem::replace(&mut self.cur, next);
         if done.buf.len() == size {
             self.spares.push(done);
@@ -459,8 +459,8 @@ impl<'r> Shared<'r> {
             return Err(failures.swap_remove(i).1);
         }
         let created = self.created.into_inner().expect("no panics");
-        parser.restricted.apply(self.root, created)?;
-        Ok(parser.summary)
+        parser.plan.restricted.apply(self.root, created)?;
+        Ok(parser.plan.summary)
     }
 }
 
@@ -564,9 +564,17 @@ enum Parsed {
     NeedMore(usize),
 }
 
-/// Decodes an archive into batches, keeping its place between the segments of a stream.
+/// Decodes an archive into batches, keeping its place between the segments of a stream:
+/// the decoder's events go through the [`Feed`] (the held-directory policy every landing
+/// shares) into a [`Planner`].
 struct Parser {
     decoder: Decoder,
+    feed: Feed,
+    plan: Plan,
+}
+
+/// What the planning of batches knows between runs.
+struct Plan {
     summary: LandSummary,
     /// Directories to set to a mode without owner rwx once landing is done.
     restricted: Restricted,
@@ -575,8 +583,7 @@ struct Parser {
     /// The archive modes of the directories in `at`, and their nodes in `restricted` (once
     /// a restricted directory at or below them needed one).
     modes: Vec<(u32, Option<usize>)>,
-    /// A directory decoded but not entered yet: the next event tells whether it stays empty.
-    held: Option<(Name, u32)>,
+    /// Entries passed on by the feed so far.
     entries: u64,
     /// Work per batch (see [`batch_cost`]), set for the input at hand before each `run`.
     batch_cost: u64,
@@ -586,19 +593,22 @@ impl Parser {
     fn new(limits: Limits) -> Parser {
         Parser {
             decoder: Decoder::new(limits),
-            summary: LandSummary::default(),
-            restricted: Restricted::default(),
-            at: Vec::new(),
-            modes: Vec::new(),
-            held: None,
-            entries: 0,
-            batch_cost: 0,
+            feed: Feed::default(),
+            plan: Plan {
+                summary: LandSummary::default(),
+                restricted: Restricted::default(),
+                at: Vec::new(),
+                modes: Vec::new(),
+                entries: 0,
+                batch_cost: 0,
+            },
         }
     }
 
-    /// The archive index of the next entry to land.
-    fn next_entry(&self) -> u64 {
-        self.entries - u64::from(self.held.is_some())
+    /// Entries decoded so far (the held directory too): the archive index errors of the
+    /// decoder are reported at.
+    fn decoded(&self) -> u64 {
+        self.plan.entries + u64::from(self.feed.holding())
     }
 
     /// Decodes the whole messages of `source` into batches for `here`; stops early at a
@@ -610,109 +620,38 @@ impl Parser {
         here: &mut Here<'a, '_, L>,
     ) -> std::result::Result<Parsed, Failure> {
         let input = source.bytes();
-        let base = input.as_ptr() as usize;
-        let range = |part: &[u8]| {
-            let start = part.as_ptr() as usize - base;
-            start..start + part.len()
-        };
-        let mut batch = Batch::new(self.next_entry(), &self.at, source, 0);
+        let batch = Batch::new(self.plan.entries, &self.plan.at, source, 0);
+        let mut planner = Planner::<L>::new(&mut self.plan, input, batch, None);
         let mut pos = 0;
         let outcome = loop {
-            if self.entries >= stop.load(Relaxed) {
+            let decoded = planner.plan.entries + u64::from(self.feed.holding());
+            if decoded >= stop.load(Relaxed) {
                 break Parsed::Stopped;
             }
             let (event, n) = match self.decoder.next_whole(&input[pos..], false) {
                 Ok(Step::Event(event, n)) => (event, n),
                 Ok(Step::NeedMore | Step::Done) => break Parsed::NeedMore(pos),
-                Err(e) => return Err((self.entries, e)),
+                Err(e) => return Err((decoded, e)),
             };
             pos += n;
-            let boundary = match event {
-                Event::Dir { name, mode } => {
-                    self.enter_held(&mut batch);
-                    self.held = Some((name.into(), mode));
-                    self.summary.dirs += 1;
-                    self.entries += 1;
-                    true
-                }
-                Event::Pop => {
-                    match self.held.take() {
-                        Some((name, mode)) => batch.ops.push(Op::Empty(name, mode)),
-                        None => {
-                            batch.ops.push(Op::Leave);
-                            let (mode, _) = self.modes.pop().expect("the decoder checks nesting");
-                            let dir = self.at.pop().expect("one per mode");
-                            if let Some(node) = dir.restricted {
-                                self.restricted.order.push((node, mode));
-                            }
-                        }
-                    }
-                    batch.cost += 1;
-                    true
-                }
-                Event::File {
-                    name, mode, data, ..
-                } => {
-                    self.enter_held(&mut batch);
-                    batch.ops.push(Op::File(range(name), mode, range(data)));
-                    batch.cost += 1 + data.len() as u64 / BYTES_PER_UNIT;
-                    self.summary.files += 1;
-                    self.summary.bytes += data.len() as u64;
-                    self.entries += 1;
-                    false
-                }
-                Event::Data(_) => unreachable!("next_whole gives whole files"),
-                Event::End { .. } | Event::Padding => false,
-            };
-            if (boundary && batch.cost >= self.batch_cost) || batch.cost >= 2 * self.batch_cost {
-                let next = Batch::new(self.next_entry(), &self.at, source, pos);
+            let boundary = matches!(event, Event::Dir { .. } | Event::Pop);
+            self.feed
+                .event(event, &mut planner)
+                .map_err(|e| (decoded, e))?;
+            let (cost, most) = (planner.batch.cost, planner.plan.batch_cost);
+            if (boundary && cost >= most) || cost >= 2 * most {
+                let next = Batch::new(planner.plan.entries, &planner.plan.at, source, pos);
+                let mut batch = std::mem::replace(&mut planner.batch, next);
                 batch.span.end = pos;
-                here.send(std::mem::replace(&mut batch, next));
+                here.send(batch);
             }
         };
-        if !batch.ops.is_empty() {
+        if !planner.batch.ops.is_empty() {
+            let mut batch = planner.batch;
             batch.span.end = pos;
             here.send(batch);
         }
         Ok(outcome)
-    }
-
-    /// Adds entering the held directory, if any, to the batch; a mode lacking owner rwx is
-    /// created with it (the final mode is set at the end).
-    fn enter_held(&mut self, batch: &mut Batch<'_>) {
-        if let Some((name, mode)) = self.held.take() {
-            self.modes.push((mode, None));
-            let restricted = (mode & OWNER_RWX != OWNER_RWX).then(|| self.node_of_current(&name));
-            let dir = DirStep {
-                name,
-                mode: mode | OWNER_RWX,
-                restricted,
-            };
-            batch.ops.push(Op::Enter(dir.clone()));
-            batch.cost += 1;
-            self.at.push(dir);
-        }
-    }
-
-    /// The [`Restricted`] node of directory `name` in the current one (the last in `modes`),
-    /// adding it and the nodes of its parents that have none yet.
-    fn node_of_current(&mut self, name: &Name) -> usize {
-        let depth = self.modes.len();
-        // The directories with a node are the outermost ones: find the first without.
-        let first = (0..depth)
-            .rev()
-            .find(|&i| self.modes[i].1.is_some())
-            .map_or(0, |i| i + 1);
-        for i in first..depth {
-            let parent = i.checked_sub(1).and_then(|p| self.modes[p].1);
-            let name = if i + 1 == depth {
-                name.clone()
-            } else {
-                self.at[i].name.clone()
-            };
-            self.modes[i].1 = Some(self.restricted.add(parent, name));
-        }
-        self.modes[depth - 1].1.expect("just added")
     }
 
     /// Decodes `rest`, the input after the last whole message, as the end of the input: the
@@ -723,7 +662,7 @@ impl Parser {
                 Ok(Step::Done) => return Ok(()),
                 Ok(Step::Event(Event::Padding, n)) => rest = &rest[n..],
                 Ok(_) => unreachable!("run() decodes every whole message"),
-                Err(e) => return Err((self.entries, e)),
+                Err(e) => return Err((self.decoded(), e)),
             }
         }
     }
@@ -739,53 +678,182 @@ impl Parser {
         buf: &mut [u8],
         here: &mut Here<'_, '_, L>,
     ) -> std::result::Result<(), Failure> {
-        let mut batch = Batch::new(self.next_entry(), &self.at, &Source::Mapped(&[], None), 0);
-        let entry = self.entries;
-        let (name, mode, size, data) = match self.decoder.next(rest, false) {
-            Ok(Step::Event(
-                Event::File {
-                    name,
-                    mode,
-                    size,
-                    data,
-                },
-                _,
-            )) => (name, mode, size, data),
+        let entry = self.decoded();
+        let event = match self.decoder.next(rest, false) {
+            Ok(Step::Event(event @ Event::File { .. }, _)) => event,
             Ok(_) => return self.end(rest),
             Err(e) => return Err((entry, e)),
         };
-        self.enter_held(&mut batch);
-        self.entries += 1;
-        self.summary.files += 1;
-        self.summary.bytes += size;
+        let source = Source::Mapped(&[], None);
+        let batch = Batch::new(self.plan.entries, &self.plan.at, &source, 0);
+        let mut planner = Planner::new(&mut self.plan, &[], batch, Some(here.own.as_mut()));
+        let fed = self.feed.event(event, &mut planner);
         // Without a lander (or after a failure before this file) nothing more lands; the
         // next `run` stops before decoding.
-        let Some(worker) = here.own.as_mut() else {
-            return Ok(());
-        };
-        if batch.first >= worker.shared.stop.load(Relaxed) {
-            return Ok(());
+        if !planner.landing || fed.is_err() {
+            return fed.map_err(|e| (entry, planner.abort(e)));
         }
-        worker.land(&batch);
-        let land = &mut worker.land;
-        let progress = worker.shared.progress;
-        let file = Entry::file(name, Meta::with_mode(mode));
-        land.file(&file, content(size, data))
-            .map_err(|e| (entry, land.abort(e)))?;
-        progress.add_entry(data.len() as u64);
         while self.decoder.remaining_data() > 0 {
             let want = self.decoder.remaining_data().min(buf.len() as u64) as usize;
-            let n = (input.read(&mut buf[..want], self.decoder.offset()))
-                .map_err(|e| (entry, land.abort(e)))?;
-            let chunk = match self.decoder.next(&buf[..n], n == 0) {
-                Ok(Step::Event(Event::Data(chunk), _)) => chunk,
-                Ok(_) => unreachable!("file content follows its header"),
-                Err(e) => return Err((entry, land.abort(e))),
-            };
-            land.data(chunk).map_err(|e| (entry, land.abort(e)))?;
-            progress.add_bytes(chunk.len() as u64);
+            let fed = input
+                .read(&mut buf[..want], self.decoder.offset())
+                .and_then(|n| {
+                    let Step::Event(event, _) = self.decoder.next(&buf[..n], n == 0)? else {
+                        unreachable!("file content follows its header")
+                    };
+                    self.feed.event(event, &mut planner)
+                });
+            fed.map_err(|e| (entry, planner.abort(e)))?;
         }
         Ok(())
+    }
+}
+
+/// The sink the [`Feed`] drives while batches are planned: entries become the operations of
+/// the current batch, a file streamed past a segment (`Parser::land_rest`) is landed at once
+/// by this thread's own worker.
+struct Planner<'p, 'a, 'w, 's, L: Land> {
+    plan: &'p mut Plan,
+    /// Where the input the names and contents are in starts.
+    base: usize,
+    batch: Batch<'a>,
+    /// Set while `Parser::land_rest` feeds a file to land on this thread: this thread's
+    /// worker, if it has one.
+    here: Option<Option<&'w mut Worker<'s, L>>>,
+    /// A streamed file is being landed (false: there is no worker, or a failure came
+    /// before it).
+    landing: bool,
+}
+
+impl<'p, 'a, 'w, 's, L: Land> Planner<'p, 'a, 'w, 's, L> {
+    fn new(
+        plan: &'p mut Plan,
+        input: &[u8],
+        batch: Batch<'a>,
+        here: Option<Option<&'w mut Worker<'s, L>>>,
+    ) -> Self {
+        Planner {
+            plan,
+            base: input.as_ptr() as usize,
+            batch,
+            here,
+            landing: false,
+        }
+    }
+
+    /// Where `part`, a slice of the input, is in it.
+    fn range(&self, part: &[u8]) -> Range<usize> {
+        let start = part.as_ptr() as usize - self.base;
+        start..start + part.len()
+    }
+
+    /// The [`Restricted`] node of directory `name` in the current one (the last in `modes`),
+    /// adding it and the nodes of its parents that have none yet.
+    fn node_of_current(&mut self, name: &Name) -> usize {
+        let plan = &mut *self.plan;
+        let depth = plan.modes.len();
+        // The directories with a node are the outermost ones: find the first without.
+        let first = (0..depth)
+            .rev()
+            .find(|&i| plan.modes[i].1.is_some())
+            .map_or(0, |i| i + 1);
+        for i in first..depth {
+            let parent = i.checked_sub(1).and_then(|p| plan.modes[p].1);
+            let name = if i + 1 == depth {
+                name.clone()
+            } else {
+                plan.at[i].name.clone()
+            };
+            plan.modes[i].1 = Some(plan.restricted.add(parent, name));
+        }
+        plan.modes[depth - 1].1.expect("just added")
+    }
+}
+
+impl<L: Land> Sink for Planner<'_, '_, '_, '_, L> {
+    type Error = Error;
+
+    /// Adds entering the directory to the batch; a mode lacking owner rwx is created with
+    /// it (the final mode is set at the end).
+    fn enter_dir(&mut self, dir: &Entry<'_>) -> Result<()> {
+        let (name, mode): (Name, u32) = (dir.name.into(), dir.meta.mode);
+        self.plan.modes.push((mode, None));
+        let restricted = (mode & OWNER_RWX != OWNER_RWX).then(|| self.node_of_current(&name));
+        let step = DirStep {
+            name,
+            mode: mode | OWNER_RWX,
+            restricted,
+        };
+        self.batch.ops.push(Op::Enter(step.clone()));
+        self.batch.cost += 1;
+        self.plan.at.push(step);
+        self.plan.summary.dirs += 1;
+        self.plan.entries += 1;
+        Ok(())
+    }
+
+    fn empty_dir(&mut self, dir: &Entry<'_>) -> Result<()> {
+        self.batch
+            .ops
+            .push(Op::Empty(dir.name.into(), dir.meta.mode));
+        self.batch.cost += 1;
+        self.plan.summary.dirs += 1;
+        self.plan.entries += 1;
+        Ok(())
+    }
+
+    fn leave_dir(&mut self) -> Result<()> {
+        self.batch.ops.push(Op::Leave);
+        self.batch.cost += 1;
+        let (mode, _) = self.plan.modes.pop().expect("the decoder checks nesting");
+        let dir = self.plan.at.pop().expect("one per mode");
+        if let Some(node) = dir.restricted {
+            self.plan.restricted.order.push((node, mode));
+        }
+        Ok(())
+    }
+
+    fn file(&mut self, file: &Entry<'_>, content: Content<'_>) -> Result<()> {
+        self.plan.entries += 1;
+        self.plan.summary.files += 1;
+        let (size, first) = match content {
+            Content::Bytes(data) => (data.len() as u64, data),
+            Content::Stream { size, first } => (size, first),
+            _ => unreachable!("the decoder gives bytes or a stream"),
+        };
+        self.plan.summary.bytes += size;
+        let Some(here) = self.here.as_mut() else {
+            // `run` decodes whole files only.
+            let op = Op::File(self.range(file.name), file.meta.mode, self.range(first));
+            self.batch.ops.push(op);
+            self.batch.cost += 1 + size / BYTES_PER_UNIT;
+            return Ok(());
+        };
+        match here {
+            Some(worker) if self.batch.first < worker.shared.stop.load(Relaxed) => {
+                worker.land(&self.batch);
+                self.landing = true;
+                worker.land.file(file, content)?;
+                worker.shared.progress.add_entry(first.len() as u64);
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn data(&mut self, data: &[u8]) -> Result<()> {
+        if let Some(Some(worker)) = self.here.as_mut().filter(|_| self.landing) {
+            worker.land.data(data)?;
+            worker.shared.progress.add_bytes(data.len() as u64);
+        }
+        Ok(())
+    }
+
+    fn abort(&mut self, cause: Error) -> Error {
+        match self.here.as_mut().filter(|_| self.landing) {
+            Some(Some(worker)) => worker.land.abort(cause),
+            _ => cause,
+        }
     }
 }
 

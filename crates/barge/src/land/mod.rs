@@ -1,6 +1,7 @@
-//! Landing: turning decoded events into a tree under a root directory fd. The `Driver`
-//! feeds any [`Sink`] the events of an in-memory archive or a stream; `Land` is what the
-//! landers add to it; [`sync`] is the plain system-call lander.
+//! Landing: turning decoded events into a tree under a root directory fd. `Feed` passes
+//! decoder events to any [`Sink`] (the held-directory policy), the `Driver` runs it over an
+//! in-memory archive or a stream; `Land` is what the landers add to `Sink`; [`sync`] is the
+//! plain system-call lander, [`uring`] the batched one, [`parallel`] the threaded engine.
 
 pub mod parallel;
 pub mod sync;

@@ -24,11 +24,11 @@ use std::path::Path;
 use rustix::fs::{
     fstat, linkat, openat, renameat, statat, unlinkat, AtFlags, FileType, Mode, OFlags, Stat, CWD,
 };
-use rustix::io::{pread, write, Errno};
+use rustix::io::{pread, Errno};
 
 use crate::error::{Error, Result, TreePath};
 use crate::interrupt::{check, requested, retry};
-use crate::sys::copy::send_file;
+use crate::sys::copy::{read_chunks, send_file, write_all};
 use crate::Progress;
 
 /// Hidden temporary names tried before giving up (each taken one is skipped).
@@ -289,13 +289,11 @@ fn write_failed(cause: io::Error) -> Error {
 pub(crate) struct FdWriter<'fd>(pub(crate) BorrowedFd<'fd>);
 
 impl ArchiveWriter for FdWriter<'_> {
-    fn write_bytes(&mut self, mut rest: &[u8], progress: &Progress) -> Result<()> {
-        while !rest.is_empty() {
-            let n = retry(|| write(self.0, rest)).map_err(|e| write_failed(e.into()))?;
-            rest = &rest[n..];
-            progress.add_written(n as u64);
-        }
-        Ok(())
+    fn write_bytes(&mut self, bytes: &[u8], progress: &Progress) -> Result<()> {
+        write_all(self.0, bytes, |n| {
+            progress.add_written(n);
+            Ok(())
+        })
     }
 
     /// Sends the file inside the kernel ([`send_file`]), then checks with `fstat` that it
@@ -350,24 +348,17 @@ impl<W: io::Write + Send> IoWriter<W> {
         path: &TreePath,
         progress: &Progress,
     ) -> Result<()> {
-        let read = |buf: &mut [u8], offset| {
-            retry(|| pread(file, &mut *buf, offset)).map_err(|e| Error::io("read", path.clone(), e))
-        };
-        let mut offset = 0u64;
-        while offset < size {
-            let want = (size - offset).min(buf.len() as u64) as usize;
-            match read(&mut buf[..want], offset)? {
-                0 => return Err(changed(path, size, offset)),
-                n => {
-                    self.write_bytes(&buf[..n], progress)?;
-                    check()?;
-                    offset += n as u64;
-                }
-            }
+        let read = read_chunks(file, size, buf, path, |chunk| {
+            self.write_bytes(chunk, progress)?;
+            check()
+        })?;
+        if read < size {
+            return Err(changed(path, size, read));
         }
-        match read(&mut buf[..1], size)? {
-            0 => Ok(()),
-            _ => Err(changed(path, size, size + 1)),
+        match retry(|| pread(file, &mut buf[..1], size)) {
+            Ok(0) => Ok(()),
+            Ok(_) => Err(changed(path, size, size + 1)),
+            Err(e) => Err(Error::io("read", path.clone(), e)),
         }
     }
 }

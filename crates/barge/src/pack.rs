@@ -296,36 +296,23 @@ impl Packer<'_> {
         })
     }
 
-    /// Appends exactly `size` bytes of the large `file` in buffer-sized reads, handing each
-    /// full buffer to the writer, then checks with a one-byte read that it did not grow.
+    /// Appends exactly `size` bytes of the large `file` ([`Packer::append_region`]), then
+    /// checks with a one-byte read that it did not grow.
     fn read_large(
         &mut self,
         file: BorrowedFd<'_>,
         size: u64,
         path: &impl Fn() -> TreePath,
     ) -> Result<()> {
-        let changed = |actual| Error::Changed {
-            path: path(),
-            expected: size,
-            actual,
-        };
-        let mut copied = 0u64;
-        while copied < size {
-            if self.buf.len() >= FLUSH_AT {
-                self.flush()?;
-            }
-            let room = self.buf.capacity() - self.buf.len();
-            let wanted = room.min((size - copied) as usize);
-            match self.read_more(file, wanted) {
-                Ok(0) => return Err(changed(copied)),
-                Ok(n) => copied += n as u64,
-                Err(e) => return Err(Error::io("read", path(), e)),
-            }
-        }
+        self.append_region(file, 0, size, path)?;
         let mut probe = [0u8; 1];
-        match retry(|| read(file, &mut probe)) {
+        match retry(|| pread(file, &mut probe, size)) {
             Ok(0) => Ok(()),
-            Ok(_) => Err(changed(size + 1)),
+            Ok(_) => Err(Error::Changed {
+                path: path(),
+                expected: size,
+                actual: size + 1,
+            }),
             Err(e) => Err(Error::io("read", path(), e)),
         }
     }
@@ -637,23 +624,25 @@ impl Packer<'_> {
         }
     }
 
-    /// Appends `len` bytes of `fd` from `offset` (a file region a source hands over).
+    /// Appends exactly `len` bytes of `fd` from `offset` (`path` in messages) in
+    /// buffer-sized reads, handing each full buffer to the writer; [`Error::Changed`] when
+    /// the file ends before.
     fn append_region(
         &mut self,
         fd: BorrowedFd<'_>,
         mut offset: u64,
         len: u64,
-        name: &[u8],
+        path: &impl Fn() -> TreePath,
     ) -> Result<()> {
         let end = offset + len;
         while offset < end {
             let room = &mut self.buf.spare_capacity_mut()[..];
             let want = room.len().min((end - offset) as usize);
             let n = retry(|| pread(fd, &mut room[..want], offset).map(|(got, _)| got.len()))
-                .map_err(|e| Error::io("read", path_in(&self.dir, name), e))?;
+                .map_err(|e| Error::io("read", path(), e))?;
             if n == 0 {
                 return Err(Error::Changed {
-                    path: path_in(&self.dir, name),
+                    path: path(),
                     expected: len,
                     actual: len - (end - offset),
                 });
@@ -731,7 +720,8 @@ impl Sink for Packer<'_> {
                 fd, offset, len, ..
             } => {
                 push_file_header(&mut self.buf, name, mode, len);
-                self.append_region(fd, offset, len, name)?;
+                let dir = self.dir.clone();
+                self.append_region(fd, offset, len, &|| path_in(&dir, name))?;
                 self.counted(len);
             }
             Content::Stream { size, first } => {

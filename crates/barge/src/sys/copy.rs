@@ -52,6 +52,21 @@ fn read_write(
     mut moved: impl FnMut(u64) -> Result<()>,
 ) -> Result<u64> {
     let mut buf = vec![0u8; (size as usize).min(FALLBACK_BUFFER)];
+    read_chunks(from, size, &mut buf, path, |chunk| {
+        write_all(to, chunk, &mut moved)
+    })
+}
+
+/// Reads the first `size` bytes of the regular file `from` (`path` in messages) in
+/// `buf`-sized `pread`s, handing each piece to `each`; returns the bytes read: fewer than
+/// `size` when `from` was shorter.
+pub(crate) fn read_chunks(
+    from: BorrowedFd<'_>,
+    size: u64,
+    buf: &mut [u8],
+    path: &TreePath,
+    mut each: impl FnMut(&[u8]) -> Result<()>,
+) -> Result<u64> {
     let mut offset = 0u64;
     while offset < size {
         let want = (size - offset).min(buf.len() as u64) as usize;
@@ -60,16 +75,26 @@ fn read_write(
         if n == 0 {
             break;
         }
-        let mut rest = &buf[..n];
-        while !rest.is_empty() {
-            let wrote = retry(|| write(to, rest))
-                .map_err(|e| Error::io("write archive", TreePath::default(), e))?;
-            rest = &rest[wrote..];
-            moved(wrote as u64)?;
-        }
+        each(&buf[..n])?;
         offset += n as u64;
     }
     Ok(offset)
+}
+
+/// Writes all of `bytes` to the archive output `to`, calling `moved` after each `write`
+/// with its byte count.
+pub(crate) fn write_all(
+    to: BorrowedFd<'_>,
+    mut bytes: &[u8],
+    mut moved: impl FnMut(u64) -> Result<()>,
+) -> Result<()> {
+    while !bytes.is_empty() {
+        let n = retry(|| write(to, bytes))
+            .map_err(|e| Error::os("write archive", TreePath::default(), e.into()))?;
+        bytes = &bytes[n..];
+        moved(n as u64)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

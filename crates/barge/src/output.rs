@@ -348,7 +348,7 @@ impl<W: io::Write + Send> IoWriter<W> {
         path: &TreePath,
         progress: &Progress,
     ) -> Result<()> {
-        let read = read_chunks(file, size, buf, path, |chunk| {
+        let read = read_chunks(file, 0, size, buf, path, |chunk| {
             self.write_bytes(chunk, progress)?;
             check()
         })?;

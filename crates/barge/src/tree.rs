@@ -10,6 +10,8 @@ use std::os::fd::BorrowedFd;
 use rustix::fs::FileType;
 
 use crate::error::Error;
+use crate::sys::copy::read_chunks;
+use crate::sys::FILE_FLAGS;
 
 /// What kind of entry a name is.
 #[non_exhaustive]
@@ -323,35 +325,27 @@ impl Sink for Recording {
 
 /// All of a file's content as bytes (reads [`Content::File`] and [`Content::Unopened`]).
 fn read_content(entry: &Entry<'_>, content: Content<'_>) -> Result<Vec<u8>, Error> {
-    use rustix::fs::{openat, Mode, OFlags};
-    use rustix::io::pread;
-    let path = || crate::TreePath(entry.name.to_vec());
-    let read_all = |fd: BorrowedFd<'_>, offset: u64, len: Option<u64>| {
+    use rustix::fs::{openat, Mode};
+    let path = crate::TreePath(entry.name.to_vec());
+    let read_all = |fd: BorrowedFd<'_>, offset: u64, len: u64| {
         let mut bytes = Vec::new();
         let mut buf = vec![0u8; 1 << 16];
-        loop {
-            let want = len.map_or(buf.len(), |len| {
-                (len - bytes.len() as u64).min(buf.len() as u64) as usize
-            });
-            let n = pread(fd, &mut buf[..want], offset + bytes.len() as u64)
-                .map_err(|e| Error::io("read", path(), e))?;
-            if n == 0 {
-                return Ok(bytes);
-            }
-            bytes.extend_from_slice(&buf[..n]);
-        }
+        read_chunks(fd, offset, len, &mut buf, &path, |chunk| {
+            bytes.extend_from_slice(chunk);
+            Ok(())
+        })?;
+        Ok(bytes)
     };
     match content {
         Content::Bytes(bytes) => Ok(bytes.to_vec()),
         Content::Stream { first, .. } => Ok(first.to_vec()),
         Content::File {
             fd, offset, len, ..
-        } => read_all(fd, offset, Some(len)),
+        } => read_all(fd, offset, len),
         Content::Unopened { dir } => {
-            let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-            let fd = openat(dir, entry.name, flags, Mode::empty())
-                .map_err(|e| Error::io("open", path(), e))?;
-            read_all(std::os::fd::AsFd::as_fd(&fd), 0, None)
+            let fd = openat(dir, entry.name, FILE_FLAGS, Mode::empty())
+                .map_err(|e| Error::io("open", path.clone(), e))?;
+            read_all(std::os::fd::AsFd::as_fd(&fd), 0, u64::MAX)
         }
     }
 }

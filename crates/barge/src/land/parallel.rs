@@ -589,6 +589,14 @@ struct Plan {
     batch_cost: u64,
 }
 
+impl Plan {
+    /// Entries decoded so far (the directory `feed` holds too): the archive index errors of
+    /// the decoder are reported at.
+    fn decoded(&self, feed: &Feed) -> u64 {
+        self.entries + u64::from(feed.holding())
+    }
+}
+
 impl Parser {
     fn new(limits: Limits) -> Parser {
         Parser {
@@ -605,10 +613,9 @@ impl Parser {
         }
     }
 
-    /// Entries decoded so far (the held directory too): the archive index errors of the
-    /// decoder are reported at.
+    /// See [`Plan::decoded`].
     fn decoded(&self) -> u64 {
-        self.plan.entries + u64::from(self.feed.holding())
+        self.plan.decoded(&self.feed)
     }
 
     /// Decodes the whole messages of `source` into batches for `here`; stops early at a
@@ -624,7 +631,7 @@ impl Parser {
         let mut planner = Planner::<L>::new(&mut self.plan, input, batch, None);
         let mut pos = 0;
         let outcome = loop {
-            let decoded = planner.plan.entries + u64::from(self.feed.holding());
+            let decoded = planner.plan.decoded(&self.feed);
             if decoded >= stop.load(Relaxed) {
                 break Parsed::Stopped;
             }

@@ -52,33 +52,34 @@ fn read_write(
     mut moved: impl FnMut(u64) -> Result<()>,
 ) -> Result<u64> {
     let mut buf = vec![0u8; (size as usize).min(FALLBACK_BUFFER)];
-    read_chunks(from, size, &mut buf, path, |chunk| {
+    read_chunks(from, 0, size, &mut buf, path, |chunk| {
         write_all(to, chunk, &mut moved)
     })
 }
 
-/// Reads the first `size` bytes of the regular file `from` (`path` in messages) in
+/// Reads the `len` bytes of the regular file `from` (`path` in messages) at `start` in
 /// `buf`-sized `pread`s, handing each piece to `each`; returns the bytes read: fewer than
-/// `size` when `from` was shorter.
+/// `len` when `from` ends before.
 pub(crate) fn read_chunks(
     from: BorrowedFd<'_>,
-    size: u64,
+    start: u64,
+    len: u64,
     buf: &mut [u8],
     path: &TreePath,
     mut each: impl FnMut(&[u8]) -> Result<()>,
 ) -> Result<u64> {
-    let mut offset = 0u64;
-    while offset < size {
-        let want = (size - offset).min(buf.len() as u64) as usize;
-        let n = retry(|| pread(from, &mut buf[..want], offset))
+    let mut read = 0u64;
+    while read < len {
+        let want = (len - read).min(buf.len() as u64) as usize;
+        let n = retry(|| pread(from, &mut buf[..want], start + read))
             .map_err(|e| Error::io("read", path.clone(), e))?;
         if n == 0 {
             break;
         }
         each(&buf[..n])?;
-        offset += n as u64;
+        read += n as u64;
     }
-    Ok(offset)
+    Ok(read)
 }
 
 /// Writes all of `bytes` to the archive output `to`, calling `moved` after each `write`

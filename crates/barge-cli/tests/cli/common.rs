@@ -472,3 +472,8 @@ fn read_full(file: &mut fs::File, buf: &mut [u8]) -> usize {
     }
     filled
 }
+
+/// Says, where `cargo test` output shows it, that a test did not run here and why.
+pub fn skipped(reason: impl std::fmt::Display) {
+    eprintln!("\n*** SKIPPED: {reason} ***\n");
+}

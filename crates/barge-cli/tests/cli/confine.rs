@@ -264,7 +264,7 @@ fn inspect_waiting_child(prefix: &str, owner: u32, unconfined: bool) {
 #[test]
 fn a_child_as_root_is_a_chroot_holding_only_its_pipes() {
     if !is_root() {
-        eprintln!("\n*** SKIPPED: the root sandbox needs root ***\n");
+        skipped("the root sandbox needs root");
         return;
     }
     inspect_waiting_child("", 0, false);
@@ -273,7 +273,7 @@ fn a_child_as_root_is_a_chroot_holding_only_its_pipes() {
 #[test]
 fn a_child_as_user_is_a_chroot_holding_only_its_pipes() {
     if !is_root() || !unprivileged_userns() {
-        eprintln!("\n*** SKIPPED: needs root (for setpriv) and unprivileged user namespaces ***\n");
+        skipped("needs root (for setpriv) and unprivileged user namespaces");
         return;
     }
     let setpriv = "setpriv --reuid 65534 --regid 65534 --clear-groups";
@@ -296,7 +296,7 @@ fn without_userns() -> Option<String> {
 #[test]
 fn an_unconfined_child_still_holds_only_its_pipes() {
     let Some(prefix) = without_userns() else {
-        eprintln!("\n*** SKIPPED: cannot nest user namespaces here ***\n");
+        skipped("cannot nest user namespaces here");
         return;
     };
     inspect_waiting_child(&prefix, 0, true);
@@ -305,9 +305,7 @@ fn an_unconfined_child_still_holds_only_its_pipes() {
 #[test]
 fn without_user_namespaces_the_child_refuses_unless_allowed_to_land_unconfined() {
     let Some(prefix) = without_userns() else {
-        eprintln!(
-            "\n*** SKIPPED: cannot nest user namespaces here to simulate their absence ***\n"
-        );
+        skipped("cannot nest user namespaces here to simulate their absence");
         return;
     };
     let setup = Setup::new();

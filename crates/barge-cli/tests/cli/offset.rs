@@ -191,7 +191,7 @@ impl Drop for Loop {
 #[test]
 fn a_loop_device_holds_an_archive_at_an_offset_or_at_its_start() {
     if !is_root() {
-        eprintln!("\n*** SKIPPED: needs root for losetup ***\n");
+        skipped("needs root for losetup");
         return;
     }
     let work = tempdir();
@@ -208,10 +208,10 @@ fn a_loop_device_holds_an_archive_at_an_offset_or_at_its_start() {
             .output()
             .unwrap();
         if !out.status.success() {
-            eprintln!(
-                "\n*** SKIPPED: no loop device: {} ***\n",
+            skipped(format_args!(
+                "no loop device: {}",
                 String::from_utf8_lossy(&out.stderr)
-            );
+            ));
             return;
         }
         let device = Loop(String::from_utf8(out.stdout).unwrap().trim().to_string());

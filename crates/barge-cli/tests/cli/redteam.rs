@@ -414,7 +414,7 @@ impl Drop for Mounted {
 #[test]
 fn a_full_disk_leaves_every_earlier_entry_whole_and_no_short_file() {
     if !is_root() {
-        eprintln!("\n*** SKIPPED: needs root to mount a small tmpfs ***\n");
+        skipped("needs root to mount a small tmpfs");
         return;
     }
     let work = Work::new();
@@ -599,7 +599,9 @@ fn a_mapped_archive_truncated_while_it_lands_fails_cleanly() {
 #[test]
 fn a_failed_pack_as_nobody_leaves_what_output_names() {
     if !is_root() {
-        eprintln!("\n*** SKIPPED: needs root to switch to uid {NOBODY} with setpriv ***\n");
+        skipped(format_args!(
+            "needs root to switch to uid {NOBODY} with setpriv"
+        ));
         return;
     }
     let work = Work::new();

@@ -68,7 +68,9 @@ pub fn unprivileged_userns() -> bool {
 #[test]
 fn unprivileged_user_unpacks_inside_the_sandbox() {
     if !is_root() {
-        eprintln!("\n*** SKIPPED: needs root to switch to uid {NOBODY} with setpriv ***\n");
+        skipped(format_args!(
+            "needs root to switch to uid {NOBODY} with setpriv"
+        ));
         return;
     }
     let setup = Setup::new();
@@ -143,9 +145,7 @@ fn without_user_namespaces_the_fallback_gives_a_notice_and_lands() {
     // Simulated with the kernel's nesting limit: barge runs as uid 65534 in the deepest
     // namespace that can be created, so its own unshare fails.
     let Some(levels) = deepest_userns() else {
-        eprintln!(
-            "\n*** SKIPPED: cannot nest user namespaces here to simulate their absence ***\n"
-        );
+        skipped("cannot nest user namespaces here to simulate their absence");
         return;
     };
     let setup = Setup::new();
@@ -251,7 +251,7 @@ fn inspect_waiting_unpack(as_user: bool) {
 #[test]
 fn sandbox_as_root_is_a_chroot_holding_no_outside_fd() {
     if !is_root() {
-        eprintln!("\n*** SKIPPED: the root sandbox needs root ***\n");
+        skipped("the root sandbox needs root");
         return;
     }
     inspect_waiting_unpack(false);
@@ -260,7 +260,7 @@ fn sandbox_as_root_is_a_chroot_holding_no_outside_fd() {
 #[test]
 fn sandbox_as_user_is_a_chroot_holding_no_outside_fd() {
     if !is_root() || !unprivileged_userns() {
-        eprintln!("\n*** SKIPPED: needs root (for setpriv) and unprivileged user namespaces ***\n");
+        skipped("needs root (for setpriv) and unprivileged user namespaces");
         return;
     }
     inspect_waiting_unpack(true);

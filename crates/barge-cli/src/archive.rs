@@ -11,7 +11,7 @@ use barge::output::{Kind, Output};
 use barge::pack::Pack;
 use barge::root::Confinement;
 use barge::sys::fds::raise_fd_limit;
-use barge::tree::{self, Content, Entry, Sink};
+use barge::tree::{self, Content, DirPath, Entry, Sink};
 use barge::unpack::{Archive, Unpack};
 use barge::{Progress, TreePath};
 use rustix::fs::{open, Mode, OFlags};
@@ -158,8 +158,7 @@ pub fn list(archive: Option<&Path>, json: bool, operation: Unpack) -> Result<Exi
     let mut printer = Printer {
         out: std::io::BufWriter::with_capacity(1 << 16, stdout.lock()),
         json,
-        dir: Vec::new(),
-        starts: Vec::new(),
+        dir: DirPath::default(),
     };
     let result = operation.list(&input, &mut printer);
     let flushed = printer.out.flush();
@@ -172,16 +171,14 @@ pub fn list(archive: Option<&Path>, json: bool, operation: Unpack) -> Result<Exi
 struct Printer<W: Write> {
     out: W,
     json: bool,
-    /// The path of the directory entered last.
-    dir: Vec<u8>,
-    /// Where in `dir` the name of each directory entered starts.
-    starts: Vec<usize>,
+    /// Where the listing is.
+    dir: DirPath,
 }
 
 impl<W: Write> Printer<W> {
     /// Prints the line of `entry` (in the directory entered last), of `size` bytes.
     fn print(&mut self, entry: &Entry<'_>, size: u64) -> barge::Result<()> {
-        let path = TreePath::join([&self.dir[..]], entry.name);
+        let path = self.dir.join(entry.name);
         let dir = entry.kind == tree::Kind::Dir;
         let mode = entry.meta.mode;
         let line = if self.json {
@@ -209,17 +206,12 @@ impl<W: Write> Sink for Printer<W> {
 
     fn enter_dir(&mut self, entry: &Entry<'_>) -> barge::Result<()> {
         self.print(entry, 0)?;
-        self.starts.push(self.dir.len());
-        if !self.dir.is_empty() {
-            self.dir.push(b'/');
-        }
-        self.dir.extend_from_slice(entry.name);
+        self.dir.enter(entry.name);
         Ok(())
     }
 
     fn leave_dir(&mut self) -> barge::Result<()> {
-        let start = self.starts.pop().expect("a directory was entered");
-        self.dir.truncate(start);
+        self.dir.leave();
         Ok(())
     }
 

@@ -35,7 +35,7 @@ use crate::output::{ArchiveWriter, FdWriter, IoWriter, Output};
 use crate::sys::ring::Ring;
 use crate::sys::thread::spawn_elsewhere;
 use crate::sys::FILE_FLAGS;
-use crate::tree::{Content, Entry, Kind, Sink};
+use crate::tree::{Content, DirPath, Entry, Kind, Sink};
 use crate::walk::walk;
 use crate::Progress;
 
@@ -163,7 +163,7 @@ fn encode<W: ArchiveWriter>(
         progress,
         ring: Ring::new(4 * RING_FILES as u32, RING_FILES as u32).ok(),
         run: Run::default(),
-        dir: Vec::new(),
+        dir: DirPath::default(),
         streaming: None,
     };
     std::thread::scope(|scope| {
@@ -196,7 +196,7 @@ pub(crate) struct Packer<'a> {
     ring: Option<Ring>,
     run: Run,
     /// The path of the directory entered last, for messages.
-    dir: Vec<u8>,
+    dir: DirPath,
     /// The file announced last as [`Content::Stream`]: its name, size and bytes so far.
     streaming: Option<(Vec<u8>, u64, u64)>,
 }
@@ -217,11 +217,6 @@ impl Run {
         let end = self.starts.get(i + 1).map_or(self.names.len(), |&e| e) - 1;
         &self.names[self.starts[i]..end]
     }
-}
-
-/// The path of `name` in the directory `dir`, for messages.
-fn path_in(dir: &[u8], name: &[u8]) -> TreePath {
-    TreePath::join([dir], name)
 }
 
 /// What `statx` says of a listed file.
@@ -430,11 +425,11 @@ impl Packer<'_> {
                 .expect("names are stored with their NUL");
             let mask = StatxFlags::TYPE | StatxFlags::MODE | StatxFlags::SIZE | StatxFlags::INO;
             let st = statx(dir, name, AtFlags::SYMLINK_NOFOLLOW, mask)
-                .map_err(|e| Error::io("statx", path_in(&self.dir, self.run.name(i)), e))?;
+                .map_err(|e| Error::io("statx", self.dir.join(self.run.name(i)), e))?;
             let kind = FileType::from_raw_mode(u32::from(st.stx_mode));
             let dev = rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor);
             if kind != FileType::RegularFile {
-                self.skip(path_in(&self.dir, self.run.name(i)), Kind::of(kind));
+                self.skip(self.dir.join(self.run.name(i)), Kind::of(kind));
             } else if self.is_itself(dev, st.stx_ino) {
                 // The archive itself: left out without a word.
             } else if st.stx_size <= INLINE_MAX {
@@ -447,7 +442,7 @@ impl Packer<'_> {
                 self.read_ring(dir, &small)?;
                 small.clear();
                 let name = self.run.name(i).to_vec();
-                let path = path_in(&self.dir, &name);
+                let path = self.dir.join(&name);
                 self.open_and_pack(dir, &name, || path.clone())?;
             }
         }
@@ -550,7 +545,7 @@ impl Packer<'_> {
         let results = ring.run().map_err(|e| {
             Error::io(
                 "io_uring_enter",
-                path_in(&self.dir, self.run.name(files[0].0)),
+                self.dir.join(self.run.name(files[0].0)),
                 e,
             )
         })?;
@@ -559,7 +554,7 @@ impl Packer<'_> {
                 r if r < 0 => Err(Errno::from_raw_os_error(-r)),
                 r => Ok(r as u64),
             };
-            let path = || path_in(&self.dir, self.run.name(i));
+            let path = || self.dir.join(self.run.name(i));
             result(0).map_err(|e| Error::io("open", path(), e))?;
             let got = result(1).map_err(|e| Error::io("read", path(), e))?;
             let more = result(2).map_err(|e| Error::io("read", path(), e))?;
@@ -591,13 +586,13 @@ impl Packer<'_> {
         if self.ring.is_none() {
             // Lent out, so that messages name the file without a copy per file.
             let dir_path = std::mem::take(&mut self.dir);
-            let packed = self.open_and_pack(dir, name, || path_in(&dir_path, name));
+            let packed = self.open_and_pack(dir, name, || dir_path.join(name));
             self.dir = dir_path;
             return packed;
         }
         if self.run.dir.is_none() {
             let dup = fcntl_dupfd_cloexec(dir, 0)
-                .map_err(|e| Error::io("dup directory", TreePath(self.dir.clone()), e))?;
+                .map_err(|e| Error::io("dup directory", self.dir.join(b""), e))?;
             self.run.dir = Some(dup);
         }
         self.run.starts.push(self.run.names.len());
@@ -661,7 +656,7 @@ impl Packer<'_> {
     fn stream_ended(&mut self) -> Result<()> {
         match self.streaming.take() {
             Some((name, size, got)) if got != size => Err(Error::Changed {
-                path: path_in(&self.dir, &name),
+                path: self.dir.join(&name),
                 expected: size,
                 actual: got,
             }),
@@ -680,10 +675,7 @@ impl Sink for Packer<'_> {
         push_dir(&mut self.buf, entry.name, entry.meta.mode);
         self.summary.dirs += 1;
         self.progress.add_entry(0);
-        if !self.dir.is_empty() {
-            self.dir.push(b'/');
-        }
-        self.dir.extend_from_slice(entry.name);
+        self.dir.enter(entry.name);
         Ok(())
     }
 
@@ -691,8 +683,7 @@ impl Sink for Packer<'_> {
         self.stream_ended()?;
         self.end_run()?;
         push_pop(&mut self.buf);
-        let parent = self.dir.iter().rposition(|&b| b == b'/');
-        self.dir.truncate(parent.unwrap_or(0));
+        self.dir.leave();
         if self.buf.len() >= FLUSH_AT {
             self.flush()?;
         }
@@ -720,8 +711,10 @@ impl Sink for Packer<'_> {
                 fd, offset, len, ..
             } => {
                 push_file_header(&mut self.buf, name, mode, len);
-                let dir = self.dir.clone();
-                self.append_region(fd, offset, len, &|| path_in(&dir, name))?;
+                let dir = std::mem::take(&mut self.dir);
+                let appended = self.append_region(fd, offset, len, &|| dir.join(name));
+                self.dir = dir;
+                appended?;
                 self.counted(len);
             }
             Content::Stream { size, first } => {
@@ -741,7 +734,7 @@ impl Sink for Packer<'_> {
         *got += data.len() as u64;
         if *got > *size {
             return Err(Error::Changed {
-                path: path_in(&self.dir, name),
+                path: self.dir.join(name),
                 expected: *size,
                 actual: *got,
             });
@@ -752,7 +745,7 @@ impl Sink for Packer<'_> {
     /// Records the entry as skipped.
     fn other(&mut self, entry: &Entry<'_>) -> Result<()> {
         self.stream_ended()?;
-        self.skip(path_in(&self.dir, entry.name), entry.kind);
+        self.skip(self.dir.join(entry.name), entry.kind);
         Ok(())
     }
 

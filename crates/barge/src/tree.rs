@@ -9,7 +9,7 @@ use std::os::fd::BorrowedFd;
 
 use rustix::fs::FileType;
 
-use crate::error::Error;
+use crate::error::{Error, TreePath};
 use crate::sys::copy::read_chunks;
 use crate::sys::FILE_FLAGS;
 
@@ -237,6 +237,37 @@ impl<S: Sink + ?Sized> Sink for &mut S {
     }
 }
 
+/// Where a sink is: the path of the directory entered last, kept from the
+/// [`Sink::enter_dir`] and [`Sink::leave_dir`] calls it gets, for messages and listings.
+#[derive(Clone, Debug, Default)]
+pub struct DirPath {
+    path: Vec<u8>,
+    /// Where in `path` the name of each directory entered starts.
+    starts: Vec<usize>,
+}
+
+impl DirPath {
+    /// Into the directory `name`.
+    pub fn enter(&mut self, name: &[u8]) {
+        self.starts.push(self.path.len());
+        if !self.path.is_empty() {
+            self.path.push(b'/');
+        }
+        self.path.extend_from_slice(name);
+    }
+
+    /// Back to the parent.
+    pub fn leave(&mut self) {
+        let start = self.starts.pop().expect("a directory was entered");
+        self.path.truncate(start);
+    }
+
+    /// The path of `name` in the current directory (of the directory itself when empty).
+    pub fn join(&self, name: &[u8]) -> TreePath {
+        TreePath::join([&self.path[..]], name)
+    }
+}
+
 /// One call a [`Recording`] received, with owned names and content.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Recorded {
@@ -326,7 +357,7 @@ impl Sink for Recording {
 /// All of a file's content as bytes (reads [`Content::File`] and [`Content::Unopened`]).
 fn read_content(entry: &Entry<'_>, content: Content<'_>) -> Result<Vec<u8>, Error> {
     use rustix::fs::{openat, Mode};
-    let path = crate::TreePath(entry.name.to_vec());
+    let path = TreePath(entry.name.to_vec());
     let read_all = |fd: BorrowedFd<'_>, offset: u64, len: u64| {
         let mut bytes = Vec::new();
         let mut buf = vec![0u8; 1 << 16];
@@ -359,6 +390,19 @@ mod tests {
         assert_eq!(Kind::Symlink.name(), "symlink");
         assert_eq!(Kind::Unknown.name(), "entry of unknown type");
         assert_eq!(Kind::File.with_article(), "a regular file");
+    }
+
+    #[test]
+    fn dir_path_follows_enter_and_leave() {
+        let mut at = DirPath::default();
+        assert_eq!(at.join(b"").to_string(), ".");
+        at.enter(b"a");
+        at.enter(b"bb");
+        assert_eq!(at.join(b"c").0, b"a/bb/c");
+        at.leave();
+        assert_eq!(at.join(b"x").0, b"a/x");
+        at.leave();
+        assert_eq!(at.join(b"top").0, b"top");
     }
 
     #[test]

@@ -12,20 +12,7 @@ use rustix::fs::{fstat, openat, statat, AtFlags, FileType, Mode};
 use crate::error::{Error, Result, TreePath};
 use crate::sys::dir::{dirent_buffer, Listing};
 use crate::sys::DIR_FLAGS;
-use crate::tree::{Content, Entry, Kind, Meta, Sink};
-
-/// Where the walk is: the names of the directories above the current entry.
-#[derive(Default, Debug)]
-struct Location {
-    dirs: Vec<Box<[u8]>>,
-}
-
-impl Location {
-    /// The path of `name` in the current directory.
-    fn path(&self, name: &[u8]) -> TreePath {
-        TreePath::join(self.dirs.iter().map(|d| &d[..]), name)
-    }
-}
+use crate::tree::{Content, DirPath, Entry, Kind, Meta, Sink};
 
 struct Frame {
     fd: OwnedFd,
@@ -49,16 +36,16 @@ pub fn walk<S: Sink>(root: OwnedFd, sink: &mut S) -> std::result::Result<(), S::
 
 fn walk_into<S: Sink>(root: OwnedFd, sink: &mut S) -> std::result::Result<(), S::Error> {
     let mut buf = dirent_buffer();
-    let mut at = Location::default();
+    let mut at = DirPath::default();
     let mut pool: Vec<Listing> = Vec::new();
     let mut name = Vec::with_capacity(256);
-    let mut stack = vec![open_frame(root, &mut buf, &mut pool, || at.path(b""))?];
+    let mut stack = vec![open_frame(root, &mut buf, &mut pool, || at.join(b""))?];
     while let Some(frame) = stack.last_mut() {
         if frame.next == frame.listing.len() {
             let done = stack.pop().expect("frame exists");
             pool.push(done.listing);
             if !stack.is_empty() {
-                at.dirs.pop();
+                at.leave();
                 sink.leave_dir()?;
             }
             continue;
@@ -70,7 +57,7 @@ fn walk_into<S: Sink>(root: OwnedFd, sink: &mut S) -> std::result::Result<(), S:
         let parent = frame.fd.as_fd();
         if kind == FileType::Unknown {
             let stat = statat(parent, &name[..], AtFlags::SYMLINK_NOFOLLOW)
-                .map_err(|e| Error::io("fstatat", at.path(&name), e))?;
+                .map_err(|e| Error::io("fstatat", at.join(&name), e))?;
             kind = FileType::from_raw_mode(stat.st_mode);
         }
         match kind {
@@ -82,7 +69,7 @@ fn walk_into<S: Sink>(root: OwnedFd, sink: &mut S) -> std::result::Result<(), S:
                     sink.empty_dir(&entry)?;
                 } else {
                     sink.enter_dir(&entry)?;
-                    at.dirs.push(name.as_slice().into());
+                    at.enter(&name);
                     stack.push(dir);
                 }
             }
@@ -107,12 +94,12 @@ fn open_dir(
     name: &[u8],
     buf: &mut [MaybeUninit<u8>],
     pool: &mut Vec<Listing>,
-    at: &Location,
+    at: &DirPath,
 ) -> Result<(Frame, u32)> {
     let fd = openat(parent, name, DIR_FLAGS, Mode::empty())
-        .map_err(|e| Error::io("open directory", at.path(name), e))?;
-    let stat = fstat(&fd).map_err(|e| Error::io("fstat", at.path(name), e))?;
-    let frame = open_frame(fd, buf, pool, || at.path(name))?;
+        .map_err(|e| Error::io("open directory", at.join(name), e))?;
+    let stat = fstat(&fd).map_err(|e| Error::io("fstat", at.join(name), e))?;
+    let frame = open_frame(fd, buf, pool, || at.join(name))?;
     Ok((frame, stat.st_mode & 0o7777))
 }
 

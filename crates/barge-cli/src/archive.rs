@@ -114,10 +114,15 @@ pub fn pack(args: PackArgs) -> Result<Exit> {
         .progress(&progress)
         .archive(args.archive)
         .exclude(exclude);
-    let (result, elapsed) = with_progress(args.out, &progress, None, || match file {
-        Some(file) => pack.to_output(file),
-        None => pack.to_fd(stdout.as_fd()),
-    });
+    let (result, elapsed) = with_progress(
+        args.out,
+        &progress,
+        || None,
+        || match file {
+            Some(file) => pack.to_output(file),
+            None => pack.to_fd(stdout.as_fd()),
+        },
+    );
     let inputs = args.dirs.iter().map(|d| shown_path(d)).collect::<Vec<_>>();
     let packed = result
         .with_context(|| pack_failed(&inputs.join(", "), output, kind, progress.written()))?;
@@ -240,9 +245,13 @@ pub fn unpack(
         ));
     }
     let progress = Progress::default();
-    let (result, elapsed) = with_progress(out, &progress, input.size(), || {
-        operation.land(&input, &mut destination, &progress)
-    });
+    let size = input.size();
+    let (result, elapsed) = with_progress(
+        out,
+        &progress,
+        || size,
+        || operation.land(&input, &mut destination, &progress),
+    );
     let landed = result
         .map_err(|e| explain(e, &input, archive))
         .with_context(|| match new {
@@ -308,7 +317,7 @@ fn not_a_directory(path: &Path) -> Option<&'static str> {
 }
 
 /// One warning per kind of metadata the unpack could not restore.
-fn warn_not_restored(skipped: &NotRestored) {
+pub fn warn_not_restored(skipped: &NotRestored) {
     for (n, what) in [
         (
             skipped.owners,

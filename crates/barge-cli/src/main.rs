@@ -3,6 +3,7 @@
 #[cfg(any(target_env = "musl", test))]
 mod alloc;
 mod archive;
+mod cp;
 mod du;
 mod list;
 mod report;
@@ -296,6 +297,15 @@ enum Command {
         #[command(flatten)]
         region: Region,
     },
+    /// Copy trees (or any entries) to DEST, keeping what `cp -a` keeps, on every core.
+    ///
+    /// DEST absent: the one SRC is copied as DEST; DEST a directory: each SRC is copied
+    /// into it under its own name. Modes, times, symlinks, hard links, fifos and sockets by
+    /// default; -a adds owners, extended attributes (ACLs) and devices. Below SRC and DEST
+    /// nothing is followed or written through: new entries are created exclusively and an
+    /// existing one is an error unless --update, --overwrite or --skip-old-files; an entry
+    /// that cannot be copied is named and the copy goes on (exit status 1 at the end).
+    Cp(cp::CpArgs),
     /// Apparent bytes, files, directories and other entries of each PATH, like `du -sb`.
     ///
     /// Hard-linked files are counted once, symlinks are never followed, unreadable entries
@@ -331,7 +341,10 @@ fn main() -> ExitCode {
         Err(e) => return command_line_error(e),
     };
     // What a listing writes is read by people and filters, which may stop early (`| head`).
-    let listing = !matches!(cli.command, Command::Pack(_) | Command::Unpack { .. });
+    let listing = !matches!(
+        cli.command,
+        Command::Pack(_) | Command::Unpack { .. } | Command::Cp(_)
+    );
     // Commands that write stop cleanly on a signal; the others only read, and die as usual.
     if !listing || matches!(cli.command, Command::List { .. }) {
         barge::interrupt::catch_signals();
@@ -369,6 +382,7 @@ impl Command {
             Command::Unpack { out, .. } => out.json.then_some(false),
             Command::List { json, .. } => json.then_some(false),
             Command::Du(args) => args.json().then_some(false),
+            Command::Cp(args) => args.json().then_some(false),
             Command::Man { .. } | Command::Completions { .. } => None,
         }
     }
@@ -421,6 +435,7 @@ fn run(command: Command) -> anyhow::Result<Exit> {
             archive::list(archive.as_deref(), format, operation)
         }
         Command::Du(args) => du::du(args),
+        Command::Cp(args) => cp::cp(args),
         Command::Man { dir: Some(dir) } => {
             let shown = report::shown_path(&dir);
             clap_mangen::generate_to(Cli::command(), &dir)

@@ -21,7 +21,8 @@ macro_rules! exit_status {
 0: done.
 
 1: an error stopped the command, or the command line was wrong. An unpack into a new DEST
-leaves no DEST; a pack to -o FILE leaves FILE as it was.
+leaves no DEST; a pack to -o FILE leaves FILE as it was. cp goes on past an entry it cannot
+copy (each is named) and exits with 1 at the end, as cp does.
 
 2: done, but some entries were left out, each named in a warning (files that pack could not
 read, entries du could not measure).
@@ -106,19 +107,20 @@ pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
 
 /// Runs `work` while a progress line is refreshed on stderr, once the work has run for a
 /// second: on a terminal (or anywhere with `--progress`: then a new line each second), and
-/// never with `--no-progress` or `-q`. With the `total` bytes known it shows how far along
-/// the work is and how long the rest should take. Returns the result and the elapsed time.
+/// never with `--no-progress` or `-q`. With the `total` bytes known (asked each time, as a
+/// concurrent count may find it) it shows how far along the work is and how long the rest
+/// should take. Returns the result and the elapsed time.
 pub fn with_progress<T>(
     out: OutputArgs,
     progress: &Progress,
-    total: Option<u64>,
+    total: impl Fn() -> Option<u64> + Sync,
     work: impl FnOnce() -> T,
 ) -> (T, Duration) {
     let start = Instant::now();
-    let terminal = std::io::stderr().is_terminal();
-    if out.quiet || out.no_progress || !(terminal || out.progress) {
+    if !shows_progress(out) {
         return (work(), start.elapsed());
     }
+    let terminal = std::io::stderr().is_terminal();
     let done = AtomicBool::new(false);
     let result = std::thread::scope(|scope| {
         scope.spawn(|| {
@@ -131,7 +133,7 @@ pub fn with_progress<T>(
                 if elapsed < next || done.load(Ordering::Relaxed) {
                     continue;
                 }
-                let line = progress_line(progress.entries(), progress.bytes(), total, elapsed);
+                let line = progress_line(progress.entries(), progress.bytes(), total(), elapsed);
                 match terminal {
                     true => eprint!("\r\x1b[K{line}"),
                     false => eprintln!("{line}"),
@@ -151,6 +153,11 @@ pub fn with_progress<T>(
         result
     });
     (result, start.elapsed())
+}
+
+/// Whether [`with_progress`] shows a progress line.
+pub fn shows_progress(out: OutputArgs) -> bool {
+    !(out.quiet || out.no_progress) && (out.progress || std::io::stderr().is_terminal())
 }
 
 /// `42% 1.2 GiB, 1234 entries, 150.0 MiB/s, 0:11 left` (without a `total`, from the entries

@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 
 pub mod confine;
+pub mod cp;
 pub mod du;
 pub mod error;
 pub mod exclude;

@@ -81,11 +81,11 @@ struct PartFile {
     replacing: bool,
 }
 
-/// How an entry was created, by [`SyncLander::create_at`].
-enum Made<T> {
+/// How an entry was created, by [`create_at`].
+pub(crate) enum Made<T> {
     /// At its name.
     Here(T),
-    /// Under the temporary name in [`SyncLander::temp`], to be renamed over its name.
+    /// Under the temporary name given, to be renamed over its name.
     Replacing(T),
     /// Not at all: its name existed and the policy says to skip it.
     Skipped,
@@ -133,6 +133,58 @@ fn temp_name(buf: &mut Vec<u8>) {
     let n = NEXT.fetch_add(1, Relaxed);
     buf.clear();
     buf.extend_from_slice(format!(".barge-{}-{n}", std::process::id()).as_bytes());
+}
+
+/// Creates entry `name` in `dir` with `make`, which fails with `EEXIST` where the name is
+/// taken; then does what `existing` says with an existing entry: a replacement is made
+/// under a fresh temporary name, left in `temp`, for [`replace`] to rename over `name`.
+/// `op` names `make` in errors, `path` the entry.
+pub(crate) fn create_at<T>(
+    dir: BorrowedFd<'_>,
+    name: &[u8],
+    existing: Existing,
+    temp: &mut Vec<u8>,
+    op: &'static str,
+    path: impl Fn() -> TreePath,
+    mut make: impl FnMut(BorrowedFd<'_>, &[u8]) -> rustix::io::Result<T>,
+) -> Result<Made<T>> {
+    match make(dir, name) {
+        Ok(made) => return Ok(Made::Here(made)),
+        Err(Errno::EXIST) => {}
+        Err(e) => return Err(Error::io(op, path(), e)),
+    }
+    match existing {
+        Existing::Keep => Err(exists(dir, name, path())),
+        Existing::Skip => Ok(Made::Skipped),
+        Existing::Overwrite => loop {
+            temp_name(temp);
+            match make(dir, temp) {
+                Ok(made) => return Ok(Made::Replacing(made)),
+                Err(Errno::EXIST) => continue,
+                Err(e) => return Err(Error::io(op, path(), e)),
+            }
+        },
+    }
+}
+
+/// Renames the replacement `temp` in `dir` over `name`, or removes it when that fails (the
+/// name is a directory, or it went away).
+pub(crate) fn replace(
+    dir: BorrowedFd<'_>,
+    temp: &[u8],
+    name: &[u8],
+    path: impl Fn() -> TreePath,
+) -> Result<()> {
+    match renameat(dir, temp, dir, name) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let _ = unlinkat(dir, temp, AtFlags::empty());
+            match e {
+                Errno::ISDIR | Errno::NOTEMPTY | Errno::EXIST => Err(exists(dir, name, path())),
+                e => Err(Error::io("renameat", path(), e)),
+            }
+        }
+    }
 }
 
 impl SyncLander {
@@ -204,52 +256,27 @@ impl SyncLander {
         exists(self.current(), name, self.path(name))
     }
 
-    /// Creates entry `name` in the current directory with `make`, which fails with
-    /// `EEXIST` where the name is taken; then does what the policy says with existing
-    /// entries (the temporary name of a replacement is in `temp`). `op` names `make` in
-    /// errors.
+    /// Creates entry `name` in the current directory with `make` (see [`create_at`]); counts
+    /// a skipped one.
     fn create_at<T>(
         &mut self,
         name: &[u8],
         op: &'static str,
-        mut make: impl FnMut(BorrowedFd<'_>, &[u8]) -> rustix::io::Result<T>,
+        make: impl FnMut(BorrowedFd<'_>, &[u8]) -> rustix::io::Result<T>,
     ) -> Result<Made<T>> {
-        match make(self.current(), name) {
-            Ok(made) => return Ok(Made::Here(made)),
-            Err(Errno::EXIST) => {}
-            Err(e) => return Err(Error::io(op, self.path(name), e)),
+        let dir = self.dirs.last().map_or(self.root.as_fd(), |d| d.fd.as_fd());
+        let existing = self.setup.policy.existing();
+        let path = || path_in(&self.dirs, name);
+        let made = create_at(dir, name, existing, &mut self.temp, op, path, make)?;
+        if let Made::Skipped = made {
+            self.summary.kept += 1;
         }
-        match self.setup.policy.existing() {
-            Existing::Keep => Err(self.exists(name)),
-            Existing::Skip => {
-                self.summary.kept += 1;
-                Ok(Made::Skipped)
-            }
-            Existing::Overwrite => loop {
-                temp_name(&mut self.temp);
-                match make(self.current(), &self.temp) {
-                    Ok(made) => return Ok(Made::Replacing(made)),
-                    Err(Errno::EXIST) => continue,
-                    Err(e) => return Err(Error::io(op, self.path(name), e)),
-                }
-            },
-        }
+        Ok(made)
     }
 
-    /// Renames the replacement in `temp` over `name`, or removes it when that fails (the
-    /// name is a directory, or it went away).
+    /// Renames the replacement in `temp` over `name` (see [`replace`]).
     fn replace(&mut self, name: &[u8]) -> Result<()> {
-        let dir = self.current();
-        match renameat(dir, &self.temp[..], dir, name) {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                let _ = unlinkat(dir, &self.temp[..], AtFlags::empty());
-                match e {
-                    Errno::ISDIR | Errno::NOTEMPTY | Errno::EXIST => Err(self.exists(name)),
-                    e => Err(Error::io("renameat", self.path(name), e)),
-                }
-            }
-        }
+        replace(self.current(), &self.temp, name, || self.path(name))
     }
 
     /// Creates a symlink, a hard link or a special file with `make` and restores its

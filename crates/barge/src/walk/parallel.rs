@@ -150,6 +150,12 @@ impl<S> Dir<S> {
         TreePath(self.join(name, true))
     }
 
+    /// The path of `name` in this directory (or of the directory itself) below the root,
+    /// without the root's name (empty for the root itself).
+    pub fn relative(&self, name: Option<&[u8]>) -> Vec<u8> {
+        self.join(name, false)
+    }
+
     /// The path of `name` in this directory, from the root's name when `from_root`, else
     /// from below the root.
     fn join(&self, name: Option<&[u8]>, from_root: bool) -> Vec<u8> {

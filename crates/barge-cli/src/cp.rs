@@ -1,0 +1,262 @@
+//! `barge cp SRC... DEST`: GNU cp's destination rules over the library's [`Cp`], with a
+//! progress line whose total comes from a concurrent `du` of the sources.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use anyhow::{bail, Result};
+use barge::cp::{Change, Cp, CpReport, CpSummary, Reflink, Verified};
+use barge::du::Du;
+use barge::exclude::Exclude;
+use barge::sys::fds::raise_fd_limit;
+use barge::unpack::{Existing, Restore};
+use barge::{Error, Progress, TreePath};
+use serde_json::{json, Map};
+
+use crate::archive::warn_not_restored;
+use crate::report::{
+    error, exit_status, human_bytes, shown_path, shows_progress, summary, warn, with_progress, Exit,
+};
+use crate::OutputArgs;
+
+/// How `barge cp` differs from `cp -a` (shown by `barge cp --help`).
+macro_rules! differences {
+    () => {
+        "\
+Destination: DEST absent: the one SRC is copied as DEST; DEST a directory: each SRC is copied
+into DEST/NAME (NAME being the SRC's last component), merged into a directory already there.
+
+Keeps by default: modes (all 12 bits; setuid/setgid where the copy keeps the source's owner),
+modification times to the nanosecond (directories too), symlinks (never followed, also a SRC),
+hard links within the copy, fifos and sockets. -a adds owners (as root), extended attributes
+and ACLs, and devices. What the process may not restore is named in one warning per kind.
+
+Differences from GNU cp -a:
+  - an entry DEST already has is an error (the copy goes on; exit status 1), unless
+    --update, --overwrite or --skip-old-files says what to do; nothing is ever written
+    through an existing file or symlink: a replacement is a new file renamed over it;
+  - below SRC and DEST every call is relative to an open directory and never follows a
+    symlink, so a tree changing during the copy cannot redirect it outside DEST;
+  - it runs on every core.
+
+"
+    };
+}
+
+/// Options of `barge cp`.
+#[derive(clap::Args, Debug)]
+#[command(after_long_help = concat!(differences!(), exit_status!()))]
+pub struct CpArgs {
+    /// The trees (or files, symlinks, ...) to copy, then where to.
+    #[arg(required = true, num_args = 2.., value_name = "SRC... DEST")]
+    paths: Vec<PathBuf>,
+    /// Also keep owners (as root), extended attributes and ACLs, and devices, as `cp -a`.
+    #[arg(short, long)]
+    archive: bool,
+    /// Copy only entries whose type, size or modification time differ from DEST's, each
+    /// replaced by rename (a copy cut short is finished by running it again with --update).
+    #[arg(short, long)]
+    update: bool,
+    /// With --update, also remove what DEST has and SRC lacks (not excluded entries).
+    #[arg(long, requires = "update")]
+    delete: bool,
+    /// Leave entries DEST already has as they are.
+    #[arg(short = 'n', long, visible_alias = "no-clobber", group = "old")]
+    skip_old_files: bool,
+    /// Replace entries DEST already has, each by a new entry renamed over it.
+    #[arg(long, group = "old")]
+    overwrite: bool,
+    /// Leave out entries matching PATTERN (repeatable), as `barge pack --exclude` does:
+    /// without a '/', a glob on names at any depth; with one, on the end of the path below
+    /// SRC (a leading '/' anchors it); a trailing '/' matches directories only.
+    #[arg(long, value_name = "PATTERN")]
+    exclude: Vec<String>,
+    /// Change nothing: print what would be copied (`copy`), replaced (`replace`) and
+    /// removed (`delete`), one path per line.
+    #[arg(long)]
+    dry_run: bool,
+    /// After copying, read every file back on both sides and compare; a difference is an
+    /// error.
+    #[arg(long)]
+    verify: bool,
+    /// Share data extents with the source where the filesystem can (auto), always (fail
+    /// where it cannot), or never.
+    #[arg(long, value_name = "WHEN", default_value = "auto", value_parser = ["auto", "always", "never"])]
+    reflink: String,
+    /// Most worker threads: one per core on a cached tree, more (up to N) while directories
+    /// are slow to read.
+    #[arg(short = 'j', long, value_name = "N", default_value_t = 64)]
+    threads: usize,
+    #[command(flatten)]
+    out: OutputArgs,
+}
+
+impl CpArgs {
+    /// Whether the output is JSON.
+    pub fn json(&self) -> bool {
+        self.out.json
+    }
+}
+
+/// Prints what a copy reports as it goes.
+struct Printer;
+
+impl CpReport for Printer {
+    fn error(&self, e: Error) {
+        error(e);
+    }
+
+    fn change(&self, change: Change, path: &TreePath) {
+        let word = match change {
+            Change::Create => "copy",
+            Change::Replace => "replace",
+            Change::Delete => "delete",
+        };
+        let _ = writeln!(std::io::stdout().lock(), "{word} {path}");
+    }
+}
+
+/// `barge cp SRC... DEST`.
+pub fn cp(args: CpArgs) -> Result<Exit> {
+    barge::root::exact_modes();
+    raise_fd_limit();
+    let (dest, srcs) = args.paths.split_last().expect("clap asks for two");
+    let targets = targets(srcs, dest)?;
+    let existing = match (args.skip_old_files, args.overwrite) {
+        (true, _) => Existing::Skip,
+        (_, true) => Existing::Overwrite,
+        _ => Existing::Keep,
+    };
+    let reflink = match args.reflink.as_str() {
+        "always" => Reflink::Always,
+        "never" => Reflink::Never,
+        _ => Reflink::Auto,
+    };
+    let exclude = Exclude::new(&args.exclude)?;
+    let cp = Cp::new()
+        .archive(args.archive)
+        .restore(Restore::default().existing(existing))
+        .update(args.update)
+        .delete(args.delete)
+        .dry_run(args.dry_run)
+        .changes(args.dry_run && !args.out.json)
+        .reflink(reflink)
+        .exclude(exclude.clone())
+        .threads(args.threads);
+    let progress = Progress::default();
+    let total = AtomicU64::new(0);
+    let mut done = CpSummary::default();
+    let mut verified = Verified::default();
+    let (result, elapsed) = std::thread::scope(|scope| {
+        if shows_progress(args.out) {
+            scope.spawn(|| count(srcs, exclude, &total));
+        }
+        let known = || Some(total.load(Relaxed)).filter(|&t| t > 0);
+        with_progress(args.out, &progress, known, || -> Result<()> {
+            for (src, target) in &targets {
+                let copied = cp.run(src, target, &progress, &Printer)?;
+                done.add(&copied);
+                if args.verify && !args.dry_run {
+                    let checked = cp.verify(src, target, &Printer)?;
+                    verified.files += checked.files;
+                    verified.bytes += checked.bytes;
+                    verified.differences += checked.differences;
+                }
+            }
+            Ok(())
+        })
+    });
+    result?;
+    warn_not_restored(&done.not_restored);
+    let c = &done.counts;
+    if c.left_out > 0 {
+        warn(format_args!(
+            "{} devices left out (-a copies them)",
+            c.left_out
+        ));
+    }
+    let verb = if args.dry_run { "would copy" } else { "copied" };
+    let mut line = format!(
+        "{verb} {} dirs, {} files, {}",
+        c.dirs,
+        c.files,
+        human_bytes(c.bytes)
+    );
+    for (n, what) in [
+        (c.symlinks, "symlinks"),
+        (c.hard_links, "hard links"),
+        (c.specials, "special files"),
+        (c.up_to_date, "up to date"),
+        (c.kept, "existing entries skipped"),
+        (c.replaced, "replaced"),
+        (c.deleted, "deleted"),
+        (c.errors, "not copied (errors)"),
+    ] {
+        if n > 0 {
+            line += &format!(", {n} {what}");
+        }
+    }
+    if args.verify {
+        line += &format!(
+            "; verified {} files, {}",
+            verified.files,
+            human_bytes(verified.bytes)
+        );
+    }
+    let mut extra = Map::new();
+    extra.insert("dry_run".into(), json!(args.dry_run));
+    if args.verify {
+        extra.insert("verified".into(), json!(verified));
+    }
+    summary(args.out, &line, &done, extra, elapsed, false);
+    if c.errors > 0 || verified.differences > 0 {
+        if verified.differences > 0 {
+            error(format_args!(
+                "{} entries of the copy differ from SRC",
+                verified.differences
+            ));
+        }
+        return Ok(Exit::Error);
+    }
+    Ok(Exit::Success)
+}
+
+/// Each SRC and what it is copied as, by GNU cp's rules.
+fn targets(srcs: &[PathBuf], dest: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
+    let shown = shown_path(dest);
+    match rustix::fs::stat(dest) {
+        Ok(st) if barge::tree::Kind::of_mode(st.st_mode) == barge::tree::Kind::Dir => Ok(srcs
+            .iter()
+            .map(|src| {
+                // `DIR/.`, `..` and `/` name no entry: their content is merged into DEST.
+                let raw = src.as_os_str().as_encoded_bytes();
+                let target = match src.file_name() {
+                    Some(name) if !(raw == b"." || raw.ends_with(b"/.")) => dest.join(name),
+                    _ => dest.to_path_buf(),
+                };
+                (src.clone(), target)
+            })
+            .collect()),
+        Ok(_) if srcs.len() > 1 => {
+            bail!("{shown} is not a directory: several SRCs are copied into a directory")
+        }
+        Err(rustix::io::Errno::NOENT) if srcs.len() > 1 => {
+            bail!("{shown} does not exist: several SRCs are copied into an existing directory")
+        }
+        Ok(_) | Err(rustix::io::Errno::NOENT) => Ok(vec![(srcs[0].clone(), dest.to_path_buf())]),
+        Err(e) => bail!("{shown}: {e}"),
+    }
+}
+
+/// Sums the bytes below `srcs` into `total`, for the progress line's percentage.
+fn count(srcs: &[PathBuf], exclude: Exclude, total: &AtomicU64) {
+    barge::interrupt::keep_signals_off_this_thread();
+    let du = Du::new().threads(2).exclude(exclude);
+    let bytes = du
+        .run(srcs)
+        .filter_map(|usage| usage.ok())
+        .map(|usage| usage.totals.bytes)
+        .sum();
+    total.store(bytes, Relaxed);
+}

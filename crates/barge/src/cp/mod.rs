@@ -1,0 +1,1276 @@
+//! `barge cp`: a tree copied with no archive in between. The parallel walker
+//! ([`WalkParallel`]) lists SRC on every core and drives a landing visitor per thread
+//! ([`Copier`]) whose per-directory state is the copy of that directory ([`DestDir`]): each
+//! entry is stated and opened relative to its directory's fd in SRC and created relative to
+//! the copy's fd in DEST, by its single-component name, never following a symlink; file
+//! content moves inside the kernel (`FICLONE` where the filesystem shares extents, else
+//! `copy_file_range`, holes kept with `SEEK_DATA`/`SEEK_HOLE`).
+//!
+//! What is restored is the landers' one policy (`land/restore.rs`); existing entries are
+//! kept, skipped or replaced by rename as unpack does (`land::sync::create_at`), and with
+//! [`Cp::update`] an entry whose type, size and mtime match DEST's is left alone. A file's
+//! time is set last, after its content, so a copy cut short is seen as different by the
+//! next `--update`. A directory gets its mode, extended attributes and time when the walker
+//! drops its state, which is after everything below it (its subdirectories hold it).
+
+mod verify;
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+use rustix::fs::{
+    copy_file_range, fchmod, ftruncate, ioctl_ficlone, linkat, makedev, mkdirat, mknodat, openat,
+    readlinkat, seek, statx, symlinkat, unlinkat, AtFlags, FileType, Mode, OFlags, SeekFrom, Statx,
+    StatxFlags, CWD,
+};
+use rustix::io::Errno;
+
+pub use verify::Verified;
+
+use crate::error::{Error, Result, TreePath};
+use crate::exclude::Exclude;
+use crate::interrupt::{check, requested, retry};
+use crate::land::restore::{Apply, Existing, NotRestored, Policy, Restore, Target, SETID};
+use crate::land::sync::{create_at, exists, replace, LinkTarget, Made};
+use crate::sys::copy::send_file;
+use crate::sys::dir::{dirent_buffer, Listing};
+use crate::sys::xattr::XattrReader;
+use crate::sys::{CREATE_FLAGS, DIR_FLAGS, FILE_FLAGS};
+use crate::tree::{Entry, Kind, Meta, Owner, Xattrs};
+use crate::walk::parallel::{
+    Dir, ParallelVisitor, ParallelVisitorBuilder, WalkParallel, WalkState,
+};
+use crate::Progress;
+
+/// What every `statx` of a source entry asks for.
+const MASK: StatxFlags = StatxFlags::TYPE
+    .union(StatxFlags::MODE)
+    .union(StatxFlags::SIZE)
+    .union(StatxFlags::BLOCKS)
+    .union(StatxFlags::MTIME)
+    .union(StatxFlags::UID)
+    .union(StatxFlags::GID)
+    .union(StatxFlags::INO)
+    .union(StatxFlags::NLINK);
+
+/// Most bytes one `copy_file_range` moves: a stop request is seen between two.
+const CHUNK: u64 = 64 << 20;
+
+/// Whether a copy's files may share their data extents with the source's (GNU cp's
+/// `--reflink`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Reflink {
+    /// Share where the filesystem can (`FICLONE`), else copy (`copy_file_range`, which
+    /// some filesystems also turn into shared extents).
+    #[default]
+    Auto,
+    /// Share, or fail the file.
+    Always,
+    /// Never share: every byte is copied (`sendfile`).
+    Never,
+}
+
+/// What a copy did, counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CpCounts {
+    /// Directories created (or merged into).
+    pub dirs: u64,
+    /// Regular files copied.
+    pub files: u64,
+    /// Bytes of file content copied.
+    pub bytes: u64,
+    /// Symlinks copied.
+    pub symlinks: u64,
+    /// Hard links made (later names of a file copied once).
+    pub hard_links: u64,
+    /// Fifos, sockets and devices created.
+    pub specials: u64,
+    /// Entries left as they were because DEST had them already ([`Cp::update`]).
+    pub up_to_date: u64,
+    /// Existing entries left alone ([`Existing::Skip`]).
+    pub kept: u64,
+    /// Existing entries replaced.
+    pub replaced: u64,
+    /// Entries of DEST removed because SRC lacks them ([`Cp::delete`]).
+    pub deleted: u64,
+    /// Devices not copied because [`Cp::archive`] was not asked for.
+    pub left_out: u64,
+    /// Entries that could not be copied (each reported to [`CpReport::error`]).
+    pub errors: u64,
+}
+
+impl CpCounts {
+    fn add(&mut self, other: &CpCounts) {
+        self.dirs += other.dirs;
+        self.files += other.files;
+        self.bytes += other.bytes;
+        self.symlinks += other.symlinks;
+        self.hard_links += other.hard_links;
+        self.specials += other.specials;
+        self.up_to_date += other.up_to_date;
+        self.kept += other.kept;
+        self.replaced += other.replaced;
+        self.deleted += other.deleted;
+        self.left_out += other.left_out;
+        self.errors += other.errors;
+    }
+}
+
+/// What a copy did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CpSummary {
+    /// Entries by what was done to them.
+    #[serde(flatten)]
+    pub counts: CpCounts,
+    /// What the process could not restore.
+    pub not_restored: NotRestored,
+}
+
+impl CpSummary {
+    /// Adds what `other` did (the copy of another SRC).
+    pub fn add(&mut self, other: &CpSummary) {
+        self.counts.add(&other.counts);
+        self.not_restored.add(&other.not_restored);
+    }
+}
+
+/// What is done to an entry, as told to [`CpReport::change`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Copied to a name DEST did not have.
+    Create,
+    /// Copied over an entry DEST had (by rename).
+    Replace,
+    /// Removed from DEST ([`Cp::delete`]).
+    Delete,
+}
+
+/// How a copy tells its caller what happens while it runs (the library never prints);
+/// called from any walking thread.
+pub trait CpReport: Sync {
+    /// An entry that could not be copied; the copy goes on.
+    fn error(&self, error: Error);
+
+    /// A change to DEST, told only when [`Cp::changes`] asks for them (a dry run's listing);
+    /// `path` is the entry's path in DEST.
+    fn change(&self, _change: Change, _path: &TreePath) {}
+}
+
+/// A copy of trees (`barge cp`): its options, then [`Cp::run`] per SRC.
+#[derive(Clone, Debug)]
+pub struct Cp {
+    archive: bool,
+    restore: Restore,
+    update: bool,
+    delete: bool,
+    dry_run: bool,
+    changes: bool,
+    reflink: Reflink,
+    exclude: Exclude,
+    threads: usize,
+}
+
+impl Default for Cp {
+    /// Modes, times, symlinks, hard links, fifos and sockets; existing entries are errors;
+    /// at most 64 threads.
+    fn default() -> Cp {
+        Cp {
+            archive: false,
+            restore: Restore::default(),
+            update: false,
+            delete: false,
+            dry_run: false,
+            changes: false,
+            reflink: Reflink::Auto,
+            exclude: Exclude::default(),
+            threads: 64,
+        }
+    }
+}
+
+impl Cp {
+    /// A copy with the defaults (see [`Cp::default`]).
+    pub fn new() -> Cp {
+        Cp::default()
+    }
+
+    /// Also copies owners, extended attributes (ACLs too) and devices, as far as the
+    /// process may (`cp -a`).
+    pub fn archive(mut self, yes: bool) -> Cp {
+        self.archive = yes;
+        self
+    }
+
+    /// Restores metadata and treats existing entries as `restore` says (its `setid` is
+    /// ignored: a copy keeps setuid and setgid bits where it keeps the owner).
+    pub fn restore(mut self, restore: Restore) -> Cp {
+        self.restore = restore;
+        self
+    }
+
+    /// Copies only entries whose type, size or mtime differ from DEST's, replacing those
+    /// by rename.
+    pub fn update(mut self, yes: bool) -> Cp {
+        self.update = yes;
+        self
+    }
+
+    /// With [`Cp::update`], removes what DEST has and SRC lacks (not what is excluded).
+    pub fn delete(mut self, yes: bool) -> Cp {
+        self.delete = yes;
+        self
+    }
+
+    /// Changes nothing: decides and counts what it would do.
+    pub fn dry_run(mut self, yes: bool) -> Cp {
+        self.dry_run = yes;
+        self
+    }
+
+    /// Tells every change to [`CpReport::change`].
+    pub fn changes(mut self, yes: bool) -> Cp {
+        self.changes = yes;
+        self
+    }
+
+    /// Shares file extents as `reflink` says.
+    pub fn reflink(mut self, reflink: Reflink) -> Cp {
+        self.reflink = reflink;
+        self
+    }
+
+    /// Leaves out what `exclude` matches below SRC (and keeps it in DEST with
+    /// [`Cp::delete`]).
+    pub fn exclude(mut self, exclude: Exclude) -> Cp {
+        self.exclude = exclude;
+        self
+    }
+
+    /// Uses at most `threads` threads (see [`WalkParallel::threads`]).
+    pub fn threads(mut self, threads: usize) -> Cp {
+        self.threads = threads;
+        self
+    }
+
+    /// Copies `src` (a directory and everything below it, or any other entry, never
+    /// followed) as `dest`: created, or merged into when it is a directory. Fails only
+    /// when `src` or `dest`'s directory cannot be reached or `dest` is inside `src`;
+    /// problems with entries go to `report` and are counted in the summary.
+    pub fn run(
+        &self,
+        src: &Path,
+        dest: &Path,
+        progress: &Progress,
+        report: &dyn CpReport,
+    ) -> Result<CpSummary> {
+        let src_name = src.as_os_str().as_bytes();
+        let dest_name = dest.as_os_str().as_bytes();
+        let stat = statx(CWD, src, AtFlags::SYMLINK_NOFOLLOW, MASK)
+            .map_err(|e| Error::io("statx", TreePath(src_name.to_vec()), e))?;
+        let (parent, name) = split(dest)?;
+        let parent = openat(
+            CWD,
+            parent,
+            OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| Error::io("open directory", TreePath(dest_name.to_vec()), e))?;
+        let is_dir = Kind::of_mode(stat.stx_mode.into()) == Kind::Dir;
+        if is_dir {
+            refuse_inside(&stat, parent.as_fd(), src, dest)?;
+        }
+        let euid = rustix::process::geteuid().as_raw();
+        let shared = Shared {
+            cp: self,
+            policy: Policy::new(self.restore.setid(true), euid == 0),
+            root: euid == 0,
+            me: Owner {
+                uid: euid,
+                gid: rustix::process::getegid().as_raw(),
+            },
+            report,
+            progress,
+            src: src_name.to_vec(),
+            dest: dest_name.to_vec(),
+            links: Mutex::default(),
+            no_clone: AtomicBool::new(self.reflink == Reflink::Never),
+            target: Mutex::new(None),
+            summary: Mutex::default(),
+        };
+        let mut copier = Copier::new(&shared);
+        let parent = Arc::new(parent);
+        if is_dir {
+            let fd = openat(CWD, src, DIR_FLAGS, Mode::empty())
+                .map_err(|e| Error::io("open directory", TreePath(src_name.to_vec()), e))?;
+            let root = copier.enter(Some(&parent), name, fd.as_fd(), &stat, b"")?;
+            drop(copier);
+            WalkParallel::new(fd, src_name)
+                .threads(self.threads)
+                .stat_mask(MASK)
+                .exclude(self.exclude.clone())
+                .visit(&mut Builder(&shared), root);
+        } else {
+            let (src_dir, src_entry) = split(src)?;
+            let src_dir = openat(
+                CWD,
+                src_dir,
+                OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|e| Error::io("open directory", TreePath(src_name.to_vec()), e))?;
+            let at = Pair {
+                src: src_dir.as_fd(),
+                src_name: src_entry,
+                dest: Some(&parent),
+                name,
+                path: b"",
+            };
+            copier.copy(&at, &stat)?;
+            drop(copier);
+        }
+        check()?;
+        Ok(shared.summary.into_inner().expect("no panics"))
+    }
+
+    /// Reads back every regular file of the copy of `src` at `dest` and compares it with
+    /// its source, byte for byte; a difference or a missing file goes to `report`.
+    pub fn verify(&self, src: &Path, dest: &Path, report: &dyn CpReport) -> Result<Verified> {
+        verify::verify(self, src, dest, report)
+    }
+}
+
+/// The directory part of `path` and its last component (`.` and `..` have none).
+fn split(path: &Path) -> Result<(&Path, &[u8])> {
+    let name = path.file_name().ok_or_else(|| Error::Argument {
+        arg: path.display().to_string(),
+        problem: "names no entry (a copy needs a last path component)".into(),
+    })?;
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    Ok((parent, name.as_bytes()))
+}
+
+/// Device and inode.
+fn key(stat: &Statx) -> (u64, u64) {
+    let dev = (u64::from(stat.stx_dev_major) << 32) | u64::from(stat.stx_dev_minor);
+    (dev, stat.stx_ino)
+}
+
+/// Refuses a copy of the directory `src` (stated as `stat`) into `parent` or any directory
+/// below it: climbs from `parent` by `..` to the root, comparing device and inode.
+fn refuse_inside(stat: &Statx, parent: BorrowedFd<'_>, src: &Path, dest: &Path) -> Result<()> {
+    let id = key(stat);
+    let mut dir = rustix::io::dup(parent).map_err(|e| Error::io("dup", TreePath::default(), e))?;
+    loop {
+        let here = statx(&dir, "", AtFlags::EMPTY_PATH, StatxFlags::INO)
+            .map_err(|e| Error::io("statx", TreePath(dest.as_os_str().as_bytes().into()), e))?;
+        if key(&here) == id {
+            return Err(Error::Argument {
+                arg: dest.display().to_string(),
+                problem: format!(
+                    "is inside {}: a directory cannot be copied into itself",
+                    src.display()
+                ),
+            });
+        }
+        let up = openat(&dir, "..", DIR_FLAGS, Mode::empty())
+            .map_err(|e| Error::io("open directory", TreePath(b"..".to_vec()), e))?;
+        let above = statx(&up, "", AtFlags::EMPTY_PATH, StatxFlags::INO)
+            .map_err(|e| Error::io("statx", TreePath(b"..".to_vec()), e))?;
+        if key(&above) == key(&here) {
+            return Ok(());
+        }
+        dir = up;
+    }
+}
+
+/// What the threads of one [`Cp::run`] share.
+struct Shared<'a> {
+    cp: &'a Cp,
+    policy: Policy,
+    root: bool,
+    /// The effective user and group.
+    me: Owner,
+    report: &'a dyn CpReport,
+    progress: &'a Progress,
+    /// SRC and DEST as given, for paths in messages.
+    src: Vec<u8>,
+    dest: Vec<u8>,
+    /// The copies of multi-link files by the source's device and inode: the directory they
+    /// were created in and their name, for the later names to link to.
+    links: Mutex<HashMap<(u64, u64), LinkTarget>>,
+    /// `FICLONE` failed as unsupported (or `--reflink=never`): not tried again.
+    no_clone: AtomicBool,
+    /// The device and inode of the copy's root directory, which the walk never enters.
+    target: Mutex<Option<(u64, u64)>>,
+    summary: Mutex<CpSummary>,
+}
+
+impl Shared<'_> {
+    /// The path in DEST of `relative` (a path below the copy's root).
+    fn dest_path(&self, relative: &[u8]) -> TreePath {
+        TreePath::join([&self.dest[..]], relative)
+    }
+
+    /// The path in SRC of `relative`.
+    fn src_path(&self, relative: &[u8]) -> TreePath {
+        TreePath::join([&self.src[..]], relative)
+    }
+
+    /// Reports an error that was not counted by a visitor.
+    fn error(&self, error: Error) {
+        self.summary.lock().expect("no panics").counts.errors += 1;
+        self.report.error(error);
+    }
+}
+
+struct Builder<'a>(&'a Shared<'a>);
+
+impl<'a> ParallelVisitorBuilder for Builder<'a> {
+    type Visitor = Copier<'a>;
+
+    fn build(&mut self) -> Copier<'a> {
+        Copier::new(self.0)
+    }
+}
+
+/// Where an entry is copied from and to.
+struct Pair<'p> {
+    /// Its directory in SRC.
+    src: BorrowedFd<'p>,
+    src_name: &'p [u8],
+    /// The copy of that directory (`None` in a dry run where it does not exist yet).
+    dest: Option<&'p Arc<OwnedFd>>,
+    /// Its name in DEST.
+    name: &'p [u8],
+    /// Its path below the copy's root (empty for the root).
+    path: &'p [u8],
+}
+
+impl Pair<'_> {
+    fn dest_path(&self, shared: &Shared<'_>) -> TreePath {
+        shared.dest_path(self.path)
+    }
+
+    fn src_path(&self, shared: &Shared<'_>) -> TreePath {
+        shared.src_path(self.path)
+    }
+}
+
+/// The state of a directory of the walk: its copy, and what the copy gets once everything
+/// below it is copied (when the walker drops it).
+struct DestDir<'a> {
+    fd: Option<Arc<OwnedFd>>,
+    last: Option<Last>,
+    shared: &'a Shared<'a>,
+}
+
+/// A directory's metadata, set after its content.
+struct Last {
+    /// Its mode, when it differs from the one it was created with.
+    mode: Option<u32>,
+    /// Owner (of a directory merged into; a new one got it when created) and time.
+    apply: Apply,
+    /// Its extended attributes, in archive form (a default ACL set before would change the
+    /// modes of what is created in it).
+    xattrs: Vec<u8>,
+    /// Its path below the copy's root.
+    path: Vec<u8>,
+}
+
+impl Drop for DestDir<'_> {
+    fn drop(&mut self) {
+        let (Some(fd), Some(last)) = (&self.fd, self.last.take()) else {
+            return;
+        };
+        let shared = self.shared;
+        let mut skipped = NotRestored::default();
+        let path = || shared.dest_path(&last.path);
+        let policy = &shared.policy;
+        let owner = Apply {
+            owner: last.apply.owner,
+            ..Apply::default()
+        };
+        let done = policy
+            .restore(
+                Target::Fd(fd.as_fd()),
+                &owner,
+                Xattrs::default(),
+                &mut skipped,
+                path,
+            )
+            .and_then(|()| match last.mode {
+                Some(mode) => fchmod(&**fd, Mode::from_raw_mode(mode))
+                    .map_err(|e| Error::io("fchmod", path(), e)),
+                None => Ok(()),
+            })
+            .and_then(|()| {
+                let time = Apply {
+                    mtime: last.apply.mtime,
+                    ..Apply::default()
+                };
+                let xattrs = Xattrs(&last.xattrs);
+                policy.restore(Target::Fd(fd.as_fd()), &time, xattrs, &mut skipped, path)
+            });
+        shared
+            .summary
+            .lock()
+            .expect("no panics")
+            .not_restored
+            .add(&skipped);
+        if let Err(e) = done {
+            shared.error(e);
+        }
+    }
+}
+
+/// The landing visitor of one walking thread.
+struct Copier<'a> {
+    shared: &'a Shared<'a>,
+    counts: CpCounts,
+    not_restored: NotRestored,
+    xattrs: XattrReader,
+    /// The temporary name of a replacement.
+    temp: Vec<u8>,
+    /// A symlink's target.
+    target: Vec<u8>,
+}
+
+impl Drop for Copier<'_> {
+    fn drop(&mut self) {
+        let mut summary = self.shared.summary.lock().expect("no panics");
+        summary.counts.add(&self.counts);
+        summary.not_restored.add(&self.not_restored);
+    }
+}
+
+/// What DEST has at an entry's name, with [`Cp::update`].
+enum Found {
+    Nothing,
+    /// The same type, size and mtime: left alone.
+    Same,
+    /// Something else of the same kind (a file, a symlink, ...): replaced by rename.
+    Other,
+    /// A directory where SRC has something else.
+    Dir,
+}
+
+impl<'a> Copier<'a> {
+    fn new(shared: &'a Shared<'a>) -> Copier<'a> {
+        Copier {
+            shared,
+            counts: CpCounts::default(),
+            not_restored: NotRestored::default(),
+            xattrs: XattrReader::default(),
+            temp: Vec::new(),
+            target: Vec::new(),
+        }
+    }
+
+    fn cp(&self) -> &'a Cp {
+        self.shared.cp
+    }
+
+    /// Counts and reports an entry not copied; stops the walk when a stop was requested.
+    fn failed(&mut self, error: Error) -> WalkState {
+        self.counts.errors += 1;
+        self.shared.report.error(error);
+        match requested() {
+            Some(_) => WalkState::Quit,
+            None => WalkState::Continue,
+        }
+    }
+
+    fn change(&self, change: Change, at: &Pair<'_>) {
+        if self.cp().changes {
+            self.shared
+                .report
+                .change(change, &at.dest_path(self.shared));
+        }
+    }
+
+    /// The metadata of `stat` a copy keeps: the mode (setuid and setgid only where the
+    /// copy keeps the source's owner or group: as root, or where they are the process's),
+    /// the time, and with [`Cp::archive`] the owner (left out where it is the process's).
+    fn meta(&mut self, stat: &Statx) -> Meta {
+        let mut meta = Meta::of_statx(stat);
+        let owner = meta.owner.take().expect("stated");
+        if !self.shared.root {
+            let me = self.shared.me;
+            let strip = match (owner.uid == me.uid, owner.gid == me.gid) {
+                (true, true) => 0,
+                (true, false) => 0o2000,
+                (false, true) => 0o4000,
+                (false, false) => SETID,
+            };
+            if meta.mode & strip != 0 && Kind::of_mode(stat.stx_mode.into()) == Kind::File {
+                self.not_restored.setid += 1;
+            }
+            meta.mode &= !strip;
+        }
+        if self.cp().archive && (self.shared.root || owner != self.shared.me) {
+            meta.owner = Some(owner);
+        }
+        meta
+    }
+
+    /// The extended attributes of the open source entry `fd` with [`Cp::archive`], in
+    /// archive form (in `self.xattrs.wire`).
+    fn read_xattrs(&mut self, fd: BorrowedFd<'_>, path: impl Fn() -> TreePath) -> Result<()> {
+        self.xattrs.wire.clear();
+        if self.cp().archive {
+            self.xattrs
+                .read(fd)
+                .map_err(|e| Error::io("flistxattr", path(), e))?;
+        }
+        Ok(())
+    }
+
+    /// What DEST has at `at.name`, compared with the source `stat` of kind `kind`.
+    fn found(&self, at: &Pair<'_>, stat: &Statx, kind: Kind) -> Result<Found> {
+        let Some(dest) = at.dest else {
+            return Ok(Found::Nothing);
+        };
+        match statx(&**dest, at.name, AtFlags::SYMLINK_NOFOLLOW, MASK) {
+            Ok(there) => {
+                let there_kind = Kind::of_mode(there.stx_mode.into());
+                let same_time = there.stx_mtime.tv_sec == stat.stx_mtime.tv_sec
+                    && there.stx_mtime.tv_nsec == stat.stx_mtime.tv_nsec;
+                Ok(if there_kind == Kind::Dir && kind != Kind::Dir {
+                    Found::Dir
+                } else if there_kind == kind && there.stx_size == stat.stx_size && same_time {
+                    Found::Same
+                } else {
+                    Found::Other
+                })
+            }
+            Err(Errno::NOENT) => Ok(Found::Nothing),
+            Err(e) => Err(Error::io("statx", at.dest_path(self.shared), e)),
+        }
+    }
+
+    /// Copies the non-directory `at` (stated as `stat`).
+    fn copy(&mut self, at: &Pair<'_>, stat: &Statx) -> Result<()> {
+        let kind = Kind::of_mode(stat.stx_mode.into());
+        let (update, delete) = (self.cp().update, self.cp().delete);
+        let mut existing = self.shared.policy.existing();
+        let mut change = Change::Create;
+        if update || self.cp().dry_run {
+            let exists_error = || {
+                let dest = at.dest.expect("found in it");
+                exists(dest.as_fd(), at.name, at.dest_path(self.shared))
+            };
+            match self.found(at, stat, kind)? {
+                Found::Nothing => {}
+                Found::Same if update => {
+                    self.counts.up_to_date += 1;
+                    self.shared.progress.add_entry(0);
+                    if stat.stx_nlink > 1 && kind == Kind::File {
+                        if let Some(dest) = at.dest {
+                            self.note_link(stat, dest, at.name);
+                        }
+                    }
+                    return Ok(());
+                }
+                Found::Dir if update && delete => {
+                    change = Change::Replace;
+                    if !self.cp().dry_run {
+                        let dest = at.dest.expect("found in it");
+                        remove_tree(dest.as_fd(), at.name, &at.dest_path(self.shared))?;
+                    }
+                }
+                Found::Dir => return Err(exists_error()),
+                // Only a dry run gets here without `update`: it says what the copy would.
+                Found::Same | Found::Other => match (update, existing) {
+                    (false, Existing::Keep) => return Err(exists_error()),
+                    (false, Existing::Skip) => {
+                        self.counts.kept += 1;
+                        return Ok(());
+                    }
+                    _ => {
+                        change = Change::Replace;
+                        existing = Existing::Overwrite;
+                    }
+                },
+            }
+        }
+        if self.cp().dry_run {
+            self.change(change, at);
+            self.count(kind, stat.stx_size);
+            return Ok(());
+        }
+        let dest = at.dest.expect("not a dry run");
+        let meta = self.meta(stat);
+        let entry = Entry::new(at.name, kind, meta);
+        let apply = self.shared.policy.entry(&entry, &mut self.not_restored);
+        let replaced = match kind {
+            Kind::File => self.copy_file(at, dest, stat, &apply, existing)?,
+            Kind::Symlink => {
+                let target = readlinkat(at.src, at.src_name, std::mem::take(&mut self.target))
+                    .map_err(|e| Error::io("readlinkat", at.src_path(self.shared), e))?;
+                let made = self.make(at, dest, &apply, existing, "symlinkat", |dir, name| {
+                    symlinkat(target.as_c_str(), dir, name)
+                });
+                self.target = target.into_bytes();
+                made?
+            }
+            Kind::Fifo | Kind::Socket => {
+                let file_type = match kind {
+                    Kind::Fifo => FileType::Fifo,
+                    _ => FileType::Socket,
+                };
+                self.make(at, dest, &apply, existing, "mknodat", |dir, name| {
+                    mknodat(dir, name, file_type, Mode::from_raw_mode(apply.mode), 0)
+                })?
+            }
+            Kind::CharDevice | Kind::BlockDevice => {
+                if !self.cp().archive {
+                    self.counts.left_out += 1;
+                    return Ok(());
+                }
+                if !self.shared.policy.devices(&mut self.not_restored) {
+                    return Ok(());
+                }
+                let file_type = match kind {
+                    Kind::CharDevice => FileType::CharacterDevice,
+                    _ => FileType::BlockDevice,
+                };
+                let device = makedev(stat.stx_rdev_major, stat.stx_rdev_minor);
+                self.make(at, dest, &apply, existing, "mknodat", |dir, name| {
+                    mknodat(
+                        dir,
+                        name,
+                        file_type,
+                        Mode::from_raw_mode(apply.mode),
+                        device,
+                    )
+                })?
+            }
+            Kind::Dir | Kind::Unknown => return Ok(()),
+        };
+        match replaced {
+            None => self.counts.kept += 1,
+            Some(replaced) => {
+                if kind != Kind::File {
+                    self.count(kind, 0);
+                }
+                self.counts.replaced += u64::from(replaced);
+                self.change(
+                    if replaced {
+                        Change::Replace
+                    } else {
+                        Change::Create
+                    },
+                    at,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts an entry of `kind` copied.
+    fn count(&mut self, kind: Kind, size: u64) {
+        match kind {
+            Kind::File => {
+                self.counts.files += 1;
+                self.counts.bytes += size;
+            }
+            Kind::Symlink => self.counts.symlinks += 1,
+            Kind::Dir => self.counts.dirs += 1,
+            _ => self.counts.specials += 1,
+        }
+        self.shared
+            .progress
+            .add_entry(if kind == Kind::File { size } else { 0 });
+    }
+
+    /// Creates a symlink, special file or hard link with `make` and restores its metadata
+    /// by name;
+    /// `None` when it existed and was skipped, else whether it replaced an entry.
+    fn make(
+        &mut self,
+        at: &Pair<'_>,
+        dest: &Arc<OwnedFd>,
+        apply: &Apply,
+        existing: Existing,
+        op: &'static str,
+        make: impl FnMut(BorrowedFd<'_>, &[u8]) -> rustix::io::Result<()>,
+    ) -> Result<Option<bool>> {
+        let dir = dest.as_fd();
+        let path = || at.dest_path(self.shared);
+        let replacing = match create_at(dir, at.name, existing, &mut self.temp, op, path, make)? {
+            Made::Skipped => return Ok(None),
+            Made::Here(()) => false,
+            Made::Replacing(()) => true,
+        };
+        let name = if replacing { &self.temp[..] } else { at.name };
+        let path = || at.dest_path(self.shared);
+        let restored = self.shared.policy.restore(
+            Target::At(dir, name),
+            apply,
+            Xattrs::default(),
+            &mut self.not_restored,
+            path,
+        );
+        if let Err(e) = restored {
+            if replacing {
+                let _ = unlinkat(dir, name, AtFlags::empty());
+            }
+            return Err(e);
+        }
+        if replacing {
+            replace(dir, &self.temp, at.name, path)?;
+        }
+        Ok(Some(replacing))
+    }
+
+    /// Notes the copy of a multi-link file, for its later names to link to.
+    fn note_link(&self, stat: &Statx, dest: &Arc<OwnedFd>, name: &[u8]) {
+        let mut links = self.shared.links.lock().expect("no panics");
+        links
+            .entry(key(stat))
+            .or_insert((dest.clone(), name.into()));
+    }
+
+    /// Copies the regular file `at`, or links to the copy of an earlier name of it; `None`
+    /// when it existed and was skipped, else whether it replaced an entry.
+    fn copy_file(
+        &mut self,
+        at: &Pair<'_>,
+        dest: &Arc<OwnedFd>,
+        stat: &Statx,
+        apply: &Apply,
+        existing: Existing,
+    ) -> Result<Option<bool>> {
+        // The links stay locked while a multi-link file is created and filled, so that no
+        // other name of it links to a name not yet (or no longer) its.
+        let shared = self.shared;
+        let links = (stat.stx_nlink > 1).then(|| shared.links.lock().expect("no panics"));
+        if let Some(earlier) = links
+            .as_ref()
+            .and_then(|links| links.get(&key(stat)).cloned())
+        {
+            drop(links);
+            let (dir, name) = earlier;
+            let link = |at: BorrowedFd<'_>, new: &[u8]| {
+                linkat(&*dir, &name[..], at, new, AtFlags::empty())
+            };
+            let made = self.make(at, dest, &Apply::default(), existing, "linkat", link)?;
+            self.counts.hard_links += u64::from(made.is_some());
+            return Ok(made);
+        }
+        let src_path = || at.src_path(shared);
+        let size = stat.stx_size;
+        let src = match size > 0 || self.cp().archive {
+            true => Some(
+                openat(at.src, at.src_name, FILE_FLAGS, Mode::empty())
+                    .map_err(|e| Error::io("open", src_path(), e))?,
+            ),
+            false => None,
+        };
+        let mode = Mode::from_raw_mode(apply.mode);
+        let path = || at.dest_path(self.shared);
+        let made = create_at(
+            dest.as_fd(),
+            at.name,
+            existing,
+            &mut self.temp,
+            "openat",
+            path,
+            |d, n| openat(d, n, CREATE_FLAGS, mode),
+        )?;
+        let (fd, replacing) = match made {
+            Made::Here(fd) => (fd, false),
+            Made::Replacing(fd) => (fd, true),
+            Made::Skipped => return Ok(None),
+        };
+        let mut done = Ok(());
+        if let Some(src) = &src {
+            done = self
+                .copy_content(src.as_fd(), fd.as_fd(), stat, &path)
+                .and_then(|()| self.read_xattrs(src.as_fd(), path));
+        }
+        let done = done.and_then(|()| {
+            let xattrs = Xattrs(&self.xattrs.wire);
+            let target = Target::Fd(fd.as_fd());
+            (self.shared.policy).restore(target, apply, xattrs, &mut self.not_restored, path)
+        });
+        if let Err(e) = done {
+            // A file cut short stays, without its time, for `--update` to see; a
+            // replacement is removed and leaves the old file in place.
+            if replacing {
+                let _ = unlinkat(dest.as_fd(), &self.temp[..], AtFlags::empty());
+            }
+            return Err(e);
+        }
+        if replacing {
+            replace(dest.as_fd(), &self.temp, at.name, path)?;
+        }
+        if let Some(mut links) = links {
+            links.insert(key(stat), (dest.clone(), at.name.into()));
+        }
+        self.counts.files += 1;
+        self.counts.bytes += size;
+        self.shared.progress.add_entry(0);
+        Ok(Some(replacing))
+    }
+
+    /// Copies the content of `src` into the new file `dest`: shared extents where the
+    /// filesystem can and may ([`Reflink`]), else data ranges by `copy_file_range` (holes
+    /// stay holes), else `sendfile`.
+    fn copy_content(
+        &self,
+        src: BorrowedFd<'_>,
+        dest: BorrowedFd<'_>,
+        stat: &Statx,
+        path: &dyn Fn() -> TreePath,
+    ) -> Result<()> {
+        let size = stat.stx_size;
+        let progress = self.shared.progress;
+        if !self.shared.no_clone.load(Relaxed) {
+            match ioctl_ficlone(dest, src) {
+                Ok(()) => {
+                    progress.add_bytes(size);
+                    return Ok(());
+                }
+                Err(e) if self.cp().reflink == Reflink::Always => {
+                    return Err(Error::io("share extents (FICLONE)", path(), e))
+                }
+                Err(_) => self.shared.no_clone.store(true, Relaxed),
+            }
+        } else if self.cp().reflink == Reflink::Always {
+            return Err(Error::io(
+                "share extents (FICLONE)",
+                path(),
+                Errno::OPNOTSUPP,
+            ));
+        }
+        if self.cp().reflink == Reflink::Never {
+            send_file(dest, src, size, &path(), |n| {
+                progress.add_bytes(n);
+                check()
+            })?;
+            return Ok(());
+        }
+        // Fewer allocated blocks than the size needs: it has holes.
+        if stat.stx_blocks.saturating_mul(512) < size {
+            let mut at = 0;
+            while at < size {
+                let data = match seek(src, SeekFrom::Data(at)) {
+                    Ok(data) => data,
+                    Err(Errno::NXIO) => break,
+                    Err(e) => return Err(Error::io("lseek", path(), e)),
+                };
+                let hole =
+                    seek(src, SeekFrom::Hole(data)).map_err(|e| Error::io("lseek", path(), e))?;
+                self.copy_range(src, dest, data, hole.min(size), path)?;
+                at = hole;
+            }
+            return ftruncate(dest, size).map_err(|e| Error::io("ftruncate", path(), e));
+        }
+        self.copy_range(src, dest, 0, size, path)
+    }
+
+    /// Copies the bytes `start..end` of `src` to the same offsets of `dest` with
+    /// `copy_file_range`, or `sendfile` where the kernel refuses it for this pair of files.
+    fn copy_range(
+        &self,
+        src: BorrowedFd<'_>,
+        dest: BorrowedFd<'_>,
+        start: u64,
+        end: u64,
+        path: &dyn Fn() -> TreePath,
+    ) -> Result<()> {
+        let (mut from, mut to) = (start, start);
+        while from < end {
+            let len = (end - from).min(CHUNK) as usize;
+            match retry(|| copy_file_range(src, Some(&mut from), dest, Some(&mut to), len)) {
+                // The file shrank since it was stated.
+                Ok(0) => break,
+                Ok(n) => {
+                    self.shared.progress.add_bytes(n as u64);
+                    if from < end {
+                        check()?;
+                    }
+                }
+                Err(Errno::XDEV | Errno::INVAL | Errno::OPNOTSUPP | Errno::NOSYS) if from == 0 => {
+                    send_file(dest, src, end, &path(), |n| {
+                        self.shared.progress.add_bytes(n);
+                        check()
+                    })?;
+                    break;
+                }
+                Err(e) => return Err(Error::io("copy_file_range", path(), e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates (or merges into) the copy of the directory `name` (open as `src`, stated as
+    /// `stat`) in `dest`, and returns its state; with [`Cp::delete`], first removes what the
+    /// copy has and the source lacks.
+    fn enter(
+        &mut self,
+        dest: Option<&Arc<OwnedFd>>,
+        name: &[u8],
+        src: BorrowedFd<'_>,
+        stat: &Statx,
+        path: &[u8],
+    ) -> Result<DestDir<'a>> {
+        let shared = self.shared;
+        let dest_path = || shared.dest_path(path);
+        let meta = self.meta(stat);
+        let entry = Entry::dir(name, meta);
+        let apply = shared.policy.entry(&entry, &mut self.not_restored);
+        let (create, last_mode) = shared.policy.dir_modes(&apply);
+        let Some(dest) = dest else {
+            // A dry run below a directory that does not exist yet.
+            self.count(Kind::Dir, 0);
+            return Ok(DestDir {
+                fd: None,
+                last: None,
+                shared,
+            });
+        };
+        let mut created = true;
+        if self.cp().dry_run {
+            let fd = match openat(&**dest, name, DIR_FLAGS, Mode::empty()) {
+                Ok(fd) => Some(Arc::new(fd)),
+                Err(Errno::NOENT) => {
+                    if self.cp().changes {
+                        shared.report.change(Change::Create, &dest_path());
+                    }
+                    None
+                }
+                Err(Errno::NOTDIR | Errno::LOOP) if self.cp().update => None,
+                Err(Errno::NOTDIR | Errno::LOOP) => {
+                    return Err(exists(dest.as_fd(), name, dest_path()))
+                }
+                Err(e) => return Err(Error::io("open directory", dest_path(), e)),
+            };
+            self.count(Kind::Dir, 0);
+            if let Some(fd) = &fd {
+                self.delete_missing(src, fd, path)?;
+            }
+            return Ok(DestDir {
+                fd,
+                last: None,
+                shared,
+            });
+        }
+        match mkdirat(&**dest, name, Mode::from_raw_mode(create)) {
+            Ok(()) => {}
+            Err(Errno::EXIST) => {
+                let there = statx(&**dest, name, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE)
+                    .map_err(|e| Error::io("statx", dest_path(), e))?;
+                if Kind::of_mode(there.stx_mode.into()) == Kind::Dir {
+                    created = false;
+                } else if self.cp().update || shared.policy.existing() == Existing::Overwrite {
+                    // Nothing renames a directory over a file: the file goes first.
+                    unlinkat(&**dest, name, AtFlags::empty())
+                        .and_then(|()| mkdirat(&**dest, name, Mode::from_raw_mode(create)))
+                        .map_err(|e| Error::io("mkdirat", dest_path(), e))?;
+                    self.counts.replaced += 1;
+                } else {
+                    return Err(exists(dest.as_fd(), name, dest_path()));
+                }
+            }
+            Err(e) => return Err(Error::io("mkdirat", dest_path(), e)),
+        }
+        let fd = match openat(&**dest, name, DIR_FLAGS, Mode::empty()) {
+            Ok(fd) => fd,
+            // Swapped for something else since.
+            Err(Errno::NOTDIR | Errno::LOOP) => {
+                return Err(exists(dest.as_fd(), name, dest_path()))
+            }
+            Err(e) => return Err(Error::io("open directory", dest_path(), e)),
+        };
+        if created {
+            let owner = Apply {
+                owner: apply.owner,
+                ..Apply::default()
+            };
+            let target = Target::Fd(fd.as_fd());
+            (shared.policy).restore(
+                target,
+                &owner,
+                Xattrs::default(),
+                &mut self.not_restored,
+                dest_path,
+            )?;
+        } else if !shared.root {
+            // Merging into a directory that does not let its owner in: let it, for now.
+            let there = statx(&fd, "", AtFlags::EMPTY_PATH, StatxFlags::MODE)
+                .map_err(|e| Error::io("statx", dest_path(), e))?;
+            let mode = u32::from(there.stx_mode) & 0o7777;
+            if mode & 0o700 != 0o700 {
+                fchmod(&fd, Mode::from_raw_mode(mode | 0o700))
+                    .map_err(|e| Error::io("fchmod", dest_path(), e))?;
+            }
+        }
+        self.read_xattrs(src, dest_path)?;
+        let fd = Arc::new(fd);
+        self.delete_missing(src, &fd, path)?;
+        self.count(Kind::Dir, 0);
+        if path.is_empty() {
+            let id = statx(&*fd, "", AtFlags::EMPTY_PATH, StatxFlags::INO)
+                .map_err(|e| Error::io("statx", dest_path(), e))?;
+            *shared.target.lock().expect("no panics") = Some(key(&id));
+        }
+        let umask = crate::root::umask();
+        let last = Last {
+            mode: match created {
+                true => last_mode,
+                false => Some(apply.mode & !umask),
+            },
+            apply: Apply {
+                owner: apply.owner.filter(|_| !created),
+                ..apply
+            },
+            xattrs: self.xattrs.wire.clone(),
+            path: path.to_vec(),
+        };
+        Ok(DestDir {
+            fd: Some(fd),
+            last: Some(last),
+            shared,
+        })
+    }
+
+    /// With [`Cp::delete`], removes the entries of the copy `dest` that its source `src`
+    /// lacks (unless excluded); a dry run only tells them.
+    fn delete_missing(
+        &mut self,
+        src: BorrowedFd<'_>,
+        dest: &Arc<OwnedFd>,
+        path: &[u8],
+    ) -> Result<()> {
+        if !self.cp().delete {
+            return Ok(());
+        }
+        let dest_path = |name: &[u8]| self.shared.dest_path(&TreePath::join([path], name).0);
+        let mut listing = Listing::default();
+        listing
+            .read(dest.as_fd(), &mut dirent_buffer())
+            .map_err(|e| Error::io("getdents64", dest_path(b""), e))?;
+        for i in 0..listing.len() {
+            let (name, file_type) = listing.get(i);
+            let below_root = || TreePath::join([path], name).0;
+            let is_dir = file_type == FileType::Directory;
+            if self.cp().exclude.excludes(name, below_root, is_dir) {
+                continue;
+            }
+            match statx(src, name, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE) {
+                Err(Errno::NOENT) => {}
+                _ => continue,
+            }
+            if self.cp().changes {
+                self.shared.report.change(Change::Delete, &dest_path(name));
+            }
+            if !self.cp().dry_run {
+                remove_tree(dest.as_fd(), name, &dest_path(name))?;
+            }
+            self.counts.deleted += 1;
+        }
+        Ok(())
+    }
+}
+
+/// Removes the entry `name` of `dir`, and when it is a directory everything below it, all
+/// relative to directory fds, never following a symlink.
+fn remove_tree(dir: BorrowedFd<'_>, name: &[u8], path: &TreePath) -> Result<()> {
+    let path = || path.clone();
+    match unlinkat(dir, name, AtFlags::empty()) {
+        Ok(()) | Err(Errno::NOENT) => return Ok(()),
+        Err(Errno::ISDIR) => {}
+        Err(e) => return Err(Error::io("unlinkat", path(), e)),
+    }
+    let fd = openat(dir, name, DIR_FLAGS, Mode::empty())
+        .map_err(|e| Error::io("open directory", path(), e))?;
+    let mut listing = Listing::default();
+    listing
+        .read(fd.as_fd(), &mut dirent_buffer())
+        .map_err(|e| Error::io("getdents64", path(), e))?;
+    for i in 0..listing.len() {
+        let (child, _) = listing.get(i);
+        remove_tree(fd.as_fd(), child, &TreePath::join([&path().0[..]], child))?;
+    }
+    unlinkat(dir, name, AtFlags::REMOVEDIR).map_err(|e| Error::io("rmdir", path(), e))
+}
+
+impl<'a> ParallelVisitor for Copier<'a> {
+    type State = DestDir<'a>;
+
+    fn enter_dir(
+        &mut self,
+        parent: &Dir<DestDir<'a>>,
+        entry: &Entry<'_>,
+        fd: BorrowedFd<'_>,
+        stat: &Statx,
+    ) -> std::result::Result<DestDir<'a>, WalkState> {
+        if requested().is_some() {
+            return Err(WalkState::Quit);
+        }
+        let path = parent.relative(Some(entry.name));
+        if *self.shared.target.lock().expect("no panics") == Some(key(stat)) {
+            let error = Error::Argument {
+                arg: parent.path(Some(entry.name)).to_string(),
+                problem: "is the copy itself (DEST is inside SRC); not copied into itself".into(),
+            };
+            return Err(match self.failed(error) {
+                WalkState::Continue => WalkState::Skip,
+                state => state,
+            });
+        }
+        match self.enter(parent.state().fd.as_ref(), entry.name, fd, stat, &path) {
+            Ok(state) => Ok(state),
+            Err(e) => Err(match self.failed(e) {
+                WalkState::Continue => WalkState::Skip,
+                state => state,
+            }),
+        }
+    }
+
+    fn entry(
+        &mut self,
+        dir: &Dir<DestDir<'a>>,
+        fd: BorrowedFd<'_>,
+        entry: &mut Entry<'_>,
+    ) -> WalkState {
+        if requested().is_some() {
+            return WalkState::Quit;
+        }
+        let stat = match statx(fd, entry.name, AtFlags::SYMLINK_NOFOLLOW, MASK) {
+            Ok(stat) => stat,
+            // Gone since the listing.
+            Err(Errno::NOENT) => return WalkState::Continue,
+            Err(e) => return self.failed(Error::io("statx", dir.path(Some(entry.name)), e)),
+        };
+        if Kind::of_mode(stat.stx_mode.into()) == Kind::Dir {
+            entry.kind = Kind::Dir;
+            return WalkState::Continue;
+        }
+        let path = dir.relative(Some(entry.name));
+        let at = Pair {
+            src: fd,
+            src_name: entry.name,
+            dest: dir.state().fd.as_ref(),
+            name: entry.name,
+            path: &path,
+        };
+        match self.copy(&at, &stat) {
+            Ok(()) => WalkState::Continue,
+            Err(e) => self.failed(e),
+        }
+    }
+
+    fn error(&mut self, error: Error) -> WalkState {
+        self.failed(error)
+    }
+}

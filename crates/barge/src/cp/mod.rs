@@ -258,7 +258,7 @@ impl Cp {
 
     /// Copies `src` (a directory and everything below it, or any other entry, never
     /// followed) as `dest`: created, or merged into when it is a directory. Fails only
-    /// when `src` or `dest`'s directory cannot be reached or `dest` is inside `src`;
+    /// when `src` or `dest`'s directory cannot be reached or `dest` is `src` or inside it;
     /// problems with entries go to `report` and are counted in the summary.
     pub fn run(
         &self,
@@ -279,6 +279,14 @@ impl Cp {
             Mode::empty(),
         )
         .map_err(|e| Error::io("open directory", TreePath(dest_name.to_vec()), e))?;
+        // `cp DIR/sub DIR`, `cp f f`: a copy onto itself would rewrite its source.
+        let there = statx(&parent, name, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::INO);
+        if there.is_ok_and(|there| key(&there) == key(&stat)) {
+            return Err(Error::Argument {
+                arg: dest.display().to_string(),
+                problem: format!("is {} itself: nothing to copy", src.display()),
+            });
+        }
         let is_dir = Kind::of_mode(stat.stx_mode.into()) == Kind::Dir;
         if is_dir {
             refuse_inside(&stat, parent.as_fd(), src, dest)?;

@@ -259,7 +259,7 @@ pub fn unpack(
             // What landed before the error stays.
             false => format!("unpack into {shown} stopped"),
         })?;
-    warn_not_restored(&landed.not_restored);
+    warn_not_restored(&landed.not_restored, true);
     let mut line = format!(
         "unpacked {} dirs, {} files, {}",
         landed.dirs,
@@ -316,26 +316,35 @@ fn not_a_directory(path: &Path) -> Option<&'static str> {
     (kind != tree::Kind::Dir).then(|| kind.with_article())
 }
 
-/// One warning per kind of metadata the unpack could not restore.
-pub fn warn_not_restored(skipped: &NotRestored) {
+/// One warning per kind of metadata an unpack (`unpack`: its flags are hinted at) or a copy
+/// could not restore.
+pub fn warn_not_restored(skipped: &NotRestored, unpack: bool) {
+    let hint = |flag: &'static str| if unpack { flag } else { "" };
     for (n, what) in [
         (
             skipped.owners,
-            "owners not restored (not root; --no-same-owner silences this)",
+            format!(
+                "owners not restored (not root{})",
+                hint("; --no-same-owner silences this")
+            ),
         ),
         (
             skipped.setid,
-            "setuid/setgid bits not restored (not root; --setid restores them)",
+            format!(
+                "setuid/setgid bits not restored (not root{})",
+                hint("; --setid restores them")
+            ),
         ),
-        (skipped.devices, "devices not created (not root)"),
+        (skipped.devices, "devices not created (not root)".into()),
         (
             skipped.xattrs,
             "extended attributes not restored (trusted.*, security.* and system.* need root; \
-             the filesystem refused the others, e.g. user.* on symlinks)",
+             the filesystem refused the others, e.g. user.* on symlinks)"
+                .into(),
         ),
         (
             skipped.links,
-            "hard links not made (their file existed in DEST and was skipped)",
+            "hard links not made (their file existed in DEST and was skipped)".into(),
         ),
     ] {
         if n > 0 {

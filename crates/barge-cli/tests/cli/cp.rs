@@ -198,9 +198,9 @@ const HUGE: u64 = 65 << 20;
 
 /// Adds to `root` (a tree of [`every_kind`]) what a copier can lose besides: a setgid
 /// directory, sparse files (one of [`HUGE`] bytes), empty files linked across directories,
-/// an access ACL (one its unprivileged owner may set too), a long user xattr on a directory;
-/// with distinct nanosecond times, the root's kept.
-fn more_kinds(root: &Path) {
+/// with `acls` those of [`acls`], a long user xattr on a directory; with distinct nanosecond
+/// times, the root's kept.
+fn more_kinds(root: &Path, acls: bool) {
     let more = root.join("more");
     fs::create_dir_all(more.join("sub")).unwrap();
     fs::create_dir(more.join("setgid-dir")).unwrap();
@@ -216,15 +216,9 @@ fn more_kinds(root: &Path) {
     sparse("huge", HUGE, &[0, 40 << 20, HUGE - 4096]);
     file(&more.join("empty"), b"", 0o644);
     fs::hard_link(more.join("empty"), more.join("sub/empty-too")).unwrap();
-    file(&more.join("acl"), b"acl\n", 0o640);
-    let access = acl(&[
-        (0x01, 6, NO_ID),
-        (0x02, 4, 1234),
-        (0x04, 4, NO_ID),
-        (0x10, 4, NO_ID),
-        (0x20, 0, NO_ID),
-    ]);
-    set_xattr(&more.join("acl"), "system.posix_acl_access", &access);
+    if acls {
+        self::acls(&more);
+    }
     set_xattr(&more, "user.long", &[b'x'; 3000]);
     set_modes(root);
     let rels: Vec<Vec<u8>> = scan(&more).into_keys().collect();
@@ -240,6 +234,24 @@ fn more_kinds(root: &Path) {
     set_mtime(root, 1_500_000_000, 5);
 }
 
+/// Makes in `dir` what an owner may give POSIX ACLs to (root or not): a file `acl` with an
+/// access ACL, a directory `inherits` with a default ACL.
+fn acls(dir: &Path) {
+    file(&dir.join("acl"), b"acl\n", 0o640);
+    // user::rw- user:1234:r-- group::r-- mask::r-- other::---
+    let access = acl(&[
+        (0x01, 6, NO_ID),
+        (0x02, 4, 1234),
+        (0x04, 4, NO_ID),
+        (0x10, 4, NO_ID),
+        (0x20, 0, NO_ID),
+    ]);
+    set_xattr(&dir.join("acl"), "system.posix_acl_access", &access);
+    fs::create_dir(dir.join("inherits")).unwrap();
+    let default = acl(&[(0x01, 7, NO_ID), (0x04, 5, NO_ID), (0x20, 5, NO_ID)]);
+    set_xattr(&dir.join("inherits"), "system.posix_acl_default", &default);
+}
+
 /// Sets the special modes of [`every_kind`] and [`more_kinds`] (again: a chown clears a
 /// file's setuid and setgid bits).
 fn set_modes(root: &Path) {
@@ -253,12 +265,12 @@ fn set_modes(root: &Path) {
 }
 
 /// A tree of every kind of entry ([`every_kind`] and [`more_kinds`]) at WORK/tree, what
-/// root alone can make with `privileged`, owned by the work's user.
-fn every_kind_tree(work: &Work, privileged: bool) -> PathBuf {
+/// root alone can make with `privileged`, ACLs with `acls`, owned by the work's user.
+fn every_kind_tree(work: &Work, privileged: bool, acls: bool) -> PathBuf {
     let tree = work.path("tree");
     fs::create_dir(&tree).unwrap();
     every_kind(&tree, privileged);
-    more_kinds(&tree);
+    more_kinds(&tree, acls);
     if work.user == User::Nobody {
         work.own();
         set_modes(&tree);
@@ -287,7 +299,7 @@ fn assert_still_sparse(src: &Path, copy: &Path) {
 fn archive_copy_of_every_kind_of_entry_equals_cp_a() {
     let root = is_root();
     let work = Work::new(User::Caller);
-    let tree = every_kind_tree(&work, root);
+    let tree = every_kind_tree(&work, root, true);
     assert_like_cp(&work, &tree, CP_A, &["-a"], &[], &[0]);
     assert_still_sparse(&tree, &work.path("by-barge"));
 }
@@ -298,10 +310,28 @@ fn archive_copy_of_every_kind_of_entry_as_nobody_equals_cp_a() {
         return skipped("not root: cannot run the copiers as nobody");
     }
     let work = Work::new(User::Nobody);
-    let tree = every_kind_tree(&work, false);
+    // ACLs have their own test.
+    let tree = every_kind_tree(&work, false, false);
     // A tree nobody owns: its owners are kept (exit 0), or said not restorable (2).
     assert_like_cp(&work, &tree, CP_A, &["-a"], &[], &[0, 2]);
     assert_still_sparse(&tree, &work.path("by-barge"));
+}
+
+/// The owner of a file may set its ACLs: cp -a keeps them as nobody too (issue 15's
+/// contract: "xattrs incl. ACLs (trusted/security only as root)").
+#[test]
+#[ignore = "barge restores system.* (ACLs) only as root (land/restore.rs, FORMAT.md, \
+            SECURITY.md), which the cp contract does not: a decision for the lead"]
+fn archive_copy_as_nobody_keeps_acls() {
+    if !is_root() {
+        return skipped("not root: cannot run the copiers as nobody");
+    }
+    let work = Work::new(User::Nobody);
+    let tree = work.path("tree");
+    fs::create_dir(&tree).unwrap();
+    acls(&tree);
+    work.own();
+    assert_like_cp(&work, &tree, CP_A, &["-a"], &[], &[0]);
 }
 
 /// Without -a: modes (setuid too: root), times, symlinks, hard links, fifos and sockets, as
@@ -312,7 +342,7 @@ fn default_copy_keeps_modes_times_and_links_as_cp_preserve() {
         return skipped("not root: the copies' owners would differ from the tree's");
     }
     let work = Work::new(User::Caller);
-    let tree = every_kind_tree(&work, false);
+    let tree = every_kind_tree(&work, false, true);
     let cp_args = &["-R", "-P", "--preserve=mode,timestamps,links"];
     assert_like_cp(&work, &tree, cp_args, &[], &["--xattrs", "none"], &[0]);
     let copy = work.path("by-barge");
@@ -674,16 +704,24 @@ fn symlinks_planted_in_dest_are_not_followed() {
 fn a_file_hard_linked_from_outside_is_replaced_not_written_through() {
     let work = Work::new(User::Caller);
     let src = small_tree(&work);
-    let (outside, sentinel) = outside(&work);
+    let (outside, _) = outside(&work);
+    let secret = outside.join("secret");
+    let stamp = |path: &Path| {
+        let meta = fs::metadata(path).unwrap();
+        (meta.ino(), meta.mode(), meta.mtime(), meta.mtime_nsec())
+    };
+    let before = (stamp(&secret), fs::read(&secret).unwrap());
     let dest = work.path("dest");
     let into = dest.join("src");
     for flags in [&["--overwrite"][..], &["--update"]] {
         let _ = fs::remove_dir_all(&dest);
         fs::create_dir_all(&into).unwrap();
-        fs::hard_link(outside.join("secret"), into.join("a")).unwrap();
+        fs::hard_link(&secret, into.join("a")).unwrap();
         let out = run(cp(flags).arg(&src).arg(&dest), None);
         assert_exit(&out, 0, &format!("{flags:?}"));
-        sentinel.assert_unchanged(&format!("{flags:?}"));
+        // Its link count and change time go with the name unlinked from DEST; not more.
+        let after = (stamp(&secret), fs::read(&secret).unwrap());
+        assert_eq!(after, before, "{flags:?}: written through");
         assert_eq!(fs::read(into.join("a")).unwrap(), b"a\n");
         assert_equal_trees(&src, &into, &format!("{flags:?}"));
     }
@@ -977,7 +1015,7 @@ fn confinement(trace: &str, src: &Path, to: &Path) -> Confinement {
     let mut found = Confinement::default();
     for line in trace.lines() {
         // PID NAME(ARGS) = RESULT, or PID NAME(ARGS <unfinished ...>.
-        let Some((_, call)) = line.split_once(' ') else {
+        let Some((_, call)) = line.split_once(' ').map(|(pid, c)| (pid, c.trim_start())) else {
             continue;
         };
         let Some((name, rest)) = call.split_once('(') else {
@@ -998,11 +1036,19 @@ fn confinement(trace: &str, src: &Path, to: &Path) -> Confinement {
                 Some(i) => args.get(i).and_then(|a| fd_dir(a)),
                 None => std::env::current_dir().ok(),
             };
-            let resolved = match (Path::new(&path).is_absolute(), base) {
+            let joined = match (Path::new(&path).is_absolute(), base) {
                 (true, _) => PathBuf::from(&path),
                 (false, Some(base)) => base.join(&path),
                 (false, None) => continue,
             };
+            // `..` taken lexically (DEST's check for being inside SRC climbs out of DEST).
+            let mut resolved = PathBuf::new();
+            for part in joined.components() {
+                match part {
+                    Component::ParentDir => drop(resolved.pop()),
+                    part => resolved.push(part),
+                }
+            }
             let depth = |root: &Path| {
                 resolved
                     .strip_prefix(root)
@@ -1017,10 +1063,7 @@ fn confinement(trace: &str, src: &Path, to: &Path) -> Confinement {
             if below && path.contains('/') {
                 why.push("a path with '/'");
             }
-            if Path::new(&path)
-                .components()
-                .any(|c| c == Component::ParentDir)
-            {
+            if below && path.split('/').any(|c| c == "..") {
                 why.push("'..'");
             }
             if below && follows(name, rest) {
@@ -1070,10 +1113,13 @@ fn below_the_roots_every_call_names_one_entry_and_follows_no_symlink() {
     let src = work.path("a/src");
     fs::create_dir_all(&src).unwrap();
     every_kind(&src, is_root());
+    // Regular files, a hard-link group counted once (its other names are links).
     let files = scan(&src)
-        .values()
-        .filter(|n| matches!(n, Node::File(..)))
-        .count();
+        .into_iter()
+        .filter(|(_, n)| matches!(n, Node::File(..)))
+        .map(|(rel, _)| fs::metadata(src.join(name(&rel))).unwrap().ino())
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
     let to = work.path("b");
     fs::create_dir(&to).unwrap();
     // Into a missing DEST and, again, into DEST/src of an existing DEST, with --overwrite.
@@ -1256,16 +1302,16 @@ fn a_copy_killed_midway_is_finished_by_update() {
     fs::create_dir(&dest).unwrap();
     let into = dest.join("src");
 
+    // How long a whole copy takes, to kill one half-way (else a quarter or three quarters).
+    let start = Instant::now();
+    assert_exit(&run(&mut cp2(&src, &dest), None), 0, "a whole copy");
+    let whole = start.elapsed();
     let mut attempts = 0;
     let complete = loop {
         attempts += 1;
         let _ = fs::remove_dir_all(&into);
         let mut child = spawn(&mut cp2(&src, &dest), std::process::Stdio::null());
-        let start = Instant::now();
-        while fs::read_dir(&dest).unwrap().next().is_none() && start.elapsed() < TIMEOUT {
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        std::thread::sleep(Duration::from_millis(5 * attempts));
+        std::thread::sleep(whole * [2, 1, 3, 2, 2][attempts - 1] / 4);
         child.kill().unwrap();
         child.wait().unwrap();
         let landed = if into.is_dir() {
@@ -1278,17 +1324,18 @@ fn a_copy_killed_midway_is_finished_by_update() {
             .filter(|(rel, stamp)| total.get(*rel) == Some(stamp))
             .count();
         eprintln!(
-            "attempt {attempts}: killed with {} of {} files, {complete} complete",
+            "attempt {attempts}: killed with {} of {} files, {complete} complete (a whole copy \
+             took {whole:.0?})",
             landed.len(),
             total.len()
         );
-        if (complete < total.len() && !landed.is_empty()) || attempts == 5 {
+        if (complete > 0 && complete < total.len()) || attempts == 5 {
             break complete;
         }
     };
     assert!(
-        complete < total.len(),
-        "the copy always finished before the kill"
+        complete > 0 && complete < total.len(),
+        "no kill came mid-way"
     );
     let out = run(
         &mut cp([
@@ -1398,6 +1445,22 @@ fn verify_passes_a_good_copy_and_fails_a_changing_source() {
     assert_clean_failure(&out, &["uuid"], "--verify of a changing file");
 }
 
+/// A kernel file says 0 bytes and holds more: its copy holds what it holds (as GNU cp's),
+/// or it is refused by name; never an empty file and exit 0.
+#[test]
+#[ignore = "barge cp copies st_size bytes (a size-0 file is not even opened): /proc and \
+            /sys files come out empty, silently"]
+fn a_file_holding_more_than_its_size_is_not_copied_empty() {
+    let work = Work::new(User::Caller);
+    let src = Path::new("/proc/sys/kernel/osrelease");
+    let dest = work.path("osrelease");
+    let out = run(&mut cp2(src, &dest), None);
+    match out.status.code() {
+        Some(0) => assert_eq!(fs::read(&dest).unwrap(), fs::read(src).unwrap()),
+        _ => assert_clean_failure(&out, &["osrelease"], "a kernel file"),
+    }
+}
+
 #[test]
 fn threads_and_reflink_choices_give_the_same_copy() {
     let work = Work::new(User::Caller);
@@ -1454,6 +1517,7 @@ fn exit_status_is_2_when_only_metadata_could_not_be_kept() {
     }
     let work = Work::new(User::Nobody);
     let src = small_tree(&work);
+    work.own();
     lchown(src.join("a"), Some(1234), Some(1234)).unwrap();
     fs::set_permissions(src.join("a"), fs::Permissions::from_mode(0o644)).unwrap();
     let dest = work.path("dest");
@@ -1480,7 +1544,8 @@ fn help_names_every_flag() {
     for flag in [
         "-a, --archive",
         "--skip-old-files",
-        "-n, --no-clobber",
+        "-n, --skip-old-files",
+        "--no-clobber",
         "--overwrite",
         "--update",
         "--delete",

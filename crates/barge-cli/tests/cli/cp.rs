@@ -1236,12 +1236,16 @@ fn update_copies_what_changed_by_rename_and_deletes_only_when_asked() {
         None,
     );
     assert_exit(&out, 0, "--update");
-    assert_eq!(
-        count(&json(&out), "files"),
-        3,
-        "changed, touched, added: {}",
-        json(&out)
-    );
+    let summary = json(&out);
+    // Copied: changed, touched (replaced) and added; up to date: same, sub/same.
+    for (field, want) in [
+        ("files", 3),
+        ("replaced", 2),
+        ("up_to_date", 2),
+        ("deleted", 0),
+    ] {
+        assert_eq!(count(&summary, field), want, "{field}: {summary}");
+    }
     assert_eq!(
         fs::read(into.join("changed")).unwrap(),
         b"changed, and longer\n"
@@ -1268,7 +1272,10 @@ fn update_copies_what_changed_by_rename_and_deletes_only_when_asked() {
     let args = ["--update", "--delete", "--exclude", "*.tmp", "--json"];
     let out = run(cp(args).arg(&src).arg(&dest), None);
     assert_exit(&out, 0, "--update --delete");
-    assert_eq!(count(&json(&out), "files"), 0, "{}", json(&out));
+    let summary = json(&out);
+    for (field, want) in [("files", 0), ("deleted", 2)] {
+        assert_eq!(count(&summary, field), want, "{field}: {summary}");
+    }
     for (rel, want) in [("gone", "none"), ("sub/gone", "none"), ("kept.tmp", "file")] {
         assert_eq!(kind(&into.join(rel)), want, "--delete: {rel}");
     }
@@ -1504,10 +1511,21 @@ fn json_summarizes_the_copy() {
         ("files", 3),
         ("bytes", 2 + 3 + 4),
         ("symlinks", 2),
+        ("specials", 1),
+        ("errors", 0),
     ] {
         assert_eq!(count(&summary, field), want, "{field}: {summary}");
     }
     assert!(summary["seconds"].is_number(), "{summary}");
+    // An entry not copied (DEST has it) is counted there too, and the summary printed.
+    let dest = work.path("again");
+    fs::create_dir_all(dest.join("src")).unwrap();
+    file(&dest.join("src/a"), b"mine", 0o644);
+    let out = run(cp(["--json"]).arg(&src).arg(&dest), None);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let summary = json(&out);
+    assert_eq!(count(&summary, "errors"), 1, "{summary}");
+    assert_eq!(count(&summary, "files"), 2, "{summary}");
 }
 
 #[test]

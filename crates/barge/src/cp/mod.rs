@@ -1,6 +1,6 @@
 //! `barge cp`: a tree copied with no archive in between. The parallel walker
 //! ([`WalkParallel`]) lists SRC on every core and drives a landing visitor per thread
-//! ([`Copier`]) whose per-directory state is the copy of that directory ([`DestDir`]): each
+//! (`Copier`) whose per-directory state is the copy of that directory (`DestDir`): each
 //! entry is stated and opened relative to its directory's fd in SRC and created relative to
 //! the copy's fd in DEST, by its single-component name, never following a symlink; file
 //! content moves inside the kernel (`FICLONE` where the filesystem shares extents, else

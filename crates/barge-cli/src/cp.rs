@@ -168,7 +168,22 @@ pub fn cp(args: CpArgs) -> Result<Exit> {
         })
     });
     result?;
-    warn_not_restored(&done.not_restored);
+    let mut skipped = done.not_restored;
+    for (n, what) in [
+        (
+            std::mem::take(&mut skipped.owners),
+            "owners not kept (only root may give files away)",
+        ),
+        (
+            std::mem::take(&mut skipped.setid),
+            "setuid/setgid bits dropped (kept only where the copy keeps the owner or group)",
+        ),
+    ] {
+        if n > 0 {
+            warn(format_args!("{n} {what}"));
+        }
+    }
+    warn_not_restored(&skipped);
     let c = &done.counts;
     if c.left_out > 0 {
         warn(format_args!(

@@ -303,10 +303,12 @@ impl Cp {
         };
         let mut copier = Copier::new(&shared);
         let parent = Arc::new(parent);
+        let in_setgid = statx(&*parent, "", AtFlags::EMPTY_PATH, StatxFlags::MODE)
+            .is_ok_and(|st| st.stx_mode & 0o2000 != 0);
         if is_dir {
             let fd = openat(CWD, src, DIR_FLAGS, Mode::empty())
                 .map_err(|e| Error::io("open directory", TreePath(src_name.to_vec()), e))?;
-            let root = copier.enter(Some(&parent), name, fd.as_fd(), &stat, b"")?;
+            let root = copier.enter(Some(&parent), in_setgid, name, fd.as_fd(), &stat, b"")?;
             drop(copier);
             WalkParallel::new(fd, src_name)
                 .threads(self.threads)
@@ -327,6 +329,7 @@ impl Cp {
                 src_name: src_entry,
                 dest: Some(&parent),
                 name,
+                setgid: in_setgid,
                 path: b"",
             };
             copier.copy(&at, &stat)?;
@@ -449,6 +452,8 @@ struct Pair<'p> {
     dest: Option<&'p Arc<OwnedFd>>,
     /// Its name in DEST.
     name: &'p [u8],
+    /// The copy of its directory is setgid.
+    setgid: bool,
     /// Its path below the copy's root (empty for the root).
     path: &'p [u8],
 }
@@ -467,6 +472,8 @@ impl Pair<'_> {
 /// below it is copied (when the walker drops it).
 struct DestDir<'a> {
     fd: Option<Arc<OwnedFd>>,
+    /// The copy is setgid: what is created in it gets its group, not the process's.
+    setgid: bool,
     last: Option<Last>,
     shared: &'a Shared<'a>,
 }
@@ -597,8 +604,9 @@ impl<'a> Copier<'a> {
 
     /// The metadata of `stat` a copy keeps: the mode (setuid and setgid only where the
     /// copy keeps the source's owner or group: as root, or where they are the process's),
-    /// the time, and with [`Cp::archive`] the owner (left out where it is the process's).
-    fn meta(&mut self, stat: &Statx) -> Meta {
+    /// the time, and with [`Cp::archive`] the owner (left out where creating it in a
+    /// directory that is not setgid, `in_setgid`, gives it already).
+    fn meta(&mut self, stat: &Statx, in_setgid: bool) -> Meta {
         let mut meta = Meta::of_statx(stat);
         let owner = meta.owner.take().expect("stated");
         if !self.shared.root {
@@ -614,7 +622,7 @@ impl<'a> Copier<'a> {
             }
             meta.mode &= !strip;
         }
-        if self.cp().archive && (self.shared.root || owner != self.shared.me) {
+        if self.cp().archive && (owner != self.shared.me || in_setgid) {
             meta.owner = Some(owner);
         }
         meta
@@ -706,7 +714,7 @@ impl<'a> Copier<'a> {
             return Ok(());
         }
         let dest = at.dest.expect("not a dry run");
-        let meta = self.meta(stat);
+        let meta = self.meta(stat, at.setgid);
         let entry = Entry::new(at.name, kind, meta);
         let apply = self.shared.policy.entry(&entry, &mut self.not_restored);
         let replaced = match kind {
@@ -1013,11 +1021,12 @@ impl<'a> Copier<'a> {
     }
 
     /// Creates (or merges into) the copy of the directory `name` (open as `src`, stated as
-    /// `stat`) in `dest`, and returns its state; with [`Cp::delete`], first removes what the
+    /// `stat`) in `dest` (setgid when `in_setgid`), and returns its state; with [`Cp::delete`], first removes what the
     /// copy has and the source lacks.
     fn enter(
         &mut self,
         dest: Option<&Arc<OwnedFd>>,
+        in_setgid: bool,
         name: &[u8],
         src: BorrowedFd<'_>,
         stat: &Statx,
@@ -1025,7 +1034,7 @@ impl<'a> Copier<'a> {
     ) -> Result<DestDir<'a>> {
         let shared = self.shared;
         let dest_path = || shared.dest_path(path);
-        let meta = self.meta(stat);
+        let meta = self.meta(stat, in_setgid);
         let entry = Entry::dir(name, meta);
         let apply = shared.policy.entry(&entry, &mut self.not_restored);
         let (create, last_mode) = shared.policy.dir_modes(&apply);
@@ -1034,6 +1043,7 @@ impl<'a> Copier<'a> {
             self.count(Kind::Dir, 0);
             return Ok(DestDir {
                 fd: None,
+                setgid: false,
                 last: None,
                 shared,
             });
@@ -1060,6 +1070,7 @@ impl<'a> Copier<'a> {
             }
             return Ok(DestDir {
                 fd,
+                setgid: false,
                 last: None,
                 shared,
             });
@@ -1104,24 +1115,26 @@ impl<'a> Copier<'a> {
                 &mut self.not_restored,
                 dest_path,
             )?;
-        } else if !shared.root {
-            // Merging into a directory that does not let its owner in: let it, for now.
-            let there = statx(&fd, "", AtFlags::EMPTY_PATH, StatxFlags::MODE)
-                .map_err(|e| Error::io("statx", dest_path(), e))?;
-            let mode = u32::from(there.stx_mode) & 0o7777;
-            if mode & 0o700 != 0o700 {
-                fchmod(&fd, Mode::from_raw_mode(mode | 0o700))
-                    .map_err(|e| Error::io("fchmod", dest_path(), e))?;
-            }
+        }
+        let there = statx(
+            &fd,
+            "",
+            AtFlags::EMPTY_PATH,
+            StatxFlags::MODE | StatxFlags::INO,
+        )
+        .map_err(|e| Error::io("statx", dest_path(), e))?;
+        let mode = u32::from(there.stx_mode) & 0o7777;
+        // Merging into a directory that does not let its owner in: let it, for now.
+        if !created && !shared.root && mode & 0o700 != 0o700 {
+            fchmod(&fd, Mode::from_raw_mode(mode | 0o700))
+                .map_err(|e| Error::io("fchmod", dest_path(), e))?;
         }
         self.read_xattrs(src, dest_path)?;
         let fd = Arc::new(fd);
         self.delete_missing(src, &fd, path)?;
         self.count(Kind::Dir, 0);
         if path.is_empty() {
-            let id = statx(&*fd, "", AtFlags::EMPTY_PATH, StatxFlags::INO)
-                .map_err(|e| Error::io("statx", dest_path(), e))?;
-            *shared.target.lock().expect("no panics") = Some(key(&id));
+            *shared.target.lock().expect("no panics") = Some(key(&there));
         }
         let umask = crate::root::umask();
         let last = Last {
@@ -1138,6 +1151,7 @@ impl<'a> Copier<'a> {
         };
         Ok(DestDir {
             fd: Some(fd),
+            setgid: mode & 0o2000 != 0,
             last: Some(last),
             shared,
         })
@@ -1228,7 +1242,8 @@ impl<'a> ParallelVisitor for Copier<'a> {
                 state => state,
             });
         }
-        match self.enter(parent.state().fd.as_ref(), entry.name, fd, stat, &path) {
+        let dest = parent.state();
+        match self.enter(dest.fd.as_ref(), dest.setgid, entry.name, fd, stat, &path) {
             Ok(state) => Ok(state),
             Err(e) => Err(match self.failed(e) {
                 WalkState::Continue => WalkState::Skip,
@@ -1262,6 +1277,7 @@ impl<'a> ParallelVisitor for Copier<'a> {
             src_name: entry.name,
             dest: dir.state().fd.as_ref(),
             name: entry.name,
+            setgid: dir.state().setgid,
             path: &path,
         };
         match self.copy(&at, &stat) {

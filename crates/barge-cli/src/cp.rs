@@ -157,6 +157,12 @@ pub fn cp(args: CpArgs) -> Result<Exit> {
             for (src, target) in &targets {
                 let copied = cp.run(src, target, &progress, &Printer)?;
                 done.add(&copied);
+                if copied.stopped {
+                    bail!(
+                        "copy into {} stopped: it can take no more",
+                        shown_path(target)
+                    );
+                }
                 if args.verify && !args.dry_run {
                     let checked = cp.verify(src, target, &Printer)?;
                     verified.files += checked.files;

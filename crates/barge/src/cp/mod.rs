@@ -698,7 +698,8 @@ impl<'a> Copier<'a> {
                 Found::Nothing => {}
                 Found::Same if update => {
                     self.counts.up_to_date += 1;
-                    self.shared.progress.add_entry(0);
+                    let size = if kind == Kind::File { stat.stx_size } else { 0 };
+                    self.shared.progress.add_entry(size);
                     if stat.stx_nlink > 1 && kind == Kind::File {
                         if let Some(dest) = at.dest {
                             self.note_link(stat, dest, at.name);

@@ -259,7 +259,7 @@ pub fn unpack(
             // What landed before the error stays.
             false => format!("unpack into {shown} stopped"),
         })?;
-    warn_not_restored(&landed.not_restored, true);
+    warn_not_restored(&landed.not_restored);
     let mut line = format!(
         "unpacked {} dirs, {} files, {}",
         landed.dirs,
@@ -316,35 +316,26 @@ fn not_a_directory(path: &Path) -> Option<&'static str> {
     (kind != tree::Kind::Dir).then(|| kind.with_article())
 }
 
-/// One warning per kind of metadata an unpack (`unpack`: its flags are hinted at) or a copy
-/// could not restore.
-pub fn warn_not_restored(skipped: &NotRestored, unpack: bool) {
-    let hint = |flag: &'static str| if unpack { flag } else { "" };
+/// One warning per kind of metadata the unpack could not restore.
+pub fn warn_not_restored(skipped: &NotRestored) {
     for (n, what) in [
         (
             skipped.owners,
-            format!(
-                "owners not restored (not root{})",
-                hint("; --no-same-owner silences this")
-            ),
+            "owners not restored (not root; --no-same-owner silences this)",
         ),
         (
             skipped.setid,
-            format!(
-                "setuid/setgid bits not restored (not root{})",
-                hint("; --setid restores them")
-            ),
+            "setuid/setgid bits not restored (not root; --setid restores them)",
         ),
-        (skipped.devices, "devices not created (not root)".into()),
+        (skipped.devices, "devices not created (not root)"),
         (
             skipped.xattrs,
             "extended attributes not restored (trusted.*, security.* and system.* need root; \
-             the filesystem refused the others, e.g. user.* on symlinks)"
-                .into(),
+             the filesystem refused the others, e.g. user.* on symlinks)",
         ),
         (
             skipped.links,
-            "hard links not made (their file existed in DEST and was skipped)".into(),
+            "hard links not made (their file existed in DEST and was skipped)",
         ),
     ] {
         if n > 0 {

@@ -159,7 +159,7 @@ pub fn cp(args: CpArgs) -> Result<Exit> {
             for (src, target) in &targets {
                 let copied = match cp.run(src, target, &progress, &Printer) {
                     Ok(copied) => copied,
-                    Err(e @ Error::Interrupted { .. }) => return Err(e),
+                    Err(e @ Error::Interrupted { .. }) => return Err(e.into()),
                     Err(e) => {
                         error(e);
                         failed += 1;
@@ -167,6 +167,12 @@ pub fn cp(args: CpArgs) -> Result<Exit> {
                     }
                 };
                 done.add(&copied);
+                if copied.stopped {
+                    bail!(
+                        "copy into {} stopped: it can take no more",
+                        shown_path(target)
+                    );
+                }
                 if args.verify && !args.dry_run {
                     let checked = cp.verify(src, target, &Printer)?;
                     verified.files += checked.files;
@@ -178,7 +184,22 @@ pub fn cp(args: CpArgs) -> Result<Exit> {
         })
     });
     result?;
-    warn_not_restored(&done.not_restored, false);
+    let mut skipped = done.not_restored;
+    for (n, what) in [
+        (
+            std::mem::take(&mut skipped.owners),
+            "owners not kept (only root may give files away)",
+        ),
+        (
+            std::mem::take(&mut skipped.setid),
+            "setuid/setgid bits dropped (kept only where the copy keeps the owner or group)",
+        ),
+    ] {
+        if n > 0 {
+            warn(format_args!("{n} {what}"));
+        }
+    }
+    warn_not_restored(&skipped);
     let c = &done.counts;
     if c.left_out > 0 {
         warn(format_args!(

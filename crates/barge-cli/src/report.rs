@@ -25,8 +25,7 @@ leaves no DEST; a pack to -o FILE leaves FILE as it was. cp goes on past an entr
 copy (each is named) and exits with 1 at the end, as cp does.
 
 2: done, but some entries were left out, each named in a warning (files that pack could not
-read, entries du could not measure), or cp could not keep some metadata (owners, xattrs, ...,
-one warning per kind).
+read, entries du could not measure).
 
 A reader that goes away early (`barge list A | head`) ends list and du quietly with 0, as rg
 does; pack says that the archive it was writing is incomplete, with 1."

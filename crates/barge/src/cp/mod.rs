@@ -903,14 +903,8 @@ impl<'a> Copier<'a> {
             return Ok(made);
         }
         let src_path = || at.src_path(shared);
-        let size = stat.stx_size;
-        let src = match size > 0 || self.cp().archive {
-            true => Some(
-                openat(at.src, at.src_name, FILE_FLAGS, Mode::empty())
-                    .map_err(|e| Error::io("open", src_path(), e))?,
-            ),
-            false => None,
-        };
+        let src = openat(at.src, at.src_name, FILE_FLAGS, Mode::empty())
+            .map_err(|e| Error::io("open", src_path(), e))?;
         let mode = Mode::from_raw_mode(apply.mode);
         let path = || at.dest_path(shared);
         let made = create_at(
@@ -927,12 +921,13 @@ impl<'a> Copier<'a> {
             Made::Replacing(fd) => (fd, true),
             Made::Skipped => return Ok(None),
         };
-        let mut done = Ok(());
-        if let Some(src) = &src {
-            done = self
-                .copy_content(src.as_fd(), fd.as_fd(), stat, &path)
-                .and_then(|()| self.read_xattrs(src.as_fd(), path));
-        }
+        let mut copied = 0;
+        let done = self
+            .copy_content(src.as_fd(), fd.as_fd(), stat, &path)
+            .and_then(|bytes| {
+                copied = bytes;
+                self.read_xattrs(src.as_fd(), path)
+            });
         let done = done.and_then(|()| {
             let xattrs = Xattrs(&self.xattrs.wire);
             let target = Target::Fd(fd.as_fd());
@@ -952,27 +947,32 @@ impl<'a> Copier<'a> {
             links.insert(key(stat), (dest.clone(), at.name.into()));
         }
         self.counts.files += 1;
-        self.counts.bytes += size;
+        self.counts.bytes += copied;
         self.shared.progress.add_entry(0);
         Ok(Some(replacing))
     }
 
     /// Copies the content of `src` into the new file `dest`: shared extents where the
-    /// filesystem can and may ([`Reflink`]), else the data ranges (holes stay holes).
+    /// filesystem can and may ([`Reflink`]), else the data ranges (holes stay holes); a
+    /// file of size 0 is read to its end (a kernel file in /proc or /sys has content
+    /// nonetheless). Returns the bytes copied.
     fn copy_content(
         &mut self,
         src: BorrowedFd<'_>,
         dest: BorrowedFd<'_>,
         stat: &Statx,
         path: &dyn Fn() -> TreePath,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         let size = stat.stx_size;
+        if size == 0 {
+            return self.through_memory(src, dest, 0, u64::MAX, path);
+        }
         let always = self.cp().reflink == Reflink::Always;
         if !self.shared.no_clone.load(Relaxed) {
             match ioctl_ficlone(dest, src) {
                 Ok(()) => {
                     self.shared.progress.add_bytes(size);
-                    return Ok(());
+                    return Ok(size);
                 }
                 Err(e) if always => return Err(Error::io("share extents (FICLONE)", path(), e)),
                 Err(_) => self.shared.no_clone.store(true, Relaxed),
@@ -983,7 +983,7 @@ impl<'a> Copier<'a> {
         }
         // Fewer allocated blocks than the size needs: it has holes.
         if stat.stx_blocks.saturating_mul(512) >= size {
-            return self.copy_range(src, dest, 0, size, path);
+            return self.copy_range(src, dest, 0, size, path).map(|()| size);
         }
         let mut at = 0;
         while at < size {
@@ -997,7 +997,8 @@ impl<'a> Copier<'a> {
             self.copy_range(src, dest, data, hole.min(size), path)?;
             at = hole;
         }
-        ftruncate(dest, size).map_err(|e| Error::io("ftruncate", path(), e))
+        ftruncate(dest, size).map_err(|e| Error::io("ftruncate", path(), e))?;
+        Ok(size)
     }
 
     /// Copies the bytes `start..end` of `src` to the same offsets of `dest` with
@@ -1031,14 +1032,27 @@ impl<'a> Copier<'a> {
                 Err(e) => return Err(Error::io("copy_file_range", path(), e)),
             }
         }
-        if from >= end {
-            return Ok(());
+        if from < end {
+            self.through_memory(src, dest, from, end - from, path)?;
         }
+        Ok(())
+    }
+
+    /// Copies `len` bytes (fewer where `src` ends before) of `src` at `from` to the same
+    /// offset of `dest` with `pread` + `pwrite`; returns the bytes copied.
+    fn through_memory(
+        &mut self,
+        src: BorrowedFd<'_>,
+        dest: BorrowedFd<'_>,
+        from: u64,
+        len: u64,
+        path: &dyn Fn() -> TreePath,
+    ) -> Result<u64> {
         if self.buf.is_empty() {
             self.buf = vec![0; BUFFER];
         }
-        let progress = self.shared.progress;
-        read_chunks(src, from, end - from, &mut self.buf, &path(), |chunk| {
+        let (progress, mut to) = (self.shared.progress, from);
+        read_chunks(src, from, len, &mut self.buf, &path(), |chunk| {
             let mut rest = chunk;
             while !rest.is_empty() {
                 let n =
@@ -1048,8 +1062,7 @@ impl<'a> Copier<'a> {
             }
             progress.add_bytes(chunk.len() as u64);
             check()
-        })?;
-        Ok(())
+        })
     }
 
     /// Creates (or merges into) the copy of the directory `name` (open as `src`, stated as

@@ -330,7 +330,7 @@ pub fn warn_not_restored(skipped: &NotRestored) {
         (skipped.devices, "devices not created (not root)"),
         (
             skipped.xattrs,
-            "extended attributes not restored (trusted.*, security.* and system.* need root; \
+            "extended attributes not restored (trusted.*, security.* and system.* but ACLs need root; \
              the filesystem refused the others, e.g. user.* on symlinks)",
         ),
         (

@@ -148,15 +148,31 @@ pub fn cp(args: CpArgs) -> Result<Exit> {
     let total = AtomicU64::new(0);
     let mut done = CpSummary::default();
     let mut verified = Verified::default();
+    // SRCs that could not be copied at all (each named); the others still are.
+    let mut failed = 0;
     let (result, elapsed) = std::thread::scope(|scope| {
         if shows_progress(args.out) {
             scope.spawn(|| count(srcs, exclude, &total));
         }
         let known = || Some(total.load(Relaxed)).filter(|&t| t > 0);
-        with_progress(args.out, &progress, known, || -> Result<()> {
+        with_progress(args.out, &progress, known, || {
             for (src, target) in &targets {
-                let copied = cp.run(src, target, &progress, &Printer)?;
+                let copied = match cp.run(src, target, &progress, &Printer) {
+                    Ok(copied) => copied,
+                    Err(e @ Error::Interrupted { .. }) => return Err(e.into()),
+                    Err(e) => {
+                        error(e);
+                        failed += 1;
+                        continue;
+                    }
+                };
                 done.add(&copied);
+                if copied.stopped {
+                    bail!(
+                        "copy into {} stopped: it can take no more",
+                        shown_path(target)
+                    );
+                }
                 if args.verify && !args.dry_run {
                     let checked = cp.verify(src, target, &Printer)?;
                     verified.files += checked.files;
@@ -168,7 +184,22 @@ pub fn cp(args: CpArgs) -> Result<Exit> {
         })
     });
     result?;
-    warn_not_restored(&done.not_restored);
+    let mut skipped = done.not_restored;
+    for (n, what) in [
+        (
+            std::mem::take(&mut skipped.owners),
+            "owners not kept (only root may give files away)",
+        ),
+        (
+            std::mem::take(&mut skipped.setid),
+            "setuid/setgid bits dropped (kept only where the copy keeps the owner or group)",
+        ),
+    ] {
+        if n > 0 {
+            warn(format_args!("{n} {what}"));
+        }
+    }
+    warn_not_restored(&skipped);
     let c = &done.counts;
     if c.left_out > 0 {
         warn(format_args!(
@@ -210,7 +241,7 @@ pub fn cp(args: CpArgs) -> Result<Exit> {
         extra.insert("verified".into(), json!(verified));
     }
     summary(args.out, &line, &done, extra, elapsed, false);
-    if c.errors > 0 || verified.differences > 0 {
+    if c.errors > 0 || failed > 0 || verified.differences > 0 {
         if verified.differences > 0 {
             error(format_args!(
                 "{} entries of the copy differ from SRC",
@@ -219,6 +250,8 @@ pub fn cp(args: CpArgs) -> Result<Exit> {
         }
         return Ok(Exit::Error);
     }
+    // Metadata the process may not restore is warned about, as by unpack: the entries are
+    // all there.
     Ok(Exit::Success)
 }
 
@@ -241,12 +274,22 @@ fn targets(srcs: &[PathBuf], dest: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
         Ok(_) if srcs.len() > 1 => {
             bail!("{shown} is not a directory: several SRCs are copied into a directory")
         }
+        Ok(_) if is_dir(&srcs[0]) => bail!(
+            "{shown} is not a directory: cannot replace it with the directory {}",
+            shown_path(&srcs[0])
+        ),
         Err(rustix::io::Errno::NOENT) if srcs.len() > 1 => {
             bail!("{shown} does not exist: several SRCs are copied into an existing directory")
         }
         Ok(_) | Err(rustix::io::Errno::NOENT) => Ok(vec![(srcs[0].clone(), dest.to_path_buf())]),
         Err(e) => bail!("{shown}: {e}"),
     }
+}
+
+/// Whether `path` is a directory (not following a symlink).
+fn is_dir(path: &Path) -> bool {
+    rustix::fs::lstat(path)
+        .is_ok_and(|st| barge::tree::Kind::of_mode(st.st_mode) == barge::tree::Kind::Dir)
 }
 
 /// Sums the bytes below `srcs` into `total`, for the progress line's percentage.

@@ -597,6 +597,7 @@ fn a_manual_page_and_completions_come_from_the_command_line_definition() {
     fs::create_dir(&dir).unwrap();
     run_ok(barge(["man", "--dir"]).arg(&dir), None);
     let pages = [
+        "barge-cp.1",
         "barge-du.1",
         "barge-list.1",
         "barge-pack.1",

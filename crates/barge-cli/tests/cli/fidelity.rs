@@ -28,7 +28,7 @@ fn scripts() -> PathBuf {
 }
 
 /// Runs `scripts/NAME ARGS` (piped output, under [`FIDELITY_TIMEOUT`]).
-fn script<S: AsRef<OsStr>>(name: &str, args: impl IntoIterator<Item = S>) -> Output {
+pub(crate) fn script<S: AsRef<OsStr>>(name: &str, args: impl IntoIterator<Item = S>) -> Output {
     let mut cmd = Command::new(scripts().join(name));
     cmd.args(args);
     let what = format!("{cmd:?}");
@@ -86,7 +86,7 @@ fn set_mtime(path: &Path, sec: i64, nsec: i64) {
 }
 
 /// A POSIX ACL in its xattr form (version 2, then tag/perm/id entries sorted by tag).
-fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+pub(crate) fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
     let mut out = 2u32.to_le_bytes().to_vec();
     for (tag, perm, id) in entries {
         out.extend_from_slice(&tag.to_le_bytes());
@@ -97,12 +97,12 @@ fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
 }
 
 /// Sets the extended attribute `name` of `path` itself (a symlink is not followed).
-fn set_xattr(path: &Path, name: &str, value: &[u8]) {
+pub(crate) fn set_xattr(path: &Path, name: &str, value: &[u8]) {
     lsetxattr(path, name, value, XattrFlags::empty()).unwrap();
 }
 
 /// `ACL_UNDEFINED_ID`, the id of the entries that name no user or group.
-const NO_ID: u32 = u32::MAX;
+pub(crate) const NO_ID: u32 = u32::MAX;
 
 /// Fills `root` with every kind of entry and metadata tar and barge move: directories of
 /// each mode (0555, 0700, sticky), files (setuid, setgid, read-only, empty, large, non-UTF-8
@@ -113,7 +113,7 @@ const NO_ID: u32 = u32::MAX;
 /// owners (a file, a directory, a symlink), character and block devices, trusted xattrs and
 /// POSIX ACLs (access and default). Returns the number of entries a copy has (the root
 /// included, the socket not).
-fn every_kind(root: &Path, privileged: bool) -> usize {
+pub(crate) fn every_kind(root: &Path, privileged: bool) -> usize {
     for d in [
         "dirs/plain",
         "dirs/private",

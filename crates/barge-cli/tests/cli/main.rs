@@ -3,6 +3,7 @@
 mod common;
 mod confine;
 mod conventions;
+mod cp;
 mod du;
 mod engines;
 mod fidelity;

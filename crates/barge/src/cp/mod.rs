@@ -1,6 +1,6 @@
 //! `barge cp`: a tree copied with no archive in between. The parallel walker
 //! ([`WalkParallel`]) lists SRC on every core and drives a landing visitor per thread
-//! ([`Copier`]) whose per-directory state is the copy of that directory ([`DestDir`]): each
+//! (`Copier`) whose per-directory state is the copy of that directory (`DestDir`): each
 //! entry is stated and opened relative to its directory's fd in SRC and created relative to
 //! the copy's fd in DEST, by its single-component name, never following a symlink; file
 //! content moves inside the kernel (`FICLONE` where the filesystem shares extents, else
@@ -27,7 +27,7 @@ use rustix::fs::{
     readlinkat, seek, statx, symlinkat, unlinkat, AtFlags, FileType, Mode, OFlags, SeekFrom, Statx,
     StatxFlags, CWD,
 };
-use rustix::io::Errno;
+use rustix::io::{pwrite, Errno};
 
 pub use verify::Verified;
 
@@ -36,7 +36,7 @@ use crate::exclude::Exclude;
 use crate::interrupt::{check, requested, retry};
 use crate::land::restore::{Apply, Existing, NotRestored, Policy, Restore, Target, SETID};
 use crate::land::sync::{create_at, exists, replace, LinkTarget, Made};
-use crate::sys::copy::send_file;
+use crate::sys::copy::read_chunks;
 use crate::sys::dir::{dirent_buffer, Listing};
 use crate::sys::xattr::XattrReader;
 use crate::sys::{CREATE_FLAGS, DIR_FLAGS, FILE_FLAGS};
@@ -59,6 +59,9 @@ const MASK: StatxFlags = StatxFlags::TYPE
 
 /// Most bytes one `copy_file_range` moves: a stop request is seen between two.
 const CHUNK: u64 = 64 << 20;
+
+/// The buffer of a copy through memory.
+const BUFFER: usize = 1 << 20;
 
 /// Whether a copy's files may share their data extents with the source's (GNU cp's
 /// `--reflink`).
@@ -128,6 +131,8 @@ pub struct CpSummary {
     pub counts: CpCounts,
     /// What the process could not restore.
     pub not_restored: NotRestored,
+    /// The copy stopped early: DEST could take no more (full, over quota, read-only).
+    pub stopped: bool,
 }
 
 impl CpSummary {
@@ -135,6 +140,7 @@ impl CpSummary {
     pub fn add(&mut self, other: &CpSummary) {
         self.counts.add(&other.counts);
         self.not_restored.add(&other.not_restored);
+        self.stopped |= other.stopped;
     }
 }
 
@@ -258,7 +264,7 @@ impl Cp {
 
     /// Copies `src` (a directory and everything below it, or any other entry, never
     /// followed) as `dest`: created, or merged into when it is a directory. Fails only
-    /// when `src` or `dest`'s directory cannot be reached or `dest` is inside `src`;
+    /// when `src` or `dest`'s directory cannot be reached or `dest` is `src` or inside it;
     /// problems with entries go to `report` and are counted in the summary.
     pub fn run(
         &self,
@@ -279,6 +285,14 @@ impl Cp {
             Mode::empty(),
         )
         .map_err(|e| Error::io("open directory", TreePath(dest_name.to_vec()), e))?;
+        // `cp DIR/sub DIR`, `cp f f`: a copy onto itself would rewrite its source.
+        let there = statx(&parent, name, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::INO);
+        if there.is_ok_and(|there| key(&there) == key(&stat)) {
+            return Err(Error::Argument {
+                arg: dest.display().to_string(),
+                problem: format!("is {} itself: nothing to copy", src.display()),
+            });
+        }
         let is_dir = Kind::of_mode(stat.stx_mode.into()) == Kind::Dir;
         if is_dir {
             refuse_inside(&stat, parent.as_fd(), src, dest)?;
@@ -298,15 +312,18 @@ impl Cp {
             dest: dest_name.to_vec(),
             links: Mutex::default(),
             no_clone: AtomicBool::new(self.reflink == Reflink::Never),
+            no_range: AtomicBool::new(self.reflink == Reflink::Never),
             target: Mutex::new(None),
             summary: Mutex::default(),
         };
         let mut copier = Copier::new(&shared);
         let parent = Arc::new(parent);
+        let in_setgid = statx(&*parent, "", AtFlags::EMPTY_PATH, StatxFlags::MODE)
+            .is_ok_and(|st| st.stx_mode & 0o2000 != 0);
         if is_dir {
             let fd = openat(CWD, src, DIR_FLAGS, Mode::empty())
                 .map_err(|e| Error::io("open directory", TreePath(src_name.to_vec()), e))?;
-            let root = copier.enter(Some(&parent), name, fd.as_fd(), &stat, b"")?;
+            let root = copier.enter(Some(&parent), in_setgid, name, fd.as_fd(), &stat, b"")?;
             drop(copier);
             WalkParallel::new(fd, src_name)
                 .threads(self.threads)
@@ -327,6 +344,7 @@ impl Cp {
                 src_name: src_entry,
                 dest: Some(&parent),
                 name,
+                setgid: in_setgid,
                 path: b"",
             };
             copier.copy(&at, &stat)?;
@@ -407,6 +425,8 @@ struct Shared<'a> {
     links: Mutex<HashMap<(u64, u64), LinkTarget>>,
     /// `FICLONE` failed as unsupported (or `--reflink=never`): not tried again.
     no_clone: AtomicBool,
+    /// `copy_file_range` failed as unsupported (or `--reflink=never`): not tried again.
+    no_range: AtomicBool,
     /// The device and inode of the copy's root directory, which the walk never enters.
     target: Mutex<Option<(u64, u64)>>,
     summary: Mutex<CpSummary>,
@@ -449,6 +469,8 @@ struct Pair<'p> {
     dest: Option<&'p Arc<OwnedFd>>,
     /// Its name in DEST.
     name: &'p [u8],
+    /// The copy of its directory is setgid.
+    setgid: bool,
     /// Its path below the copy's root (empty for the root).
     path: &'p [u8],
 }
@@ -467,6 +489,8 @@ impl Pair<'_> {
 /// below it is copied (when the walker drops it).
 struct DestDir<'a> {
     fd: Option<Arc<OwnedFd>>,
+    /// The copy is setgid: what is created in it gets its group, not the process's.
+    setgid: bool,
     last: Option<Last>,
     shared: &'a Shared<'a>,
 }
@@ -540,6 +564,8 @@ struct Copier<'a> {
     temp: Vec<u8>,
     /// A symlink's target.
     target: Vec<u8>,
+    /// Content copied through memory ([`Copier::copy_range`]'s fallback).
+    buf: Vec<u8>,
 }
 
 impl Drop for Copier<'_> {
@@ -570,6 +596,7 @@ impl<'a> Copier<'a> {
             xattrs: XattrReader::default(),
             temp: Vec::new(),
             target: Vec::new(),
+            buf: Vec::new(),
         }
     }
 
@@ -578,12 +605,20 @@ impl<'a> Copier<'a> {
     }
 
     /// Counts and reports an entry not copied; stops the walk when a stop was requested.
+    /// Stops the copy when DEST can take no more (no entry after it could be copied, and
+    /// each would say so), or a stop was requested.
     fn failed(&mut self, error: Error) -> WalkState {
+        let full = [Errno::NOSPC, Errno::DQUOT, Errno::ROFS].map(|e| e.raw_os_error());
+        let dest_full = matches!(&error, Error::Io { cause, .. }
+            if cause.raw_os_error().is_some_and(|e| full.contains(&e)));
         self.counts.errors += 1;
         self.shared.report.error(error);
-        match requested() {
-            Some(_) => WalkState::Quit,
-            None => WalkState::Continue,
+        if dest_full {
+            self.shared.summary.lock().expect("no panics").stopped = true;
+        }
+        match dest_full || requested().is_some() {
+            true => WalkState::Quit,
+            false => WalkState::Continue,
         }
     }
 
@@ -597,8 +632,9 @@ impl<'a> Copier<'a> {
 
     /// The metadata of `stat` a copy keeps: the mode (setuid and setgid only where the
     /// copy keeps the source's owner or group: as root, or where they are the process's),
-    /// the time, and with [`Cp::archive`] the owner (left out where it is the process's).
-    fn meta(&mut self, stat: &Statx) -> Meta {
+    /// the time, and with [`Cp::archive`] the owner (left out where creating it in a
+    /// directory that is not setgid, `in_setgid`, gives it already).
+    fn meta(&mut self, stat: &Statx, in_setgid: bool) -> Meta {
         let mut meta = Meta::of_statx(stat);
         let owner = meta.owner.take().expect("stated");
         if !self.shared.root {
@@ -614,7 +650,7 @@ impl<'a> Copier<'a> {
             }
             meta.mode &= !strip;
         }
-        if self.cp().archive && (self.shared.root || owner != self.shared.me) {
+        if self.cp().archive && (owner != self.shared.me || in_setgid) {
             meta.owner = Some(owner);
         }
         meta
@@ -670,7 +706,8 @@ impl<'a> Copier<'a> {
                 Found::Nothing => {}
                 Found::Same if update => {
                     self.counts.up_to_date += 1;
-                    self.shared.progress.add_entry(0);
+                    let size = if kind == Kind::File { stat.stx_size } else { 0 };
+                    self.shared.progress.add_entry(size);
                     if stat.stx_nlink > 1 && kind == Kind::File {
                         if let Some(dest) = at.dest {
                             self.note_link(stat, dest, at.name);
@@ -706,7 +743,7 @@ impl<'a> Copier<'a> {
             return Ok(());
         }
         let dest = at.dest.expect("not a dry run");
-        let meta = self.meta(stat);
+        let meta = self.meta(stat, at.setgid);
         let entry = Entry::new(at.name, kind, meta);
         let apply = self.shared.policy.entry(&entry, &mut self.not_restored);
         let replaced = match kind {
@@ -866,16 +903,10 @@ impl<'a> Copier<'a> {
             return Ok(made);
         }
         let src_path = || at.src_path(shared);
-        let size = stat.stx_size;
-        let src = match size > 0 || self.cp().archive {
-            true => Some(
-                openat(at.src, at.src_name, FILE_FLAGS, Mode::empty())
-                    .map_err(|e| Error::io("open", src_path(), e))?,
-            ),
-            false => None,
-        };
+        let src = openat(at.src, at.src_name, FILE_FLAGS, Mode::empty())
+            .map_err(|e| Error::io("open", src_path(), e))?;
         let mode = Mode::from_raw_mode(apply.mode);
-        let path = || at.dest_path(self.shared);
+        let path = || at.dest_path(shared);
         let made = create_at(
             dest.as_fd(),
             at.name,
@@ -890,23 +921,23 @@ impl<'a> Copier<'a> {
             Made::Replacing(fd) => (fd, true),
             Made::Skipped => return Ok(None),
         };
-        let mut done = Ok(());
-        if let Some(src) = &src {
-            done = self
-                .copy_content(src.as_fd(), fd.as_fd(), stat, &path)
-                .and_then(|()| self.read_xattrs(src.as_fd(), path));
-        }
+        let mut copied = 0;
+        let done = self
+            .copy_content(src.as_fd(), fd.as_fd(), stat, &path)
+            .and_then(|bytes| {
+                copied = bytes;
+                self.read_xattrs(src.as_fd(), path)
+            });
         let done = done.and_then(|()| {
             let xattrs = Xattrs(&self.xattrs.wire);
             let target = Target::Fd(fd.as_fd());
             (self.shared.policy).restore(target, apply, xattrs, &mut self.not_restored, path)
         });
         if let Err(e) = done {
-            // A file cut short stays, without its time, for `--update` to see; a
-            // replacement is removed and leaves the old file in place.
-            if replacing {
-                let _ = unlinkat(dest.as_fd(), &self.temp[..], AtFlags::empty());
-            }
+            // No copy that is not whole stays (a replacement leaves the old file in
+            // place); one cut short by a kill has no time yet, for `--update` to see.
+            let name = if replacing { &self.temp[..] } else { at.name };
+            let _ = unlinkat(dest.as_fd(), name, AtFlags::empty());
             return Err(e);
         }
         if replacing {
@@ -916,71 +947,65 @@ impl<'a> Copier<'a> {
             links.insert(key(stat), (dest.clone(), at.name.into()));
         }
         self.counts.files += 1;
-        self.counts.bytes += size;
+        self.counts.bytes += copied;
         self.shared.progress.add_entry(0);
         Ok(Some(replacing))
     }
 
     /// Copies the content of `src` into the new file `dest`: shared extents where the
-    /// filesystem can and may ([`Reflink`]), else data ranges by `copy_file_range` (holes
-    /// stay holes), else `sendfile`.
+    /// filesystem can and may ([`Reflink`]), else the data ranges (holes stay holes); a
+    /// file of size 0 is read to its end (a kernel file in /proc or /sys has content
+    /// nonetheless). Returns the bytes copied.
     fn copy_content(
-        &self,
+        &mut self,
         src: BorrowedFd<'_>,
         dest: BorrowedFd<'_>,
         stat: &Statx,
         path: &dyn Fn() -> TreePath,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         let size = stat.stx_size;
-        let progress = self.shared.progress;
+        if size == 0 {
+            return self.through_memory(src, dest, 0, u64::MAX, path);
+        }
+        let always = self.cp().reflink == Reflink::Always;
         if !self.shared.no_clone.load(Relaxed) {
             match ioctl_ficlone(dest, src) {
                 Ok(()) => {
-                    progress.add_bytes(size);
-                    return Ok(());
+                    self.shared.progress.add_bytes(size);
+                    return Ok(size);
                 }
-                Err(e) if self.cp().reflink == Reflink::Always => {
-                    return Err(Error::io("share extents (FICLONE)", path(), e))
-                }
+                Err(e) if always => return Err(Error::io("share extents (FICLONE)", path(), e)),
                 Err(_) => self.shared.no_clone.store(true, Relaxed),
             }
-        } else if self.cp().reflink == Reflink::Always {
-            return Err(Error::io(
-                "share extents (FICLONE)",
-                path(),
-                Errno::OPNOTSUPP,
-            ));
-        }
-        if self.cp().reflink == Reflink::Never {
-            send_file(dest, src, size, &path(), |n| {
-                progress.add_bytes(n);
-                check()
-            })?;
-            return Ok(());
+        } else if always {
+            let e = Errno::OPNOTSUPP;
+            return Err(Error::io("share extents (FICLONE)", path(), e));
         }
         // Fewer allocated blocks than the size needs: it has holes.
-        if stat.stx_blocks.saturating_mul(512) < size {
-            let mut at = 0;
-            while at < size {
-                let data = match seek(src, SeekFrom::Data(at)) {
-                    Ok(data) => data,
-                    Err(Errno::NXIO) => break,
-                    Err(e) => return Err(Error::io("lseek", path(), e)),
-                };
-                let hole =
-                    seek(src, SeekFrom::Hole(data)).map_err(|e| Error::io("lseek", path(), e))?;
-                self.copy_range(src, dest, data, hole.min(size), path)?;
-                at = hole;
-            }
-            return ftruncate(dest, size).map_err(|e| Error::io("ftruncate", path(), e));
+        if stat.stx_blocks.saturating_mul(512) >= size {
+            return self.copy_range(src, dest, 0, size, path).map(|()| size);
         }
-        self.copy_range(src, dest, 0, size, path)
+        let mut at = 0;
+        while at < size {
+            let data = match seek(src, SeekFrom::Data(at)) {
+                Ok(data) => data,
+                Err(Errno::NXIO) => break,
+                Err(e) => return Err(Error::io("lseek", path(), e)),
+            };
+            let hole =
+                seek(src, SeekFrom::Hole(data)).map_err(|e| Error::io("lseek", path(), e))?;
+            self.copy_range(src, dest, data, hole.min(size), path)?;
+            at = hole;
+        }
+        ftruncate(dest, size).map_err(|e| Error::io("ftruncate", path(), e))?;
+        Ok(size)
     }
 
     /// Copies the bytes `start..end` of `src` to the same offsets of `dest` with
-    /// `copy_file_range`, or `sendfile` where the kernel refuses it for this pair of files.
+    /// `copy_file_range`, or by `pread` + `pwrite` where the kernel refuses it (between
+    /// filesystems) or `--reflink=never` forbids sharing.
     fn copy_range(
-        &self,
+        &mut self,
         src: BorrowedFd<'_>,
         dest: BorrowedFd<'_>,
         start: u64,
@@ -988,36 +1013,65 @@ impl<'a> Copier<'a> {
         path: &dyn Fn() -> TreePath,
     ) -> Result<()> {
         let (mut from, mut to) = (start, start);
-        while from < end {
+        while from < end && !self.shared.no_range.load(Relaxed) {
             let len = (end - from).min(CHUNK) as usize;
             match retry(|| copy_file_range(src, Some(&mut from), dest, Some(&mut to), len)) {
                 // The file shrank since it was stated.
-                Ok(0) => break,
+                Ok(0) => return Ok(()),
                 Ok(n) => {
                     self.shared.progress.add_bytes(n as u64);
                     if from < end {
                         check()?;
                     }
                 }
-                Err(Errno::XDEV | Errno::INVAL | Errno::OPNOTSUPP | Errno::NOSYS) if from == 0 => {
-                    send_file(dest, src, end, &path(), |n| {
-                        self.shared.progress.add_bytes(n);
-                        check()
-                    })?;
-                    break;
+                Err(Errno::XDEV | Errno::INVAL | Errno::OPNOTSUPP | Errno::NOSYS)
+                    if from == start =>
+                {
+                    self.shared.no_range.store(true, Relaxed);
                 }
                 Err(e) => return Err(Error::io("copy_file_range", path(), e)),
             }
         }
+        if from < end {
+            self.through_memory(src, dest, from, end - from, path)?;
+        }
         Ok(())
     }
 
+    /// Copies `len` bytes (fewer where `src` ends before) of `src` at `from` to the same
+    /// offset of `dest` with `pread` + `pwrite`; returns the bytes copied.
+    fn through_memory(
+        &mut self,
+        src: BorrowedFd<'_>,
+        dest: BorrowedFd<'_>,
+        from: u64,
+        len: u64,
+        path: &dyn Fn() -> TreePath,
+    ) -> Result<u64> {
+        if self.buf.is_empty() {
+            self.buf = vec![0; BUFFER];
+        }
+        let (progress, mut to) = (self.shared.progress, from);
+        read_chunks(src, from, len, &mut self.buf, &path(), |chunk| {
+            let mut rest = chunk;
+            while !rest.is_empty() {
+                let n =
+                    retry(|| pwrite(dest, rest, to)).map_err(|e| Error::io("write", path(), e))?;
+                rest = &rest[n..];
+                to += n as u64;
+            }
+            progress.add_bytes(chunk.len() as u64);
+            check()
+        })
+    }
+
     /// Creates (or merges into) the copy of the directory `name` (open as `src`, stated as
-    /// `stat`) in `dest`, and returns its state; with [`Cp::delete`], first removes what the
+    /// `stat`) in `dest` (setgid when `in_setgid`), and returns its state; with [`Cp::delete`], first removes what the
     /// copy has and the source lacks.
     fn enter(
         &mut self,
         dest: Option<&Arc<OwnedFd>>,
+        in_setgid: bool,
         name: &[u8],
         src: BorrowedFd<'_>,
         stat: &Statx,
@@ -1025,7 +1079,7 @@ impl<'a> Copier<'a> {
     ) -> Result<DestDir<'a>> {
         let shared = self.shared;
         let dest_path = || shared.dest_path(path);
-        let meta = self.meta(stat);
+        let meta = self.meta(stat, in_setgid);
         let entry = Entry::dir(name, meta);
         let apply = shared.policy.entry(&entry, &mut self.not_restored);
         let (create, last_mode) = shared.policy.dir_modes(&apply);
@@ -1034,6 +1088,7 @@ impl<'a> Copier<'a> {
             self.count(Kind::Dir, 0);
             return Ok(DestDir {
                 fd: None,
+                setgid: false,
                 last: None,
                 shared,
             });
@@ -1060,6 +1115,7 @@ impl<'a> Copier<'a> {
             }
             return Ok(DestDir {
                 fd,
+                setgid: false,
                 last: None,
                 shared,
             });
@@ -1104,24 +1160,26 @@ impl<'a> Copier<'a> {
                 &mut self.not_restored,
                 dest_path,
             )?;
-        } else if !shared.root {
-            // Merging into a directory that does not let its owner in: let it, for now.
-            let there = statx(&fd, "", AtFlags::EMPTY_PATH, StatxFlags::MODE)
-                .map_err(|e| Error::io("statx", dest_path(), e))?;
-            let mode = u32::from(there.stx_mode) & 0o7777;
-            if mode & 0o700 != 0o700 {
-                fchmod(&fd, Mode::from_raw_mode(mode | 0o700))
-                    .map_err(|e| Error::io("fchmod", dest_path(), e))?;
-            }
+        }
+        let there = statx(
+            &fd,
+            "",
+            AtFlags::EMPTY_PATH,
+            StatxFlags::MODE | StatxFlags::INO,
+        )
+        .map_err(|e| Error::io("statx", dest_path(), e))?;
+        let mode = u32::from(there.stx_mode) & 0o7777;
+        // Merging into a directory that does not let its owner in: let it, for now.
+        if !created && !shared.root && mode & 0o700 != 0o700 {
+            fchmod(&fd, Mode::from_raw_mode(mode | 0o700))
+                .map_err(|e| Error::io("fchmod", dest_path(), e))?;
         }
         self.read_xattrs(src, dest_path)?;
         let fd = Arc::new(fd);
         self.delete_missing(src, &fd, path)?;
         self.count(Kind::Dir, 0);
         if path.is_empty() {
-            let id = statx(&*fd, "", AtFlags::EMPTY_PATH, StatxFlags::INO)
-                .map_err(|e| Error::io("statx", dest_path(), e))?;
-            *shared.target.lock().expect("no panics") = Some(key(&id));
+            *shared.target.lock().expect("no panics") = Some(key(&there));
         }
         let umask = crate::root::umask();
         let last = Last {
@@ -1138,6 +1196,7 @@ impl<'a> Copier<'a> {
         };
         Ok(DestDir {
             fd: Some(fd),
+            setgid: mode & 0o2000 != 0,
             last: Some(last),
             shared,
         })
@@ -1228,7 +1287,8 @@ impl<'a> ParallelVisitor for Copier<'a> {
                 state => state,
             });
         }
-        match self.enter(parent.state().fd.as_ref(), entry.name, fd, stat, &path) {
+        let dest = parent.state();
+        match self.enter(dest.fd.as_ref(), dest.setgid, entry.name, fd, stat, &path) {
             Ok(state) => Ok(state),
             Err(e) => Err(match self.failed(e) {
                 WalkState::Continue => WalkState::Skip,
@@ -1262,6 +1322,7 @@ impl<'a> ParallelVisitor for Copier<'a> {
             src_name: entry.name,
             dest: dir.state().fd.as_ref(),
             name: entry.name,
+            setgid: dir.state().setgid,
             path: &path,
         };
         match self.copy(&at, &stat) {

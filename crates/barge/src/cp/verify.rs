@@ -69,6 +69,8 @@ pub(super) fn verify(cp: &Cp, src: &Path, dest: &Path, report: &dyn CpReport) ->
             &stat,
             b"",
         );
+        // Its counts go to the totals when it is dropped.
+        drop(checker);
     }
     let totals = *shared.totals.lock().expect("no panics");
     Ok(totals)
@@ -151,7 +153,7 @@ impl<'a> Checker<'a> {
                 "has {} bytes in the copy, {} in SRC",
                 copy.stx_size, stat.stx_size
             )),
-            Kind::File => self.compare_files(src, name, dest, dest_name, stat.stx_size),
+            Kind::File => self.compare_files(src, name, dest, dest_name),
             Kind::Symlink => match (
                 readlinkat(src, name, Vec::new()),
                 readlinkat(dest, dest_name, Vec::new()),
@@ -167,14 +169,14 @@ impl<'a> Checker<'a> {
         }
     }
 
-    /// Reads both files in blocks and compares them.
+    /// Reads both files in blocks to their ends (not only as far as their size says: a
+    /// kernel file says 0 and holds more) and compares them.
     fn compare_files(
         &mut self,
         src: BorrowedFd<'_>,
         name: &[u8],
         dest: BorrowedFd<'_>,
         dest_name: &[u8],
-        size: u64,
     ) -> std::result::Result<(), String> {
         let open = |dir, name| openat(dir, name, FILE_FLAGS, Mode::empty());
         let (a, b): (OwnedFd, OwnedFd) = match (open(src, name), open(dest, dest_name)) {
@@ -182,9 +184,8 @@ impl<'a> Checker<'a> {
             (Err(e), _) | (_, Err(e)) => return Err(format!("open: {e}")),
         };
         let mut at = 0u64;
-        while at < size {
-            let want = (size - at).min(BLOCK as u64) as usize;
-            let read = |fd: &OwnedFd, buf: &mut [u8]| retry(|| pread(fd, &mut buf[..want], at));
+        loop {
+            let read = |fd: &OwnedFd, buf: &mut [u8]| retry(|| pread(fd, &mut buf[..], at));
             let (x, y) = match (read(&a, &mut self.bufs.0), read(&b, &mut self.bufs.1)) {
                 (Ok(x), Ok(y)) => (x, y),
                 (Err(e), _) | (_, Err(e)) => return Err(format!("read: {e}")),

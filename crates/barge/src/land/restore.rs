@@ -111,7 +111,7 @@ pub struct NotRestored {
     pub setid: u64,
     /// Character and block devices not created (not root).
     pub devices: u64,
-    /// Extended attributes not set: `trusted.*`, `security.*` and `system.*` when not
+    /// Extended attributes not set: `trusted.*`, `security.*` and `system.*` but ACLs when not
     /// root, and any the filesystem refused (e.g. `user.*` on a symlink).
     pub xattrs: u64,
     /// Hard links not made because the file they name was skipped (it existed).
@@ -262,7 +262,9 @@ impl Policy {
                 .map_err(|e| Error::io("fchmod", path(), e))?;
         }
         for (name, value) in xattrs.iter() {
-            if !(self.root || name.starts_with(b"user.")) {
+            // An owner may set its files' ACLs (`setfacl`), as it may their modes.
+            if !(self.root || name.starts_with(b"user.") || name.starts_with(b"system.posix_acl_"))
+            {
                 skipped.xattrs += 1;
                 continue;
             }

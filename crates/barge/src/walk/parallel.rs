@@ -33,7 +33,8 @@ use crate::sys::thread::spawn_elsewhere;
 use crate::sys::DIR_FLAGS;
 use crate::tree::{Entry, Kind, Meta};
 
-/// A directory taking longer than this plus [`SLOW_ENTRY`] per entry was not in the cache.
+/// A directory taking longer than this plus [`SLOW_ENTRY`] per entry, its thread on the CPU
+/// for less than half of that time, was not in the cache.
 const SLOW_DIR: Duration = Duration::from_micros(100);
 /// See [`SLOW_DIR`]; a cached entry takes one or two microseconds.
 const SLOW_ENTRY: Duration = Duration::from_micros(10);
@@ -42,6 +43,12 @@ const SLOW_ENTRY: Duration = Duration::from_micros(10);
 /// directory): below that, starting a thread costs more than it saves (a 95-entry tree took
 /// 2.06 ms with helpers against 1.95 ms for `du -sb`).
 const SPAWN_AFTER: u64 = 512;
+
+/// The CPU time the calling thread has used.
+fn thread_cpu_time() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
 
 /// What a visitor tells the walker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -359,7 +366,7 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
     ) {
         let mut stack = Vec::new();
         while let Some(task) = stack.pop().or_else(|| self.take()) {
-            let start = Instant::now();
+            let (start, cpu) = (Instant::now(), thread_cpu_time());
             self.visit(task, &mut visitor, &mut scratch);
             if self.quit.load(Relaxed) {
                 stack.clear();
@@ -367,7 +374,11 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
                 continue;
             }
             let entries = scratch.listing.len() as u32 + 1;
-            if start.elapsed() > SLOW_DIR + SLOW_ENTRY * entries {
+            let took = start.elapsed();
+            // Slow, and waiting rather than working: a visitor that works hard on each entry
+            // (a copier) is slow on a cached tree too, where more threads than cores only
+            // take turns.
+            if took > SLOW_DIR + SLOW_ENTRY * entries && took > 2 * (thread_cpu_time() - cpu) {
                 let more = |w: usize| (w < self.threads).then_some(w + 1);
                 let _ = self.want.fetch_update(Relaxed, Relaxed, more);
             }

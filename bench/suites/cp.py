@@ -27,11 +27,12 @@ SRC PARENT` (the reference of the group), `rsync -a SRC PARENT` and GNU `cp -a -
 PARENT`, each finding every entry unchanged (PARENT/NAME equals SRC; checked as above).
 
 The `cold:` rows (linux only: barge, the floor, `cp -a` and `cpz`, the fastest peer; the
-others would make the suite run past 40 minutes) copy within an ext4 file system in an image file on the disk
-(lib.DISK), mounted through a loop device: a copy of the set is made there once, and before
-every run the previous DEST is removed, then `sync` and `echo 3 > /proc/sys/vm/drop_caches`
-(outside the timed region). A run ends when the copier exits; its dirty pages are written back
-before the next run, untimed.
+others would make the suite run past 40 minutes) copy within an ext4 file system in an image
+file on the disk (lib.DISK), mounted through a loop device: a copy of the set is made there
+once, and before every run the previous DEST is removed, then `sync` and `echo 3 >
+/proc/sys/vm/drop_caches` (outside the timed region). A run ends when the copier exits; its
+dirty pages are written back before the next run, untimed. Threads waiting for the disk count
+in the load average, so the cold rows alone push it past 10 on this 2-core machine.
 
 The "floor" rows are bench/floor/cp.c: the same copy with only the syscalls every copier
 keeping modes and mtimes must make, relative to directory fds (per file `openat` source +

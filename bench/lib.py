@@ -31,23 +31,36 @@ Commands and single runs
   perf_profile(cmd) -> [(symbol, percent)] | None       one ``perf record`` run: hottest functions
 
 Measurement
-  Case(label, cmd, setup=None, check=None)     also accepted as a (label, setup, cmd) tuple
+  Case(label, cmd, setup=None, check=None, flag=False)
+                                         also accepted as a (label, setup, cmd) tuple
       ``setup()`` runs before every run, outside the timed region (e.g. ``fresh_dir``);
-      ``check()`` runs after a run, outside it, and raises if the output is wrong. Every timed
-      run starts after a ``SETTLE`` pause (see there).
+      ``check()`` runs after a run, outside it, and raises if the output is wrong (which stops
+      the suite, or with ``flag`` marks the case ``wrong``). Every timed run starts after a
+      ``SETTLE`` pause (see there).
   interleave(cases, pairs, ref=0) -> [dict]
       One untimed warm-up run of each case, then ``pairs`` rounds running every case once
       (order reversed every other round: A B B A A B ...). Per case: ``times``, ``median``,
       ``user``, ``sys`` (means: the kernel splits CPU time between them by tick sampling, so
       one short run's split is noise but the mean over runs is not), ``ratios`` (case time /
-      reference time of the same round) and ``ratio`` (their median; > 1 means the reference,
-      normally barge, is faster).
+      reference time of the same round), ``ratio`` (their median; > 1 means the reference,
+      normally barge, is faster) and, for a ``flag`` case whose check failed, ``wrong`` (the
+      first failure's message; report.py flags the row and its targets).
   measure(cases, pairs, files, ref=0, trace=True) -> [dict]
-      ``interleave`` plus, per case, one run each of ``strace_count``, ``perf_syscalls`` and
+      ``interleave`` plus, per case (or per case whose label is in ``trace``, when it is a
+      collection of labels), one run each of ``strace_count``, ``perf_syscalls`` and
       ``perf_profile`` (fields ``strace``, ``perf_msec``, ``profile``) and per-file figures
       (``syscalls``, ``syscalls_per_file``, ``sys_us_per_file``).
   busy_report(reset=False) -> {"load_max", "busy_procs"}   load seen between runs (bench/run
-      stores it with each set and marks the set noisy when compilers were running)
+      stores it with each set and marks the set noisy when compilers, or any other process
+      using more than BUSY_CPU seconds of CPU, were running)
+
+Peers and disks
+  install_crates(suite, {binary: crate | (crate, version)}) -> {binary: path}
+                                         crates.io peers, installed once into PEER_CACHE
+  DISK, ext4_image(image, mount, stamp, size, fill) -> bool
+                                         a loop-mounted ext4 image under DISK, (re)made
+                                         when its stamp changes; False when not root
+  drop_caches(), mounted(path), unmount(path)
 
 Data sets (on /dev/shm/barge-bench, cached, rebuilt when missing)
   SETS                                   default names: "linux", "small", "tiny-many"
@@ -332,12 +345,15 @@ def perf_profile(c, top=12):
 
 @dataclasses.dataclass
 class Case:
-    """One benchmarked command; setup/check run outside the timed region."""
+    """One benchmarked command; setup/check run outside the timed region. With `flag`, a
+    check that raises marks the case wrong (its result's ``wrong`` field, shown in the tables)
+    instead of stopping the suite."""
 
     label: str
     cmd: Cmd
     setup: object = None
     check: object = None
+    flag: bool = False
 
 
 def _case(c):
@@ -347,30 +363,60 @@ def _case(c):
     return Case(label, command, setup)
 
 
-_busy = {"load_max": 0.0, "procs": set()}
+_busy = {"load_max": 0.0, "procs": set(), "ticks": {}, "samples": 0}
+# CPU seconds another process may use during a suite before the run counts as busy.
+BUSY_CPU = 5.0
+
+
+def _cpu_ticks(pid):
+    """(name, user + system clock ticks) of a user-space process, or None (kernel threads,
+    which work for the benchmarked commands too, and vanished processes)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    name = stat[stat.index("(") + 1 : stat.rindex(")")]
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[1] in ("0", "2"):  # ppid 2: kthreadd's children
+        return None
+    return name, int(fields[11]) + int(fields[12])
 
 
 def _sample_load():
-    """Records the load average and any compiler-like processes of other users of the machine."""
+    """Records the load average, compiler-like processes and the CPU time of every other
+    process (another helper's tests take a core without any compiler running)."""
     with open("/proc/loadavg") as f:
         _busy["load_max"] = max(_busy["load_max"], float(f.read().split()[0]))
     me = os.getpid()
+    first = _busy["samples"] == 0
+    _busy["samples"] += 1
     for pid in os.listdir("/proc"):
-        if pid.isdigit() and int(pid) != me:
-            try:
-                with open(f"/proc/{pid}/comm") as f:
-                    name = f.read().strip()
-            except OSError:
-                continue
-            if name in BUSY_NAMES:
-                _busy["procs"].add(name)
+        if not pid.isdigit() or int(pid) == me:
+            continue
+        got = _cpu_ticks(pid)
+        if not got:
+            continue
+        name, ticks = got
+        if name in BUSY_NAMES:
+            _busy["procs"].add(name)
+        # A process first seen after the first sample started during the suite: all of its
+        # CPU time counts.
+        base = _busy["ticks"].get(pid, (name, ticks if first else 0))[1]
+        _busy["ticks"][pid] = (name, base, ticks)
 
 
 def busy_report(reset=False):
-    """{"load_max", "busy_procs"} seen since the last reset (sampled between runs)."""
-    out = {"load_max": _busy["load_max"], "busy_procs": sorted(_busy["procs"])}
+    """{"load_max", "busy_procs"} seen since the last reset (sampled between runs): compilers,
+    and any other process that used more than BUSY_CPU seconds of CPU meanwhile."""
+    hz = os.sysconf("SC_CLK_TCK")
+    procs = set(_busy["procs"])
+    for name, base, ticks in _busy["ticks"].values():
+        if (ticks - base) / hz > BUSY_CPU:
+            procs.add(f"{name} ({(ticks - base) / hz:.0f} s CPU)")
+    out = {"load_max": _busy["load_max"], "busy_procs": sorted(procs)}
     if reset:
-        _busy["load_max"], _busy["procs"] = 0.0, set()
+        _busy.update(load_max=0.0, procs=set(), ticks={}, samples=0)
     return out
 
 
@@ -382,13 +428,21 @@ def busy_report(reset=False):
 SETTLE = 0.03
 
 
-def _once(case):
+def _once(case, wrong):
+    """One timed run of `case`; a flagged case's failed check goes into {label: message}
+    `wrong` (the first failure only)."""
     if case.setup:
         case.setup()
     time.sleep(SETTLE)
     r = run(case.cmd)
     if case.check:
-        case.check()
+        try:
+            case.check()
+        except Exception as e:
+            if not case.flag:
+                raise
+            print(f"bench: **{case.label} copied wrong: {e}**", flush=True)
+            wrong.setdefault(case.label, str(e).splitlines()[0][:200])
     _sample_load()
     return r
 
@@ -396,28 +450,30 @@ def _once(case):
 def interleave(cases, pairs, ref=0):
     """Interleaved runs of all cases; see the module docstring for the result fields."""
     cases = [_case(c) for c in cases]
+    wrong = {}
     for case in cases:
-        _once(case)
+        _once(case, wrong)
     runs = [[] for _ in cases]
     for r in range(pairs):
         order = list(range(len(cases)))
         for i in order if r % 2 == 0 else reversed(order):
-            runs[i].append(_once(cases[i]))
+            runs[i].append(_once(cases[i], wrong))
     out = []
     for case, rs in zip(cases, runs):
         ratios = [a.wall / b.wall for a, b in zip(rs, runs[ref])]
-        out.append(
-            {
-                "label": case.label,
-                "cmd": str(case.cmd),
-                "times": [round(x.wall, 6) for x in rs],
-                "median": statistics.median(x.wall for x in rs),
-                "user": statistics.fmean(x.user for x in rs),
-                "sys": statistics.fmean(x.sys for x in rs),
-                "ratios": [round(x, 4) for x in ratios],
-                "ratio": statistics.median(ratios),
-            }
-        )
+        res = {
+            "label": case.label,
+            "cmd": str(case.cmd),
+            "times": [round(x.wall, 6) for x in rs],
+            "median": statistics.median(x.wall for x in rs),
+            "user": statistics.fmean(x.user for x in rs),
+            "sys": statistics.fmean(x.sys for x in rs),
+            "ratios": [round(x, 4) for x in ratios],
+            "ratio": statistics.median(ratios),
+        }
+        if case.label in wrong:
+            res["wrong"] = wrong[case.label]
+        out.append(res)
     return out
 
 
@@ -428,12 +484,13 @@ def pairs_for(ds, pairs):
 
 
 def measure(cases, pairs, files, ref=0, trace=True):
-    """interleave() plus one strace and one perf run per case and per-file figures."""
+    """interleave() plus one strace and one perf run per case (``trace`` True; or only the
+    cases whose labels ``trace`` holds, when it is a collection) and per-file figures."""
     cases = [_case(c) for c in cases]
     out = interleave(cases, pairs, ref)
     for case, res in zip(cases, out):
         res["sys_us_per_file"] = res["sys"] / files * 1e6
-        if not trace:
+        if trace is not True and (not trace or case.label not in trace):
             continue
         if case.setup:
             case.setup()
@@ -452,6 +509,83 @@ def measure(cases, pairs, files, ref=0, trace=True):
             case.setup()
         res["profile"] = perf_profile(case.cmd)
     return out
+
+
+# ---------------------------------------------------------------- peers and disks
+
+# Where suites install peers from crates.io (cargo install --root).
+PEER_CACHE = os.environ.get("BARGE_BENCH_PEERS", os.path.expanduser("~/.cache/barge-bench/peers"))
+# Where loop-mounted images live: a real disk (tmpfs pages survive drop_caches).
+DISK = os.environ.get("BARGE_BENCH_DISK", "/var/tmp/barge-bench")
+
+
+def _version_of(path):
+    r = subprocess.run([path, "--version"], capture_output=True, text=True)
+    return r.stdout + r.stderr
+
+
+def install_crates(suite, crates):
+    """{binary: path} of peers from crates.io, installed with `cargo install --locked` into
+    PEER_CACHE when missing; ``crates`` maps each binary to its crate name or to (crate,
+    version): a pinned binary whose `--version` does not name that version is reinstalled.
+    A peer whose install fails is left out with a note."""
+    print(f"bench {suite}: peers from crates.io are installed with cargo install --locked into {PEER_CACHE}")
+    found = {}
+    for binary, spec in crates.items():
+        crate, version = spec if isinstance(spec, tuple) else (spec, None)
+        path = os.path.join(PEER_CACHE, "bin", binary)
+        if not os.path.exists(path) or (version and version not in _version_of(path)):
+            pin = ["--version", version, "--force"] if version else []
+            r = subprocess.run(["cargo", "install", "--locked", "--root", PEER_CACHE, crate, *pin])
+            if r.returncode != 0:
+                print(f"bench {suite}: **cargo install {crate} FAILED: {binary} is left out of this run**")
+                continue
+        found[binary] = path
+    return found
+
+
+def mounted(path):
+    """Whether something is mounted at `path`."""
+    return subprocess.run(["mountpoint", "-q", path]).returncode == 0
+
+
+def drop_caches():
+    """Writes back dirty pages and drops the page, dentry and inode caches (root only)."""
+    subprocess.run(["sync"], check=True)
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def ext4_image(image, mount, stamp, size, fill):
+    """Mounts the ext4 image file `image` at `mount` through a loop device, first (re)making
+    it when its `mount`/stamp.txt does not hold `stamp`: a sparse file of `size` bytes,
+    mkfs.ext4, then fill(mount). False (with a note) when not root."""
+    if os.geteuid() != 0:
+        print("bench: **not root: cannot mount an ext4 image or drop caches; no cold runs**")
+        return False
+    os.makedirs(mount, exist_ok=True)
+    stamp_file = os.path.join(mount, "stamp.txt")
+    if os.path.exists(image) and not mounted(mount):
+        subprocess.run(["mount", "-o", "loop", image, mount], check=True)
+    if not (os.path.exists(stamp_file) and open(stamp_file).read() == stamp):
+        if mounted(mount):
+            subprocess.run(["umount", mount], check=True)
+        print(f"bench: making the ext4 image {image} ({size >> 20} MiB)", flush=True)
+        remove(image)
+        subprocess.run(["truncate", "-s", str(size), image], check=True)
+        subprocess.run(["mkfs.ext4", "-q", "-F", image], check=True)
+        subprocess.run(["mount", "-o", "loop", image, mount], check=True)
+        fill(mount)
+        with open(stamp_file, "w") as f:
+            f.write(stamp)
+        subprocess.run(["sync"], check=True)
+    return True
+
+
+def unmount(mount):
+    """Unmounts `mount` if mounted (errors ignored: a busy mount stays)."""
+    if mounted(mount):
+        subprocess.run(["umount", mount], check=False)
 
 
 # ---------------------------------------------------------------- data sets
@@ -713,6 +847,8 @@ def env_info():
                 "cpio": ["cpio", "--version"],
                 "bsdtar": ["bsdtar", "--version"],
                 "strace": ["strace", "-V"],
+                "cp": ["cp", "--version"],
+                "rsync": ["rsync", "--version"],
             }.items()
         },
     }

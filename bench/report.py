@@ -49,8 +49,21 @@ def set_header(suite, name, r):
     return line
 
 
-def _floor(r):
-    return next((c for c in r["cases"] if c["label"] == lib.FLOOR), None)
+def group(label):
+    """The group of a case label: its prefix up to ": " ("cold: " of "cold: cp -a"), or ""."""
+    head, sep, _ = label.partition(": ")
+    return head + sep if sep else ""
+
+
+def _floor(r, grp=""):
+    """The floor case of a group of cases measured together (labelled group + FLOOR)."""
+    return next((c for c in r["cases"] if c["label"] == grp + lib.FLOOR), None)
+
+
+def _label(c):
+    """A case's label, flagged when its output was wrong (lib's ``wrong`` field)."""
+    flag = f" **(copied wrong: {c['wrong']})**" if c.get("wrong") else ""
+    return _cell(c["label"]) + flag
 
 
 def floor_ratio(c, floor):
@@ -60,8 +73,9 @@ def floor_ratio(c, floor):
 
 def set_table(suite, name, r):
     """Markdown table of one suite run on one data set (with a "time / floor" column when the
-    run has a floor case)."""
-    floor = _floor(r)
+    run has a floor case: each case against the floor of its group)."""
+    floors = {group(c["label"]): _floor(r, group(c["label"])) for c in r["cases"]}
+    floor = any(floors.values())
     rows = [
         set_header(suite, name, r),
         "",
@@ -71,9 +85,10 @@ def set_table(suite, name, r):
         "|---|--:|--:|" + ("--:|" if floor else "") + "--:|--:|--:|--:|",
     ]
     for c in r["cases"]:
+        own = floors[group(c["label"])]
         rows.append(
-            f"| {_cell(c['label'])} | {_ms(c['median'])} | {c['ratio']:.2f}x "
-            + (f"| {floor_ratio(c, floor):.2f}x " if floor else "")
+            f"| {_label(c)} | {_ms(c['median'])} | {c['ratio']:.2f}x "
+            + ((f"| {floor_ratio(c, own):.2f}x " if own else "| ") if floor else "")
             + f"| {_ms(c['user'])} | {_ms(c['sys'])} | {c['sys_us_per_file']:.1f} "
             f"| {_num(c.get('syscalls_per_file'))} |"
         )
@@ -103,6 +118,8 @@ def kernel_table(r):
         cost.sort(reverse=True)
         total = sum(x[0] for x in cost)
         tops = ", ".join(f"{name} {per:.2f} × {us:.1f}" for _, name, per, us in cost[:5])
+        if "strace" not in c:
+            continue
         rows.append(
             f"| {_cell(c['label'])} | {c['sys_us_per_file']:.1f} | {_num(c.get('syscalls_per_file'))} "
             f"| {total:.1f} | {tops} |"
@@ -132,8 +149,20 @@ def _suite(name):
         return None
 
 
-def _verdict(got, ok):
+def _verdict(got, ok, wrong=None):
+    if wrong:
+        return f"**{wrong} copied wrong**"
     return "not measured" if got is None else "met" if ok else "**missed**"
+
+
+def _wrong(r, *labels):
+    """Which of the cases `labels` of set result `r` (the first of its group included)
+    copied wrong, as text ("" when none)."""
+    cases = r.get("cases", [])
+    firsts = {group(c["label"]): c for c in reversed(cases)}
+    by_label = {c["label"]: c for c in cases}
+    named = [by_label.get(x) for x in labels] + [firsts.get(group(x)) for x in labels]
+    return " and ".join(dict.fromkeys(c["label"] for c in named if c and c.get("wrong")))
 
 
 def targets_table(docs):
@@ -143,22 +172,26 @@ def targets_table(docs):
     for suite, doc in sorted(docs.items()):
         mod = _suite(suite)
         for name, label, want in getattr(mod, "TARGETS", []):
-            cases = {c["label"]: c for c in doc["sets"].get(name, {}).get("cases", [])}
+            r = doc["sets"].get(name, {})
+            cases = {c["label"]: c for c in r.get("cases", [])}
             got = cases.get(label, {}).get("ratio")
+            verdict = _verdict(got, got is not None and got >= want, _wrong(r, label))
             rows.append(
                 f"| {suite} | {name} | {_cell(label)} | its time / barge's | at least {want:.1f}x "
-                f"| {_num(got)}{'x' if got else ''} | {_verdict(got, got is not None and got >= want)} |"
+                f"| {_num(got)}{'x' if got else ''} | {verdict} |"
             )
         for name, label, field, most in getattr(mod, "LIMITS", []):
-            cases = {c["label"]: c for c in doc["sets"].get(name, {}).get("cases", [])}
+            r = doc["sets"].get(name, {})
+            cases = {c["label"]: c for c in r.get("cases", [])}
             got = cases.get(label, {}).get(field)
             measure, unit = {
                 "ratio": ("its time / barge's", "x"),
                 "syscalls_per_file": ("syscalls/file", ""),
             }[field]
+            verdict = _verdict(got, got is not None and got <= most, _wrong(r, label))
             rows.append(
                 f"| {suite} | {name} | {_cell(label)} | {measure} | at most {most:.1f}{unit} "
-                f"| {_num(got)}{unit if got is not None else ''} | {_verdict(got, got is not None and got <= most)} |"
+                f"| {_num(got)}{unit if got is not None else ''} | {verdict} |"
             )
     return "\n".join(rows)
 
@@ -169,14 +202,19 @@ def floor_table(docs):
     for suite, doc in sorted(docs.items()):
         targets = dict(getattr(_suite(suite), "FLOOR_TARGETS", []))
         for name, r in doc["sets"].items():
-            floor = _floor(r)
-            if not floor:
-                continue
-            got = floor_ratio(r["cases"][0], floor)
-            want = targets.get(name)
-            verdict = "" if want is None else "met" if got <= want else "**missed**"
-            target = "" if want is None else f"{want:.2f}x"
-            rows.append(f"| {suite} | {name} | {got:.2f}x | {target} | {verdict} |")
+            firsts = {}
+            for c in r["cases"]:
+                firsts.setdefault(group(c["label"]), c)
+            for grp, first in firsts.items():
+                floor = _floor(r, grp)
+                if not floor:
+                    continue
+                got = floor_ratio(first, floor)
+                key = grp + name if grp else name
+                want = targets.get(key)
+                verdict = "" if want is None else "met" if got <= want else "**missed**"
+                target = "" if want is None else f"{want:.2f}x"
+                rows.append(f"| {suite} | {_cell(key)} | {got:.2f}x | {target} | {verdict} |")
     return "\n".join(rows) if len(rows) > 2 else ""
 
 

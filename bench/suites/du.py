@@ -3,7 +3,7 @@ gdu, each asked for the apparent size of the whole tree. Warm: the data set on t
 (labels starting with `cold:`): a copy of the data set on ext4 in an image file on the disk,
 mounted through a loop device, with `echo 3 > /proc/sys/vm/drop_caches` before every run
 (outside the timed region). diskus, pdu, dua and dust are installed by this suite with
-`cargo install --locked` into its own cache (BARGE_BENCH_PEERS, default
+`cargo install --locked` into its own cache (lib.PEER_CACHE: BARGE_BENCH_PEERS, default
 ~/.cache/barge-bench/peers); a peer whose install fails is left out with a note. barge's output
 is checked against `du -sb` after every run.
 
@@ -26,26 +26,14 @@ TARGETS = (
     + [("linux", "cold: " + p, 1.0) for p in PEERS[1:]]
 )
 
-PEER_CACHE = os.environ.get("BARGE_BENCH_PEERS", os.path.expanduser("~/.cache/barge-bench/peers"))
 CRATES = {"diskus": "diskus", "pdu": "parallel-disk-usage", "dua": "dua-cli", "dust": "du-dust"}
-# The image must live on a real disk (tmpfs pages survive drop_caches).
-DISK = os.environ.get("BARGE_BENCH_DISK", "/var/tmp/barge-bench")
-IMAGE = os.path.join(DISK, "du-ext4.img")
-MOUNT = os.path.join(DISK, "du-ext4")
+IMAGE = os.path.join(lib.DISK, "du-ext4.img")
+MOUNT = os.path.join(lib.DISK, "du-ext4")
 
 
 def install_peers():
-    """{binary name: path} of the crates.io peers, installed once into PEER_CACHE."""
-    print(f"bench du: peers from crates.io are installed with cargo install --locked into {PEER_CACHE}")
-    found = {}
-    for binary, crate in CRATES.items():
-        path = os.path.join(PEER_CACHE, "bin", binary)
-        if not os.path.exists(path):
-            r = subprocess.run(["cargo", "install", "--locked", "--root", PEER_CACHE, crate])
-            if r.returncode != 0:
-                print(f"bench du: **cargo install {crate} FAILED: {binary} is left out of this run**")
-                continue
-        found[binary] = path
+    """{binary name: path} of the peers: crates.io ones and gdu from Debian."""
+    found = lib.install_crates("du", CRATES)
     if shutil.which("gdu") is None:
         subprocess.run(["apt-get", "update", "-qq"], check=False)
         subprocess.run(["apt-get", "install", "-y", "-qq", "gdu"], check=False)
@@ -69,41 +57,18 @@ def peer_cmds(peers, path):
     return [(label, lib.cmd(*a)) for label, a in argv.items() if a[0]]
 
 
-def mounted():
-    return subprocess.run(["mountpoint", "-q", MOUNT]).returncode == 0
-
-
 def cold_copies(sets):
     """{set name: copy on the loop-mounted ext4 image}, made once; None when not possible."""
-    if os.geteuid() != 0:
-        print("bench du: **not root: cannot mount the ext4 image or drop caches; no cold runs**")
-        return None
-    os.makedirs(MOUNT, exist_ok=True)
-    stamp = os.path.join(MOUNT, "sets.txt")
-    want = "\n".join(f"{ds.name} {ds.digest}" for ds in sets) + "\n"
-    if os.path.exists(IMAGE) and not mounted():
-        subprocess.run(["mount", "-o", "loop", IMAGE, MOUNT], check=True)
-    if not (os.path.exists(stamp) and open(stamp).read() == want):
-        if mounted():
-            subprocess.run(["umount", MOUNT], check=True)
-        size = sum(ds.bytes + 8192 * (ds.files + ds.dirs) for ds in sets) * 3 // 2 + (1 << 30)
-        print(f"bench du: making the ext4 image {IMAGE} ({size >> 20} MiB)", flush=True)
-        lib.remove(IMAGE)
-        subprocess.run(["truncate", "-s", str(size), IMAGE], check=True)
-        subprocess.run(["mkfs.ext4", "-q", "-F", IMAGE], check=True)
-        subprocess.run(["mount", "-o", "loop", IMAGE, MOUNT], check=True)
+    stamp = "\n".join(f"{ds.name} {ds.digest}" for ds in sets) + "\n"
+    size = sum(ds.bytes + 8192 * (ds.files + ds.dirs) for ds in sets) * 3 // 2 + (1 << 30)
+
+    def fill(mount):
         for ds in sets:
-            subprocess.run(["cp", "-a", ds.root, os.path.join(MOUNT, ds.name)], check=True)
-        with open(stamp, "w") as f:
-            f.write(want)
-        subprocess.run(["sync"], check=True)
+            subprocess.run(["cp", "-a", ds.root, os.path.join(mount, ds.name)], check=True)
+
+    if not lib.ext4_image(IMAGE, MOUNT, stamp, size, fill):
+        return None
     return {ds.name: os.path.join(MOUNT, ds.name) for ds in sets}
-
-
-def drop_caches():
-    subprocess.run(["sync"], check=True)
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
 
 
 def cases(ctx, peers, path, prefix, setup):
@@ -132,9 +97,8 @@ def run(ctx):
             warm = lib.measure(cases(ctx, peers, ds.root, "", None), ctx.pairs, entries, trace=ctx.trace)
             results[ds.name] = {"cases": warm}
             if cold:
-                c = cases(ctx, peers, cold[ds.name], "cold: ", drop_caches)
+                c = cases(ctx, peers, cold[ds.name], "cold: ", lib.drop_caches)
                 results[ds.name]["cases"] += lib.measure(c, ctx.pairs, entries, trace=ctx.trace)
     finally:
-        if cold and mounted():
-            subprocess.run(["umount", MOUNT], check=False)
+        lib.unmount(MOUNT)
     return results

@@ -54,8 +54,8 @@ pub struct CpArgs {
     /// Also keep owners (as root), extended attributes and ACLs, and devices, as `cp -a`.
     #[arg(short, long)]
     archive: bool,
-    /// Copy only entries whose type, size or modification time differ from DEST's, each
-    /// replaced by rename (a copy cut short is finished by running it again with --update).
+    /// Copy only entries whose type, size, modification time or permissions (as root with
+    /// -a, owner) differ from DEST's, each replaced by rename (a copy cut short is finished by running it again with --update).
     #[arg(short, long)]
     update: bool,
     /// With --update, also remove what DEST has and SRC lacks (not excluded entries).
@@ -266,7 +266,8 @@ fn targets(srcs: &[PathBuf], dest: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
                 let raw = src.as_os_str().as_encoded_bytes();
                 let target = match src.file_name() {
                     Some(name) if !(raw == b"." || raw.ends_with(b"/.")) => dest.join(name),
-                    _ => dest.to_path_buf(),
+                    // Merged into DEST, which the copy needs by a name (`.` has none).
+                    _ => std::fs::canonicalize(dest).unwrap_or_else(|_| dest.to_path_buf()),
                 };
                 (src.clone(), target)
             })

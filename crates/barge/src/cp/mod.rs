@@ -8,7 +8,8 @@
 //!
 //! What is restored is the landers' one policy (`land/restore.rs`); existing entries are
 //! kept, skipped or replaced by rename as unpack does (`land::sync::create_at`), and with
-//! [`Cp::update`] an entry whose type, size and mtime match DEST's is left alone. A file's
+//! [`Cp::update`] an entry whose type, size, mtime and permission bits (owner too, as root
+//! with `-a`) match DEST's is left alone. A file's
 //! time is set last, after its content, so a copy cut short is seen as different by the
 //! next `--update`. A directory gets its mode, extended attributes and time when the walker
 //! drops its state, which is after everything below it (its subdirectories hold it).
@@ -225,7 +226,8 @@ impl Cp {
         self
     }
 
-    /// Copies only entries whose type, size or mtime differ from DEST's, replacing those
+    /// Copies only entries whose type, size, mtime or permission bits (as root with
+    /// [`Cp::archive`], owner) differ from DEST's, replacing those
     /// by rename.
     pub fn update(mut self, yes: bool) -> Cp {
         self.update = yes;
@@ -586,7 +588,7 @@ impl Drop for Copier<'_> {
 /// What DEST has at an entry's name, with [`Cp::update`].
 enum Found {
     Nothing,
-    /// The same type, size and mtime: left alone.
+    /// The same type, size, mtime, permission bits (and owner, where kept): left alone.
     Same,
     /// Something else of the same kind (a file, a symlink, ...): replaced by rename.
     Other,
@@ -685,9 +687,16 @@ impl<'a> Copier<'a> {
                 let there_kind = Kind::of_mode(there.stx_mode.into());
                 let same_time = there.stx_mtime.tv_sec == stat.stx_mtime.tv_sec
                     && there.stx_mtime.tv_nsec == stat.stx_mtime.tv_nsec;
+                // A change of permission bits (or, where root keeps them, owners) since
+                // the last copy is copied too (setuid and setgid are left out: what the
+                // copy may keep of them depends on the owner).
+                let same_mode = (there.stx_mode ^ stat.stx_mode) & 0o1777 == 0;
+                let same_owner = !(self.cp().archive && self.shared.root)
+                    || (there.stx_uid, there.stx_gid) == (stat.stx_uid, stat.stx_gid);
+                let same = there.stx_size == stat.stx_size && same_time && same_mode && same_owner;
                 Ok(if there_kind == Kind::Dir && kind != Kind::Dir {
                     Found::Dir
-                } else if there_kind == kind && there.stx_size == stat.stx_size && same_time {
+                } else if there_kind == kind && same {
                     Found::Same
                 } else {
                     Found::Other

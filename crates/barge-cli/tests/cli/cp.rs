@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::common::*;
-use crate::fidelity::{acl, every_kind, script, set_xattr, NO_ID};
+use crate::fidelity::{acls, every_kind, script, set_xattr};
 
 /// Who runs a copier.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -110,6 +110,21 @@ fn json(out: &Output) -> Value {
         .unwrap_or_else(|e| panic!("--json printed no JSON object ({e}): {text:?}"));
     assert_eq!(lines.next(), None, "one line of JSON, not: {text}");
     value
+}
+
+/// `barge cp --update --json SRC DEST`, which must succeed (`what` in messages): its summary.
+fn update(src: &Path, dest: &Path, what: &str) -> Value {
+    let out = run(
+        &mut cp([
+            OsStr::new("--update"),
+            "--json".as_ref(),
+            src.as_os_str(),
+            dest.as_os_str(),
+        ]),
+        None,
+    );
+    assert_exit(&out, 0, what);
+    json(&out)
 }
 
 /// The number `field` of a `--json` summary.
@@ -232,24 +247,6 @@ fn more_kinds(root: &Path, acls: bool) {
     }
     set_mtime(&more, 1_300_000_000, 999_999_999);
     set_mtime(root, 1_500_000_000, 5);
-}
-
-/// Makes in `dir` what an owner may give POSIX ACLs to (root or not): a file `acl` with an
-/// access ACL, a directory `inherits` with a default ACL.
-fn acls(dir: &Path) {
-    file(&dir.join("acl"), b"acl\n", 0o640);
-    // user::rw- user:1234:r-- group::r-- mask::r-- other::---
-    let access = acl(&[
-        (0x01, 6, NO_ID),
-        (0x02, 4, 1234),
-        (0x04, 4, NO_ID),
-        (0x10, 4, NO_ID),
-        (0x20, 0, NO_ID),
-    ]);
-    set_xattr(&dir.join("acl"), "system.posix_acl_access", &access);
-    fs::create_dir(dir.join("inherits")).unwrap();
-    let default = acl(&[(0x01, 7, NO_ID), (0x04, 5, NO_ID), (0x20, 5, NO_ID)]);
-    set_xattr(&dir.join("inherits"), "system.posix_acl_default", &default);
 }
 
 /// Sets the special modes of [`every_kind`] and [`more_kinds`] (again: a chown clears a
@@ -1225,17 +1222,7 @@ fn update_copies_what_changed_by_rename_and_deletes_only_when_asked() {
         "--dry-run names an unchanged file: {said}"
     );
 
-    let out = run(
-        &mut cp([
-            OsStr::new("--update"),
-            "--json".as_ref(),
-            src.as_os_str(),
-            dest.as_os_str(),
-        ]),
-        None,
-    );
-    assert_exit(&out, 0, "--update");
-    let summary = json(&out);
+    let summary = update(&src, &dest, "--update");
     // Copied: changed, touched (replaced) and added; up to date: same, sub/same.
     for (field, want) in [
         ("files", 3),
@@ -1343,33 +1330,15 @@ fn a_copy_killed_midway_is_finished_by_update() {
         complete > 0 && complete < total.len(),
         "no kill came mid-way"
     );
-    let out = run(
-        &mut cp([
-            OsStr::new("--update"),
-            "--json".as_ref(),
-            src.as_os_str(),
-            dest.as_os_str(),
-        ]),
-        None,
-    );
-    assert_exit(&out, 0, "--update after the kill");
+    let summary = update(&src, &dest, "--update after the kill");
     assert_equal_trees(&src, &into, "resumed");
     assert_eq!(
-        count(&json(&out), "files") as usize,
+        count(&summary, "files") as usize,
         total.len() - complete,
         "the resumed copy copies exactly the files not complete"
     );
-    let out = run(
-        &mut cp([
-            OsStr::new("--update"),
-            "--json".as_ref(),
-            src.as_os_str(),
-            dest.as_os_str(),
-        ]),
-        None,
-    );
-    assert_exit(&out, 0, "second --update");
-    assert_eq!(count(&json(&out), "files"), 0, "{}", json(&out));
+    let summary = update(&src, &dest, "second --update");
+    assert_eq!(count(&summary, "files"), 0, "{summary}");
 }
 
 // --- The other flags --------------------------------------------------------------------

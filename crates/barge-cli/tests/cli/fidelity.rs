@@ -113,6 +113,25 @@ pub(crate) const NO_ID: u32 = u32::MAX;
 /// owners (a file, a directory, a symlink), character and block devices, trusted xattrs and
 /// POSIX ACLs (access and default). Returns the number of entries a copy has (the root
 /// included, the socket not).
+/// Makes in `dir` what an owner may give POSIX ACLs to (root or not): a file `acl` with an
+/// access ACL (its mode's group bits are the mask: 0640), a directory `inherits` with a
+/// default ACL, which entries created in it inherit.
+pub(crate) fn acls(dir: &Path) {
+    file(&dir.join("acl"), b"acl\n", 0o640);
+    // user::rw- user:1234:r-- group::r-- mask::r-- other::---
+    let access = acl(&[
+        (0x01, 6, NO_ID),
+        (0x02, 4, 1234),
+        (0x04, 4, NO_ID),
+        (0x10, 4, NO_ID),
+        (0x20, 0, NO_ID),
+    ]);
+    set_xattr(&dir.join("acl"), "system.posix_acl_access", &access);
+    fs::create_dir(dir.join("inherits")).unwrap();
+    let default = acl(&[(0x01, 7, NO_ID), (0x04, 5, NO_ID), (0x20, 5, NO_ID)]);
+    set_xattr(&dir.join("inherits"), "system.posix_acl_default", &default);
+}
+
 pub(crate) fn every_kind(root: &Path, privileged: bool) -> usize {
     for d in [
         "dirs/plain",
@@ -183,26 +202,8 @@ pub(crate) fn every_kind(root: &Path, privileged: bool) -> usize {
             mknodat(CWD, &path, kind, Mode::from_raw_mode(0o660), dev).unwrap();
         }
         set_xattr(&root.join("files/exec"), "trusted.origin", b"root only");
-        // user::rw- user:1234:r-- group::r-- mask::r-- other::--- (the mode's group bits
-        // are the mask: 0640).
         fs::create_dir(root.join("acl")).unwrap();
-        file(&root.join("acl/file"), b"acl", 0o640);
-        let access = acl(&[
-            (0x01, 6, NO_ID),
-            (0x02, 4, 1234),
-            (0x04, 4, NO_ID),
-            (0x10, 4, NO_ID),
-            (0x20, 0, NO_ID),
-        ]);
-        set_xattr(&root.join("acl/file"), "system.posix_acl_access", &access);
-        // A default ACL, which entries created in the directory inherit.
-        fs::create_dir(root.join("acl/inherits")).unwrap();
-        let default = acl(&[(0x01, 7, NO_ID), (0x04, 5, NO_ID), (0x20, 5, NO_ID)]);
-        set_xattr(
-            &root.join("acl/inherits"),
-            "system.posix_acl_default",
-            &default,
-        );
+        acls(&root.join("acl"));
         file(&root.join("acl/inherits/child"), b"c", 0o644);
     }
     // Modes that would stop the filling above come last.

@@ -287,13 +287,7 @@ impl Cp {
         let stat = statx(CWD, src, AtFlags::SYMLINK_NOFOLLOW, MASK)
             .map_err(|e| Error::io("statx", TreePath(src_name.to_vec()), e))?;
         let (parent, name) = split(dest)?;
-        let parent = openat(
-            CWD,
-            parent,
-            OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| Error::io("open directory", TreePath(dest_name.to_vec()), e))?;
+        let parent = open_parent(parent, dest_name)?;
         // `cp DIR/sub DIR`, `cp f f`: a copy onto itself would rewrite its source.
         let there = statx(&parent, name, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::INO);
         if there.is_ok_and(|there| key(&there) == key(&stat)) {
@@ -341,20 +335,14 @@ impl Cp {
                 .visit(&mut Builder(&shared), root);
         } else {
             let (src_dir, src_entry) = split(src)?;
-            let src_dir = openat(
-                CWD,
-                src_dir,
-                OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-            )
-            .map_err(|e| Error::io("open directory", TreePath(src_name.to_vec()), e))?;
+            let src_dir = open_parent(src_dir, src_name)?;
             let at = Pair {
                 src: src_dir.as_fd(),
                 src_name: src_entry,
                 dest: Some(&parent),
                 name,
                 setgid: in_setgid,
-                path: b"",
+                path: &Vec::new,
             };
             copier.copy(&at, &stat)?;
             drop(copier);
@@ -381,6 +369,14 @@ fn split(path: &Path) -> Result<(&Path, &[u8])> {
         _ => Path::new("."),
     };
     Ok((parent, name.as_bytes()))
+}
+
+/// Opens the directory `dir` that holds SRC or DEST (`path` in errors), following symlinks:
+/// it is above the roots, as the user named it.
+fn open_parent(dir: &Path, path: &[u8]) -> Result<OwnedFd> {
+    let flags = OFlags::DIRECTORY | OFlags::CLOEXEC;
+    openat(CWD, dir, flags, Mode::empty())
+        .map_err(|e| Error::io("open directory", TreePath(path.to_vec()), e))
 }
 
 /// Device and inode.
@@ -480,17 +476,17 @@ struct Pair<'p> {
     name: &'p [u8],
     /// The copy of its directory is setgid.
     setgid: bool,
-    /// Its path below the copy's root (empty for the root).
-    path: &'p [u8],
+    /// Its path below the copy's root (empty for the root), made only for messages.
+    path: &'p dyn Fn() -> Vec<u8>,
 }
 
 impl Pair<'_> {
     fn dest_path(&self, shared: &Shared<'_>) -> TreePath {
-        shared.dest_path(self.path)
+        shared.dest_path(&(self.path)())
     }
 
     fn src_path(&self, shared: &Shared<'_>) -> TreePath {
-        shared.src_path(self.path)
+        shared.src_path(&(self.path)())
     }
 }
 
@@ -1332,7 +1328,7 @@ impl<'a> ParallelVisitor for Copier<'a> {
             entry.kind = Kind::Dir;
             return WalkState::Continue;
         }
-        let path = dir.relative(Some(entry.name));
+        let path = || dir.relative(Some(entry.name));
         let at = Pair {
             src: fd,
             src_name: entry.name,

@@ -7,10 +7,10 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use rustix::fs::{openat, readlinkat, statx, AtFlags, Mode, OFlags, Statx, StatxFlags, CWD};
+use rustix::fs::{openat, readlinkat, statx, AtFlags, Mode, Statx, StatxFlags, CWD};
 use rustix::io::{pread, Errno};
 
-use super::{split, Cp, CpReport};
+use super::{open_parent, split, Cp, CpReport};
 use crate::error::{Error, Result, TreePath};
 use crate::interrupt::retry;
 use crate::sys::{DIR_FLAGS, FILE_FLAGS};
@@ -59,8 +59,8 @@ pub(super) fn verify(cp: &Cp, src: &Path, dest: &Path, report: &dyn CpReport) ->
             .visit(&mut Builder(&shared), Some(dest_fd));
     } else {
         let ((src_dir, name), (dest_dir, dest_name)) = (split(src)?, split(dest)?);
-        let flags = OFlags::DIRECTORY | OFlags::CLOEXEC;
-        let (src_dir, dest_dir) = (open(src_dir, flags)?, open(dest_dir, flags)?);
+        let src_dir = open_parent(src_dir, src_name)?;
+        let dest_dir = open_parent(dest_dir, dest.as_os_str().as_bytes())?;
         checker.check(
             src_dir.as_fd(),
             name,

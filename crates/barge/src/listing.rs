@@ -190,7 +190,8 @@ impl Listing {
     /// Reads a listing in its wire form from `input` up to and including its end record
     /// (nothing after it is read), checking every field and `limits` before it holds
     /// anything: a listing that is malformed, breaks a limit or ends early is an
-    /// [`Error::Listing`] with the offset of the record at fault.
+    /// [`Error::Listing`] with the offset of the record at fault (of the field where it
+    /// ends early or passes the bytes limit).
     pub fn read_from(input: impl Read, limits: ListingLimits) -> Result<Listing> {
         let mut reader = Reader {
             input: BufReader::with_capacity(64 << 10, input),
@@ -821,5 +822,274 @@ mod tests {
             last_modification: time,
         };
         rustix::fs::utimensat(rustix::fs::CWD, path, &times, AtFlags::SYMLINK_NOFOLLOW).unwrap();
+    }
+
+    /// A listing in wire form: the header, then `body`.
+    fn wire(body: &[&[u8]]) -> Vec<u8> {
+        [&HEADER[..]]
+            .iter()
+            .chain(body)
+            .flat_map(|b| b.iter().copied())
+            .collect()
+    }
+
+    /// An item's bytes.
+    fn item(
+        kind: u8,
+        name: &[u8],
+        size: u64,
+        nsec: u32,
+        mode: u16,
+        links: u32,
+        group: u32,
+    ) -> Vec<u8> {
+        let mut b = vec![kind, name.len() as u8];
+        b.extend_from_slice(name);
+        b.extend_from_slice(&size.to_le_bytes());
+        b.extend_from_slice(&5i64.to_le_bytes());
+        b.extend_from_slice(&nsec.to_le_bytes());
+        b.extend_from_slice(&mode.to_le_bytes());
+        b.extend_from_slice(&links.to_le_bytes());
+        b.extend_from_slice(&group.to_le_bytes());
+        b
+    }
+
+    /// A directory record's head.
+    fn dir(path: &[u8], count: u32) -> Vec<u8> {
+        let mut b = vec![DIR];
+        b.extend_from_slice(&(path.len() as u16).to_le_bytes());
+        b.extend_from_slice(path);
+        b.extend_from_slice(&count.to_le_bytes());
+        b
+    }
+
+    fn end(dirs: u64, entries: u64) -> Vec<u8> {
+        let mut b = vec![END];
+        b.extend_from_slice(&dirs.to_le_bytes());
+        b.extend_from_slice(&entries.to_le_bytes());
+        b
+    }
+
+    /// The problem and offset reading `bytes` with `limits` fails with.
+    fn problem(bytes: &[u8], limits: ListingLimits) -> (u64, String) {
+        match Listing::read_from(bytes, limits) {
+            Err(Error::Listing { offset, problem }) => (offset, problem),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_malformed_or_oversized_listing_is_refused_at_its_record() {
+        let limits = ListingLimits::default();
+        let file = |name: &[u8]| item(1, name, 3, 0, 0o644, 1, 0);
+        let good = wire(&[
+            &dir(b"a/b", 2),
+            &file(b"x"),
+            &item(2, b"l", 4, 7, 0, 0, 0),
+            &end(1, 2),
+        ]);
+        let listing = Listing::read_from(&good[..], limits).unwrap();
+        assert_eq!(
+            listing.get(b"a/b/l").unwrap().mtime,
+            Timestamp { sec: 5, nsec: 7 }
+        );
+        // Every cut is an early end, at the offset of what is missing.
+        for cut in 0..good.len() {
+            let (at, what) = problem(&good[..cut], limits);
+            assert_eq!(
+                (at <= cut as u64, &what[..]),
+                (true, "the listing ends early")
+            );
+        }
+        // Any one byte changed: an error or a listing, never a panic.
+        for i in 0..good.len() {
+            for flip in [1u8, 0x80, 0xff] {
+                let mut bad = good.clone();
+                bad[i] ^= flip;
+                let _ = Listing::read_from(&bad[..], limits);
+            }
+        }
+        let d = dir(b"", 1);
+        let ends = end(1, 1);
+        let cases: Vec<(Vec<u8>, u64, &str)> = vec![
+            (b"BARGE\x00\x01\x01".to_vec(), 0, "not an update listing"),
+            (
+                [&HEADER[..6], &[2, 0]].concat(),
+                0,
+                "unsupported listing version 2.0",
+            ),
+            (wire(&[&[7]]), 8, "unknown record tag 0x07"),
+            (wire(&[&dir(b"a//b", 0)]), 8, "directory path a//b: "),
+            (wire(&[&dir(b"/a", 0)]), 8, "directory path /a: "),
+            (wire(&[&dir(b"a/..", 0)]), 8, "directory path a/..: "),
+            (
+                wire(&[&dir(b"a", 0), &dir(b"a", 0)]),
+                16,
+                "directory a listed twice",
+            ),
+            (wire(&[&d, &file(b"")]), 15, ": "),
+            (wire(&[&d, &file(b"a/b")]), 15, "a/b: "),
+            (wire(&[&d, &file(b"..")]), 15, "..: "),
+            (wire(&[&d, &file(b"n\x00")]), 15, "n\\x00: "),
+            (
+                wire(&[&dir(b"", 2), &file(b"x"), &file(b"x")]),
+                8,
+                "a name listed twice",
+            ),
+            (
+                wire(&[&d, &item(3, b"x", 0, 0, 0, 0, 0)]),
+                15,
+                "unknown entry kind 3",
+            ),
+            (
+                wire(&[&d, &item(1, b"x", 0, 1_000_000_000, 0, 1, 0)]),
+                15,
+                "x: nanoseconds",
+            ),
+            (
+                wire(&[&d, &item(1, b"x", 0, 0, 0o10000, 1, 0)]),
+                15,
+                "x: mode 0o10000",
+            ),
+            (wire(&[&d, &item(1, b"x", 0, 0, 0, 0, 0)]), 15, "x: 0 links"),
+            (
+                wire(&[&d, &item(1, b"x", 0, 0, 0, 2, 0)]),
+                15,
+                "x: 2 links in link group 0",
+            ),
+            (
+                wire(&[&d, &item(1, b"x", 0, 0, 0, 1, 4)]),
+                15,
+                "x: 1 links in link group 4",
+            ),
+            (
+                wire(&[&d, &item(2, b"x", 0, 0, 0, 0, 0)]),
+                15,
+                "x: a symlink target of 0",
+            ),
+            (
+                wire(&[&d, &item(2, b"x", 4096, 0, 0, 0, 0)]),
+                15,
+                "x: a symlink target of 4096",
+            ),
+            (
+                wire(&[&d, &item(2, b"x", 1, 0, 0o777, 0, 0)]),
+                15,
+                "x: a symlink with a mode",
+            ),
+            (
+                wire(&[&d, &file(b"x"), &end(1, 2)]),
+                48,
+                "the end record counts 1 directories and 2",
+            ),
+            (
+                wire(&[&d, &file(b"x"), &end(2, 1)]),
+                48,
+                "the end record counts 2",
+            ),
+            (wire(&[&d, &file(b"x"), &ends, &ends]), 0, "ok"),
+        ];
+        for (bytes, offset, what) in cases {
+            match Listing::read_from(&bytes[..], limits) {
+                Ok(_) => assert_eq!(what, "ok"),
+                Err(Error::Listing {
+                    offset: at,
+                    problem,
+                }) => {
+                    assert!(problem.contains(what), "{problem} lacks {what}");
+                    assert_eq!(at, offset, "{problem}");
+                }
+                Err(other) => panic!("{other}"),
+            }
+        }
+        // Limits, checked before anything is held.
+        let few = ListingLimits {
+            max_entries: 1,
+            ..limits
+        };
+        let (at, what) = problem(&good, few);
+        assert_eq!((at, &what[..]), (8, "more than the limit of 1 entries"));
+        let short = ListingLimits {
+            max_path: 2,
+            ..limits
+        };
+        let (at, what) = problem(&good, short);
+        assert_eq!(
+            (at, &what[..]),
+            (8, "directory path of 3 bytes, more than the limit of 2")
+        );
+        let small = ListingLimits {
+            max_bytes: 40,
+            ..limits
+        };
+        let (at, what) = problem(&good, small);
+        assert_eq!((at, &what[..]), (37, "longer than the limit of 40 bytes"));
+        // A count of 4 billion with nothing after it: an early end, not 4 billion slots.
+        let (_, what) = problem(
+            &wire(&[&dir(b"", u32::MAX)]),
+            ListingLimits {
+                max_entries: u64::MAX,
+                ..limits
+            },
+        );
+        assert_eq!(what, "the listing ends early");
+        let error = Listing::read_from(&wire(&[&[9]])[..], limits).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "update listing byte 8: unknown record tag 0x09"
+        );
+        assert_eq!(error.kind(), "listing");
+    }
+
+    #[test]
+    fn a_named_root_is_the_first_component_of_the_listing_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, dest) = (dir.path().join("t"), dir.path().join("dest"));
+        make_tree(&root);
+        let named = || Pack::named(vec![(b"t".to_vec(), open(&root))]).unwrap();
+        let mut archive = Vec::new();
+        named().to_writer(&mut archive).unwrap();
+        land(archive, &dest, Engine::Sync).unwrap();
+        let listing = list(&dest);
+        assert!(listing.get(b"t/d/e/big").is_some());
+        let mut archive = Vec::new();
+        let summary = named().unchanged(&listing).to_writer(&mut archive).unwrap();
+        assert_eq!((summary.unchanged, summary.files), (47, 0));
+        assert_eq!(sent(&archive), ["|t/fifo"]);
+    }
+
+    /// A landing cut off anywhere leaves no file that looks complete and is not: an update
+    /// from the listing of what it left makes the copy equal, whatever the engine.
+    #[test]
+    fn after_a_cut_off_landing_an_update_makes_the_copy_equal() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("t");
+        make_tree(&root);
+        // Over 4 MiB, so that a stream is landed by several threads.
+        fs::write(root.join("d/e/huge"), vec![9u8; 5 << 20]).unwrap();
+        for i in 0..300 {
+            fs::write(root.join(format!("d/e/f/m{i}")), vec![i as u8; 20_000]).unwrap();
+        }
+        let (whole, _) = pack(&root, &Listing::default(), false);
+        let engines = [Engine::Sync, Engine::Threads, Engine::Uring];
+        for (k, cut) in [100, 3_000, 200_000, 4 << 20, 9 << 20, whole.len() - 5]
+            .into_iter()
+            .enumerate()
+        {
+            let engine = engines[k % engines.len()];
+            let copy = dir.path().join(format!("copy{k}"));
+            fs::create_dir(&copy).unwrap();
+            let cut_off = land(whole[..cut].to_vec(), &copy, engine);
+            assert!(cut_off.is_err(), "{engine:?} at {cut}");
+            let listing = list(&copy);
+            let (update, summary) = pack(&root, &listing, false);
+            assert_eq!(summary.unchanged, listing.len(), "{engine:?} at {cut}");
+            land(update, &copy, engine).unwrap();
+            assert_eq!(
+                differences(&root, &copy),
+                Vec::<String>::new(),
+                "{engine:?} at {cut}"
+            );
+        }
     }
 }

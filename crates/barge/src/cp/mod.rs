@@ -31,9 +31,8 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use rustix::fs::{
-    copy_file_range, fchmod, ftruncate, ioctl_ficlone, linkat, makedev, mkdirat, mknodat, openat,
-    readlinkat, seek, statx, symlinkat, unlinkat, AtFlags, FileType, Mode, OFlags, SeekFrom, Statx,
-    StatxFlags, CWD,
+    fchmod, ftruncate, ioctl_ficlone, linkat, makedev, mkdirat, mknodat, openat, readlinkat, seek,
+    statx, symlinkat, unlinkat, AtFlags, FileType, Mode, OFlags, SeekFrom, Statx, StatxFlags, CWD,
 };
 use rustix::io::{pwrite, Errno};
 
@@ -44,7 +43,7 @@ use crate::exclude::Exclude;
 use crate::interrupt::{check, requested, retry};
 use crate::land::restore::{Apply, Existing, NotRestored, Policy, Restore, Target, SETID};
 use crate::land::sync::{create_at, exists, replace, LinkTarget, Made};
-use crate::sys::copy::read_chunks;
+use crate::sys::copy::{copy_range, read_chunks};
 use crate::sys::dir::{dirent_buffer, Listing};
 use crate::sys::xattr::XattrReader;
 use crate::sys::{CREATE_FLAGS, DIR_FLAGS, FILE_FLAGS};
@@ -64,9 +63,6 @@ const MASK: StatxFlags = StatxFlags::TYPE
     .union(StatxFlags::GID)
     .union(StatxFlags::INO)
     .union(StatxFlags::NLINK);
-
-/// Most bytes one `copy_file_range` moves: a stop request is seen between two.
-const CHUNK: u64 = 64 << 20;
 
 /// The buffer of a copy through memory.
 const BUFFER: usize = 1 << 20;
@@ -1053,34 +1049,24 @@ impl<'a> Copier<'a> {
         end: u64,
         path: &dyn Fn() -> TreePath,
     ) -> Result<()> {
-        let (mut from, mut to) = (start, start);
-        while from < end && !self.shared.no_range.load(Relaxed) {
-            let len = (end - from).min(CHUNK) as usize;
-            match retry(|| copy_file_range(src, Some(&mut from), dest, Some(&mut to), len)) {
-                // The file shrank since it was stated.
-                Ok(0) => return Ok(()),
-                Ok(n) => {
-                    self.shared.progress.add_bytes(n as u64);
-                    if from < end {
-                        check()?;
-                    }
-                }
-                Err(Errno::XDEV | Errno::INVAL | Errno::OPNOTSUPP | Errno::NOSYS)
-                    if from == start =>
-                {
-                    self.shared.no_range.store(true, Relaxed);
-                }
-                Err(e) => return Err(Error::io("copy_file_range", path(), e)),
+        let mut copied = 0;
+        if !self.shared.no_range.load(Relaxed) {
+            let progress = self.shared.progress;
+            let len = end - start;
+            let ranged = copy_range(src, start, dest, Some(start), len, path, |n| {
+                progress.add_bytes(n)
+            })?;
+            if !ranged.refused {
+                // All of it, or the file shrank since it was stated.
+                return Ok(());
             }
+            self.shared.no_range.store(true, Relaxed);
+            copied = ranged.copied;
         }
-        if from < end {
-            self.through_memory(src, dest, from, end - from, path)?;
-        }
+        self.through_memory(src, dest, start + copied, end - start - copied, path)?;
         Ok(())
     }
 
-    /// Copies `len` bytes (fewer where `src` ends before) of `src` at `from` to the same
-    /// offset of `dest` with `pread` + `pwrite`; returns the bytes copied.
     fn through_memory(
         &mut self,
         src: BorrowedFd<'_>,

@@ -6,6 +6,7 @@
 import { spawn } from "node:child_process";
 import type { ChildProcess } from "node:child_process";
 import { pipeline } from "node:stream/promises";
+import { read } from "./source.js";
 import type { ArchiveSource } from "./unpack.js";
 
 /** What `landWithBarge` does with options; each maps to one `barge unpack` flag. */
@@ -156,13 +157,13 @@ async function text(stream: NodeJS.ReadableStream): Promise<string> {
   return s;
 }
 
-/** The archive's bytes as something `pipeline` reads with back-pressure. */
+/** The archive's bytes as chunks, read as `pipeline` asks for them. */
 function chunks(archive: ArchiveSource): Iterable<Uint8Array> | AsyncIterable<Uint8Array> {
   if (archive instanceof Uint8Array) return [archive];
   if (archive instanceof ArrayBuffer) return [new Uint8Array(archive)];
-  if (typeof Blob != "undefined" && archive instanceof Blob) return archive.stream();
-  if (typeof archive == "object" && archive !== null && (Symbol.asyncIterator in archive || Symbol.iterator in archive))
-    return archive as AsyncIterable<Uint8Array>;
+  if (archive instanceof Blob) return read(archive.stream());
+  if (typeof archive == "object" && archive !== null && ("getReader" in archive || Symbol.asyncIterator in archive || Symbol.iterator in archive))
+    return read(archive);
   throw new TypeError("landWithBarge: the archive must be a Uint8Array, an ArrayBuffer, a Blob, a ReadableStream, a Node Readable or an (async) iterable of Uint8Array chunks");
 }
 

@@ -243,13 +243,16 @@ enum Command {
     /// aside), times to the nanosecond, symlinks, hard links, fifos; as root also owners,
     /// setuid/setgid, devices and trusted/security/system extended attributes. What it may
     /// not restore is skipped with one warning per kind, and the exit status stays 0.
-    #[command(after_help = exit_status!(), allow_missing_positional = true)]
+    #[command(after_help = exit_status!())]
+    #[command(override_usage = "barge unpack [OPTIONS] [ARCHIVE|-] <DEST>")]
     Unpack {
-        /// The archive: a file, a block device, or '-' (the default) for stdin.
+        /// The archive: a file, a block device, or '-' for stdin. Given alone it is DEST,
+        /// and the archive comes from stdin.
         #[arg(value_name = "ARCHIVE|-")]
-        archive: Option<PathBuf>,
+        archive: PathBuf,
         /// The directory to unpack into.
-        dest: PathBuf,
+        // Not an optional ARCHIVE before a required DEST: clap's `--` would then skip to DEST.
+        dest: Option<PathBuf>,
         /// Do not enter the user-namespace chroot (containment then rests on layers 1-2).
         #[arg(long)]
         no_sandbox: bool,
@@ -413,7 +416,11 @@ fn run(command: Command) -> anyhow::Result<Exit> {
                 .sandbox(!no_sandbox)
                 .strip_components(strip_components)
                 .restore(restore.restore());
-            archive::unpack(archive.as_deref(), &dest, operation, out)
+            let (archive, dest) = match &dest {
+                Some(dest) => (Some(archive.as_path()), dest),
+                None => (None, &archive),
+            };
+            archive::unpack(archive, dest, operation, out)
         }
         Command::List {
             archive,

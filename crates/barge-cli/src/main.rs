@@ -149,8 +149,9 @@ pub struct RestoreArgs {
     skip_old_files: bool,
     /// Replace entries that exist in DEST: each is written under a temporary name in the
     /// same directory and renamed over the old one, so nothing is written through an
-    /// existing file or symlink. A directory in the archive where DEST has anything but a
-    /// directory is still an error.
+    /// existing file or symlink. Existing directories are merged into and get the archive's
+    /// mode and time (and owner, where restored), as with tar. A directory in the archive
+    /// where DEST has anything but a directory is still an error.
     #[arg(long, group = "old")]
     overwrite: bool,
     /// Give entries their owner (uid/gid) from the archive: the default as root; others

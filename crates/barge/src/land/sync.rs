@@ -398,11 +398,15 @@ impl SyncLander {
         let (create, last_mode) = self.setup.policy.dir_modes(&apply);
         let created = self.make_dir(name, create)?;
         // What a directory created here gets when it is left; one that was there keeps its
-        // own mode, owner and time. One whose mode
+        // own mode, owner and time unless existing entries are overwritten. One whose mode
         // changes then, or that gets extended attributes, is opened for real (`fchmod` and
         // `fsetxattr` need more than `O_PATH`), so that they go through the fd and no
         // swapped name can redirect them.
-        let last = (created && last_here).then_some((last_mode, apply.mtime));
+        let merged_mode = (!created)
+            .then(|| self.setup.policy.merged_dir_mode(&apply))
+            .flatten();
+        let mode = if created { last_mode } else { merged_mode };
+        let last = ((created || merged_mode.is_some()) && last_here).then_some((mode, apply.mtime));
         let real = last.is_some_and(|(mode, _)| mode.is_some()) || !dir.xattrs.is_empty();
         let flags = if real { DIR_FLAGS } else { DIR_HANDLE_FLAGS };
         let fd = match openat(self.current(), name, flags, Mode::empty()) {
@@ -410,7 +414,7 @@ impl SyncLander {
             Err(Errno::NOTDIR | Errno::LOOP) => return Err(self.exists(name)),
             Err(e) => return Err(Error::io("open directory", self.path(name), e)),
         };
-        if created {
+        if created || merged_mode.is_some() {
             let target = if real {
                 Target::Fd(fd.as_fd())
             } else {
@@ -510,7 +514,9 @@ impl Sink for SyncLander {
     fn empty_dir(&mut self, dir: &Entry<'_>) -> Result<()> {
         let mut skipped = Default::default();
         let apply = self.setup.policy.entry(dir, &mut skipped);
-        if apply.owner.is_some() || !dir.xattrs.is_empty() || apply.mode & SETID != 0 {
+        // (One that exists gets the archive's metadata too when entries are overwritten.)
+        let merged = self.setup.policy.existing() == Existing::Overwrite;
+        if apply.owner.is_some() || !dir.xattrs.is_empty() || apply.mode & SETID != 0 || merged {
             self.open_dir(dir, true)?;
             return self.leave_dir();
         }

@@ -10,9 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Incoming};
 use hyper::header::{self, HeaderValue};
+use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::{watch, Semaphore};
@@ -96,41 +97,45 @@ impl Server {
         request: Request<Incoming>,
     ) -> Response<Full<Bytes>> {
         let start = Instant::now();
-        let (method, path) = (request.method().clone(), request.uri().path().to_owned());
-        let origin = request
-            .headers()
-            .get(header::ORIGIN)
-            .filter(|origin| {
-                self.cors
-                    .iter()
-                    .any(|allowed| allowed.as_bytes() == origin.as_bytes())
-            })
-            .cloned();
-        let Reply { mut response, note } = self.route(request, start).await;
+        let (request, mut body) = request.into_parts();
+        let mut log = LogLine {
+            line: format!(
+                "barge serve: {peer} {} {}",
+                request.method,
+                request.uri.path()
+            ),
+            start,
+            done: false,
+        };
+        let Reply { mut response, note } = self.route(&request, &mut body, start).await;
+        // Whatever the answer, the client may still be sending.
+        drain(body);
+        let origin = request.headers.get(header::ORIGIN).filter(|origin| {
+            self.cors
+                .iter()
+                .any(|allowed| allowed.as_bytes() == origin.as_bytes())
+        });
         if let Some(origin) = origin {
             let headers = response.headers_mut();
-            headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+            headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
             headers.insert(header::VARY, HeaderValue::from_static("origin"));
         }
-        let status = response.status().as_u16();
-        let seconds = start.elapsed().as_secs_f64();
-        eprintln!("barge serve: {peer} {method} {path} {status} ({note}) {seconds:.3} s");
+        log.done(response.status().as_str(), &note);
         response
     }
 
-    async fn route(&self, request: Request<Incoming>, start: Instant) -> Reply {
-        let path = request.uri().path().to_owned();
-        let upload = path == "/upload" || path.starts_with("/upload/");
-        match (request.method(), path.as_str()) {
-            (&Method::OPTIONS, _) => self.preflight(&request),
+    async fn route(&self, request: &Parts, body: &mut Incoming, start: Instant) -> Reply {
+        let path = request.uri.path();
+        match (&request.method, path) {
+            (&Method::OPTIONS, _) => self.preflight(request),
             (&Method::GET, "/") => file(PAGE, "text/html; charset=utf-8"),
             (&Method::GET, "/barge-archive.js") => file(BUNDLE, "text/javascript; charset=utf-8"),
-            (&Method::POST, "/upload") => self.upload(request, None, start).await,
+            (&Method::POST, "/upload") => self.upload(request, body, None, start).await,
             (&Method::PUT, _) if path.starts_with("/upload/") => {
-                let name = path["/upload/".len()..].to_owned();
-                self.upload(request, Some(name), start).await
+                let name = &path["/upload/".len()..];
+                self.upload(request, body, Some(name), start).await
             }
-            _ if upload => {
+            _ if path == "/upload" || path.starts_with("/upload/") => {
                 let mut reply = error(
                     StatusCode::METHOD_NOT_ALLOWED,
                     "use POST /upload or PUT /upload/NAME",
@@ -147,9 +152,9 @@ impl Server {
     }
 
     /// A CORS preflight: allowed for the `--cors-origin` origins only.
-    fn preflight(&self, request: &Request<Incoming>) -> Reply {
+    fn preflight(&self, request: &Parts) -> Reply {
         let allowed = request
-            .headers()
+            .headers
             .get(header::ORIGIN)
             .is_some_and(|origin| self.cors.iter().any(|o| o.as_bytes() == origin.as_bytes()));
         if !allowed {
@@ -183,11 +188,13 @@ impl Server {
     /// free slot, then lands the body.
     async fn upload(
         &self,
-        request: Request<Incoming>,
-        name: Option<String>,
+        request: &Parts,
+        body: &mut Incoming,
+        name: Option<&str>,
         start: Instant,
     ) -> Reply {
-        match self.land(request, name, start).await {
+        let landed = self.land(&request.headers, body, name, start).await;
+        match landed {
             Ok(reply) => reply,
             Err(refusal) => {
                 let mut reply = error(refusal.status, &refusal.message);
@@ -214,11 +221,11 @@ impl Server {
 
     async fn land(
         &self,
-        request: Request<Incoming>,
-        name: Option<String>,
+        headers: &hyper::HeaderMap,
+        body: &mut Incoming,
+        name: Option<&str>,
         start: Instant,
     ) -> Result<Reply, Refusal> {
-        let headers = request.headers();
         let presented = headers
             .get(header::AUTHORIZATION)
             .and_then(|value| bearer(value.as_bytes()));
@@ -242,8 +249,8 @@ impl Server {
                 "the body must be a barge archive sent as Content-Type: application/octet-stream",
             ));
         }
-        let name = name.map(|name| decode_name(&name)).transpose()?;
-        if let (Some(max), Some(length)) = (self.max_body, request.body().size_hint().exact()) {
+        let name = name.map(decode_name).transpose()?;
+        if let (Some(max), Some(length)) = (self.max_body, body.size_hint().exact()) {
             if length > max {
                 return Err(Refusal::new(StatusCode::PAYLOAD_TOO_LARGE, over_limit(max)));
             }
@@ -266,9 +273,7 @@ impl Server {
             idle: self.idle,
             held: Box::new((slot, reserved)),
         };
-        let landed = upload
-            .land(request.into_body(), self.stop.subscribe())
-            .await?;
+        let landed = upload.land(body, self.stop.subscribe()).await?;
         let summary = landed.summary;
         let entries =
             summary.dirs + summary.files + summary.symlinks + summary.links + summary.specials;
@@ -330,6 +335,33 @@ impl Server {
     }
 }
 
+/// The log line of a request, written when it is answered, or when the connection closed
+/// before (hyper then drops the request's task; an upload's landing is cancelled).
+struct LogLine {
+    line: String,
+    start: Instant,
+    done: bool,
+}
+
+impl LogLine {
+    fn done(&mut self, status: &str, note: &str) {
+        let seconds = self.start.elapsed().as_secs_f64();
+        eprintln!("{} {status} ({note}) {seconds:.3} s", self.line);
+        self.done = true;
+    }
+}
+
+impl Drop for LogLine {
+    fn drop(&mut self) {
+        if !self.done {
+            self.done(
+                "closed",
+                "the client went away before the answer; nothing was kept",
+            );
+        }
+    }
+}
+
 /// A name reserved for a landing, released when dropped.
 struct Reserved {
     name: Vec<u8>,
@@ -343,6 +375,26 @@ impl Drop for Reserved {
         }
     }
 }
+
+/// Reads and drops what is left of a refused upload's body (up to [`DRAIN`] bytes, while it
+/// keeps coming) after the answer went, so that a client still sending reads the answer
+/// instead of a reset stream or connection.
+fn drain(mut body: Incoming) {
+    tokio::spawn(async move {
+        let mut left = DRAIN;
+        while let Ok(Some(Ok(frame))) =
+            tokio::time::timeout(Duration::from_secs(5), body.frame()).await
+        {
+            left = left.saturating_sub(frame.data_ref().map_or(0, |data| data.len() as u64));
+            if left == 0 {
+                break;
+            }
+        }
+    });
+}
+
+/// At most this much of a refused body is read.
+const DRAIN: u64 = 64 << 20;
 
 /// The token of an `Authorization: Bearer TOKEN` header (the scheme in any case).
 fn bearer(value: &[u8]) -> Option<&[u8]> {

@@ -255,13 +255,17 @@ async fn run(
              to cancel running uploads)"
         );
     }
+    let shutdown = graceful.shutdown();
+    tokio::pin!(shutdown);
     tokio::select! {
-        () = graceful.shutdown() => {}
-        _ = interrupt.recv() => server.cancel(),
-        _ = terminate.recv() => server.cancel(),
+        () = &mut shutdown => return Ok(()),
+        _ = interrupt.recv() => {}
+        _ = terminate.recv() => {}
     }
-    // Cancelled uploads remove what they staged before their tasks end.
+    server.cancel();
+    // Cancelled uploads remove what they staged, then answer (503).
     server.wait_for_uploads().await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), shutdown).await;
     Ok(())
 }
 

@@ -66,7 +66,7 @@ impl Upload {
     /// Lands `body`, unless `stop` turns true first.
     pub(super) async fn land(
         self,
-        mut body: Incoming,
+        body: &mut Incoming,
         mut stop: watch::Receiver<bool>,
     ) -> Result<Landed, Refusal> {
         let child = ConfinedUnpack::new(&self.target)
@@ -200,7 +200,13 @@ fn refusal(error: barge::Error) -> Refusal {
             ..Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, CANNOT_LAND)
         };
     };
+    // The decoder's limits, by their stable codes at the end of its message.
+    let over = ["[too-many-bytes]", "[too-many-entries]"];
     match (kind.as_str(), errno) {
+        ("format", _) if over.iter().any(|code| message.ends_with(code)) => Refusal::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("bad archive: {message}"),
+        ),
         ("format" | "short" | "stripped-link", _) => {
             Refusal::new(StatusCode::BAD_REQUEST, format!("bad archive: {message}"))
         }

@@ -74,8 +74,9 @@ pub struct ServeArgs {
     /// kept).
     #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     idle_timeout: u64,
-    /// Allow uploads from pages of ORIGIN (e.g. https://example.com; repeatable): answer
-    /// their CORS preflights and add the CORS headers for them. None by default.
+    /// Allow uploads from pages of ORIGIN (its scheme, host and port, as browsers send it in
+    /// their Origin header; repeatable): answer their CORS preflights and add the CORS
+    /// headers for them. None by default.
     #[arg(long, value_name = "ORIGIN")]
     cors_origin: Vec<String>,
     /// Print each upload's result as one JSON line on stdout (and the page's address as

@@ -20,7 +20,6 @@ struct Server {
     child: Child,
     port: u16,
     tls: bool,
-    dest: PathBuf,
     stderr: Arc<Mutex<String>>,
     stdout: Arc<Mutex<String>>,
 }
@@ -48,7 +47,6 @@ impl Server {
             child,
             port: 0,
             tls: !args.contains(&"--plain-http"),
-            dest: dest.to_owned(),
             stderr,
             stdout,
         };

@@ -132,7 +132,7 @@ impl Upload {
         })?;
         match failed {
             Some(refusal) => Err(refusal),
-            None => landed.map_err(refusal),
+            None => landed.map_err(|e| refusal(e, self.limits)),
         }
     }
 }
@@ -188,7 +188,7 @@ fn cancel(child: ConfinedChild) -> barge::Result<Landed> {
 /// The answer for a landing that failed with `error`: the decoder's message for a bad
 /// archive (it names the entry and the archive offset, never a server path); for anything
 /// else a message without details, which go to the log.
-fn refusal(error: barge::Error) -> Refusal {
+fn refusal(error: barge::Error, limits: Limits) -> Refusal {
     let barge::Error::Confined {
         kind,
         errno,
@@ -201,12 +201,17 @@ fn refusal(error: barge::Error) -> Refusal {
         };
     };
     // The decoder's limits, by their stable codes at the end of its message.
-    let over = ["[too-many-bytes]", "[too-many-entries]"];
+    let over = |code| kind == "format" && message.ends_with(code);
+    let too_large = |message: String| Refusal {
+        detail: Some(format!("{message}: {error}")),
+        ..Refusal::new(StatusCode::PAYLOAD_TOO_LARGE, message)
+    };
     match (kind.as_str(), errno) {
-        ("format", _) if over.iter().any(|code| message.ends_with(code)) => Refusal::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("bad archive: {message}"),
-        ),
+        _ if over("[too-many-bytes]") => too_large(over_limit(limits.max_bytes.unwrap_or(0))),
+        _ if over("[too-many-entries]") => too_large(format!(
+            "the upload has more entries than this server's limit of {} (--max-entries)",
+            limits.max_entries.unwrap_or(0)
+        )),
         ("format" | "short" | "stripped-link", _) => {
             Refusal::new(StatusCode::BAD_REQUEST, format!("bad archive: {message}"))
         }

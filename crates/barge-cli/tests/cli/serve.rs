@@ -636,3 +636,79 @@ fn busy_and_stopping_servers_keep_running_uploads_whole_or_not_at_all() {
     assert_eq!(wait_exit(&mut server.child).signal(), Some(libc::SIGTERM));
     assert_holds(&dest, &[], "a cancelled upload");
 }
+
+#[test]
+fn a_token_file_must_be_private_and_a_given_certificate_is_served() {
+    use std::os::unix::fs::PermissionsExt;
+    let work = tempdir();
+    let (_, archive) = sample(work.path(), 3);
+    let token_file = work.path().join("token");
+    fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    fs::set_permissions(&token_file, fs::Permissions::from_mode(0o640)).unwrap();
+    let dest = work.path().join("dest");
+    let mut cmd = barge(["serve"]);
+    cmd.arg(&dest).arg("--token-file").arg(&token_file);
+    let out = run(cmd.args(["--listen", "127.0.0.1:0"]), None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("chmod 600") && !stderr.contains(TOKEN),
+        "{stderr}"
+    );
+    fs::set_permissions(&token_file, fs::Permissions::from_mode(0o600)).unwrap();
+    // A certificate made by openssl: served, and the fingerprint printed is its own.
+    let (cert, key) = (work.path().join("cert.pem"), work.path().join("key.pem"));
+    run_ok(
+        Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+            ])
+            .args(["-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"])
+            .args(["-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert),
+        None,
+    );
+    let openssl = run_ok(
+        Command::new("openssl")
+            .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
+            .arg(&cert),
+        None,
+    );
+    let fingerprint = String::from_utf8(openssl.stdout).unwrap();
+    let fingerprint = fingerprint.trim().rsplit('=').next().unwrap().to_owned();
+    let (token, cert, key) = (
+        token_file.to_str().unwrap(),
+        cert.to_str().unwrap(),
+        key.to_str().unwrap(),
+    );
+    let server = Server::start(
+        &dest,
+        &["--token-file", token, "--cert", cert, "--key", key],
+        None,
+    );
+    assert!(
+        server.wait_for_log("listening").contains(&fingerprint),
+        "{fingerprint}"
+    );
+    let data = format!("@{}", archive.display());
+    let (status, version, body) = server.curl(
+        Some(TOKEN),
+        &[
+            "--cacert",
+            cert,
+            "-H",
+            "Content-Type: application/octet-stream",
+            "--data-binary",
+            &data,
+        ],
+        "/upload",
+    );
+    assert_eq!((status, version.as_str()), (200, "2"), "{body}");
+}

@@ -191,6 +191,9 @@ fn url_host(address: SocketAddr) -> String {
     SocketAddr::new(ip, address.port()).to_string()
 }
 
+/// How much of an HTTP/2 upload may be on its way unread.
+const STREAM_WINDOW: u32 = 4 << 20;
+
 /// How long a client has for its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -212,6 +215,11 @@ async fn run(
         .http2()
         .timer(TokioTimer::new())
         .keep_alive_interval(Duration::from_secs(20))
+        // With hyper's default windows (64 KiB a stream) an upload ran at an eighth of
+        // HTTP/1.1's speed over loopback; its adaptive window was slower still (measured).
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(4 * STREAM_WINDOW)
+        .max_frame_size(1 << 20)
         .max_concurrent_streams(64);
     let graceful = GracefulShutdown::new();
     let stop = loop {

@@ -7,6 +7,7 @@ mod cp;
 mod du;
 mod list;
 mod report;
+mod serve;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -310,6 +311,14 @@ enum Command {
     /// existing one is an error unless --update, --overwrite or --skip-old-files; an entry
     /// that cannot be copied is named and the copy goes on (exit status 1 at the end).
     Cp(cp::CpArgs),
+    /// Receive uploads over HTTPS (or HTTP): each body, a barge archive, lands in a new
+    /// directory under DEST.
+    ///
+    /// Serves an upload page for browsers (pick or drop a folder; it is packed in the page
+    /// and streamed up) and an API for programs (curl). Every upload needs the bearer token;
+    /// each lands in its own confined child process, within limits, and appears whole or
+    /// not at all. TLS by default, with a certificate given or made at start.
+    Serve(serve::ServeArgs),
     /// Apparent bytes, files, directories and other entries of each PATH, like `du -sb`.
     ///
     /// Hard-linked files are counted once, symlinks are never followed, unreadable entries
@@ -347,10 +356,13 @@ fn main() -> ExitCode {
     // What a listing writes is read by people and filters, which may stop early (`| head`).
     let listing = !matches!(
         cli.command,
-        Command::Pack(_) | Command::Unpack { .. } | Command::Cp(_)
+        Command::Pack(_) | Command::Unpack { .. } | Command::Cp(_) | Command::Serve(_)
     );
     // Commands that write stop cleanly on a signal; the others only read, and die as usual.
-    if !listing || matches!(cli.command, Command::List { .. }) {
+    // serve handles its signals itself.
+    if (!listing || matches!(cli.command, Command::List { .. }))
+        && !matches!(cli.command, Command::Serve(_))
+    {
         barge::interrupt::catch_signals();
     }
     let json = cli.command.json();
@@ -387,6 +399,7 @@ impl Command {
             Command::List { json, .. } => json.then_some(false),
             Command::Du(args) => args.json().then_some(false),
             Command::Cp(args) => args.json().then_some(false),
+            Command::Serve(args) => args.json().then_some(false),
             Command::Man { .. } | Command::Completions { .. } => None,
         }
     }
@@ -444,6 +457,7 @@ fn run(command: Command) -> anyhow::Result<Exit> {
         }
         Command::Du(args) => du::du(args),
         Command::Cp(args) => cp::cp(args),
+        Command::Serve(args) => serve::serve(args),
         Command::Man { dir: Some(dir) } => {
             let shown = report::shown_path(&dir);
             clap_mangen::generate_to(Cli::command(), &dir)

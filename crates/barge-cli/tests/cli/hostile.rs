@@ -25,6 +25,25 @@ struct Case {
 
 fn no_setup(_: &Path, _: &Path) {}
 
+/// The hostile archives that are refused for what they hold alone (no DEST prepared, no
+/// option given), by case name: what a stranger could upload to a server.
+pub(crate) fn archives() -> Vec<(&'static str, Vec<u8>)> {
+    let work = tempdir();
+    cases()
+        .into_iter()
+        .filter(|case| {
+            let (dest, outside) = (work.path().join(case.name), work.path().join("outside"));
+            fs::create_dir_all(&dest).unwrap();
+            if !outside.exists() {
+                Sentinel::populate(&outside);
+            }
+            (case.setup)(&dest, &outside);
+            case.args.is_empty() && fs::read_dir(&dest).unwrap().next().is_none()
+        })
+        .map(|case| (case.name, case.archive))
+        .collect()
+}
+
 fn file64(name: &[u8], size: u64) -> Vec<u8> {
     let mut out = vec![TAG_FILE64];
     out.extend_from_slice(name);

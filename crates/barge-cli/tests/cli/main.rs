@@ -15,5 +15,6 @@ mod redteam;
 mod restore;
 mod roundtrip;
 mod sandbox;
+mod serve;
 mod syscalls;
 mod vectors;

@@ -61,6 +61,16 @@ pub struct Restore {
     pub times: bool,
     /// What to do with existing entries.
     pub existing: Existing,
+    /// Use root's privileges when running as root (owners, setuid and setgid, devices,
+    /// `trusted.`/`security.` attributes); off, root lands as any other user would, as
+    /// a server must land a stranger's archive.
+    #[serde(default = "privileged")]
+    pub privileged: bool,
+}
+
+/// [`Restore::privileged`]'s default, for requests that do not say.
+fn privileged() -> bool {
+    true
 }
 
 impl Default for Restore {
@@ -71,6 +81,7 @@ impl Default for Restore {
             setid: false,
             times: true,
             existing: Existing::Keep,
+            privileged: true,
         }
     }
 }
@@ -97,6 +108,12 @@ impl Restore {
     /// Doing `existing` with existing entries.
     pub fn existing(mut self, existing: Existing) -> Restore {
         self.existing = existing;
+        self
+    }
+
+    /// With root's privileges used or not (see [`Restore::privileged`]).
+    pub fn privileged(mut self, privileged: bool) -> Restore {
+        self.privileged = privileged;
         self
     }
 }
@@ -175,7 +192,7 @@ impl Policy {
     pub(crate) fn new(restore: Restore, root: bool) -> Policy {
         Policy {
             restore,
-            root,
+            root: root && restore.privileged,
             umask: umask(),
         }
     }
@@ -411,6 +428,19 @@ mod tests {
         let setid = Policy::new(Restore::default().setid(true), false);
         let apply = setid.entry(&entry(Kind::File, 0o4755, None), &mut skipped);
         assert_eq!((apply.mode, apply.chmod), (0o4755, true));
+    }
+
+    #[test]
+    fn unprivileged_root_lands_as_others_do() {
+        let root = Policy::new(Restore::default().privileged(false), true);
+        let mut skipped = NotRestored::default();
+        let apply = root.entry(&entry(Kind::File, 0o6755, OWNER), &mut skipped);
+        assert_eq!((apply.mode, apply.owner), (0o755, None));
+        assert!(!root.devices(&mut skipped));
+        assert_eq!((skipped.setid, skipped.owners, skipped.devices), (1, 1, 1));
+        let text = serde_json::to_string(&Restore::default().privileged(false)).unwrap();
+        let back: Restore = serde_json::from_str(&text).unwrap();
+        assert!(!back.privileged);
     }
 
     #[test]

@@ -38,7 +38,10 @@ Security: the handshake (Noise NNpsk2) shows each end that the other has the key
 sending it; everything after it is encrypted and authenticated, and a stream cut short or
 changed on the way is detected. A connection that fails authentication lands nothing. Each
 transfer lands through its own confined lander (a user-namespace chroot to DEST), with the
-limits and restore rules of unpack.
+limits of unpack (--max-bytes defaults to the space free on DEST's filesystem).
+
+Metadata: modes and times as unpack; the sender's owners and devices only as root with
+--same-owner, its setuid/setgid bits only with --setid (even as root).
 
 Unlike unpack, DEST is created at the start and stays: what a cut-off transfer landed is
 kept (every file in it complete: the file being written is removed), and `barge send
@@ -198,7 +201,7 @@ pub fn send(args: SendArgs) -> Result<Exit> {
                     operation.run(Payload::Pack(pack), &progress)
                 }
             };
-            Ok(sent.with_context(|| format!("send to {address} failed"))?)
+            sent.with_context(|| format!("send to {address} failed"))
         })
     });
     let sent = result?;
@@ -279,8 +282,8 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
         let mut stdout = std::io::stdout().lock();
         writeln!(stdout, "{}", ticket.to_text()).and_then(|()| stdout.flush())?;
         eprintln!(
-            "barge: recv: listening on {local}; on the sending host run: barge send DIR {}",
-            "TICKET (the line above)"
+            "barge: recv: listening on {local}; on the sending host run: barge send DIR TICKET \
+             (the line above)"
         );
     } else {
         eprintln!(

@@ -2,7 +2,7 @@
 //! encrypted channel, landed on the receiving end by the confined lander.
 //!
 //! The two ends share a 256-bit [`Key`] (a receiver's [`Ticket`] carries it with its
-//! address). The [`channel`] runs a Noise `NNpsk2` handshake, then carries typed messages:
+//! address). The channel (`net/channel.rs`) runs a Noise `NNpsk2` handshake, then carries typed messages:
 //!
 //! ```text
 //! sender                                   receiver

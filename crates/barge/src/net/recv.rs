@@ -60,7 +60,7 @@ impl Receive {
             dest: dest.into(),
             key,
             limits: Limits::default(),
-            restore: Restore::default(),
+            restore: Restore::default().asked_only(true),
             timeout: Duration::from_secs(30),
             interruptible: true,
         }
@@ -72,9 +72,10 @@ impl Receive {
         self
     }
 
-    /// Restores as `restore` says (an update replaces existing entries whatever it says).
+    /// Restores as `restore` says, root's privileges used only as asked
+    /// ([`Restore::asked_only`]); an update replaces existing entries whatever it says.
     pub fn restore(mut self, restore: Restore) -> Receive {
-        self.restore = restore;
+        self.restore = restore.asked_only(true);
         self
     }
 
@@ -138,7 +139,14 @@ impl Receive {
                 message: e.to_string(),
             },
         };
-        let broken = matches!(&result, Err(Error::Net { kind, .. }) if *kind != NetError::Protocol);
+        // A tampered stream leaves our direction intact: the sender hears of it too.
+        let broken = matches!(
+            &result,
+            Err(Error::Net {
+                kind: NetError::Truncated | NetError::Timeout,
+                ..
+            })
+        );
         if !broken && channel.send(kind::RESULT, &encode(&outcome)).is_ok() {
             channel.close();
         }

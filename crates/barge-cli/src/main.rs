@@ -156,8 +156,9 @@ pub struct RestoreArgs {
     skip_old_files: bool,
     /// Replace entries that exist in DEST: each is written under a temporary name in the
     /// same directory and renamed over the old one, so nothing is written through an
-    /// existing file or symlink. A directory in the archive where DEST has anything but a
-    /// directory is still an error.
+    /// existing file or symlink. Existing directories are merged into and get the archive's
+    /// mode and time (and owner, where restored), as with tar. A directory in the archive
+    /// where DEST has anything but a directory is still an error.
     #[arg(long, group = "old")]
     overwrite: bool,
     /// Give entries their owner (uid/gid) from the archive: the default as root; others
@@ -250,13 +251,16 @@ enum Command {
     /// aside), times to the nanosecond, symlinks, hard links, fifos; as root also owners,
     /// setuid/setgid, devices and trusted/security/system extended attributes. What it may
     /// not restore is skipped with one warning per kind, and the exit status stays 0.
-    #[command(after_help = exit_status!(), allow_missing_positional = true)]
+    #[command(after_help = exit_status!())]
+    #[command(override_usage = "barge unpack [OPTIONS] [ARCHIVE|-] <DEST>")]
     Unpack {
-        /// The archive: a file, a block device, or '-' (the default) for stdin.
+        /// The archive: a file, a block device, or '-' for stdin. Given alone it is DEST,
+        /// and the archive comes from stdin.
         #[arg(value_name = "ARCHIVE|-")]
-        archive: Option<PathBuf>,
+        archive: PathBuf,
         /// The directory to unpack into.
-        dest: PathBuf,
+        // Not an optional ARCHIVE before a required DEST: clap's `--` would then skip to DEST.
+        dest: Option<PathBuf>,
         /// Do not enter the user-namespace chroot (containment then rests on layers 1-2).
         #[arg(long)]
         no_sandbox: bool,
@@ -432,7 +436,11 @@ fn run(command: Command) -> anyhow::Result<Exit> {
                 .sandbox(!no_sandbox)
                 .strip_components(strip_components)
                 .restore(restore.restore());
-            archive::unpack(archive.as_deref(), &dest, operation, out)
+            let (archive, dest) = match &dest {
+                Some(dest) => (Some(archive.as_path()), dest),
+                None => (None, &archive),
+            };
+            archive::unpack(archive, dest, operation, out)
         }
         Command::List {
             archive,

@@ -75,8 +75,9 @@ pub struct SendArgs {
     /// Compress the stream (zstd): for links slower than the disks.
     #[arg(long)]
     compress: bool,
-    /// Replace what DEST already has (each entry by rename), to finish a transfer that
-    /// was cut off.
+    /// Send only what DEST lacks or has differently (the receiver lists DEST first: type,
+    /// size, mtime, mode, links), replacing changed entries by rename: a transfer that was
+    /// cut off finishes without resending its whole files.
     #[arg(short, long)]
     update: bool,
     /// Read the key from FILE (mode 600) instead of the ticket.

@@ -176,6 +176,14 @@ pub enum Error {
         /// The file it links to, as the archive names it.
         target: TreePath,
     },
+    /// An update listing (see [`crate::listing`]) is malformed or breaks a limit.
+    #[error("update listing byte {offset}: {problem}")]
+    Listing {
+        /// Offset of the first byte of the record in which the problem was found.
+        offset: u64,
+        /// What is wrong.
+        problem: String,
+    },
     /// The confined lander (see [`crate::confine`]) failed with this error of its own, or
     /// died without reporting one.
     #[error("{message}")]
@@ -263,8 +271,8 @@ impl Error {
 
     /// The variant's stable name, for reports to programs: `io`, `format`, `exists`,
     /// `not-a-directory`, `argument`, `input-too-short`, `changed`, `interrupted`, `short`,
-    /// `stripped-link`, `confined`, and for network transfers `authentication`, `tampered`,
-    /// `truncated`, `timeout`, `protocol` and `remote` (see [`NetError`]).
+    /// `stripped-link`, `listing`, `confined`, and for network transfers `authentication`,
+    /// `tampered`, `truncated`, `timeout`, `protocol` and `remote` (see [`NetError`]).
     pub fn kind(&self) -> &'static str {
         match self {
             Error::Io { .. } => "io",
@@ -277,6 +285,7 @@ impl Error {
             Error::Interrupted { .. } => "interrupted",
             Error::Short { .. } => "short",
             Error::StrippedLink { .. } => "stripped-link",
+            Error::Listing { .. } => "listing",
             Error::Confined { .. } => "confined",
             Error::Net { kind, .. } => kind.name(),
         }

@@ -386,6 +386,10 @@ fn a_cut_stream_is_truncation_and_update_finishes_it() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(recv.wait().status.success());
     assert_equal_trees(&src, &dest, "after --update");
+    // Only what had not landed whole was sent again.
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let resent = summary["packed"]["files"].as_u64().unwrap();
+    assert_eq!(resent as usize, 40 - landed.len(), "{summary}");
 }
 
 #[test]

@@ -251,6 +251,14 @@ impl Policy {
         (create, (last != create & !self.umask).then_some(last))
     }
 
+    /// The mode a directory that was there already gets once filled: with
+    /// [`Existing::Overwrite`] the archive's (as its time, owner and extended attributes:
+    /// what tar does; `cp --update` and `send --update` need it to match the source), else
+    /// none (it keeps its own).
+    pub(crate) fn merged_dir_mode(&self, apply: &Apply) -> Option<u32> {
+        (self.restore.existing == Existing::Overwrite).then_some(apply.mode & !self.umask)
+    }
+
     /// Whether restoring a file's metadata needs its descriptor beyond `futimens` (for a
     /// lander that creates files without one).
     pub(crate) fn needs_fd(&self, apply: &Apply, xattrs: Xattrs<'_>) -> bool {

@@ -24,6 +24,8 @@ pub mod key;
 pub mod recv;
 pub mod send;
 
+use std::io::{self, Write};
+
 use serde::{Deserialize, Serialize};
 
 pub use key::{Key, Ticket};
@@ -32,7 +34,7 @@ pub use send::{Payload, Send, Sent};
 
 use crate::confine::Landed;
 use crate::error::{Error, NetError, Result};
-use channel::protocol;
+use channel::{protocol, Channel, MAX_PAYLOAD};
 
 /// The version of the protocol a HELLO names.
 const VERSION: u32 = 1;
@@ -46,6 +48,8 @@ mod kind {
     pub(crate) const HELLO: u8 = 1;
     pub(crate) const ACCEPT: u8 = 2;
     pub(crate) const REFUSE: u8 = 3;
+    pub(crate) const LIST: u8 = 4;
+    pub(crate) const LIST_END: u8 = 5;
     pub(crate) const DATA: u8 = 6;
     pub(crate) const END: u8 = 7;
     pub(crate) const RESULT: u8 = 8;
@@ -129,4 +133,70 @@ fn unexpected(kind: u8, payload: &[u8]) -> Error {
 pub fn host_name() -> String {
     let uname = rustix::system::uname();
     String::from_utf8_lossy(uname.nodename().to_bytes()).into_owned()
+}
+
+/// A byte stream as messages of one type (the archive as DATA, a listing as LIST): an
+/// [`io::Write`], for the pack's writer thread, which so encrypts while the walking thread
+/// packs.
+pub(crate) struct Messages<'c> {
+    channel: &'c mut Channel,
+    kind: u8,
+    buf: Vec<u8>,
+    sent: u64,
+    /// The channel's error, which the writer's caller sees only as an I/O error.
+    pub(crate) failed: Option<Error>,
+}
+
+impl<'c> Messages<'c> {
+    pub(crate) fn new(channel: &'c mut Channel, kind: u8) -> Messages<'c> {
+        Messages {
+            channel,
+            kind,
+            buf: Vec::with_capacity(MAX_PAYLOAD),
+            sent: 0,
+            failed: None,
+        }
+    }
+
+    /// Sends the buffered bytes as one message.
+    pub(crate) fn send(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        match self.channel.send(self.kind, &self.buf) {
+            Ok(()) => {
+                self.sent += self.buf.len() as u64;
+                self.buf.clear();
+                Ok(())
+            }
+            Err(e) => {
+                let shown = io::Error::other(e.to_string());
+                self.failed = Some(e);
+                Err(shown)
+            }
+        }
+    }
+
+    /// Sends the rest, then `end` with the count of bytes sent (big-endian); returns it.
+    pub(crate) fn end(mut self, end: u8) -> Result<u64> {
+        self.send().map_err(|_| self.failed.take().expect("set"))?;
+        self.channel.send(end, &self.sent.to_be_bytes())?;
+        self.channel.flush()?;
+        Ok(self.sent)
+    }
+}
+
+impl Write for Messages<'_> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        let n = bytes.len().min(MAX_PAYLOAD - self.buf.len());
+        self.buf.extend_from_slice(&bytes[..n]);
+        if self.buf.len() == MAX_PAYLOAD {
+            self.send()?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }

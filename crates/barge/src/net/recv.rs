@@ -7,7 +7,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::channel::{protocol, truncated, Channel};
-use super::{decode, encode, kind, Accept, Hello, Key, Outcome, Refuse, VERSION};
+use super::{decode, encode, kind, Accept, Hello, Key, Messages, Outcome, Refuse, VERSION};
+use crate::listing::Listing;
+
+/// Threads that list DEST for an update.
+const LISTING_THREADS: usize = 4;
 use crate::confine::{ConfinedChild, ConfinedUnpack, Landed};
 use crate::error::{Error, NetError, Result, TreePath};
 use crate::format::Limits;
@@ -153,6 +157,27 @@ impl Receive {
         result.map_err(|e| failed(e, Some(&hello)))
     }
 
+    /// Sends the listing of DEST (what `--update` leaves out when unchanged), as LIST
+    /// messages and LIST_END.
+    fn send_listing(&self, channel: &mut Channel) -> Result<()> {
+        let shown = || TreePath(self.dest.as_os_str().as_encoded_bytes().to_vec());
+        let flags = rustix::fs::OFlags::RDONLY
+            | rustix::fs::OFlags::DIRECTORY
+            | rustix::fs::OFlags::NOFOLLOW
+            | rustix::fs::OFlags::CLOEXEC;
+        let root = rustix::fs::open(&self.dest, flags, rustix::fs::Mode::empty())
+            .map_err(|e| Error::io("open destination", shown(), e))?;
+        let listing = Listing::of_dir(root, LISTING_THREADS);
+        let mut out = Messages::new(channel, kind::LIST);
+        let written = listing.write_to(&mut out);
+        if let Some(e) = out.failed.take() {
+            return Err(e);
+        }
+        written.map_err(|e| Error::os("list", shown(), e))?;
+        out.end(kind::LIST_END)?;
+        Ok(())
+    }
+
     /// Spawns the confined lander and feeds it the DATA until END.
     fn land(&self, channel: &mut Channel, hello: &Hello) -> Result<Received> {
         let mut restore = self.restore;
@@ -176,6 +201,9 @@ impl Receive {
             compress: hello.compress,
         };
         channel.send(kind::ACCEPT, &encode(&accept))?;
+        if hello.update {
+            self.send_listing(channel)?;
+        }
         let fed = match hello.compress {
             true => {
                 let mut zstd = zstd::stream::write::Decoder::new(ChildInput(&mut child))

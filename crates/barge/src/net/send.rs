@@ -4,10 +4,13 @@ use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use super::channel::{protocol, Channel, MAX_PAYLOAD};
-use super::{decode, encode, kind, unexpected, Accept, Hello, Key, Outcome, VERSION, ZSTD_LEVEL};
+use super::channel::{protocol, Channel};
+use super::{
+    decode, encode, kind, unexpected, Accept, Hello, Key, Messages, Outcome, VERSION, ZSTD_LEVEL,
+};
 use crate::confine::Landed;
 use crate::error::{Error, NetError, Result, TreePath};
+use crate::listing::{Listing, ListingLimits};
 use crate::pack::{Pack, PackSummary};
 use crate::Progress;
 
@@ -92,7 +95,16 @@ impl Send {
         if accept.compress != self.compress {
             return Err(protocol("the receiver did not agree on compression"));
         }
-        let mut data = Data::new(&mut channel);
+        // With update: what DEST has, so unchanged files are left out.
+        let listing = match self.update {
+            true => Some(receive_listing(&mut channel)?),
+            false => None,
+        };
+        let payload = match (payload, &listing) {
+            (Payload::Pack(pack), Some(listing)) => Payload::Pack(pack.unchanged(listing)),
+            (payload, _) => payload,
+        };
+        let mut data = Messages::new(&mut channel, kind::DATA);
         let packed = match self.compress {
             true => {
                 let mut zstd = zstd::stream::write::Encoder::new(&mut data, ZSTD_LEVEL)
@@ -110,7 +122,7 @@ impl Send {
                 data.failed.take().map_or(packed, Err)?
             }
         };
-        let sent_bytes = data.end()?;
+        let sent_bytes = data.end(kind::END)?;
         let landed = match channel.receive()? {
             (kind::RESULT, payload) => match decode("RESULT", payload)? {
                 Outcome::Landed(landed) => landed,
@@ -183,65 +195,26 @@ fn stream(
     }
 }
 
-/// The archive stream as DATA messages: an [`io::Write`] for the pack's writer thread,
-/// which so encrypts while the walking thread packs.
-struct Data<'c> {
-    channel: &'c mut Channel,
-    buf: Vec<u8>,
-    sent: u64,
-    /// The channel's error, which the writer's caller sees only as an I/O error.
-    failed: Option<Error>,
-}
-
-impl<'c> Data<'c> {
-    fn new(channel: &'c mut Channel) -> Data<'c> {
-        Data {
-            channel,
-            buf: Vec::with_capacity(MAX_PAYLOAD),
-            sent: 0,
-            failed: None,
-        }
-    }
-
-    /// Sends the buffered bytes as one message.
-    fn send(&mut self) -> io::Result<()> {
-        if self.buf.is_empty() {
-            return Ok(());
-        }
-        match self.channel.send(kind::DATA, &self.buf) {
-            Ok(()) => {
-                self.sent += self.buf.len() as u64;
-                self.buf.clear();
-                Ok(())
+/// Reads the receiver's listing of DEST (LIST messages, then LIST_END with their byte
+/// count), within [`ListingLimits`]' defaults.
+fn receive_listing(channel: &mut Channel) -> Result<Listing> {
+    let limits = ListingLimits::default();
+    let mut bytes = Vec::new();
+    loop {
+        match channel.receive()? {
+            (kind::LIST, chunk) if bytes.len() as u64 + chunk.len() as u64 <= limits.max_bytes => {
+                bytes.extend_from_slice(chunk)
             }
-            Err(e) => {
-                let shown = io::Error::other(e.to_string());
-                self.failed = Some(e);
-                Err(shown)
+            (kind::LIST, _) => {
+                return Err(protocol(format!(
+                    "the listing of DEST is over {} bytes",
+                    limits.max_bytes
+                )))
             }
+            (kind::LIST_END, count) if count == (bytes.len() as u64).to_be_bytes() => break,
+            (kind::LIST_END, _) => return Err(protocol("a listing of another length than sent")),
+            (kind, payload) => return Err(unexpected(kind, payload)),
         }
     }
-
-    /// Sends the rest and END; returns the bytes sent.
-    fn end(mut self) -> Result<u64> {
-        self.send().map_err(|_| self.failed.take().expect("set"))?;
-        self.channel.send(kind::END, &self.sent.to_be_bytes())?;
-        self.channel.flush()?;
-        Ok(self.sent)
-    }
-}
-
-impl Write for Data<'_> {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        let n = bytes.len().min(MAX_PAYLOAD - self.buf.len());
-        self.buf.extend_from_slice(&bytes[..n]);
-        if self.buf.len() == MAX_PAYLOAD {
-            self.send()?;
-        }
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
+    Listing::read_from(&bytes[..], limits)
 }

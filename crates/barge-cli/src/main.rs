@@ -6,6 +6,7 @@ mod archive;
 mod cp;
 mod du;
 mod list;
+mod net;
 mod report;
 mod serve;
 
@@ -43,9 +44,10 @@ pub struct LimitArgs {
     #[arg(long, value_name = "N", default_value = "10M", value_parser = parse_limit)]
     max_entries: Limit,
     /// Refuse archives with more than N bytes of file content, e.g. 500M or 2G (K, M, G
-    /// and T, or KiB, MiB, GiB and TiB, count in 1024s); 'none' (the default) for no limit.
-    #[arg(long, value_name = "N", default_value = "none", value_parser = parse_limit)]
-    max_bytes: Limit,
+    /// and T, or KiB, MiB, GiB and TiB, count in 1024s); 'none' for no limit (the default,
+    /// except for recv: the space free on DEST's filesystem when it starts).
+    #[arg(long, value_name = "N", value_parser = parse_limit)]
+    max_bytes: Option<Limit>,
 }
 
 /// Where in the input the archive is: for an archive stored in a block device or inside a
@@ -128,10 +130,15 @@ fn parse_limit(text: &str) -> Result<Limit, String> {
 
 impl LimitArgs {
     fn limits(self) -> barge::format::Limits {
+        self.limits_or(None)
+    }
+
+    /// The limits, with `max_bytes` unless --max-bytes was given.
+    fn limits_or(self, max_bytes: Option<u64>) -> barge::format::Limits {
         barge::format::Limits {
             max_depth: self.max_depth,
             max_entries: self.max_entries.0,
-            max_bytes: self.max_bytes.0,
+            max_bytes: self.max_bytes.map_or(max_bytes, |limit| limit.0),
             zero_padding: false,
         }
     }
@@ -325,6 +332,12 @@ enum Command {
     /// are counted and named on stderr (exit status 1) without stopping the walk.
     #[command(disable_help_flag = true)]
     Du(du::DuArgs),
+    /// Send trees (or an archive) to a `barge recv`, authenticated and encrypted.
+    #[command(after_help = exit_status!())]
+    Send(net::SendArgs),
+    /// Receive trees from `barge send` into DEST: prints a ticket to give the sender.
+    #[command(after_long_help = concat!(net::recv_help!(), exit_status!()))]
+    Recv(net::RecvArgs),
     /// Print the manual page (roff: `barge man | man -l -`), or write one page per command
     /// into DIR (barge.1, barge-pack.1, ...), as a package installs them.
     #[command(hide = true)]
@@ -356,7 +369,12 @@ fn main() -> ExitCode {
     // What a listing writes is read by people and filters, which may stop early (`| head`).
     let listing = !matches!(
         cli.command,
-        Command::Pack(_) | Command::Unpack { .. } | Command::Cp(_) | Command::Serve(_)
+        Command::Pack(_)
+            | Command::Unpack { .. }
+            | Command::Cp(_)
+            | Command::Serve(_)
+            | Command::Send(_)
+            | Command::Recv(_)
     );
     // Commands that write stop cleanly on a signal; the others only read, and die as usual.
     // serve handles its signals itself.
@@ -400,6 +418,8 @@ impl Command {
             Command::Du(args) => args.json().then_some(false),
             Command::Cp(args) => args.json().then_some(false),
             Command::Serve(args) => args.json().then_some(false),
+            Command::Send(args) => args.json().then_some(false),
+            Command::Recv(args) => args.json().then_some(false),
             Command::Man { .. } | Command::Completions { .. } => None,
         }
     }
@@ -458,6 +478,8 @@ fn run(command: Command) -> anyhow::Result<Exit> {
         Command::Du(args) => du::du(args),
         Command::Cp(args) => cp::cp(args),
         Command::Serve(args) => serve::serve(args),
+        Command::Send(args) => net::send(args),
+        Command::Recv(args) => net::recv(args),
         Command::Man { dir: Some(dir) } => {
             let shown = report::shown_path(&dir);
             clap_mangen::generate_to(Cli::command(), &dir)

@@ -20,6 +20,7 @@ pub mod format;
 pub mod interrupt;
 pub(crate) mod land;
 pub mod listing;
+pub mod net;
 pub mod output;
 pub mod pack;
 pub mod root;

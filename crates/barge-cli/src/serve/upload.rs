@@ -71,7 +71,7 @@ impl Upload {
     ) -> Result<Landed, Refusal> {
         let child = ConfinedUnpack::new(&self.target)
             .limits(self.limits)
-            .restore(Restore::default().same_owner(Some(false)).privileged(false))
+            .restore(Restore::default().asked_only(true))
             .spawn()
             .map_err(|e| Refusal {
                 detail: Some(e.to_string()),

@@ -9,6 +9,7 @@ mod engines;
 mod fidelity;
 mod hostile;
 mod list;
+mod net;
 mod offset;
 mod pack;
 mod redteam;

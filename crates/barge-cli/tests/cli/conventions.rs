@@ -623,6 +623,8 @@ fn a_manual_page_and_completions_come_from_the_command_line_definition() {
         "barge-du.1",
         "barge-list.1",
         "barge-pack.1",
+        "barge-recv.1",
+        "barge-send.1",
         "barge-serve.1",
         "barge-unpack.1",
         "barge.1",

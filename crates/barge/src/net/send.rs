@@ -107,7 +107,9 @@ impl Send {
         let mut data = Messages::new(&mut channel, kind::DATA);
         let packed = match self.compress {
             true => {
+                let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
                 let mut zstd = zstd::stream::write::Encoder::new(&mut data, ZSTD_LEVEL)
+                    .and_then(|mut zstd| zstd.multithread(workers as u32).map(|()| zstd))
                     .map_err(|e| Error::os("start zstd", TreePath::default(), e))?;
                 let packed = stream(payload, &mut zstd, progress);
                 let finished = packed.and_then(|p| {

@@ -337,6 +337,14 @@ enum Command {
     Send(net::SendArgs),
     /// Receive trees from `barge send` into DEST: prints a ticket to give the sender.
     #[command(after_long_help = concat!(net::recv_help!(), exit_status!()))]
+    // A sender's ids and privileges mean nothing here unless asked for, even as root.
+    #[command(mut_arg("same_owner", |a| a.help(
+        "Give entries their owner (uid/gid) from the sender, and create its devices: as root \
+         only, and never unless asked (unlike unpack)")))]
+    #[command(mut_arg("no_same_owner", |a| a.help(
+        "Do not restore owners: entries belong to the user running recv (the default)")))]
+    #[command(mut_arg("setid", |a| a.help(
+        "Restore the sender's setuid and setgid bits (never unless asked, even as root)")))]
     Recv(net::RecvArgs),
     /// Print the manual page (roff: `barge man | man -l -`), or write one page per command
     /// into DIR (barge.1, barge-pack.1, ...), as a package installs them.

@@ -333,50 +333,45 @@ fn assert_whole_files(src: &Path, dest: &Path, what: &str) {
     }
 }
 
-#[test]
-fn a_flipped_byte_is_tampering_on_both_ends_and_leaves_only_whole_files() {
-    let work = tempdir();
-    let src = work.path().join("src");
+/// Sends 40 files in `work` through a [`relay`] that flips a byte at `offset` (or, with
+/// `cut`, ends the stream there): both ends must fail saying `said`, leaving some of the
+/// files landed, each whole. Returns SRC, DEST and the names landed.
+fn through_relay(
+    work: &Path,
+    offset: u64,
+    cut: bool,
+    said: &str,
+) -> (PathBuf, PathBuf, Vec<String>) {
+    let src = work.join("src");
     files(&src, 40);
-    let dest = work.path().join("dest");
+    let dest = work.join("dest");
     let recv = Recv::start(&dest, &[], None);
     let ticket = recv.ticket().to_string();
     let (address, key) = ticket.split_once('#').unwrap();
-    // Well after the handshake, inside some file's data.
-    let (via, relay) = relay(address, 1_500_000, false);
+    let (via, relay) = relay(address, offset, cut);
     let out = send(&[src.to_str().unwrap(), &format!("{via}#{key}")], None);
-    assert_clean_failure(&out, &["tampered"], "flipped byte (sender)");
+    assert_clean_failure(&out, &[said], &format!("{said} (sender)"));
     let ended = recv.wait();
     assert!(!ended.status.success());
-    assert!(ended.stderr.contains("tampered"), "{}", ended.stderr);
+    assert!(ended.stderr.contains(said), "{}", ended.stderr);
     relay.join().unwrap();
     let landed = names_in(&dest);
     assert!(landed.len() < 40, "all landed: {landed:?}");
-    assert_whole_files(&src, &dest, "tampered");
+    assert_whole_files(&src, &dest, said);
+    (src, dest, landed)
+}
+
+#[test]
+fn a_flipped_byte_is_tampering_on_both_ends_and_leaves_only_whole_files() {
+    // Well after the handshake, inside some file's data.
+    through_relay(tempdir().path(), 1_500_000, false, "tampered");
 }
 
 #[test]
 fn a_cut_stream_is_truncation_and_update_finishes_it() {
     let work = tempdir();
-    let src = work.path().join("src");
-    files(&src, 40);
-    let dest = work.path().join("dest");
-    let recv = Recv::start(&dest, &[], None);
-    let ticket = recv.ticket().to_string();
-    let (address, key) = ticket.split_once('#').unwrap();
-    let (via, relay) = relay(address, 2_000_000, true);
-    let out = send(&[src.to_str().unwrap(), &format!("{via}#{key}")], None);
-    assert_clean_failure(&out, &["truncated"], "cut stream (sender)");
-    let ended = recv.wait();
-    assert!(!ended.status.success());
-    assert!(ended.stderr.contains("truncated"), "{}", ended.stderr);
-    relay.join().unwrap();
-    let landed = names_in(&dest);
-    assert!(
-        !landed.is_empty() && landed.len() < 40,
-        "landed: {landed:?}"
-    );
-    assert_whole_files(&src, &dest, "truncated");
+    let (src, dest, landed) = through_relay(work.path(), 2_000_000, true, "truncated");
+    assert!(!landed.is_empty(), "nothing landed before the cut");
 
     let recv = Recv::start(&dest, &[], None);
     let out = send(

@@ -359,7 +359,8 @@ def _run_duet(d):
         t0 = time.perf_counter()
         spids, _ = _spawn(sender, group=True)
         pids += spids
-        user, sys_, _ = _wait(sender, spids, err, deadline)
+        # A failure names the sender as shown (its real argv may hold a secret).
+        user, sys_, _ = _wait(d.shown or sender, spids, err, deadline)
         # The receiver's later lines (e.g. a --json summary) must not fill the pipe.
         while select.select([out], [], [], max(0.0, deadline - time.monotonic()))[0]:
             if not os.read(out, 65536):

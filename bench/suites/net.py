@@ -33,7 +33,7 @@ it back to be forwarded. The relay works on packets, not on TCP streams, so TCP 
 in its round-trip time as on a real link; it takes whole GSO packets (up to 64 KiB, TSO offload
 on the TUN device), a few thousand a second at 1 Gbit/s. The namespaces keep the kernel's TCP
 defaults (send buffer up to 4 MiB, so one connection carries at most ~4 MiB per 40 ms). The
-rows `dd | nc` (1 GiB of zeros over one connection) and `dd | nc, 4 streams` (4 x 256 MiB, in
+rows `dd | nc` (512 MiB of zeros over one connection) and `dd | nc, 4 streams` (4 x 128 MiB, in
 parallel) measure what one connection and what the link carry; "share of 1 Gbit/s" is the
 payload (the set's file bytes, or dd's) per second over 10^9 bits (at 1,500-byte packets at
 most ~95% of it is TCP payload).
@@ -48,6 +48,7 @@ Ratios are peer time / barge time of the same round: 2.0x means barge took half 
 import os
 import subprocess
 import sys
+import time
 
 import lib
 
@@ -66,10 +67,12 @@ NS_LO, NS_S, NS_R, NS_D = "barge-bench-lo", "barge-bench-s", "barge-bench-r", "b
 NAMESPACES = (NS_LO, NS_S, NS_R, NS_D)
 S_ADDR, R_S_ADDR, D_ADDR, R_D_ADDR = "10.77.1.1", "10.77.1.2", "10.77.2.1", "10.77.2.2"
 SSH_PORT, NC_PORT = 2222, 5201
+# netcat-openbsd by its own name (`nc` may be another netcat).
+NC = "nc.openbsd"
 LINK_BPS = 10**9
 TBF = ["rate", "1gbit", "burst", "128kb", "latency", "20ms"]
 DELAY = 0.020
-DD_BYTES = 1 << 30
+DD_BYTES = 512 << 20
 STREAMS = 4
 
 
@@ -139,7 +142,7 @@ class Sshd:
                 raise RuntimeError(f"sshd exited: {open(os.path.join(d, 'sshd.log')).read()}")
             if lib.listening(self.proc.pid, [SSH_PORT]):
                 break
-            subprocess.run(["sleep", "0.01"])
+            time.sleep(0.01)
         else:
             raise RuntimeError(f"sshd did not listen on port {SSH_PORT}")
         self.ssh = (
@@ -200,8 +203,8 @@ def barge_duet(ctx, ns, addr, src, dest, *flags):
 
 def tar_duet(ns, addr, src, dest):
     """tar -cf - . | nc -q0 into nc -l | tar -xf -, sender in ns[0], receiver in ns[1]."""
-    recv = lib.pipeline(netns(ns[1], "nc", "-l", "-p", str(NC_PORT)), ["tar", "-xf", "-", "-C", dest])
-    send = lib.pipeline(["tar", "-cf", "-", "."], netns(ns[0], "nc", "-q0", addr, str(NC_PORT)), cwd=src)
+    recv = lib.pipeline(netns(ns[1], NC, "-l", "-p", str(NC_PORT)), ["tar", "-xf", "-", "-C", dest])
+    send = lib.pipeline(["tar", "-cf", "-", "."], netns(ns[0], NC, "-q0", addr, str(NC_PORT)), cwd=src)
     return lib.Duet(recv, send, ready=(NC_PORT,))
 
 
@@ -209,8 +212,8 @@ def dd_duet(streams):
     """`streams` parallel connections carrying DD_BYTES in all across the emulated link."""
     ports = [NC_PORT + i for i in range(streams)]
     mib = DD_BYTES // streams >> 20
-    recv = " & ".join(f"nc -l -p {p} >/dev/null" for p in ports) + " & wait"
-    send = " & ".join(f"dd if=/dev/zero bs=1M count={mib} status=none | nc -q0 {D_ADDR} {p}" for p in ports)
+    recv = " & ".join(f"{NC} -l -p {p} >/dev/null" for p in ports) + " & wait"
+    send = " & ".join(f"dd if=/dev/zero bs=1M count={mib} status=none | {NC} -q0 {D_ADDR} {p}" for p in ports)
     return lib.Duet(
         lib.cmd(*netns(NS_D, "sh", "-c", recv)), lib.cmd(*netns(NS_S, "sh", "-c", send + " & wait")),
         ready=tuple(ports),

@@ -62,7 +62,7 @@ def _floor(r, grp=""):
 
 def _label(c):
     """A case's label, flagged when its output was wrong (lib's ``wrong`` field)."""
-    flag = f" **(copied wrong: {c['wrong']})**" if c.get("wrong") else ""
+    flag = f" **(copied wrong: {_cell(c['wrong'])})**" if c.get("wrong") else ""
     return _cell(c["label"]) + flag
 
 
@@ -161,7 +161,7 @@ def _suite(name):
 
 def _verdict(got, ok, wrong=None):
     if wrong:
-        return f"**{wrong} copied wrong**"
+        return f"**{_cell(wrong)} copied wrong**"
     return "not measured" if got is None else "met" if ok else "**missed**"
 
 

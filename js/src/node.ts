@@ -1,6 +1,7 @@
 /// <reference types="node" />
 /**
- * Node-only entry source (`barge-archive/node`): walks a directory tree.
+ * Node-only entry (`barge-archive/node`): `fromPath` walks a directory tree;
+ * `landWithBarge` lands an archive into a directory with the barge binary.
  */
 import { createReadStream } from "node:fs";
 import { lstat, readdir, readlink } from "node:fs/promises";
@@ -92,3 +93,5 @@ export async function* fromPath(dir: string | Uint8Array, options: FromPathOptio
   }
   yield* walk(null);
 }
+export { landWithBarge, LandError } from "./land.js";
+export type { LandOptions, LandSummary } from "./land.js";

@@ -77,28 +77,7 @@ impl PackArgs {
 pub fn pack(args: PackArgs) -> Result<Exit> {
     raise_fd_limit();
     let exclude = Exclude::new(&args.exclude)?;
-    let base = match &args.directory {
-        Some(dir) => Some(
-            open(dir, DIR_FLAGS, Mode::empty())
-                .with_context(|| format!("cannot change to directory {}", shown_path(dir)))?,
-        ),
-        None => None,
-    };
-    let open_input = |dir: &Path| {
-        let base = base.as_ref().map_or(CWD, |fd| fd.as_fd());
-        openat(base, dir, DIR_FLAGS, Mode::empty())
-            .with_context(|| format!("cannot open directory {}", shown_path(dir)))
-    };
-    let pack = match &args.dirs[..] {
-        [dir] => Pack::new(open_input(dir)?),
-        dirs => {
-            let roots = dirs
-                .iter()
-                .map(|dir| Ok((top_name(dir)?, open_input(dir)?)))
-                .collect::<Result<_>>()?;
-            Pack::named(roots)?
-        }
-    };
+    let pack = open_pack(&args.dirs, args.directory.as_deref())?;
     let output = args.output.as_deref();
     let stdout = std::io::stdout();
     let file = match output {
@@ -163,6 +142,33 @@ pub fn pack(args: PackArgs) -> Result<Exit> {
     Ok(match lost {
         0 => Exit::Success,
         _ => Exit::Partial,
+    })
+}
+
+/// The pack of `dirs` (found in `directory`, tar's -C): one DIR's entries at the top, or
+/// each of several as a top-level directory named by its last component.
+pub fn open_pack<'a>(dirs: &[PathBuf], directory: Option<&Path>) -> Result<Pack<'a>> {
+    let base = match directory {
+        Some(dir) => Some(
+            open(dir, DIR_FLAGS, Mode::empty())
+                .with_context(|| format!("cannot change to directory {}", shown_path(dir)))?,
+        ),
+        None => None,
+    };
+    let open_input = |dir: &Path| {
+        let base = base.as_ref().map_or(CWD, |fd| fd.as_fd());
+        openat(base, dir, DIR_FLAGS, Mode::empty())
+            .with_context(|| format!("cannot open directory {}", shown_path(dir)))
+    };
+    Ok(match dirs {
+        [dir] => Pack::new(open_input(dir)?),
+        dirs => {
+            let roots = dirs
+                .iter()
+                .map(|dir| Ok((top_name(dir)?, open_input(dir)?)))
+                .collect::<Result<_>>()?;
+            Pack::named(roots)?
+        }
     })
 }
 

@@ -294,7 +294,7 @@ fn is_dir(path: &Path) -> bool {
 }
 
 /// Sums the bytes below `srcs` into `total`, for the progress line's percentage.
-fn count(srcs: &[PathBuf], exclude: Exclude, total: &AtomicU64) {
+pub(crate) fn count(srcs: &[PathBuf], exclude: Exclude, total: &AtomicU64) {
     barge::interrupt::keep_signals_off_this_thread();
     let du = Du::new().threads(2).exclude(exclude);
     let bytes = du

@@ -201,7 +201,7 @@ fn mode_string(kind: &str, mode: u32) -> String {
 
 /// `YYYY-MM-DD HH:MM:SS` in UTC of `sec` seconds since the epoch (negative before it), by
 /// the days-to-civil algorithm of Howard Hinnant's `chrono`-compatible date library.
-fn utc(sec: i64) -> String {
+pub(crate) fn utc(sec: i64) -> String {
     let (days, secs) = (sec.div_euclid(86_400), sec.rem_euclid(86_400));
     let z = days + 719_468;
     let era = z.div_euclid(146_097);

@@ -6,7 +6,9 @@ mod archive;
 mod cp;
 mod du;
 mod list;
+mod net;
 mod report;
+mod serve;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -42,9 +44,10 @@ pub struct LimitArgs {
     #[arg(long, value_name = "N", default_value = "10M", value_parser = parse_limit)]
     max_entries: Limit,
     /// Refuse archives with more than N bytes of file content, e.g. 500M or 2G (K, M, G
-    /// and T, or KiB, MiB, GiB and TiB, count in 1024s); 'none' (the default) for no limit.
-    #[arg(long, value_name = "N", default_value = "none", value_parser = parse_limit)]
-    max_bytes: Limit,
+    /// and T, or KiB, MiB, GiB and TiB, count in 1024s); 'none' for no limit (the default,
+    /// except for recv: the space free on DEST's filesystem when it starts).
+    #[arg(long, value_name = "N", value_parser = parse_limit)]
+    max_bytes: Option<Limit>,
 }
 
 /// Where in the input the archive is: for an archive stored in a block device or inside a
@@ -127,10 +130,15 @@ fn parse_limit(text: &str) -> Result<Limit, String> {
 
 impl LimitArgs {
     fn limits(self) -> barge::format::Limits {
+        self.limits_or(None)
+    }
+
+    /// The limits, with `max_bytes` unless --max-bytes was given.
+    fn limits_or(self, max_bytes: Option<u64>) -> barge::format::Limits {
         barge::format::Limits {
             max_depth: self.max_depth,
             max_entries: self.max_entries.0,
-            max_bytes: self.max_bytes.0,
+            max_bytes: self.max_bytes.map_or(max_bytes, |limit| limit.0),
             zero_padding: false,
         }
     }
@@ -149,8 +157,9 @@ pub struct RestoreArgs {
     skip_old_files: bool,
     /// Replace entries that exist in DEST: each is written under a temporary name in the
     /// same directory and renamed over the old one, so nothing is written through an
-    /// existing file or symlink. A directory in the archive where DEST has anything but a
-    /// directory is still an error.
+    /// existing file or symlink. Existing directories are merged into and get the archive's
+    /// mode and time (and owner, where restored), as with tar. A directory in the archive
+    /// where DEST has anything but a directory is still an error.
     #[arg(long, group = "old")]
     overwrite: bool,
     /// Give entries their owner (uid/gid) from the archive: the default as root; others
@@ -243,13 +252,16 @@ enum Command {
     /// aside), times to the nanosecond, symlinks, hard links, fifos; as root also owners,
     /// setuid/setgid, devices and trusted/security/system extended attributes. What it may
     /// not restore is skipped with one warning per kind, and the exit status stays 0.
-    #[command(after_help = exit_status!(), allow_missing_positional = true)]
+    #[command(after_help = exit_status!())]
+    #[command(override_usage = "barge unpack [OPTIONS] [ARCHIVE|-] <DEST>")]
     Unpack {
-        /// The archive: a file, a block device, or '-' (the default) for stdin.
+        /// The archive: a file, a block device, or '-' for stdin. Given alone it is DEST,
+        /// and the archive comes from stdin.
         #[arg(value_name = "ARCHIVE|-")]
-        archive: Option<PathBuf>,
+        archive: PathBuf,
         /// The directory to unpack into.
-        dest: PathBuf,
+        // Not an optional ARCHIVE before a required DEST: clap's `--` would then skip to DEST.
+        dest: Option<PathBuf>,
         /// Do not enter the user-namespace chroot (containment then rests on layers 1-2).
         #[arg(long)]
         no_sandbox: bool,
@@ -306,12 +318,34 @@ enum Command {
     /// existing one is an error unless --update, --overwrite or --skip-old-files; an entry
     /// that cannot be copied is named and the copy goes on (exit status 1 at the end).
     Cp(cp::CpArgs),
+    /// Receive uploads over HTTPS (or HTTP): each body, a barge archive, lands in a new
+    /// directory under DEST.
+    ///
+    /// Serves an upload page for browsers (pick or drop a folder; it is packed in the page
+    /// and streamed up) and an API for programs (curl). Every upload needs the bearer token;
+    /// each lands in its own confined child process, within limits, and appears whole or
+    /// not at all. TLS by default, with a certificate given or made at start.
+    Serve(serve::ServeArgs),
     /// Apparent bytes, files, directories and other entries of each PATH, like `du -sb`.
     ///
     /// Hard-linked files are counted once, symlinks are never followed, unreadable entries
     /// are counted and named on stderr (exit status 1) without stopping the walk.
     #[command(disable_help_flag = true)]
     Du(du::DuArgs),
+    /// Send trees (or an archive) to a `barge recv`, authenticated and encrypted.
+    #[command(after_help = exit_status!())]
+    Send(net::SendArgs),
+    /// Receive trees from `barge send` into DEST: prints a ticket to give the sender.
+    #[command(after_long_help = concat!(net::recv_help!(), exit_status!()))]
+    // A sender's ids and privileges mean nothing here unless asked for, even as root.
+    #[command(mut_arg("same_owner", |a| a.help(
+        "Give entries their owner (uid/gid) from the sender, and create its devices: as root \
+         only, and never unless asked (unlike unpack)")))]
+    #[command(mut_arg("no_same_owner", |a| a.help(
+        "Do not restore owners: entries belong to the user running recv (the default)")))]
+    #[command(mut_arg("setid", |a| a.help(
+        "Restore the sender's setuid and setgid bits (never unless asked, even as root)")))]
+    Recv(net::RecvArgs),
     /// Print the manual page (roff: `barge man | man -l -`), or write one page per command
     /// into DIR (barge.1, barge-pack.1, ...), as a package installs them.
     #[command(hide = true)]
@@ -343,10 +377,18 @@ fn main() -> ExitCode {
     // What a listing writes is read by people and filters, which may stop early (`| head`).
     let listing = !matches!(
         cli.command,
-        Command::Pack(_) | Command::Unpack { .. } | Command::Cp(_)
+        Command::Pack(_)
+            | Command::Unpack { .. }
+            | Command::Cp(_)
+            | Command::Serve(_)
+            | Command::Send(_)
+            | Command::Recv(_)
     );
     // Commands that write stop cleanly on a signal; the others only read, and die as usual.
-    if !listing || matches!(cli.command, Command::List { .. }) {
+    // serve handles its signals itself.
+    if (!listing || matches!(cli.command, Command::List { .. }))
+        && !matches!(cli.command, Command::Serve(_))
+    {
         barge::interrupt::catch_signals();
     }
     let json = cli.command.json();
@@ -383,6 +425,9 @@ impl Command {
             Command::List { json, .. } => json.then_some(false),
             Command::Du(args) => args.json().then_some(false),
             Command::Cp(args) => args.json().then_some(false),
+            Command::Serve(args) => args.json().then_some(false),
+            Command::Send(args) => args.json().then_some(false),
+            Command::Recv(args) => args.json().then_some(false),
             Command::Man { .. } | Command::Completions { .. } => None,
         }
     }
@@ -413,7 +458,11 @@ fn run(command: Command) -> anyhow::Result<Exit> {
                 .sandbox(!no_sandbox)
                 .strip_components(strip_components)
                 .restore(restore.restore());
-            archive::unpack(archive.as_deref(), &dest, operation, out)
+            let (archive, dest) = match &dest {
+                Some(dest) => (Some(archive.as_path()), dest),
+                None => (None, &archive),
+            };
+            archive::unpack(archive, dest, operation, out)
         }
         Command::List {
             archive,
@@ -436,6 +485,9 @@ fn run(command: Command) -> anyhow::Result<Exit> {
         }
         Command::Du(args) => du::du(args),
         Command::Cp(args) => cp::cp(args),
+        Command::Serve(args) => serve::serve(args),
+        Command::Send(args) => net::send(args),
+        Command::Recv(args) => net::recv(args),
         Command::Man { dir: Some(dir) } => {
             let shown = report::shown_path(&dir);
             clap_mangen::generate_to(Cli::command(), &dir)

@@ -176,6 +176,14 @@ pub enum Error {
         /// The file it links to, as the archive names it.
         target: TreePath,
     },
+    /// An update listing (see [`crate::listing`]) is malformed or breaks a limit.
+    #[error("update listing byte {offset}: {problem}")]
+    Listing {
+        /// Offset of the first byte of the record in which the problem was found.
+        offset: u64,
+        /// What is wrong.
+        problem: String,
+    },
     /// The confined lander (see [`crate::confine`]) failed with this error of its own, or
     /// died without reporting one.
     #[error("{message}")]
@@ -190,6 +198,47 @@ pub enum Error {
         /// The child's message, as the variant it came from shows it.
         message: String,
     },
+    /// A transfer over the network failed (see [`crate::net`]).
+    #[error("{message}")]
+    Net {
+        /// What failed.
+        kind: NetError,
+        /// What happened, for people; never a key.
+        message: String,
+    },
+}
+
+/// How a network transfer failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NetError {
+    /// The peer does not have the key (or is not a barge peer).
+    Authentication,
+    /// A message failed its authentication check after the handshake: changed, replayed,
+    /// reordered or dropped on the way.
+    Tampered,
+    /// The connection ended before the sender's authenticated end of the stream.
+    Truncated,
+    /// The peer sent nothing for longer than the timeout.
+    Timeout,
+    /// An authenticated peer broke the protocol (another version, a bug).
+    Protocol,
+    /// The receiver refused the transfer or failed to land it (its message says why).
+    Remote,
+}
+
+impl NetError {
+    /// The stable name, as [`Error::kind`] gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            NetError::Authentication => "authentication",
+            NetError::Tampered => "tampered",
+            NetError::Truncated => "truncated",
+            NetError::Timeout => "timeout",
+            NetError::Protocol => "protocol",
+            NetError::Remote => "remote",
+        }
+    }
 }
 
 fn interrupted(signal: i32) -> String {
@@ -222,7 +271,8 @@ impl Error {
 
     /// The variant's stable name, for reports to programs: `io`, `format`, `exists`,
     /// `not-a-directory`, `argument`, `input-too-short`, `changed`, `interrupted`, `short`,
-    /// `stripped-link`, `confined`.
+    /// `stripped-link`, `listing`, `confined`, and for network transfers `authentication`,
+    /// `tampered`, `truncated`, `timeout`, `protocol` and `remote` (see [`NetError`]).
     pub fn kind(&self) -> &'static str {
         match self {
             Error::Io { .. } => "io",
@@ -235,7 +285,17 @@ impl Error {
             Error::Interrupted { .. } => "interrupted",
             Error::Short { .. } => "short",
             Error::StrippedLink { .. } => "stripped-link",
+            Error::Listing { .. } => "listing",
             Error::Confined { .. } => "confined",
+            Error::Net { kind, .. } => kind.name(),
+        }
+    }
+
+    /// Builds an [`Error::Net`].
+    pub(crate) fn net(kind: NetError, message: impl Into<String>) -> Error {
+        Error::Net {
+            kind,
+            message: message.into(),
         }
     }
 

@@ -19,6 +19,8 @@ pub mod exclude;
 pub mod format;
 pub mod interrupt;
 pub(crate) mod land;
+pub mod listing;
+pub mod net;
 pub mod output;
 pub mod pack;
 pub mod root;

@@ -28,7 +28,7 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 use io_uring::{opcode, squeue::Flags, types};
 use rustix::fs::{
-    fstat, makedev, openat, statx, AtFlags, FileType, Mode, OFlags, Stat, StatxFlags,
+    fstat, makedev, openat, statx, AtFlags, FileType, Mode, OFlags, Stat, Statx, StatxFlags,
 };
 use rustix::io::{fcntl_dupfd_cloexec, pread, read, Errno};
 
@@ -39,6 +39,7 @@ use crate::format::encode::{
 };
 use crate::format::{check_name, HEADER_EXTENDED};
 use crate::interrupt::{check, retry};
+use crate::listing::{Item, Listing, Names};
 use crate::output::{ArchiveWriter, FdWriter, IoWriter, Output};
 use crate::sys::ring::Ring;
 use crate::sys::thread::spawn_elsewhere;
@@ -80,6 +81,10 @@ pub struct PackSummary {
     pub bytes: u64,
     /// Bytes of archive written.
     pub archive_bytes: u64,
+    /// Files and symlinks left out as unchanged (see [`Pack::unchanged`]).
+    pub unchanged: u64,
+    /// Bytes of content of the files left out as unchanged.
+    pub unchanged_bytes: u64,
     /// What was left out, and why (how many, in a serialized summary).
     #[serde(serialize_with = "count")]
     pub warnings: Vec<Warning>,
@@ -148,6 +153,7 @@ pub struct Pack<'a> {
     replaced: Option<(u64, u64)>,
     archive: bool,
     exclude: Exclude,
+    unchanged: Option<&'a Listing>,
 }
 
 impl<'a> Pack<'a> {
@@ -164,6 +170,7 @@ impl<'a> Pack<'a> {
             replaced: None,
             archive: false,
             exclude: Exclude::default(),
+            unchanged: None,
         }
     }
 
@@ -205,6 +212,29 @@ impl<'a> Pack<'a> {
         self.exclude = exclude;
         self
     }
+
+    /// Leaves out the regular files and symlinks that `listing` (what the destination
+    /// holds, with a named root's name as the first component of its paths) shows as they
+    /// are here: same path and kind, same size (of a symlink, target length), modification
+    /// time to the nanosecond and, for a file, permission bits; decided from the `statx`
+    /// the pack does anyway, before the file is opened. Counted in
+    /// [`PackSummary::unchanged`]. Directories, special files and anything not in the
+    /// listing are packed as always (a lander merges into existing directories and, with
+    /// `Existing::Overwrite`, replaces changed entries). Owners and extended attributes are
+    /// not compared.
+    ///
+    /// Hard links: a file is left out only where the listing's has as many links. Once a
+    /// name of an inode with several is left out, each later name of it is compared on its
+    /// own and left out only in the same link group of the listing (so the names left out
+    /// are one inode there too); a later name that differs is packed as a whole file, and
+    /// the names after it link to it (the destination then has one link fewer there, so
+    /// the next update sends the inode whole again, linked). Names of an inode that was
+    /// packed link to it. Links from outside the tree count, so a file linked from outside
+    /// is sent every time unless the destination's is linked as often.
+    pub fn unchanged(mut self, listing: &'a Listing) -> Pack<'a> {
+        self.unchanged = Some(listing);
+        self
+    }
     /// Writes the archive to `out` (a file, pipe, socket or device) by `write`, and large
     /// files by `sendfile`.
     pub fn to_fd(self, out: BorrowedFd<'_>) -> Result<PackSummary> {
@@ -238,22 +268,31 @@ impl<'a> Pack<'a> {
         let local = Progress::default();
         let progress = self.progress.unwrap_or(&local);
         let itself = [archive, self.replaced];
-        encode(out, itself, self.archive, progress, |packer| {
-            Walk::new()
-                .exclude(&self.exclude)
-                .xattrs(self.archive)
-                .run_named(self.roots, packer)
-        })
+        encode(
+            out,
+            itself,
+            self.archive,
+            self.unchanged,
+            progress,
+            |packer| {
+                Walk::new()
+                    .exclude(&self.exclude)
+                    .xattrs(self.archive)
+                    .run_named(self.roots, packer)
+            },
+        )
     }
 }
 
 /// Runs `source` on a [`Packer`] that writes to `out` through a writer thread, leaving out
 /// the files `itself` (device, inode) and recording owners, extended attributes and devices
-/// when `archive`; the source calls [`Sink::finish`] to end the archive.
+/// when `archive`, and the files `listing` shows unchanged; the source calls [`Sink::finish`]
+/// to end the archive.
 fn encode<W: ArchiveWriter>(
     mut out: W,
     itself: [Option<(u64, u64)>; 2],
     archive: bool,
+    listing: Option<&Listing>,
     progress: &Progress,
     source: impl FnOnce(&mut Packer<'_>) -> Result<()>,
 ) -> Result<PackSummary> {
@@ -277,6 +316,9 @@ fn encode<W: ArchiveWriter>(
             .flatten(),
         run: Run::default(),
         dir: DirPath::default(),
+        listing,
+        here: listing.and_then(|l| l.dir(b"")),
+        left_out: HashMap::new(),
         streaming: None,
         entries: 0,
         links: HashMap::new(),
@@ -318,6 +360,13 @@ pub(crate) struct Packer<'a> {
     run: Run,
     /// The path of the directory entered last, for messages.
     dir: DirPath,
+    /// What the destination holds: unchanged files and symlinks are left out.
+    listing: Option<&'a Listing>,
+    /// The listing's entries of the current directory.
+    here: Option<&'a Names>,
+    /// The listing's link group of each inode with several links a name of which was left
+    /// out, by device and inode.
+    left_out: HashMap<(u64, u64), u32>,
     /// The file announced last as [`Content::Stream`]: its name, size and bytes so far.
     streaming: Option<(Vec<u8>, u64, u64)>,
     /// Entries encoded so far (the number of the next one).
@@ -506,7 +555,44 @@ fn writer(
     out.finish()
 }
 
-impl Packer<'_> {
+impl<'a> Packer<'a> {
+    /// What the listing shows at `name` in the current directory.
+    fn listed_here(&self, name: &[u8]) -> Option<&'a Item> {
+        self.here?.get(name)
+    }
+
+    /// Points [`Packer::here`] at the listing's entries of the current directory.
+    fn relisted(&mut self) {
+        self.here = self.listing.and_then(|l| l.dir(self.dir.as_bytes()));
+    }
+
+    /// True when `there` (what the listing shows at the name) is the regular file `st`
+    /// describes, under the rules of [`Pack::unchanged`]: it is left out, and counted.
+    fn unchanged_file(&mut self, there: Option<&Item>, st: &Statx) -> bool {
+        let Some(there) = there.filter(|t| t.kind == Kind::File) else {
+            return false;
+        };
+        let meta = TreeMeta::of_statx(st);
+        if (there.size, Some(there.mtime), there.mode) != (st.stx_size, meta.mtime, meta.mode) {
+            return false;
+        }
+        let same_links = there.links == st.stx_nlink
+            && if st.stx_nlink > 1 {
+                let key = (makedev(st.stx_dev_major, st.stx_dev_minor), st.stx_ino);
+                // A name of an inode packed already becomes a hard link to it.
+                !self.links.contains_key(&key)
+                    && there.group != 0
+                    && *self.left_out.entry(key).or_insert(there.group) == there.group
+            } else {
+                there.group == 0
+            };
+        if same_links {
+            self.summary.unchanged += 1;
+            self.summary.unchanged_bytes += st.stx_size;
+        }
+        same_links
+    }
+
     /// Numbers the entry just encoded (entries are numbered from 0 in archive order).
     fn added(&mut self) -> u64 {
         self.entries += 1;
@@ -641,6 +727,9 @@ impl Packer<'_> {
                     self.hard_link_to(&name, target)?;
                     continue;
                 }
+            }
+            if self.unchanged_file(self.listed_here(self.run.name(i)), &st) {
+                continue;
             }
             if st.stx_size <= INLINE_MAX {
                 small.push(Listed {
@@ -849,6 +938,14 @@ impl Packer<'_> {
     /// right away without a ring.
     fn listed(&mut self, dir: BorrowedFd<'_>, name: &[u8]) -> Result<()> {
         if self.ring.is_none() {
+            if let Some(there) = self.listed_here(name) {
+                // One more `statx` than without a listing, so that an unchanged file is not
+                // opened; `open_and_pack` reports what fails here.
+                let st = statx(dir, name, AtFlags::SYMLINK_NOFOLLOW, STATX_MASK);
+                if st.is_ok_and(|st| self.unchanged_file(Some(there), &st)) {
+                    return Ok(());
+                }
+            }
             // Lent out, so that messages name the file without a copy per file.
             let dir_path = std::mem::take(&mut self.dir);
             let packed = self.open_and_pack(dir, name, || dir_path.join(name));
@@ -943,6 +1040,7 @@ impl Sink for Packer<'_> {
         self.summary.dirs += 1;
         self.progress.add_entry(0);
         self.dir.enter(entry.name);
+        self.relisted();
         Ok(())
     }
 
@@ -951,6 +1049,7 @@ impl Sink for Packer<'_> {
         self.end_run()?;
         push_pop(&mut self.buf);
         self.dir.leave();
+        self.relisted();
         if self.buf.len() >= FLUSH_AT {
             self.flush()?;
         }
@@ -1016,9 +1115,20 @@ impl Sink for Packer<'_> {
         self.append(data)
     }
 
+    /// Encodes a symlink, unless the listing shows it unchanged (same target length and
+    /// time).
     fn symlink(&mut self, entry: &Entry<'_>, target: &[u8]) -> Result<()> {
         self.stream_ended()?;
         self.end_run()?;
+        let there = self.listed_here(entry.name);
+        if there.is_some_and(|t| {
+            t.kind == Kind::Symlink
+                && t.size == target.len() as u64
+                && Some(t.mtime) == entry.meta.mtime
+        }) {
+            self.summary.unchanged += 1;
+            return Ok(());
+        }
         let entry = self.recorded(entry);
         push_symlink(&mut self.buf, &entry, target);
         self.added();
@@ -1107,6 +1217,7 @@ mod tests {
             IoWriter::new(&mut out),
             [None; 2],
             false,
+            None,
             &Progress::default(),
             source,
         )?;

@@ -412,6 +412,11 @@ impl DirPath {
         self.path.truncate(start);
     }
 
+    /// The current directory's path: its names joined by `/` (empty at the top).
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.path
+    }
+
     /// The path of `name` in the current directory (of the directory itself when empty).
     pub fn join(&self, name: &[u8]) -> TreePath {
         TreePath::join([&self.path[..]], name)

@@ -135,6 +135,28 @@ fn a_forgotten_dest_is_said_to_be_missing() {
     }
 }
 
+/// `--` ends the options as anywhere else: paths after it may start with '-'.
+#[test]
+fn paths_after_a_double_dash_are_the_archive_and_dest() {
+    let work = Work::new();
+    let src = work.path("src");
+    file(&src.join("f"), b"f\n", 0o644);
+    run_ok(&mut pack_cmd(&src, work.path("-a.barge")), None);
+    // Relative names that start with '-', in the work directory.
+    let unpack = |args: &[&str], stdin: Option<&[u8]>| {
+        run_ok(
+            barge(["unpack"].iter().chain(args)).current_dir(work.path("")),
+            stdin,
+        );
+    };
+    unpack(&["--", "-a.barge", "-dest"], None);
+    assert_eq!(fs::read(work.path("-dest/f")).unwrap(), b"f\n");
+    // DEST alone after `--`: the archive comes from stdin.
+    let archive = fs::read(work.path("-a.barge")).unwrap();
+    unpack(&["--", "-from-stdin"], Some(&archive));
+    assert_eq!(fs::read(work.path("-from-stdin/f")).unwrap(), b"f\n");
+}
+
 /// Starts `cmd`, reads `bytes` bytes of its stdout, closes it, and returns how it ended.
 fn read_then_close(cmd: &mut Command, bytes: usize, what: &str) -> Output {
     let mut child: Child = spawn(cmd, Stdio::null());
@@ -601,6 +623,9 @@ fn a_manual_page_and_completions_come_from_the_command_line_definition() {
         "barge-du.1",
         "barge-list.1",
         "barge-pack.1",
+        "barge-recv.1",
+        "barge-send.1",
+        "barge-serve.1",
         "barge-unpack.1",
         "barge.1",
     ];

@@ -1199,6 +1199,9 @@ fn update_copies_what_changed_by_rename_and_deletes_only_when_asked() {
     fs::remove_file(src.join("gone")).unwrap();
     fs::remove_file(src.join("sub/gone")).unwrap();
     file(&into.join("kept.tmp"), b"excluded, in DEST only\n", 0o644);
+    // A directory whose mode alone changed gets it (its time is unchanged).
+    let sub_time = fs::metadata(src.join("sub")).unwrap().modified().unwrap();
+    fs::set_permissions(src.join("sub"), fs::Permissions::from_mode(0o750)).unwrap();
 
     // A dry run says what would be copied, and copies nothing.
     let snapshot = Sentinel::record(&dest);
@@ -1247,6 +1250,9 @@ fn update_copies_what_changed_by_rename_and_deletes_only_when_asked() {
         "written through the old file"
     );
     assert_eq!(inode("same"), same, "an unchanged file copied again");
+    let sub = fs::metadata(into.join("sub")).unwrap();
+    assert_eq!(sub.mode() & 0o7777, 0o750, "a directory's new mode");
+    assert_eq!(sub.modified().unwrap(), sub_time, "a directory's time");
     for rel in ["gone", "sub/gone", "kept.tmp"] {
         assert_eq!(
             kind(&into.join(rel)),

@@ -13,17 +13,36 @@ use barge::format::{TAG_FILE64, TAG_PERM};
 use crate::common::*;
 
 /// One hostile case.
-struct Case {
-    name: &'static str,
+pub(crate) struct Case {
+    pub(crate) name: &'static str,
     /// Prepares DEST (created empty before) with the sentinel dir `outside` next to it.
-    setup: fn(&Path, &Path),
-    archive: Vec<u8>,
-    args: &'static [&'static str],
+    pub(crate) setup: fn(&Path, &Path),
+    pub(crate) archive: Vec<u8>,
+    pub(crate) args: &'static [&'static str],
     /// Each must appear in stderr; `a|b` accepts either.
-    needles: &'static [&'static str],
+    pub(crate) needles: &'static [&'static str],
 }
 
 fn no_setup(_: &Path, _: &Path) {}
+
+/// The hostile archives that are refused for what they hold alone (no DEST prepared, no
+/// option given), by case name: what a stranger could upload to a server.
+pub(crate) fn archives() -> Vec<(&'static str, Vec<u8>)> {
+    let work = tempdir();
+    cases()
+        .into_iter()
+        .filter(|case| {
+            let (dest, outside) = (work.path().join(case.name), work.path().join("outside"));
+            fs::create_dir_all(&dest).unwrap();
+            if !outside.exists() {
+                Sentinel::populate(&outside);
+            }
+            (case.setup)(&dest, &outside);
+            case.args.is_empty() && fs::read_dir(&dest).unwrap().next().is_none()
+        })
+        .map(|case| (case.name, case.archive))
+        .collect()
+}
 
 fn file64(name: &[u8], size: u64) -> Vec<u8> {
     let mut out = vec![TAG_FILE64];
@@ -42,7 +61,7 @@ fn nested(depth: usize) -> Vec<u8> {
     a.0
 }
 
-fn cases() -> Vec<Case> {
+pub(crate) fn cases() -> Vec<Case> {
     let h = Archive::header;
     let long = vec![b'n'; 256];
     vec![
@@ -436,7 +455,7 @@ fn run_case(case: &Case, piped: bool, sandbox: bool, engine: &str) {
 
 /// Every file an unpack created has exactly the content the archive gives it: a failed
 /// unpack never leaves a short file behind that looks complete.
-fn assert_complete_files(
+pub(crate) fn assert_complete_files(
     dest: &Path,
     before: &BTreeMap<Vec<u8>, Node>,
     archive: &[u8],

@@ -5,7 +5,7 @@
 
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{symlink, FileTypeExt, MetadataExt};
+use std::os::unix::fs::{symlink, FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::Duration;
@@ -339,6 +339,53 @@ fn existing_entries_are_kept_skipped_or_replaced_and_never_written_through() {
         names.sort();
         assert_eq!(names, ["a", "b", "l", "n"], "{what}: no temporary left");
         sentinel.assert_unchanged(what);
+    });
+}
+
+/// A directory that was there keeps its own mode and time, unless entries are overwritten:
+/// then it gets the archive's (as tar; an update needs it to match its source).
+#[test]
+fn existing_directories_get_the_archives_mode_and_time_only_with_overwrite() {
+    let work = Work::new();
+    let mut e = Encoder::extended(Vec::new());
+    e.dir_with(&Entry::dir(b"d", meta(0o750, day(1), None)))
+        .unwrap();
+    e.dir_with(&Entry::dir(b"e", meta(0o710, day(2), None)))
+        .unwrap();
+    e.file(b"f", 0o644, b"f").unwrap();
+    e.pop().unwrap();
+    e.pop().unwrap();
+    e.dir_with(&Entry::dir(b"empty", meta(0o705, day(3), None)))
+        .unwrap();
+    e.pop().unwrap();
+    let archive = work.archive("a.barge", &e.finish().unwrap());
+    let dirs = [
+        ("d", 0o750, day(1)),
+        ("d/e", 0o710, day(2)),
+        ("empty", 0o705, day(3)),
+    ];
+    each_way(&work, |way, dest, what| {
+        for (options, want_archive) in [(&[][..], false), (&["--overwrite"], true)] {
+            for (dir, _, _) in dirs {
+                let _ = fs::remove_file(dest.join(dir).join("f"));
+                fs::create_dir_all(dest.join(dir)).unwrap();
+                fs::set_permissions(dest.join(dir), fs::Permissions::from_mode(0o777)).unwrap();
+                std::os::unix::fs::chown(dest.join(dir), Some(way.uid()), Some(way.uid())).unwrap();
+            }
+            let before: Vec<Timestamp> = dirs.iter().map(|(d, ..)| mtime(&dest.join(d))).collect();
+            let out = unpack(&work, way, &archive, dest, options);
+            assert!(out.status.success(), "{what} {options:?}: {}", stderr(&out));
+            for ((dir, want_mode, want_time), old_time) in dirs.into_iter().zip(before) {
+                // (d/e gets a new file: its time is the landing's then.)
+                let (want_mode, want_time) = match want_archive {
+                    true => (want_mode, want_time),
+                    false if dir == "d/e" => (0o777, mtime(&dest.join(dir))),
+                    false => (0o777, old_time),
+                };
+                let got = (mode(&dest.join(dir)), mtime(&dest.join(dir)));
+                assert_eq!(got, (want_mode, want_time), "{what} {options:?}: {dir}");
+            }
+        }
     });
 }
 

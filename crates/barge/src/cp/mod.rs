@@ -31,9 +31,8 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use rustix::fs::{
-    copy_file_range, fchmod, ftruncate, ioctl_ficlone, linkat, makedev, mkdirat, mknodat, openat,
-    readlinkat, seek, statx, symlinkat, unlinkat, AtFlags, FileType, Mode, OFlags, SeekFrom, Statx,
-    StatxFlags, CWD,
+    fchmod, ftruncate, ioctl_ficlone, linkat, makedev, mkdirat, mknodat, openat, readlinkat, seek,
+    statx, symlinkat, unlinkat, AtFlags, FileType, Mode, OFlags, SeekFrom, Statx, StatxFlags, CWD,
 };
 use rustix::io::{pwrite, Errno};
 
@@ -44,7 +43,7 @@ use crate::exclude::Exclude;
 use crate::interrupt::{check, requested, retry};
 use crate::land::restore::{Apply, Existing, NotRestored, Policy, Restore, Target, SETID};
 use crate::land::sync::{create_at, exists, replace, LinkTarget, Made};
-use crate::sys::copy::read_chunks;
+use crate::sys::copy::{copy_range, read_chunks};
 use crate::sys::dir::{dirent_buffer, Listing};
 use crate::sys::xattr::XattrReader;
 use crate::sys::{CREATE_FLAGS, DIR_FLAGS, FILE_FLAGS};
@@ -64,9 +63,6 @@ const MASK: StatxFlags = StatxFlags::TYPE
     .union(StatxFlags::GID)
     .union(StatxFlags::INO)
     .union(StatxFlags::NLINK);
-
-/// Most bytes one `copy_file_range` moves: a stop request is seen between two.
-const CHUNK: u64 = 64 << 20;
 
 /// The buffer of a copy through memory.
 const BUFFER: usize = 1 << 20;
@@ -513,12 +509,41 @@ struct Last {
     path: Vec<u8>,
 }
 
+impl Last {
+    /// Whether the directory `fd` has this metadata already (as most have on a `--update`:
+    /// one `statx` then saves a `fchmod` and a `utimensat`). An error says no: the
+    /// restore that follows names it.
+    fn settled(&self, fd: &OwnedFd) -> bool {
+        if !self.xattrs.is_empty() {
+            return false;
+        }
+        let mask = StatxFlags::MODE | StatxFlags::UID | StatxFlags::GID | StatxFlags::MTIME;
+        let Ok(there) = statx(fd, "", AtFlags::EMPTY_PATH, mask) else {
+            return false;
+        };
+        let mode = self
+            .mode
+            .is_none_or(|mode| u32::from(there.stx_mode) & 0o7777 == mode);
+        let owner = self.apply.owner.is_none_or(|owner| {
+            (owner.uid == u32::MAX || owner.uid == there.stx_uid)
+                && (owner.gid == u32::MAX || owner.gid == there.stx_gid)
+        });
+        let time = self.apply.mtime.is_none_or(|time| {
+            (time.sec, time.nsec) == (there.stx_mtime.tv_sec, there.stx_mtime.tv_nsec)
+        });
+        mode && owner && time
+    }
+}
+
 impl Drop for DestDir<'_> {
     fn drop(&mut self) {
         let (Some(fd), Some(last)) = (&self.fd, self.last.take()) else {
             return;
         };
         let shared = self.shared;
+        if shared.cp.update && last.settled(fd) {
+            return;
+        }
         let mut skipped = NotRestored::default();
         let path = || shared.dest_path(&last.path);
         let policy = &shared.policy;
@@ -1024,34 +1049,24 @@ impl<'a> Copier<'a> {
         end: u64,
         path: &dyn Fn() -> TreePath,
     ) -> Result<()> {
-        let (mut from, mut to) = (start, start);
-        while from < end && !self.shared.no_range.load(Relaxed) {
-            let len = (end - from).min(CHUNK) as usize;
-            match retry(|| copy_file_range(src, Some(&mut from), dest, Some(&mut to), len)) {
-                // The file shrank since it was stated.
-                Ok(0) => return Ok(()),
-                Ok(n) => {
-                    self.shared.progress.add_bytes(n as u64);
-                    if from < end {
-                        check()?;
-                    }
-                }
-                Err(Errno::XDEV | Errno::INVAL | Errno::OPNOTSUPP | Errno::NOSYS)
-                    if from == start =>
-                {
-                    self.shared.no_range.store(true, Relaxed);
-                }
-                Err(e) => return Err(Error::io("copy_file_range", path(), e)),
+        let mut copied = 0;
+        if !self.shared.no_range.load(Relaxed) {
+            let progress = self.shared.progress;
+            let len = end - start;
+            let ranged = copy_range(src, start, dest, Some(start), len, path, |n| {
+                progress.add_bytes(n)
+            })?;
+            if !ranged.refused {
+                // All of it, or the file shrank since it was stated.
+                return Ok(());
             }
+            self.shared.no_range.store(true, Relaxed);
+            copied = ranged.copied;
         }
-        if from < end {
-            self.through_memory(src, dest, from, end - from, path)?;
-        }
+        self.through_memory(src, dest, start + copied, end - start - copied, path)?;
         Ok(())
     }
 
-    /// Copies `len` bytes (fewer where `src` ends before) of `src` at `from` to the same
-    /// offset of `dest` with `pread` + `pwrite`; returns the bytes copied.
     fn through_memory(
         &mut self,
         src: BorrowedFd<'_>,
@@ -1132,32 +1147,53 @@ impl<'a> Copier<'a> {
                 shared,
             });
         }
-        match mkdirat(&**dest, name, Mode::from_raw_mode(create)) {
-            Ok(()) => {}
-            Err(Errno::EXIST) => {
-                let there = statx(&**dest, name, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE)
-                    .map_err(|e| Error::io("statx", dest_path(), e))?;
-                if Kind::of_mode(there.stx_mode.into()) == Kind::Dir {
-                    created = false;
-                } else if self.cp().update || shared.policy.existing() == Existing::Overwrite {
-                    // Nothing renames a directory over a file: the file goes first.
-                    unlinkat(&**dest, name, AtFlags::empty())
-                        .and_then(|()| mkdirat(&**dest, name, Mode::from_raw_mode(create)))
-                        .map_err(|e| Error::io("mkdirat", dest_path(), e))?;
-                    self.counts.replaced += 1;
-                } else {
-                    return Err(exists(dest.as_fd(), name, dest_path()));
+        // With --update most directories are there already: open first, create only when
+        // missing (two syscalls fewer per directory).
+        let existing = match self.cp().update {
+            true => match openat(&**dest, name, DIR_FLAGS, Mode::empty()) {
+                Ok(fd) => Some(fd),
+                Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => None,
+                Err(e) => return Err(Error::io("open directory", dest_path(), e)),
+            },
+            false => None,
+        };
+        let fd = match existing {
+            Some(fd) => {
+                created = false;
+                fd
+            }
+            None => {
+                match mkdirat(&**dest, name, Mode::from_raw_mode(create)) {
+                    Ok(()) => {}
+                    Err(Errno::EXIST) => {
+                        let there =
+                            statx(&**dest, name, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE)
+                                .map_err(|e| Error::io("statx", dest_path(), e))?;
+                        if Kind::of_mode(there.stx_mode.into()) == Kind::Dir {
+                            created = false;
+                        } else if self.cp().update
+                            || shared.policy.existing() == Existing::Overwrite
+                        {
+                            // Nothing renames a directory over a file: the file goes first.
+                            unlinkat(&**dest, name, AtFlags::empty())
+                                .and_then(|()| mkdirat(&**dest, name, Mode::from_raw_mode(create)))
+                                .map_err(|e| Error::io("mkdirat", dest_path(), e))?;
+                            self.counts.replaced += 1;
+                        } else {
+                            return Err(exists(dest.as_fd(), name, dest_path()));
+                        }
+                    }
+                    Err(e) => return Err(Error::io("mkdirat", dest_path(), e)),
+                }
+                match openat(&**dest, name, DIR_FLAGS, Mode::empty()) {
+                    Ok(fd) => fd,
+                    // Swapped for something else since.
+                    Err(Errno::NOTDIR | Errno::LOOP) => {
+                        return Err(exists(dest.as_fd(), name, dest_path()))
+                    }
+                    Err(e) => return Err(Error::io("open directory", dest_path(), e)),
                 }
             }
-            Err(e) => return Err(Error::io("mkdirat", dest_path(), e)),
-        }
-        let fd = match openat(&**dest, name, DIR_FLAGS, Mode::empty()) {
-            Ok(fd) => fd,
-            // Swapped for something else since.
-            Err(Errno::NOTDIR | Errno::LOOP) => {
-                return Err(exists(dest.as_fd(), name, dest_path()))
-            }
-            Err(e) => return Err(Error::io("open directory", dest_path(), e)),
         };
         if created {
             let owner = Apply {

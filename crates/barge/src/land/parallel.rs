@@ -444,8 +444,8 @@ struct Shared<'r> {
     /// so the error reported is the one the sync lander would meet first.
     stop: AtomicU64,
     failures: Mutex<Vec<Failure>>,
-    /// The [`Deferred`] directories some lander created (the others were there before).
-    created: Mutex<Vec<usize>>,
+    /// The [`Deferred`] directories some lander entered: true where it created it.
+    entered: Mutex<Vec<(usize, bool)>>,
     /// What the landers landed (but directories, which the planning counts).
     landed: Mutex<LandSummary>,
 }
@@ -457,7 +457,7 @@ impl<'r> Shared<'r> {
             progress,
             stop: AtomicU64::new(u64::MAX),
             failures: Mutex::new(Vec::new()),
-            created: Mutex::new(Vec::new()),
+            entered: Mutex::new(Vec::new()),
             landed: Mutex::new(LandSummary::default()),
         }
     }
@@ -549,8 +549,8 @@ impl<'r> Shared<'r> {
         if let Some(i) = (0..failures.len()).min_by_key(|&i| failures[i].0) {
             return Err(failures.swap_remove(i).1);
         }
-        let created = self.created.into_inner().expect("no panics");
-        plan.deferred.apply(self.root, created, &plan.policy)?;
+        let entered = self.entered.into_inner().expect("no panics");
+        plan.deferred.apply(self.root, entered, &plan.policy)?;
         let mut summary = plan.summary;
         summary.add_entries(&self.landed.into_inner().expect("no panics"));
         Ok(summary)
@@ -942,7 +942,12 @@ impl<L: Land> Sink for Planner<'_, '_, '_, '_, L> {
         let policy = self.plan.policy;
         let apply = policy.entry(dir, &mut Default::default());
         let (_, mode) = policy.dir_modes(&apply);
-        let last = (mode.is_some() || apply.mtime.is_some()).then_some((mode, apply.mtime));
+        let merged = policy.merged_dir_mode(&apply);
+        let last = (mode.is_some() || merged.is_some() || apply.mtime.is_some()).then_some(Last {
+            created: mode,
+            merged,
+            mtime: apply.mtime,
+        });
         self.plan.lasts.push((last, None));
         let node = last.map(|_| self.node_of_current(&dir.name.into()));
         let step = DirStep::new(dir, node);
@@ -1097,12 +1102,16 @@ impl<'s, L: Land> Worker<'s, L> {
     }
 }
 
-/// Creates (or merges into) the directory `dir` and enters it, noting it when it created
-/// a directory that gets its final mode or time at the end.
+/// Creates (or merges into) the directory `dir` and enters it, noting it when it gets its
+/// final mode or time at the end.
 fn enter<L: Land>(land: &mut L, dir: &DirStep, shared: &Shared<'_>) -> Result<()> {
     let created = land.enter(&dir.entry())?;
-    if let Some(node) = dir.node.filter(|_| created) {
-        shared.created.lock().expect("no panics").push(node);
+    if let Some(node) = dir.node {
+        shared
+            .entered
+            .lock()
+            .expect("no panics")
+            .push((node, created));
     }
     Ok(())
 }
@@ -1207,7 +1216,16 @@ struct Link {
 }
 
 /// The final mode (under the umask) and time of a directory, where it gets one.
-type Last = (Option<u32>, Option<Timestamp>);
+#[derive(Clone, Copy)]
+struct Last {
+    /// The mode of a directory this unpack created, when it differs from the one it was
+    /// created with.
+    created: Option<u32>,
+    /// The mode of one that was there ([`Policy::merged_dir_mode`]): with none, it keeps its
+    /// mode and time.
+    merged: Option<u32>,
+    mtime: Option<Timestamp>,
+}
 
 /// Directories that get their final mode or time once every thread is done: those whose
 /// archive mode lacks owner rwx (created with it so they can be filled) or has setuid or
@@ -1229,20 +1247,28 @@ impl Deferred {
         self.nodes.len() - 1
     }
 
-    /// Gives each directory in `created` (the ones this unpack made; one that was there
-    /// keeps its mode and time) its final mode and time, children first, as `policy`
+    /// Gives each directory in `entered` its final mode and time (one that was there, the
+    /// [`Last::merged`] mode, or none: it keeps its own), children first, as `policy`
     /// restores them. Each is reached one name at a time from `root` without following
     /// symlinks, reusing the directories opened for the previous one; a mode is changed
     /// with `fchmod` on the directory's own fd, a time by `utimensat` relative to its
     /// parent's, without following, so a name swapped for a symlink redirects neither.
-    fn apply(&self, root: &OwnedFd, created: Vec<usize>, policy: &Policy) -> Result<()> {
-        let mut made = vec![false; self.nodes.len()];
-        for node in created {
-            made[node] = true;
+    fn apply(&self, root: &OwnedFd, entered: Vec<(usize, bool)>, policy: &Policy) -> Result<()> {
+        let mut made = vec![None; self.nodes.len()];
+        // Several landers enter a directory whose entries are in several batches: one of
+        // them created it, or none.
+        for (node, created) in entered {
+            made[node] = Some(created || made[node] == Some(true));
         }
         // The open directories (node, fd) from depth 1 down to the last one's parent.
         let mut chain: Vec<(usize, OwnedFd)> = Vec::new();
-        for &(node, (mode, mtime)) in self.order.iter().filter(|(node, _)| made[*node]) {
+        for &(node, last) in &self.order {
+            let mode = match made[node] {
+                Some(true) => last.created,
+                Some(false) if last.merged.is_some() => last.merged,
+                _ => continue,
+            };
+            let mtime = last.mtime;
             let path = || {
                 let mut names = Vec::new();
                 let mut at = Some(node);

@@ -61,6 +61,12 @@ pub struct Restore {
     pub times: bool,
     /// What to do with existing entries.
     pub existing: Existing,
+    /// Root too restores owners, creates devices and sets `trusted.`/`security.` attributes
+    /// only with `same_owner: Some(true)`, and setuid and setgid bits only with `setid`:
+    /// for archives from another host (`recv`) or a stranger (`serve`), whose owners and
+    /// privileges mean nothing here unless asked for.
+    #[serde(default)]
+    pub asked_only: bool,
 }
 
 impl Default for Restore {
@@ -71,6 +77,7 @@ impl Default for Restore {
             setid: false,
             times: true,
             existing: Existing::Keep,
+            asked_only: false,
         }
     }
 }
@@ -97,6 +104,12 @@ impl Restore {
     /// Doing `existing` with existing entries.
     pub fn existing(mut self, existing: Existing) -> Restore {
         self.existing = existing;
+        self
+    }
+
+    /// With root's privileges used only as asked (see [`Restore::asked_only`]).
+    pub fn asked_only(mut self, yes: bool) -> Restore {
+        self.asked_only = yes;
         self
     }
 }
@@ -141,6 +154,11 @@ pub(crate) struct Policy {
     restore: Restore,
     /// Running as root (effective uid 0 when the unpack was set up, before any sandbox).
     root: bool,
+    /// Owners are given, devices created and `trusted.`/`security.` attributes set (root,
+    /// and asked where it must be).
+    owners: bool,
+    /// Setuid and setgid bits are kept.
+    setid: bool,
     umask: u32,
 }
 
@@ -173,9 +191,12 @@ pub(crate) enum Target<'a> {
 impl Policy {
     /// The policy for `restore` in a process running as root or not.
     pub(crate) fn new(restore: Restore, root: bool) -> Policy {
+        let unasked = root && !restore.asked_only;
         Policy {
             restore,
             root,
+            owners: root && (unasked || restore.same_owner == Some(true)),
+            setid: unasked || restore.setid,
             umask: umask(),
         }
     }
@@ -188,10 +209,10 @@ impl Policy {
     /// Whether character and block devices may be created (else they are counted in
     /// `skipped` and not created).
     pub(crate) fn devices(&self, skipped: &mut NotRestored) -> bool {
-        if !self.root {
+        if !self.owners {
             skipped.devices += 1;
         }
-        self.root
+        self.owners
     }
 
     /// What to restore of `entry`, counting in `skipped` what it may not.
@@ -199,7 +220,7 @@ impl Policy {
         let meta = entry.meta;
         let mut mode = meta.mode & 0o7777;
         let setid = mode & SETID != 0 && matches!(entry.kind, Kind::File | Kind::Dir);
-        if !setid || !(self.root || self.restore.setid) {
+        if !setid || !self.setid {
             // Setuid and setgid mean nothing on a special file (and could not be set on it
             // through a descriptor).
             skipped.setid += u64::from(setid);
@@ -207,7 +228,9 @@ impl Policy {
         }
         let owner = match (meta.owner, self.restore.same_owner) {
             (None, _) | (_, Some(false)) => None,
-            (Some(owner), _) if self.root => Some(owner),
+            (Some(owner), _) if self.owners => Some(owner),
+            // Root not asked to: as `Some(false)`.
+            (Some(_), _) if self.root => None,
             (Some(_), _) => {
                 skipped.owners += 1;
                 None
@@ -228,6 +251,14 @@ impl Policy {
         let create = (apply.mode & 0o1777) | OWNER_RWX;
         let last = apply.mode & !self.umask;
         (create, (last != create & !self.umask).then_some(last))
+    }
+
+    /// The mode a directory that was there already gets once filled: with
+    /// [`Existing::Overwrite`] the archive's (as its time, owner and extended attributes:
+    /// what tar does; `cp --update` and `send --update` need it to match the source), else
+    /// none (it keeps its own).
+    pub(crate) fn merged_dir_mode(&self, apply: &Apply) -> Option<u32> {
+        (self.restore.existing == Existing::Overwrite).then_some(apply.mode & !self.umask)
     }
 
     /// Whether restoring a file's metadata needs its descriptor beyond `futimens` (for a
@@ -263,7 +294,9 @@ impl Policy {
         }
         for (name, value) in xattrs.iter() {
             // An owner may set its files' ACLs (`setfacl`), as it may their modes.
-            if !(self.root || name.starts_with(b"user.") || name.starts_with(b"system.posix_acl_"))
+            if !(self.owners
+                || name.starts_with(b"user.")
+                || name.starts_with(b"system.posix_acl_"))
             {
                 skipped.xattrs += 1;
                 continue;
@@ -403,6 +436,25 @@ mod tests {
         let setid = Policy::new(Restore::default().setid(true), false);
         let apply = setid.entry(&entry(Kind::File, 0o4755, None), &mut skipped);
         assert_eq!((apply.mode, apply.chmod), (0o4755, true));
+    }
+
+    #[test]
+    fn asked_only_root_restores_owners_devices_and_setid_only_as_asked() {
+        let file = entry(Kind::File, 0o6755, OWNER);
+        let mut skipped = NotRestored::default();
+        let strict = Policy::new(Restore::default().asked_only(true), true);
+        let apply = strict.entry(&file, &mut skipped);
+        assert_eq!((apply.mode, apply.owner), (0o755, None));
+        assert!(!strict.devices(&mut skipped));
+        assert_eq!((skipped.setid, skipped.owners, skipped.devices), (1, 0, 1));
+        let asked = Restore::default()
+            .asked_only(true)
+            .same_owner(Some(true))
+            .setid(true);
+        let asked = Policy::new(asked, true);
+        let apply = asked.entry(&file, &mut skipped);
+        assert_eq!((apply.mode, apply.owner), (0o6755, OWNER));
+        assert!(asked.devices(&mut skipped));
     }
 
     #[test]

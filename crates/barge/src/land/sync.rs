@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use rustix::fs::{
-    copy_file_range, fchmod, linkat, makedev, mkdirat, mknodat, openat, renameat, statat,
-    symlinkat, unlinkat, AtFlags, FileType, Mode,
+    fchmod, linkat, makedev, mkdirat, mknodat, openat, renameat, statat, symlinkat, unlinkat,
+    AtFlags, FileType, Mode,
 };
 use rustix::io::{write, Errno};
 
@@ -20,11 +20,12 @@ use super::restore::{Apply, Existing, Policy, Target, SETID};
 use super::{truncation_offset, Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
 use crate::interrupt::{check, retry, SIGBUS};
+use crate::sys::copy::copy_range;
 use crate::sys::fds::Graveyard;
 use crate::sys::{CREATE_FLAGS, DIR_FLAGS, DIR_HANDLE_FLAGS};
 use crate::tree::{Content, Device, Entry, Kind, Sink, Timestamp, Xattrs};
 
-/// Most bytes one `write` or `copy_file_range` moves: a stop request is seen between two.
+/// Most bytes one `write` moves: a stop request is seen between two.
 const CHUNK: u64 = 64 << 20;
 
 /// Where a file created with a link id (see [`Entry::link_id`]) is: the directory it was
@@ -351,27 +352,17 @@ impl SyncLander {
     /// copy between these files (another filesystem type, an old kernel), it copies none
     /// and the lander stops trying.
     fn copy_in_kernel(&mut self, source: BorrowedFd<'_>, offset: u64) -> Result<usize> {
-        let file = self.file.as_mut().expect("a file is open");
-        let mut from = offset;
-        while !self.no_copy && file.written < file.size {
-            let rest = (file.size - file.written).min(CHUNK) as usize;
-            match retry(|| copy_file_range(source, Some(&mut from), &file.fd, None, rest)) {
-                // The archive ended early (cut while mapped): the write from memory
-                // meets the same end.
-                Ok(0) => break,
-                Ok(n) => {
-                    file.written += n as u64;
-                    if file.written < file.size {
-                        check()?;
-                    }
-                }
-                Err(Errno::XDEV | Errno::INVAL | Errno::OPNOTSUPP | Errno::NOSYS) => {
-                    self.no_copy = true;
-                }
-                Err(e) => return Err(Error::io("copy_file_range", self.path(&self.file_name), e)),
-            }
+        let file = self.file.as_ref().expect("a file is open");
+        if !self.no_copy {
+            let (to, len) = (file.fd.as_fd(), file.size - file.written);
+            let path = || self.path(&self.file_name);
+            // Fewer bytes when the archive ended early (cut while mapped): the write from
+            // memory meets the same end.
+            let ranged = copy_range(source, offset, to, None, len, &path, |_| {})?;
+            self.no_copy = ranged.refused;
+            self.file.as_mut().expect("open").written += ranged.copied;
         }
-        Ok(file.written as usize)
+        Ok(self.file.as_ref().expect("open").written as usize)
     }
 
     fn write_all(&mut self, mut data: &[u8]) -> Result<()> {
@@ -407,11 +398,15 @@ impl SyncLander {
         let (create, last_mode) = self.setup.policy.dir_modes(&apply);
         let created = self.make_dir(name, create)?;
         // What a directory created here gets when it is left; one that was there keeps its
-        // own mode, owner and time. One whose mode
+        // own mode, owner and time unless existing entries are overwritten. One whose mode
         // changes then, or that gets extended attributes, is opened for real (`fchmod` and
         // `fsetxattr` need more than `O_PATH`), so that they go through the fd and no
         // swapped name can redirect them.
-        let last = (created && last_here).then_some((last_mode, apply.mtime));
+        let merged_mode = (!created)
+            .then(|| self.setup.policy.merged_dir_mode(&apply))
+            .flatten();
+        let mode = if created { last_mode } else { merged_mode };
+        let last = ((created || merged_mode.is_some()) && last_here).then_some((mode, apply.mtime));
         let real = last.is_some_and(|(mode, _)| mode.is_some()) || !dir.xattrs.is_empty();
         let flags = if real { DIR_FLAGS } else { DIR_HANDLE_FLAGS };
         let fd = match openat(self.current(), name, flags, Mode::empty()) {
@@ -419,7 +414,7 @@ impl SyncLander {
             Err(Errno::NOTDIR | Errno::LOOP) => return Err(self.exists(name)),
             Err(e) => return Err(Error::io("open directory", self.path(name), e)),
         };
-        if created {
+        if created || merged_mode.is_some() {
             let target = if real {
                 Target::Fd(fd.as_fd())
             } else {
@@ -519,7 +514,9 @@ impl Sink for SyncLander {
     fn empty_dir(&mut self, dir: &Entry<'_>) -> Result<()> {
         let mut skipped = Default::default();
         let apply = self.setup.policy.entry(dir, &mut skipped);
-        if apply.owner.is_some() || !dir.xattrs.is_empty() || apply.mode & SETID != 0 {
+        // (One that exists gets the archive's metadata too when entries are overwritten.)
+        let merged = self.setup.policy.existing() == Existing::Overwrite;
+        if apply.owner.is_some() || !dir.xattrs.is_empty() || apply.mode & SETID != 0 || merged {
             self.open_dir(dir, true)?;
             return self.leave_dir();
         }

@@ -3,14 +3,17 @@
 
 use std::os::fd::BorrowedFd;
 
-use rustix::fs::sendfile;
+use rustix::fs::{copy_file_range, sendfile};
 use rustix::io::{pread, write, Errno};
 
 use crate::error::{Error, Result, TreePath};
-use crate::interrupt::retry;
+use crate::interrupt::{check, retry};
 
 /// Most bytes one call moves: a stop request is seen between two.
 const CHUNK: usize = 1 << 30;
+
+/// Most bytes one `copy_file_range` moves: a stop request is seen between two.
+const RANGE_CHUNK: u64 = 64 << 20;
 
 /// The buffer of the read + write fallback.
 const FALLBACK_BUFFER: usize = 1 << 20;
@@ -80,6 +83,56 @@ pub(crate) fn read_chunks(
         read += n as u64;
     }
     Ok(read)
+}
+
+/// What [`copy_range`] did.
+pub(crate) struct Ranged {
+    /// Bytes copied: all asked for, or fewer where the source ended first or the kernel
+    /// refused.
+    pub(crate) copied: u64,
+    /// The kernel copies nothing between these two files (`EXDEV`, `EINVAL`, `EOPNOTSUPP`,
+    /// `ENOSYS`: other filesystems, a filesystem without it): the caller moves the rest
+    /// through memory.
+    pub(crate) refused: bool,
+}
+
+/// Copies `len` bytes of the regular file `from` at `at` into `to` (at `to_at`, or at its
+/// file position) by `copy_file_range` in 64 MiB steps, with a stop check between two,
+/// calling `moved` after each. Errors name `path`.
+pub(crate) fn copy_range(
+    from: BorrowedFd<'_>,
+    mut at: u64,
+    to: BorrowedFd<'_>,
+    mut to_at: Option<u64>,
+    len: u64,
+    path: &dyn Fn() -> TreePath,
+    mut moved: impl FnMut(u64),
+) -> Result<Ranged> {
+    let mut copied = 0;
+    while copied < len {
+        let chunk = (len - copied).min(RANGE_CHUNK) as usize;
+        match retry(|| copy_file_range(from, Some(&mut at), to, to_at.as_mut(), chunk)) {
+            Ok(0) => break,
+            Ok(n) => {
+                copied += n as u64;
+                moved(n as u64);
+                if copied < len {
+                    check()?;
+                }
+            }
+            Err(Errno::XDEV | Errno::INVAL | Errno::OPNOTSUPP | Errno::NOSYS) => {
+                return Ok(Ranged {
+                    copied,
+                    refused: true,
+                })
+            }
+            Err(e) => return Err(Error::io("copy_file_range", path(), e)),
+        }
+    }
+    Ok(Ranged {
+        copied,
+        refused: false,
+    })
 }
 
 /// Writes all of `bytes` to the archive output `to`, calling `moved` after each `write`

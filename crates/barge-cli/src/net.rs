@@ -1,0 +1,427 @@
+//! `barge send` and `barge recv`: the front ends of the library's [`barge::net`].
+
+use std::fs::File;
+use std::io::{IsTerminal, Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use barge::error::NetError;
+use barge::exclude::Exclude;
+use barge::net::recv::{prepare_dest, Failed};
+use barge::net::{Key, Payload, Receive, Received, Send, Sent, Ticket, DEFAULT_PORT};
+use barge::sys::fds::raise_fd_limit;
+use barge::Progress;
+use serde_json::{json, Map, Value};
+
+use crate::archive::{open_pack, warn_not_restored};
+use crate::report::{human_bytes, shown_path, shows_progress, summary, warn, with_progress, Exit};
+use crate::{LimitArgs, OutputArgs, RestoreArgs};
+
+/// The environment variable that may hold the key (its text form).
+const KEY_VAR: &str = "BARGE_KEY";
+
+/// What `barge recv --help` adds.
+macro_rules! recv_help {
+    () => {
+        "\
+Keys: without --key-file or BARGE_KEY, a fresh 256-bit key is made and the ticket
+HOST:PORT#KEY printed on stdout: give it to the sender (barge send DIR TICKET) by a channel
+you trust; anyone holding it can write into DEST. A key file holds the 43-character key
+(`barge recv` prints one in its ticket; any 32 random bytes in base64url) and must not be
+readable by others (chmod 600).
+
+Security: the handshake (Noise NNpsk2) shows each end that the other has the key without
+sending it; everything after it is encrypted and authenticated, and a stream cut short or
+changed on the way is detected. A connection that fails authentication lands nothing. Each
+transfer lands through its own confined lander (a user-namespace chroot to DEST), with the
+limits of unpack (--max-bytes defaults to the space free on DEST's filesystem).
+
+Metadata: modes and times as unpack; the sender's owners and devices only as root with
+--same-owner, its setuid/setgid bits only with --setid (even as root).
+
+Unlike unpack, DEST is created at the start and stays: what a cut-off transfer landed is
+kept (every file in it complete: the file being written is removed), and `barge send
+--update` sends the rest.
+
+"
+    };
+}
+pub(crate) use recv_help;
+
+/// What `barge send` takes.
+#[derive(clap::Args, Debug)]
+pub struct SendArgs {
+    /// The directories to send (one: its entries land at DEST's top; several: each as a
+    /// top-level directory named by its last component), then the receiver: the ticket
+    /// `barge recv` printed (HOST:PORT#KEY), or HOST:PORT with the key from --key-file or
+    /// BARGE_KEY.
+    #[arg(required = true, value_name = "DIR... TICKET")]
+    args: Vec<PathBuf>,
+    /// Send the bytes of an existing archive (a file, or '-' for stdin) as they are,
+    /// instead of packing DIRs.
+    #[arg(long, value_name = "FILE|-")]
+    archive: Option<PathBuf>,
+    /// Also send owners, extended attributes and devices, as `pack -a` (the receiver
+    /// restores them only as root).
+    #[arg(short = 'a', long = "all-metadata", conflicts_with = "archive")]
+    all_metadata: bool,
+    /// Leave out entries matching PATTERN (repeatable), as `barge pack --exclude`.
+    #[arg(long, value_name = "PATTERN", conflicts_with = "archive")]
+    exclude: Vec<String>,
+    /// Compress the stream (zstd): for links slower than the disks.
+    #[arg(long)]
+    compress: bool,
+    /// Send only what DEST lacks or has differently (the receiver lists DEST first: type,
+    /// size, mtime, mode, links), replacing changed entries by rename: a transfer that was
+    /// cut off finishes without resending its whole files.
+    #[arg(short, long)]
+    update: bool,
+    /// Read the key from FILE (mode 600) instead of the ticket.
+    #[arg(long, value_name = "FILE")]
+    key_file: Option<PathBuf>,
+    /// Give up when connecting takes longer, or the receiver sends or takes nothing for
+    /// that many seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    timeout: u64,
+    #[command(flatten)]
+    out: OutputArgs,
+}
+
+impl SendArgs {
+    /// Whether the output is JSON.
+    pub fn json(&self) -> bool {
+        self.out.json
+    }
+}
+
+/// What `barge recv` takes.
+#[derive(clap::Args, Debug)]
+pub struct RecvArgs {
+    /// The directory to land into (created when missing, with its parents).
+    dest: PathBuf,
+    /// The address and port to listen on (port 0: one the kernel chooses).
+    #[arg(long, value_name = "ADDR:PORT", default_value_t = SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)))]
+    listen: SocketAddr,
+    /// The host name the ticket gives senders (by default the listen address, or this
+    /// host's name when listening on all addresses).
+    #[arg(long, value_name = "HOST")]
+    advertise: Option<String>,
+    /// Read the key from FILE (mode 600; or set BARGE_KEY) instead of making one: no
+    /// ticket is printed.
+    #[arg(long, value_name = "FILE")]
+    key_file: Option<PathBuf>,
+    /// Keep receiving (one transfer after another, or several at once) until SIGTERM or
+    /// SIGINT, which end it once the running transfers are done: for a service. Without
+    /// it, recv exits after the first sender that authenticates, with its status.
+    #[arg(long)]
+    keep: bool,
+    /// Transfers running at once, at most; more connections wait.
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: u32,
+    /// Drop a connection whose sender sends nothing for that many seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    timeout: u64,
+    #[command(flatten)]
+    restore: RestoreArgs,
+    #[command(flatten)]
+    limits: LimitArgs,
+    #[command(flatten)]
+    out: OutputArgs,
+}
+
+impl RecvArgs {
+    /// Whether the output is JSON.
+    pub fn json(&self) -> bool {
+        self.out.json
+    }
+}
+
+/// The key from `--key-file` or [`KEY_VAR`], if either was given.
+fn given_key(file: Option<&Path>) -> Result<Option<Key>> {
+    if let Some(file) = file {
+        return Ok(Some(Key::from_file(file)?));
+    }
+    match std::env::var(KEY_VAR) {
+        Ok(text) => Ok(Some(
+            Key::from_text(text.trim_end()).with_context(|| format!("in {KEY_VAR}"))?,
+        )),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(_) => bail!("{KEY_VAR} is not text"),
+    }
+}
+
+/// `barge send DIR... TICKET`.
+pub fn send(args: SendArgs) -> Result<Exit> {
+    raise_fd_limit();
+    let (ticket, dirs) = args.args.split_last().expect("clap asks for one");
+    let ticket = Ticket::parse(&ticket.to_string_lossy())?;
+    let key = match (ticket.key.clone(), given_key(args.key_file.as_deref())?) {
+        (Some(_), Some(_)) => {
+            bail!("two keys: the ticket has one, and so has --key-file or {KEY_VAR}; give one")
+        }
+        (Some(key), None) | (None, Some(key)) => key,
+        (None, None) => bail!(
+            "no key: give the ticket `barge recv` printed (HOST:PORT#KEY), or HOST:PORT with \
+             --key-file FILE or {KEY_VAR}"
+        ),
+    };
+    match (&args.archive, dirs.len()) {
+        (Some(_), 0) | (None, 1..) => {}
+        (Some(_), _) => bail!("--archive sends an archive, not DIRs: give only the ticket"),
+        (None, 0) => bail!("nothing to send: give DIR... before the ticket (or --archive FILE)"),
+    }
+    let address = ticket.address();
+    let operation = Send::new(&address, key)
+        .timeout(Duration::from_secs(args.timeout))
+        .compress(args.compress)
+        .update(args.update);
+    let progress = Progress::default();
+    let total = AtomicU64::new(0);
+    let exclude = Exclude::new(&args.exclude)?;
+    let (result, elapsed) = std::thread::scope(|scope| {
+        if args.archive.is_none() && shows_progress(args.out) {
+            let exclude = exclude.clone();
+            scope.spawn(|| crate::cp::count(dirs, exclude, &total));
+        }
+        let known = || Some(total.load(Relaxed)).filter(|&t| t > 0);
+        with_progress(args.out, &progress, known, || -> Result<Sent> {
+            let sent = match &args.archive {
+                Some(path) => {
+                    let mut input = open_archive(path)?;
+                    operation.run(Payload::Archive(&mut *input), &progress)
+                }
+                None => {
+                    let pack = open_pack(dirs, None)?
+                        .progress(&progress)
+                        .archive(args.all_metadata)
+                        .exclude(exclude.clone());
+                    operation.run(Payload::Pack(pack), &progress)
+                }
+            };
+            sent.with_context(|| format!("send to {address} failed"))
+        })
+    });
+    let sent = result?;
+    let mut exit = Exit::Success;
+    if let Some(packed) = &sent.packed {
+        if !args.out.quiet {
+            for warning in &packed.warnings {
+                warn(format_args!("{warning}"));
+            }
+        }
+        if packed.lost_any() {
+            exit = Exit::Partial;
+        }
+    }
+    let landed = &sent.landed.summary;
+    let line = format!(
+        "sent {} ({}{}) to {address}, which landed {} dirs, {} files, {}",
+        human_bytes(progress.bytes()),
+        human_bytes(sent.sent_bytes),
+        if sent.compressed {
+            " compressed"
+        } else {
+            " archive"
+        },
+        landed.dirs,
+        landed.files,
+        human_bytes(landed.bytes)
+    );
+    summary(args.out, &line, &sent, Map::new(), elapsed, false);
+    Ok(exit)
+}
+
+/// The archive to send: a file, or stdin (never a terminal).
+fn open_archive(path: &Path) -> Result<Box<dyn Read>> {
+    if path.as_os_str() == "-" {
+        if std::io::stdin().is_terminal() {
+            bail!("refusing to read an archive from a terminal: pipe one into stdin");
+        }
+        return Ok(Box::new(std::io::stdin().lock()));
+    }
+    let file = File::open(path).with_context(|| format!("cannot open {}", shown_path(path)))?;
+    Ok(Box::new(file))
+}
+
+/// How one connection ended, as the accept loop hears it.
+struct Done {
+    peer: SocketAddr,
+    result: std::result::Result<Received, Failed>,
+    elapsed: Duration,
+}
+
+/// `barge recv DEST`.
+pub fn recv(args: RecvArgs) -> Result<Exit> {
+    if !args.restore.no_same_permissions {
+        barge::root::exact_modes();
+    }
+    let shown = shown_path(&args.dest);
+    let free = prepare_dest(&args.dest).with_context(|| format!("cannot prepare {shown}"))?;
+    let (key, made) = match given_key(args.key_file.as_deref())? {
+        Some(key) => (key, false),
+        None => (Key::generate()?, true),
+    };
+    let listener = TcpListener::bind(args.listen)
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let local = listener.local_addr()?;
+    listener.set_nonblocking(true)?;
+    let host = match (&args.advertise, local.ip()) {
+        (Some(host), _) => host.clone(),
+        (None, ip) if ip.is_unspecified() => barge::net::host_name(),
+        (None, ip) => ip.to_string(),
+    };
+    let ticket = Ticket {
+        host,
+        port: local.port(),
+        key: made.then(|| key.clone()),
+    };
+    if made {
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "{}", ticket.to_text()).and_then(|()| stdout.flush())?;
+        eprintln!(
+            "barge: recv: listening on {local}; on the sending host run: barge send DIR TICKET \
+             (the line above)"
+        );
+    } else {
+        eprintln!(
+            "barge: recv: listening on {local}; on the sending host run: barge send DIR {} \
+             --key-file FILE",
+            ticket.address()
+        );
+    }
+    let receive = Receive::new(&args.dest, key)
+        .limits(args.limits.limits_or(Some(free)))
+        .restore(args.restore.restore())
+        .timeout(Duration::from_secs(args.timeout))
+        .interruptible(!args.keep);
+    let (tx, rx) = mpsc::channel::<Done>();
+    let mut running = 0;
+    loop {
+        // Busy, or stopping: wait for a transfer to end; connections wait in the listen
+        // queue meanwhile.
+        let stopping = barge::interrupt::requested().is_some();
+        let done = match running >= args.max_connections || stopping {
+            true if running == 0 => break,
+            true => rx.recv_timeout(Duration::from_millis(100)).ok(),
+            false => rx.try_recv().ok(),
+        };
+        if let Some(done) = done {
+            running -= 1;
+            // One-shot ends with the first sender that authenticated; strangers still in
+            // their handshake are dropped with the process.
+            if log(&done, args.out.json) && !args.keep {
+                return Ok(match done.result {
+                    Ok(_) => Exit::Success,
+                    Err(_) => Exit::Error,
+                });
+            }
+            continue;
+        }
+        if stopping || !readable(&listener)? {
+            continue;
+        }
+        let (stream, peer) = match listener.accept() {
+            Ok(accepted) => accepted,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => {
+                warn(format_args!("recv: accept failed: {e}"));
+                continue;
+            }
+        };
+        running += 1;
+        let (tx, receive) = (tx.clone(), receive.clone());
+        std::thread::spawn(move || {
+            barge::interrupt::keep_signals_off_this_thread();
+            let start = Instant::now();
+            let result = receive.connection(stream);
+            let _ = tx.send(Done {
+                peer,
+                result,
+                elapsed: start.elapsed(),
+            });
+        });
+    }
+    match barge::interrupt::requested() {
+        Some(signal) if !args.keep => Err(barge::Error::Interrupted { signal }.into()),
+        _ => Ok(Exit::Success),
+    }
+}
+
+/// Whether a connection waits to be accepted (after at most 100 ms).
+fn readable(listener: &TcpListener) -> Result<bool> {
+    let mut fds = [rustix::event::PollFd::new(
+        listener,
+        rustix::event::PollFlags::IN,
+    )];
+    let wait = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 100_000_000,
+    };
+    match rustix::event::poll(&mut fds, Some(&wait)) {
+        Ok(n) => Ok(n > 0),
+        Err(rustix::io::Errno::INTR) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Logs how a connection ended (one line on stderr, and with `json` one object on stdout);
+/// returns whether the sender had shown the key.
+fn log(done: &Done, json: bool) -> bool {
+    let peer = done.peer;
+    let seconds = done.elapsed.as_secs_f64();
+    let mut fields = Map::new();
+    fields.insert("peer".into(), json!(peer.to_string()));
+    let authenticated = match &done.result {
+        Ok(received) => {
+            let l = &received.landed.summary;
+            eprintln!(
+                "barge: recv: {peer} ({}): landed {} dirs, {} files, {} in {seconds:.2} s",
+                received.sender,
+                l.dirs,
+                l.files,
+                human_bytes(l.bytes)
+            );
+            warn_not_restored(&l.not_restored);
+            if let Ok(Value::Object(more)) = serde_json::to_value(received) {
+                fields.extend(more);
+            }
+            fields.insert("ok".into(), json!(true));
+            true
+        }
+        Err(failed) => {
+            let kind = failed.error.kind();
+            let from = failed
+                .sender
+                .as_ref()
+                .map_or(String::new(), |name| format!(" ({name})"));
+            let what = match &failed.error {
+                barge::Error::Net {
+                    kind: NetError::Authentication,
+                    ..
+                } => "refused",
+                _ => "failed",
+            };
+            eprintln!(
+                "barge: recv: {peer}{from}: {what} after {seconds:.2} s: {}",
+                failed.error
+            );
+            fields.insert("ok".into(), json!(false));
+            fields.insert("authenticated".into(), json!(failed.authenticated));
+            fields.insert("kind".into(), json!(kind));
+            fields.insert("error".into(), json!(failed.error.to_string()));
+            if let Some(name) = &failed.sender {
+                fields.insert("sender".into(), json!(name));
+            }
+            failed.authenticated
+        }
+    };
+    if json {
+        fields.insert("seconds".into(), json!(seconds));
+        let _ = writeln!(std::io::stdout().lock(), "{}", Value::Object(fields));
+    }
+    authenticated
+}

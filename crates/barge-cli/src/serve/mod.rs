@@ -1,0 +1,299 @@
+//! `barge serve`: an HTTP(S) upload receiver. Each upload's body is a barge archive,
+//! streamed into its own confined lander child (`barge::confine`) that lands it as a new
+//! directory under DEST, which appears whole or not at all.
+//!
+//! The HTTP stack (tokio, hyper, rustls with the ring provider) lives here in the front
+//! end; the library stays free of it. `tls.rs` makes the server's TLS configuration,
+//! `token.rs` the bearer token, `http.rs` answers requests and `upload.rs` lands a body.
+
+mod http;
+mod tls;
+mod token;
+mod upload;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use rustix::process::Signal;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::report::{self, shown_path, Exit};
+use crate::{parse_limit, Limit};
+
+/// The command line of `barge serve`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = SERVE_HELP)]
+pub struct ServeArgs {
+    /// The directory uploads land in, each as a new directory (created when missing).
+    dest: PathBuf,
+    /// The address and port to listen on; port 0 lets the system choose (the address is
+    /// printed on stderr).
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:8443")]
+    listen: SocketAddr,
+    /// The certificate chain (PEM) to serve; without it a self-signed certificate is made
+    /// at start for localhost, 127.0.0.1, ::1 and the --listen address, and its SHA-256
+    /// fingerprint printed on stderr.
+    #[arg(long, value_name = "FILE", requires = "key")]
+    cert: Option<PathBuf>,
+    /// The private key (PEM) of --cert.
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    key: Option<PathBuf>,
+    /// Serve plain HTTP, without TLS: behind a TLS proxy, or for curl on loopback. Browsers
+    /// stream a request body only over HTTP/2, which they speak only over TLS: over plain
+    /// HTTP the page builds the whole archive in memory (a Blob) before it uploads it.
+    #[arg(long, conflicts_with_all = ["cert", "key"])]
+    plain_http: bool,
+    /// Read the bearer token from FILE (its first line), which only its owner may read.
+    /// Without it, the token is taken from the BARGE_TOKEN environment variable, or else
+    /// generated and printed once on stdout as the page's address, in the URL fragment.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// Refuse an upload of more than N bytes (the body, and so the file content), e.g. 500M
+    /// or 2G (K, M, G and T count in 1024s): 413 before reading when the request says its
+    /// length.
+    #[arg(long, value_name = "N", default_value = "4G", value_parser = parse_limit)]
+    max_bytes: Limit,
+    /// Refuse an upload of more than N entries; 'none' for no limit.
+    #[arg(long, value_name = "N", default_value = "1M", value_parser = parse_limit)]
+    max_entries: Limit,
+    /// Refuse an upload nested deeper than this many directories.
+    #[arg(long, value_name = "N", default_value_t = barge::format::DEFAULT_MAX_DEPTH)]
+    max_depth: usize,
+    /// Land at most N uploads at once; more are refused with 503.
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    max_uploads: u32,
+    /// Give up on an upload whose body sends nothing for this many seconds (408; nothing is
+    /// kept).
+    #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    idle_timeout: u64,
+    /// Allow uploads from pages of ORIGIN (its scheme, host and port, as browsers send it in
+    /// their Origin header; repeatable): answer their CORS preflights and add the CORS
+    /// headers for them. None by default.
+    #[arg(long, value_name = "ORIGIN")]
+    cors_origin: Vec<String>,
+    /// Print each upload's result as one JSON line on stdout (and the page's address as
+    /// {"url": ...} when the token is generated).
+    #[arg(long)]
+    json: bool,
+}
+
+/// What `barge serve --help` adds after the options.
+const SERVE_HELP: &str = "\
+API (every upload needs the header 'Authorization: Bearer TOKEN'):
+
+GET /: the upload page. GET /barge-archive.js: the barge-archive package for browsers.
+
+POST /upload: the body (Content-Type: application/octet-stream), a barge archive, lands as a
+new directory named by the server (upload-20261124T101500Z-1); PUT /upload/NAME lands it as
+the new directory NAME (one path component; 409 when it exists).
+
+Answers are JSON: {\"name\", \"entries\", \"files\", \"bytes\", \"seconds\"}, or {\"error\"} with
+400 (a bad archive: the decoder's message), 401 (no or a wrong token), 404, 408 (the body
+stalled), 409, 413 (over --max-bytes), 415, 503 (--max-uploads reached, or stopping), 500.
+An upload that fails leaves nothing under DEST.
+
+Each upload lands in a child process confined to its new directory (a user namespace
+chrooted there), as a user other than root would: no owners, setuid or setgid bits,
+devices or trusted attributes, whoever runs the server.
+
+One line per request on stderr. SIGINT or SIGTERM: stop accepting, let running uploads
+finish, exit; a second one cancels them (nothing of them is kept).
+
+Example: barge serve /srv/uploads --listen 0.0.0.0:8443 --cert cert.pem --key key.pem
+then open the printed address in a browser, or: curl -k -H \"Authorization: Bearer $TOKEN\" \\
+  -H 'Content-Type: application/octet-stream' --data-binary @tree.barge https://HOST:8443/upload";
+
+impl ServeArgs {
+    /// With `--json`.
+    pub fn json(&self) -> bool {
+        self.json
+    }
+}
+
+/// Runs the server until a stop signal.
+pub fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
+    let token = match &args.token_file {
+        Some(file) => Some(token::Token::from_file(file)?),
+        None => token::Token::from_env()?,
+    };
+    let tls = match (args.plain_http, &args.cert, &args.key) {
+        (true, ..) => None,
+        (false, Some(cert), Some(key)) => Some(tls::Tls::from_files(cert, key)?),
+        (false, ..) => Some(tls::Tls::generated(args.listen.ip())?),
+    };
+    let dest = prepare_dest(&args.dest)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the server's threads")?;
+    runtime.block_on(async move {
+        let listener = TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", args.listen))?;
+        let address = listener.local_addr()?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://{}/", url_host(address));
+        let (token, generated) = match token {
+            Some(token) => (token, false),
+            None => (token::Token::generate(), true),
+        };
+        match &tls {
+            Some(tls) => eprintln!(
+                "barge serve: listening on {url} (TLS, HTTP/2 and HTTP/1.1; certificate \
+                 SHA-256 {}), landing uploads in {}",
+                tls.fingerprint,
+                shown_path(&dest)
+            ),
+            None => eprintln!(
+                "barge serve: listening on {url} (plain HTTP), landing uploads in {}",
+                shown_path(&dest)
+            ),
+        }
+        if generated {
+            token.print_url(&url, args.json);
+        }
+        let server = Arc::new(http::Server::new(&args, dest, token));
+        run(listener, tls.map(|t| t.acceptor), server).await
+    })?;
+    Ok(Exit::Success)
+}
+
+/// DEST, created when missing, as an absolute path; refused when it is not a directory.
+fn prepare_dest(dest: &std::path::Path) -> anyhow::Result<PathBuf> {
+    let shown = shown_path(dest);
+    match std::fs::symlink_metadata(dest) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => bail!("{shown} is not a directory"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(dest).with_context(|| format!("cannot create {shown}"))?
+        }
+        Err(e) => return Err(e).with_context(|| format!("cannot use {shown}")),
+    }
+    std::path::absolute(dest).with_context(|| format!("cannot resolve {shown}"))
+}
+
+/// The host part of a URL for `address` (an IPv6 address in brackets, the unspecified
+/// address as the loopback one, which a browser on this host can open).
+fn url_host(address: SocketAddr) -> String {
+    let ip = match address.ip() {
+        ip if ip.is_unspecified() && ip.is_ipv4() => std::net::Ipv4Addr::LOCALHOST.into(),
+        ip if ip.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
+        ip => ip,
+    };
+    SocketAddr::new(ip, address.port()).to_string()
+}
+
+/// How much of an HTTP/2 upload may be on its way unread.
+const STREAM_WINDOW: u32 = 4 << 20;
+
+/// How long a client has for its TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Accepts connections until SIGINT or SIGTERM, then waits for the open ones (a second
+/// signal stops waiting: the uploads still running are cancelled).
+async fn run(
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    server: Arc<http::Server>,
+) -> anyhow::Result<()> {
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(30));
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Duration::from_secs(20))
+        // With hyper's default windows (64 KiB a stream) an upload ran at an eighth of
+        // HTTP/1.1's speed over loopback; its adaptive window was slower still (measured).
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(4 * STREAM_WINDOW)
+        .max_frame_size(1 << 20)
+        .max_concurrent_streams(64);
+    let graceful = GracefulShutdown::new();
+    let stop = loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of fds, or a connection reset before it was accepted.
+                    report::warn(format_args!("barge serve: cannot accept a connection: {e}"));
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = interrupt.recv() => break Signal::INT,
+            _ = terminate.recv() => break Signal::TERM,
+        };
+        let (builder, server, tls, watcher) = (
+            builder.clone(),
+            server.clone(),
+            tls.clone(),
+            graceful.watcher(),
+        );
+        tokio::spawn(async move {
+            let Some(tls) = tls else {
+                return serve_connection(&builder, watcher, stream, peer, server).await;
+            };
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
+                Ok(Ok(stream)) => serve_connection(&builder, watcher, stream, peer, server).await,
+                // A client that does not trust the certificate, or speaks no TLS.
+                Ok(Err(e)) => eprintln!("barge serve: {peer}: TLS handshake failed: {e}"),
+                Err(_) => eprintln!("barge serve: {peer}: TLS handshake timed out"),
+            }
+        });
+    };
+    // main ends the process by this signal, as every barge command does.
+    barge::interrupt::request(stop.as_raw());
+    drop(listener);
+    let open = graceful.count();
+    if open > 0 {
+        eprintln!(
+            "barge serve: stopping; waiting for {open} connection(s) (send the signal again \
+             to cancel running uploads)"
+        );
+    }
+    let shutdown = graceful.shutdown();
+    tokio::pin!(shutdown);
+    tokio::select! {
+        () = &mut shutdown => return Ok(()),
+        _ = interrupt.recv() => {}
+        _ = terminate.recv() => {}
+    }
+    server.cancel();
+    // Cancelled uploads remove what they staged, then answer (503).
+    server.wait_for_uploads().await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), shutdown).await;
+    Ok(())
+}
+
+/// Serves HTTP/1.1 or HTTP/2 (whichever the client speaks) on one connection.
+async fn serve_connection<I>(
+    builder: &auto::Builder<TokioExecutor>,
+    watcher: hyper_util::server::graceful::Watcher,
+    stream: I,
+    peer: SocketAddr,
+    server: Arc<http::Server>,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |request| {
+        let server = server.clone();
+        async move { Ok::<_, std::convert::Infallible>(server.handle(peer, request).await) }
+    });
+    let connection = builder.serve_connection(TokioIo::new(stream), service);
+    // A client that goes away mid-request is the upload's concern (it says so); here it
+    // is no news.
+    let _ = watcher.watch(connection.into_owned()).await;
+}

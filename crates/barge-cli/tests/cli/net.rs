@@ -1,0 +1,522 @@
+//! `barge send` / `barge recv` over loopback, real processes: round trips, keys and key
+//! files, a wrong key, a relay that flips a byte or cuts the stream, every hostile archive
+//! from a malicious sender, setuid bits, `--keep` with concurrent senders, and keys never
+//! in a log.
+
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitStatus, Stdio};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crate::common::*;
+use crate::fidelity::{every_kind, script};
+
+/// A running `barge recv`: its ticket (when it made the key) and address.
+struct Recv {
+    child: Child,
+    ticket: Option<String>,
+    address: String,
+    stdout: JoinHandle<String>,
+    stderr: JoinHandle<String>,
+}
+
+/// What a finished `barge recv` printed.
+struct Ended {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl Recv {
+    /// Starts `barge recv DEST --listen 127.0.0.1:0 ARGS` and reads its first lines.
+    fn start(dest: &Path, args: &[&str], env_key: Option<&str>) -> Recv {
+        let mut cmd = barge(["recv", "--listen", "127.0.0.1:0"]);
+        cmd.arg(dest).args(args);
+        if let Some(key) = env_key {
+            cmd.env("BARGE_KEY", key);
+        }
+        let mut child = spawn(&mut cmd, Stdio::null());
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut first = String::new();
+        err.read_line(&mut first).unwrap();
+        let address = first
+            .split("listening on ")
+            .nth(1)
+            .and_then(|rest| rest.split(';').next())
+            .unwrap_or_else(|| panic!("no address in {first:?}"))
+            .to_string();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let ticket = (env_key.is_none() && !args.contains(&"--key-file")).then(|| {
+            let mut line = String::new();
+            out.read_line(&mut line).unwrap();
+            line.trim_end().to_string()
+        });
+        let rest = |mut r: Box<dyn Read + Send>, mut text: String| {
+            std::thread::spawn(move || {
+                let _ = r.read_to_string(&mut text);
+                text
+            })
+        };
+        Recv {
+            child,
+            ticket,
+            address,
+            stdout: rest(Box::new(out), String::new()),
+            stderr: rest(Box::new(err), first),
+        }
+    }
+
+    /// The ticket it printed.
+    fn ticket(&self) -> &str {
+        self.ticket.as_deref().expect("a ticket")
+    }
+
+    /// Waits for it to end (a hang fails the test).
+    fn wait(mut self) -> Ended {
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            if start.elapsed() > TIMEOUT {
+                let _ = self.child.kill();
+                panic!("barge recv still running after {TIMEOUT:?}");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        Ended {
+            status,
+            stdout: self.stdout.join().unwrap(),
+            stderr: self.stderr.join().unwrap(),
+        }
+    }
+
+    /// Ends a `--keep` receiver with SIGTERM and waits for it.
+    fn stop(self) -> Ended {
+        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        self.wait()
+    }
+}
+
+/// Runs `barge send ARGS` (stdin from `input`), under the hang timeout.
+fn send(args: &[&str], input: Option<&[u8]>) -> std::process::Output {
+    run(barge(["send"]).args(args), input)
+}
+
+/// The text of an output stream.
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Asserts scripts/compare-trees finds `a` and `b` equal (the roots' times aside: DEST was
+/// made by recv).
+fn assert_equal_trees(a: &Path, b: &Path, what: &str) {
+    let out = script(
+        "compare-trees",
+        ["--ignore-root-times".as_ref(), a.as_os_str(), b.as_os_str()],
+    );
+    assert!(
+        out.status.success(),
+        "{what}: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
+
+/// A tree of every kind of entry but a socket (which no archive holds).
+fn tree(root: &Path) {
+    fs::create_dir(root).unwrap();
+    every_kind(root, is_root());
+    fs::remove_file(root.join("special/socket")).unwrap();
+    fs::set_permissions(root, fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Some files of known content: `n` files of 100 KiB each, for relays to cut into.
+fn files(root: &Path, n: usize) {
+    fs::create_dir_all(root).unwrap();
+    for i in 0..n {
+        let data: Vec<u8> = (0..100_000u32).map(|b| (b * 7 + i as u32) as u8).collect();
+        file(&root.join(format!("f{i:03}")), &data, 0o644);
+    }
+}
+
+#[test]
+fn a_tree_round_trips_with_and_without_compression() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    tree(&src);
+    for (i, extra) in [&[][..], &["--compress"][..]].into_iter().enumerate() {
+        let dest = work.path().join(format!("dest{i}"));
+        let restore: &[&str] = match is_root() {
+            true => &["--same-owner", "--setid"],
+            false => &[],
+        };
+        let recv = Recv::start(&dest, restore, None);
+        let mut args = vec![src.to_str().unwrap(), recv.ticket(), "--json"];
+        args.extend(extra);
+        if is_root() {
+            args.push("-a");
+        }
+        let out = send(&args, None);
+        assert!(out.status.success(), "{extra:?}: {}", text(&out.stderr));
+        let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(summary["compressed"], !extra.is_empty(), "{summary}");
+        assert!(summary["landed"]["summary"]["files"].as_u64().unwrap() > 10);
+        let ended = recv.wait();
+        assert!(ended.status.success(), "{}", ended.stderr);
+        assert!(ended.stderr.contains(": landed "), "{}", ended.stderr);
+        assert_equal_trees(&src, &dest, &format!("round trip {extra:?}"));
+    }
+}
+
+#[test]
+fn key_files_and_the_environment_carry_the_key_and_loose_files_are_refused() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    files(&src, 3);
+    let key_file = work.path().join("key");
+    // A key of the right form: from a ticket.
+    let recv = Recv::start(&work.path().join("first"), &[], None);
+    let key = recv.ticket().split('#').nth(1).unwrap().to_string();
+    assert!(send(&[src.to_str().unwrap(), recv.ticket()], None)
+        .status
+        .success());
+    assert!(recv.wait().status.success());
+    fs::write(&key_file, format!("{key}\n")).unwrap();
+    fs::set_permissions(&key_file, fs::Permissions::from_mode(0o600)).unwrap();
+    let key_path = key_file.to_str().unwrap();
+
+    let dest = work.path().join("dest");
+    let recv = Recv::start(&dest, &["--key-file", key_path], None);
+    assert!(recv.ticket.is_none());
+    let out = send(
+        &[src.to_str().unwrap(), &recv.address, "--key-file", key_path],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ended = recv.wait();
+    assert!(
+        ended.status.success() && ended.stdout.is_empty(),
+        "{}",
+        ended.stderr
+    );
+    assert_equal_trees(&src, &dest, "key file");
+
+    // The environment, on both ends.
+    let dest = work.path().join("by-env");
+    let recv = Recv::start(&dest, &[], Some(&key));
+    let out = run(
+        barge(["send", src.to_str().unwrap(), &recv.address]).env("BARGE_KEY", &key),
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(recv.wait().status.success());
+    assert_equal_trees(&src, &dest, "BARGE_KEY");
+
+    // Readable by others, or not a key: refused on both ends, before any connection.
+    fs::set_permissions(&key_file, fs::Permissions::from_mode(0o644)).unwrap();
+    let refused = send(
+        &[src.to_str().unwrap(), "127.0.0.1:9", "--key-file", key_path],
+        None,
+    );
+    assert_clean_failure(&refused, &["chmod 600"], "0644 key file (send)");
+    let refused = run(
+        barge(["recv", "--listen", "127.0.0.1:0", "--key-file", key_path])
+            .arg(work.path().join("never")),
+        None,
+    );
+    assert_clean_failure(&refused, &["chmod 600"], "0644 key file (recv)");
+    fs::write(&key_file, "correct horse battery staple\n").unwrap();
+    fs::set_permissions(&key_file, fs::Permissions::from_mode(0o600)).unwrap();
+    let refused = send(
+        &[src.to_str().unwrap(), "127.0.0.1:9", "--key-file", key_path],
+        None,
+    );
+    assert_clean_failure(&refused, &["not a passphrase"], "a passphrase");
+    let no_key = send(&[src.to_str().unwrap(), "127.0.0.1:9"], None);
+    assert_clean_failure(&no_key, &["no key"], "no key");
+}
+
+#[test]
+fn a_wrong_key_lands_nothing_and_the_right_sender_still_gets_through() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    files(&src, 2);
+    let dest = work.path().join("dest");
+    let recv = Recv::start(&dest, &[], None);
+    let ticket = recv.ticket().to_string();
+    let (address, key) = ticket.split_once('#').unwrap();
+    let wrong = format!("{address}#{}", "A".repeat(42) + "Q");
+    let out = send(&[src.to_str().unwrap(), &wrong], None);
+    assert_clean_failure(
+        &out,
+        &["the receiver refused the key, or is not a barge receiver"],
+        "wrong key",
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(names_in(&dest).is_empty(), "landed: {:?}", names_in(&dest));
+    let out = send(&[src.to_str().unwrap(), &ticket], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ended = recv.wait();
+    assert!(ended.status.success(), "{}", ended.stderr);
+    assert!(ended.stderr.contains("refused after"), "{}", ended.stderr);
+    assert!(
+        ended.stderr.contains("authentication failed"),
+        "{}",
+        ended.stderr
+    );
+    for output in [&ended.stderr, &ended.stdout, &text(&out.stderr)] {
+        assert!(!output.contains(key), "the key was printed: {output}");
+    }
+    assert_equal_trees(&src, &dest, "after a wrong key");
+}
+
+/// A relay between sender and receiver that, in the sender's direction, flips the byte at
+/// `offset` (`cut: false`) or ends both connections there (`cut: true`).
+fn relay(to: &str, offset: u64, cut: bool) -> (String, JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let to = to.to_string();
+    let handle = std::thread::spawn(move || {
+        let (from_sender, _) = listener.accept().unwrap();
+        let to_receiver = TcpStream::connect(&to).unwrap();
+        let (mut a, mut b) = (
+            from_sender.try_clone().unwrap(),
+            to_receiver.try_clone().unwrap(),
+        );
+        let back = std::thread::spawn(move || {
+            let _ = std::io::copy(&mut b, &mut a);
+            let _ = a.shutdown(Shutdown::Write);
+        });
+        let (mut from, mut to) = (from_sender, to_receiver);
+        let mut seen = 0u64;
+        let mut buf = vec![0; 1 << 16];
+        loop {
+            let n = match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            let range = seen..seen + n as u64;
+            if range.contains(&offset) {
+                let at = (offset - seen) as usize;
+                if cut {
+                    let _ = to.write_all(&buf[..at]);
+                    let _ = to.shutdown(Shutdown::Both);
+                    let _ = from.shutdown(Shutdown::Both);
+                    break;
+                }
+                buf[at] ^= 0x20;
+            }
+            seen += n as u64;
+            if to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown(Shutdown::Write);
+        let _ = back.join();
+    });
+    (address, handle)
+}
+
+/// Every file in `dest` is whole: the same bytes as in `src`.
+fn assert_whole_files(src: &Path, dest: &Path, what: &str) {
+    for name in names_in(dest) {
+        assert!(
+            same_content(&src.join(&name), &dest.join(&name)),
+            "{what}: {name} differs from its source"
+        );
+    }
+}
+
+#[test]
+fn a_flipped_byte_is_tampering_on_both_ends_and_leaves_only_whole_files() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    files(&src, 40);
+    let dest = work.path().join("dest");
+    let recv = Recv::start(&dest, &[], None);
+    let ticket = recv.ticket().to_string();
+    let (address, key) = ticket.split_once('#').unwrap();
+    // Well after the handshake, inside some file's data.
+    let (via, relay) = relay(address, 1_500_000, false);
+    let out = send(&[src.to_str().unwrap(), &format!("{via}#{key}")], None);
+    assert_clean_failure(&out, &["tampered"], "flipped byte (sender)");
+    let ended = recv.wait();
+    assert!(!ended.status.success());
+    assert!(ended.stderr.contains("tampered"), "{}", ended.stderr);
+    relay.join().unwrap();
+    let landed = names_in(&dest);
+    assert!(landed.len() < 40, "all landed: {landed:?}");
+    assert_whole_files(&src, &dest, "tampered");
+}
+
+#[test]
+fn a_cut_stream_is_truncation_and_update_finishes_it() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    files(&src, 40);
+    let dest = work.path().join("dest");
+    let recv = Recv::start(&dest, &[], None);
+    let ticket = recv.ticket().to_string();
+    let (address, key) = ticket.split_once('#').unwrap();
+    let (via, relay) = relay(address, 2_000_000, true);
+    let out = send(&[src.to_str().unwrap(), &format!("{via}#{key}")], None);
+    assert_clean_failure(&out, &["truncated"], "cut stream (sender)");
+    let ended = recv.wait();
+    assert!(!ended.status.success());
+    assert!(ended.stderr.contains("truncated"), "{}", ended.stderr);
+    relay.join().unwrap();
+    let landed = names_in(&dest);
+    assert!(
+        !landed.is_empty() && landed.len() < 40,
+        "landed: {landed:?}"
+    );
+    assert_whole_files(&src, &dest, "truncated");
+
+    let recv = Recv::start(&dest, &[], None);
+    let out = send(
+        &[src.to_str().unwrap(), recv.ticket(), "--update", "--json"],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(recv.wait().status.success());
+    assert_equal_trees(&src, &dest, "after --update");
+    // Only what had not landed whole was sent again.
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let resent = summary["packed"]["files"].as_u64().unwrap();
+    assert_eq!(resent as usize, 40 - landed.len(), "{summary}");
+}
+
+#[test]
+fn every_hostile_archive_from_a_malicious_sender_is_refused_and_stays_inside() {
+    for case in crate::hostile::cases() {
+        let what = format!("sent: {}", case.name);
+        let work = tempdir();
+        let (dest, outside) = (work.path().join("dest"), work.path().join("outside"));
+        fs::create_dir(&dest).unwrap();
+        Sentinel::populate(&outside);
+        (case.setup)(&dest, &outside);
+        let sentinel = Sentinel::record(&outside);
+        let before = scan(&dest);
+        let recv = Recv::start(&dest, case.args, None);
+        let out = send(&["--archive", "-", recv.ticket()], Some(&case.archive));
+        let ended = recv.wait();
+        assert_clean_failure(&out, &["the receiver"], &what);
+        assert_eq!(ended.status.code(), Some(1), "{what}: {}", ended.stderr);
+        // recv's default --max-bytes (DEST's free space) refuses a huge size first.
+        let too_big = ended.stderr.contains("(see --max-bytes) [too-many-bytes]");
+        for needle in case.needles {
+            assert!(
+                too_big || needle.split('|').any(|n| ended.stderr.contains(n)),
+                "{what}: the log lacks {needle:?}: {}",
+                ended.stderr
+            );
+        }
+        sentinel.assert_unchanged(&what);
+        let mut names = names_in(work.path());
+        names.sort();
+        assert_eq!(names, ["dest", "outside"], "{what}: created next to DEST");
+        let after = scan(&dest);
+        for (path, node) in &before {
+            assert!(
+                after.get(path) == Some(node),
+                "{what}: {:?} changed",
+                name(path)
+            );
+        }
+        crate::hostile::assert_complete_files(&dest, &before, &case.archive, &what);
+    }
+}
+
+#[test]
+fn setid_bits_from_a_sender_land_only_when_asked_by_root() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    fs::create_dir(&src).unwrap();
+    file(&src.join("suid"), b"x", 0o4755);
+    file(&src.join("sgid"), b"y", 0o2755);
+    let mode = |p: PathBuf| fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777;
+    let mut ways: Vec<(&str, &[&str], u32)> = vec![("plain", &[], 0o755)];
+    if is_root() {
+        ways.push(("--setid", &["--setid"], 0o4755));
+    }
+    for (name, args, want) in ways {
+        let dest = work.path().join(name);
+        let recv = Recv::start(&dest, args, None);
+        assert!(send(&[src.to_str().unwrap(), recv.ticket()], None)
+            .status
+            .success());
+        assert!(recv.wait().status.success());
+        assert_eq!(mode(dest.join("suid")), want, "{name}");
+        assert_eq!(
+            mode(dest.join("sgid")),
+            want & !0o4000 | (want & 0o4000) >> 1,
+            "{name}"
+        );
+    }
+    if is_root() {
+        // Received by nobody: never, even asked.
+        let dest = work.path().join("nobody");
+        fs::create_dir(&dest).unwrap();
+        rustix::fs::chown(&dest, Some(rustix::process::Uid::from_raw(NOBODY)), None).unwrap();
+        fs::set_permissions(work.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let bin = copy_bin(work.path());
+        let mut cmd = as_nobody();
+        cmd.arg(&bin)
+            .args(["recv", "--listen", "127.0.0.1:0"])
+            .arg(&dest);
+        let mut child = spawn(&mut cmd, Stdio::null());
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let out = send(&[src.to_str().unwrap(), line.trim_end()], None);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let ended = wait_output(child, TIMEOUT, "recv as nobody");
+        assert!(ended.status.success(), "{}", text(&ended.stderr));
+        assert_eq!(mode(dest.join("suid")), 0o755);
+        assert!(text(&ended.stderr).contains("setuid/setgid bits not restored"));
+    }
+}
+
+#[test]
+fn keep_receives_concurrent_senders_and_sigterm_ends_it() {
+    let work = tempdir();
+    let dest = work.path().join("dest");
+    let recv = Recv::start(&dest, &["--keep", "--max-connections", "1", "--json"], None);
+    let ticket = recv.ticket().to_string();
+    let key = ticket.split('#').nth(1).unwrap().to_string();
+    let senders: Vec<_> = (0..3)
+        .map(|i| {
+            let src = work.path().join(format!("s{i}"));
+            files(&src.join(format!("from{i}")), 5);
+            let ticket = ticket.clone();
+            std::thread::spawn(move || send(&[src.to_str().unwrap(), &ticket], None))
+        })
+        .collect();
+    for sender in senders {
+        let out = sender.join().unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    let ended = recv.stop();
+    let lines: Vec<serde_json::Value> = ended
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "{}", ended.stdout);
+    assert!(lines.iter().all(|l| l["ok"] == true), "{}", ended.stdout);
+    for i in 0..3 {
+        assert_equal_trees(
+            &work.path().join(format!("s{i}/from{i}")),
+            &dest.join(format!("from{i}")),
+            "keep",
+        );
+    }
+    assert!(!ended.stderr.contains(&key) && !ended.stdout.contains(&key));
+}

@@ -1,0 +1,714 @@
+//! `barge serve` over real sockets: curl over TLS with HTTP/2 and over plain HTTP/1.1, and a
+//! raw socket for bodies cut off, stalled or held across a stop signal. Every refused or
+//! broken upload must leave DEST exactly as it was (no directory, no hidden staging one),
+//! and the token must never show but in the one address line.
+
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+const TOKEN: &str = "test-token-0123456789abcdef";
+
+/// A running `barge serve`.
+struct Server {
+    child: Child,
+    port: u16,
+    tls: bool,
+    stderr: Arc<Mutex<String>>,
+    stdout: Arc<Mutex<String>>,
+}
+
+impl Server {
+    /// Starts `barge serve DEST --listen 127.0.0.1:0 ARGS` with BARGE_TOKEN set to `token`
+    /// (none: generated), and waits for its address.
+    fn start(dest: &Path, args: &[&str], token: Option<&str>) -> Server {
+        let mut cmd = barge(["serve"]);
+        cmd.arg(dest).args(["--listen", "127.0.0.1:0"]).args(args);
+        cmd.env_remove("BARGE_TOKEN");
+        if let Some(token) = token {
+            cmd.env("BARGE_TOKEN", token);
+        }
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (stderr, stdout) = (Arc::default(), Arc::default());
+        collect(child.stderr.take().unwrap(), &stderr);
+        collect(child.stdout.take().unwrap(), &stdout);
+        let mut server = Server {
+            child,
+            port: 0,
+            tls: !args.contains(&"--plain-http"),
+            stderr,
+            stdout,
+        };
+        let line = server.wait_for_log("listening on");
+        let after = &line[line.find("127.0.0.1:").expect("an address") + 10..];
+        server.port = after[..after.find('/').unwrap()].parse().unwrap();
+        server
+    }
+
+    fn url(&self, path: &str) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// The first stderr line containing `needle`, waiting up to 30 s for it.
+    fn wait_for_log(&self, needle: &str) -> String {
+        let start = Instant::now();
+        loop {
+            let text = self.stderr.lock().unwrap().clone();
+            if let Some(line) = text.lines().find(|l| l.contains(needle)) {
+                return line.to_owned();
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "no {needle:?} in the server's stderr: {text}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// curl with the token (unless `token` is None), `args`, and the URL of `path`: the
+    /// status, the HTTP version and the body.
+    fn curl(&self, token: Option<&str>, args: &[&str], path: &str) -> (u16, String, String) {
+        let work = tempdir();
+        let body = work.path().join("body");
+        let mut cmd = Command::new("curl");
+        cmd.args(["-sS", "-k", "--path-as-is", "--max-time", "60", "-o"])
+            .arg(&body);
+        cmd.args(["-w", "%{http_code} %{http_version}"]);
+        if let Some(token) = token {
+            cmd.arg("-H").arg(format!("Authorization: Bearer {token}"));
+        }
+        cmd.args(args).arg(self.url(path));
+        let out = run(&mut cmd, None);
+        let written = String::from_utf8(out.stdout).unwrap();
+        let (status, version) = written.split_once(' ').unwrap();
+        let body = fs::read_to_string(&body).unwrap_or_default();
+        (status.parse().unwrap(), version.to_owned(), body)
+    }
+
+    /// Uploads the archive file `archive` with the token: POST /upload or PUT /upload/NAME.
+    fn upload(&self, archive: &Path, name: Option<&str>, extra: &[&str]) -> (u16, String) {
+        let data = format!("@{}", archive.display());
+        let mut args = vec!["-H", "Content-Type: application/octet-stream"];
+        args.extend_from_slice(extra);
+        let path = match name {
+            Some(name) => {
+                args.extend(["-X", "PUT", "--data-binary", &data]);
+                format!("/upload/{name}")
+            }
+            None => {
+                args.extend(["--data-binary", &data]);
+                "/upload".into()
+            }
+        };
+        let (status, _, body) = self.curl(Some(TOKEN), &args, &path);
+        (status, body)
+    }
+
+    /// Sends `signal` to the server.
+    fn signal(&self, signal: rustix::process::Signal) {
+        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).unwrap();
+        rustix::process::kill_process(pid, signal).unwrap();
+    }
+
+    /// Stops the server (SIGTERM) and returns its stdout and stderr.
+    fn stop(mut self) -> (String, String) {
+        self.signal(rustix::process::Signal::TERM);
+        let status = wait_exit(&mut self.child);
+        assert_eq!(status.signal(), Some(libc::SIGTERM), "ends by the signal");
+        std::thread::sleep(Duration::from_millis(100));
+        let out = self.stdout.lock().unwrap().clone();
+        let err = self.stderr.lock().unwrap().clone();
+        (out, err)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+use std::os::unix::process::ExitStatusExt;
+
+/// Waits up to 30 s for `child` to exit.
+fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the server did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Appends what `pipe` gives to `into`, in a thread.
+fn collect(pipe: impl Read + Send + 'static, into: &Arc<Mutex<String>>) {
+    let into = into.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines() {
+            let Ok(line) = line else { break };
+            let mut text = into.lock().unwrap();
+            text.push_str(&line);
+            text.push('\n');
+        }
+    });
+}
+
+/// The names in `dir`, hidden ones too.
+fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Waits up to 10 s for `dir` to hold exactly `want` (a cancelled landing cleans up after
+/// the answer may have gone).
+fn assert_holds(dir: &Path, want: &[&str], what: &str) {
+    let start = Instant::now();
+    while entries(dir) != want && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(entries(dir), want, "{what}: DEST holds something else");
+}
+
+/// A tree of files and directories with assorted modes and sizes, and its archive.
+fn sample(work: &Path, files: usize) -> (PathBuf, PathBuf) {
+    let src = work.join("src");
+    fs::create_dir_all(src.join("sub/deeper")).unwrap();
+    fs::create_dir(src.join("empty")).unwrap();
+    for i in 0..files {
+        let dir = ["", "sub", "sub/deeper"][i % 3];
+        let data: Vec<u8> = (0..i * 37 % 5000).map(|b| (b * 7 + i) as u8).collect();
+        file(
+            &src.join(dir).join(format!("f{i}")),
+            &data,
+            [0o644, 0o600, 0o755][i % 3],
+        );
+    }
+    file(&src.join("big"), &vec![42u8; 3 << 20], 0o644);
+    let archive = work.join("tree.barge");
+    run_ok(&mut pack_cmd(&src, &archive), None);
+    (src, archive)
+}
+
+/// A JSON answer's field.
+fn field(body: &str, key: &str) -> serde_json::Value {
+    let value: serde_json::Value =
+        serde_json::from_str(body).unwrap_or_else(|_| panic!("not JSON: {body}"));
+    value[key].clone()
+}
+
+#[test]
+fn an_archive_lands_identical_over_tls_http2_and_plain_http1() {
+    let work = tempdir();
+    let (src, archive) = sample(work.path(), 60);
+    let dest = work.path().join("dest");
+    let server = Server::start(&dest, &["--json"], Some(TOKEN));
+    let data = format!("@{}", archive.display());
+    let (status, version, body) = server.curl(
+        Some(TOKEN),
+        &[
+            "--http2",
+            "-H",
+            "Content-Type: application/octet-stream",
+            "-X",
+            "PUT",
+            "--data-binary",
+            &data,
+        ],
+        "/upload/tree",
+    );
+    assert_eq!((status, version.as_str()), (200, "2"), "{body}");
+    assert_eq!(field(&body, "name"), "tree");
+    assert_eq!(field(&body, "files"), 61);
+    assert_eq!(field(&body, "entries"), 64);
+    assert_same_tree(&src, &dest.join("tree"), umask());
+    let (out, err) = server.stop();
+    assert!(out.contains(r#""name":"tree""#), "--json line: {out}");
+    assert!(err.contains("PUT /upload/tree 200"), "log: {err}");
+
+    let dest = work.path().join("plain");
+    let server = Server::start(&dest, &["--plain-http"], Some(TOKEN));
+    let (status, version, body) = server.curl(
+        Some(TOKEN),
+        &[
+            "--http1.1",
+            "-H",
+            "Content-Type: application/octet-stream",
+            "--data-binary",
+            &data,
+        ],
+        "/upload",
+    );
+    assert_eq!((status, version.as_str()), (200, "1.1"), "{body}");
+    let name = field(&body, "name").as_str().unwrap().to_owned();
+    assert!(
+        name.starts_with("upload-") && name.ends_with("Z-1"),
+        "{name}"
+    );
+    assert_same_tree(&src, &dest.join(&name), umask());
+    // A second one gets the next name.
+    let (status, body) = server.upload(&archive, None, &[]);
+    assert_eq!(status, 200, "{body}");
+    assert!(field(&body, "name").as_str().unwrap().ends_with("Z-2"));
+}
+
+#[test]
+fn a_wrong_or_missing_token_is_401_and_creates_nothing() {
+    let work = tempdir();
+    let (_, archive) = sample(work.path(), 3);
+    let dest = work.path().join("dest");
+    let server = Server::start(&dest, &[], Some(TOKEN));
+    let data = format!("@{}", archive.display());
+    let args = [
+        "-H",
+        "Content-Type: application/octet-stream",
+        "--data-binary",
+        &data,
+    ];
+    for token in [Some("wrong-token-0123456789abcdef"), None, Some("")] {
+        let (status, _, body) = server.curl(token, &args, "/upload");
+        assert_eq!(status, 401, "{token:?}: {body}");
+        assert!(field(&body, "error").as_str().unwrap().contains("token"));
+    }
+    let (status, _, _) = server.curl(
+        None,
+        &[
+            "-X",
+            "PUT",
+            "-H",
+            "Authorization: Basic dXNlcjpwYXNz",
+            "--data-binary",
+            &data,
+        ],
+        "/upload/x",
+    );
+    assert_eq!(status, 401);
+    assert_holds(&dest, &[], "refused tokens");
+}
+
+#[test]
+fn over_the_limits_is_refused_and_leaves_nothing() {
+    let work = tempdir();
+    let (_, archive) = sample(work.path(), 30);
+    let dest = work.path().join("dest");
+    let server = Server::start(
+        &dest,
+        &["--plain-http", "--max-bytes", "1M", "--max-entries", "10"],
+        Some(TOKEN),
+    );
+    // Its length says so: refused before a byte is read.
+    let (status, body) = server.upload(&archive, Some("big"), &[]);
+    assert_eq!(status, 413, "{body}");
+    assert!(
+        field(&body, "error").as_str().unwrap().contains("1.0 MiB"),
+        "{body}"
+    );
+    // No length (chunked): refused once over.
+    let (status, body) = server.upload(&archive, None, &["-H", "Transfer-Encoding: chunked"]);
+    assert_eq!(status, 413, "{body}");
+    // Chunked, and the file content fits but the archive around it does not: the body's
+    // count says so.
+    let fits = work.path().join("fits");
+    fs::create_dir(&fits).unwrap();
+    file(&fits.join("a"), &vec![1u8; (1 << 20) - 10], 0o644);
+    file(&fits.join("b".repeat(200)), b"", 0o644);
+    let fits_archive = work.path().join("fits.barge");
+    run_ok(&mut pack_cmd(&fits, &fits_archive), None);
+    let (status, body) = server.upload(&fits_archive, None, &["-H", "Transfer-Encoding: chunked"]);
+    assert_eq!(status, 413, "{body}");
+    assert!(
+        body.contains("--max-bytes") && !body.contains("archive byte"),
+        "{body}"
+    );
+    // Small but too many entries: the decoder's limit.
+    let many = work.path().join("many");
+    fs::create_dir(&many).unwrap();
+    for i in 0..20 {
+        file(&many.join(format!("{i}")), b"x", 0o644);
+    }
+    let many_archive = work.path().join("many.barge");
+    run_ok(&mut pack_cmd(&many, &many_archive), None);
+    let (status, body) = server.upload(&many_archive, Some("many"), &[]);
+    assert_eq!(status, 413, "{body}");
+    assert!(body.contains("limit of 10 (--max-entries)"), "{body}");
+    assert!(
+        !body.contains(dest.to_str().unwrap()),
+        "a server path in {body}"
+    );
+    assert_holds(&dest, &[], "over the limits");
+}
+
+#[test]
+fn hostile_archives_are_400_and_leave_nothing() {
+    let work = tempdir();
+    let dest = work.path().join("dest");
+    let server = Server::start(&dest, &["--plain-http"], Some(TOKEN));
+    let cases = crate::hostile::archives();
+    assert!(cases.len() > 20, "only {} cases", cases.len());
+    for (i, (what, archive)) in cases.iter().enumerate() {
+        let path = work.path().join("hostile.barge");
+        fs::write(&path, archive).unwrap();
+        let (status, body) = server.upload(&path, Some(&format!("h{i}")), &[]);
+        let error = field(&body, "error");
+        let error = error.as_str().unwrap();
+        assert!(
+            (status == 400 && error.starts_with("bad archive: archive byte"))
+                || (status == 413 && error.contains("limit of 4.0 GiB (--max-bytes)")),
+            "{what}: {status} {body}"
+        );
+        assert!(
+            !body.contains(work.path().to_str().unwrap()),
+            "{what}: a server path in {body}"
+        );
+        assert_holds(&dest, &[], what);
+    }
+    let outside = entries(work.path());
+    assert_eq!(outside, ["dest", "hostile.barge"], "written outside DEST");
+}
+
+/// Starts a raw HTTP/1.1 upload of `archive` (whole length announced) and sends `sent`
+/// bytes of it.
+fn partial_upload(server: &Server, name: &str, archive: &[u8], sent: usize) -> TcpStream {
+    let mut socket = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let head = format!(
+        "PUT /upload/{name} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Content-Type: application/octet-stream\r\nContent-Length: {}\r\n\r\n",
+        archive.len()
+    );
+    socket.write_all(head.as_bytes()).unwrap();
+    socket.write_all(&archive[..sent]).unwrap();
+    socket
+}
+
+/// The status of the answer on `socket`.
+fn answer(socket: &mut TcpStream) -> (u16, String) {
+    let mut text = String::new();
+    let _ = socket.read_to_string(&mut text);
+    let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, text)
+}
+
+#[test]
+fn a_body_cut_off_or_stalled_leaves_nothing() {
+    let work = tempdir();
+    let (_, archive) = sample(work.path(), 300);
+    let bytes = fs::read(&archive).unwrap();
+    let dest = work.path().join("dest");
+    let server = Server::start(&dest, &["--plain-http", "--idle-timeout", "2"], Some(TOKEN));
+    // Closed half-way, after files landed in the hidden staging directory.
+    let socket = partial_upload(&server, "cut", &bytes, bytes.len() / 2);
+    std::thread::sleep(Duration::from_millis(500));
+    drop(socket);
+    server.wait_for_log("PUT /upload/cut 400");
+    assert_holds(&dest, &[], "a closed connection");
+    // Stalled: 408 after the idle timeout.
+    let mut socket = partial_upload(&server, "stall", &bytes, bytes.len() / 3);
+    let (status, text) = answer(&mut socket);
+    assert_eq!(status, 408, "{text}");
+    assert_holds(&dest, &[], "a stalled upload");
+    // curl killed mid-way over TLS and HTTP/2.
+    let server = Server::start(&dest, &[], Some(TOKEN));
+    let data = format!("@{}", archive.display());
+    let mut curl = Command::new("curl")
+        .args(["-sS", "-k", "--http2", "--limit-rate", "1M", "-H"])
+        .arg(format!("Authorization: Bearer {TOKEN}"))
+        .args([
+            "-H",
+            "Content-Type: application/octet-stream",
+            "-X",
+            "PUT",
+            "--data-binary",
+            &data,
+        ])
+        .arg(server.url("/upload/killed"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    curl.kill().unwrap();
+    curl.wait().unwrap();
+    server.wait_for_log("PUT /upload/killed closed (the client went away");
+    assert_holds(&dest, &[], "curl killed");
+}
+
+#[test]
+fn names_taken_bad_or_unknown_and_wrong_types_are_refused() {
+    let work = tempdir();
+    let (_, archive) = sample(work.path(), 3);
+    let dest = work.path().join("dest");
+    let server = Server::start(&dest, &["--plain-http"], Some(TOKEN));
+    assert_eq!(server.upload(&archive, Some("taken"), &[]).0, 200);
+    let (status, body) = server.upload(&archive, Some("taken"), &[]);
+    assert_eq!(status, 409, "{body}");
+    for bad in ["..", "%2E", "a%2Fb", "a%00b", &"n".repeat(256)] {
+        let (status, body) = server.upload(&archive, Some(bad), &[]);
+        assert_eq!(status, 400, "{bad}: {body}");
+    }
+    // Percent-encoded and not UTF-8 are fine.
+    assert_eq!(server.upload(&archive, Some("caf%C3%A9%20%FF"), &[]).0, 200);
+    let data = format!("@{}", archive.display());
+    let (status, _, _) = server.curl(Some(TOKEN), &["--data-binary", &data], "/upload");
+    assert_eq!(status, 415, "curl's default form type");
+    let (status, _, _) = server.curl(Some(TOKEN), &[], "/nothing");
+    assert_eq!(status, 404);
+    let (status, _, _) = server.curl(Some(TOKEN), &["-X", "DELETE"], "/upload/taken");
+    assert_eq!(status, 405);
+    let (status, _, page) = server.curl(None, &[], "/");
+    assert!(
+        status == 200 && page.contains("webkitdirectory"),
+        "{status}"
+    );
+    let (status, _, bundle) = server.curl(None, &[], "/barge-archive.js");
+    assert!(status == 200 && bundle.contains("BargeError"), "{status}");
+    assert_eq!(entries(&dest), ["caf\u{e9} \u{fffd}", "taken"]);
+}
+
+#[test]
+fn cors_is_answered_for_the_given_origins_only() {
+    let work = tempdir();
+    let (_, archive) = sample(work.path(), 3);
+    let dest = work.path().join("dest");
+    let server = Server::start(
+        &dest,
+        &["--plain-http", "--cors-origin", "https://ok.example"],
+        Some(TOKEN),
+    );
+    let preflight = |origin: &str| {
+        let out = run(
+            Command::new("curl")
+                .args(["-sS", "-i", "-X", "OPTIONS", "-H"])
+                .arg(format!("Origin: {origin}"))
+                .args([
+                    "-H",
+                    "Access-Control-Request-Method: PUT",
+                    "-H",
+                    "Access-Control-Request-Headers: authorization, content-type",
+                ])
+                .arg(server.url("/upload/x")),
+            None,
+        );
+        String::from_utf8(out.stdout).unwrap().to_ascii_lowercase()
+    };
+    let allowed = preflight("https://ok.example");
+    assert!(allowed.starts_with("http/1.1 204"), "{allowed}");
+    assert!(
+        allowed.contains("access-control-allow-origin: https://ok.example"),
+        "{allowed}"
+    );
+    assert!(allowed.contains("access-control-allow-headers: authorization, content-type"));
+    let refused = preflight("https://evil.example");
+    assert!(refused.starts_with("http/1.1 403"), "{refused}");
+    assert!(!refused.contains("access-control-allow"), "{refused}");
+    // The upload itself carries the header for the allowed origin only.
+    let data = format!("@{}", archive.display());
+    for (origin, name, allowed) in [
+        ("https://ok.example", "a", true),
+        ("https://evil.example", "b", false),
+    ] {
+        let out = run(
+            Command::new("curl")
+                .args(["-sS", "-i", "-H"])
+                .arg(format!("Origin: {origin}"))
+                .arg("-H")
+                .arg(format!("Authorization: Bearer {TOKEN}"))
+                .args([
+                    "-H",
+                    "Content-Type: application/octet-stream",
+                    "-X",
+                    "PUT",
+                    "--data-binary",
+                    &data,
+                ])
+                .arg(server.url(&format!("/upload/{name}"))),
+            None,
+        );
+        let text = String::from_utf8(out.stdout).unwrap().to_ascii_lowercase();
+        assert_eq!(
+            text.contains("access-control-allow-origin"),
+            allowed,
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn the_token_shows_only_in_the_address_line() {
+    let work = tempdir();
+    let (_, archive) = sample(work.path(), 3);
+    let dest = work.path().join("dest");
+    let server = Server::start(&dest, &[], None);
+    let start = Instant::now();
+    let url = loop {
+        let out = server.stdout.lock().unwrap().clone();
+        if let Some(line) = out.lines().next() {
+            break line.to_owned();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no address on stdout"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let prefix = format!("https://127.0.0.1:{}/#token=", server.port);
+    let token = url
+        .strip_prefix(&prefix)
+        .unwrap_or_else(|| panic!("{url}"))
+        .to_owned();
+    assert_eq!(token.len(), 43, "256 bits in base64url");
+    let data = format!("@{}", archive.display());
+    let args = [
+        "-H",
+        "Content-Type: application/octet-stream",
+        "--data-binary",
+        &data,
+    ];
+    assert_eq!(server.curl(Some(&token), &args, "/upload").0, 200);
+    let (status, _, body) = server.curl(Some(&token[1..]), &args, "/upload");
+    assert_eq!(status, 401);
+    assert!(!body.contains(&token[1..]), "the wrong token echoed");
+    let (out, err) = server.stop();
+    assert_eq!(out.matches(&token).count(), 1, "{out}");
+    assert!(!err.contains(&token) && !err.contains(&token[1..]), "{err}");
+    let fingerprint = err.lines().next().unwrap();
+    assert!(
+        fingerprint.contains("SHA-256 ") && fingerprint.matches(':').count() > 31,
+        "{fingerprint}"
+    );
+}
+
+#[test]
+fn busy_and_stopping_servers_keep_running_uploads_whole_or_not_at_all() {
+    let work = tempdir();
+    let (src, archive) = sample(work.path(), 30);
+    let bytes = fs::read(&archive).unwrap();
+    let dest = work.path().join("dest");
+    let server = Server::start(&dest, &["--plain-http", "--max-uploads", "1"], Some(TOKEN));
+    let mut first = partial_upload(&server, "first", &bytes, bytes.len() / 2);
+    // (Its log line comes at its end: time for it to take the one slot.)
+    std::thread::sleep(Duration::from_millis(300));
+    let (status, body) = server.upload(&archive, Some("second"), &[]);
+    assert_eq!(status, 503, "{body}");
+    // SIGTERM: no new connection, the running upload finishes and lands.
+    server.signal(rustix::process::Signal::TERM);
+    server.wait_for_log("stopping");
+    first.write_all(&bytes[bytes.len() / 2..]).unwrap();
+    let (status, text) = answer(&mut first);
+    assert_eq!(status, 200, "{text}");
+    assert_same_tree(&src, &dest.join("first"), umask());
+    let mut server = server;
+    assert_eq!(wait_exit(&mut server.child).signal(), Some(libc::SIGTERM));
+
+    // A second signal cancels the running upload: nothing of it stays.
+    let dest = work.path().join("dest2");
+    let mut server = Server::start(&dest, &["--plain-http"], Some(TOKEN));
+    let mut held = partial_upload(&server, "held", &bytes, bytes.len() / 2);
+    std::thread::sleep(Duration::from_millis(500));
+    server.signal(rustix::process::Signal::TERM);
+    server.wait_for_log("stopping");
+    server.signal(rustix::process::Signal::INT);
+    let (status, text) = answer(&mut held);
+    assert_eq!(status, 503, "{text}");
+    assert_eq!(wait_exit(&mut server.child).signal(), Some(libc::SIGTERM));
+    assert_holds(&dest, &[], "a cancelled upload");
+}
+
+#[test]
+fn a_token_file_must_be_private_and_a_given_certificate_is_served() {
+    use std::os::unix::fs::PermissionsExt;
+    let work = tempdir();
+    let (_, archive) = sample(work.path(), 3);
+    let token_file = work.path().join("token");
+    fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    fs::set_permissions(&token_file, fs::Permissions::from_mode(0o640)).unwrap();
+    let dest = work.path().join("dest");
+    let mut cmd = barge(["serve"]);
+    cmd.arg(&dest).arg("--token-file").arg(&token_file);
+    let out = run(cmd.args(["--listen", "127.0.0.1:0"]), None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("chmod 600") && !stderr.contains(TOKEN),
+        "{stderr}"
+    );
+    fs::set_permissions(&token_file, fs::Permissions::from_mode(0o600)).unwrap();
+    // A certificate made by openssl: served, and the fingerprint printed is its own.
+    let (cert, key) = (work.path().join("cert.pem"), work.path().join("key.pem"));
+    run_ok(
+        Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+            ])
+            .args(["-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"])
+            .args(["-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert),
+        None,
+    );
+    let openssl = run_ok(
+        Command::new("openssl")
+            .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
+            .arg(&cert),
+        None,
+    );
+    let fingerprint = String::from_utf8(openssl.stdout).unwrap();
+    let fingerprint = fingerprint.trim().rsplit('=').next().unwrap().to_owned();
+    let (token, cert, key) = (
+        token_file.to_str().unwrap(),
+        cert.to_str().unwrap(),
+        key.to_str().unwrap(),
+    );
+    let server = Server::start(
+        &dest,
+        &["--token-file", token, "--cert", cert, "--key", key],
+        None,
+    );
+    assert!(
+        server.wait_for_log("listening").contains(&fingerprint),
+        "{fingerprint}"
+    );
+    let data = format!("@{}", archive.display());
+    let (status, version, body) = server.curl(
+        Some(TOKEN),
+        &[
+            "--cacert",
+            cert,
+            "-H",
+            "Content-Type: application/octet-stream",
+            "--data-binary",
+            &data,
+        ],
+        "/upload",
+    );
+    assert_eq!((status, version.as_str()), (200, "2"), "{body}");
+}

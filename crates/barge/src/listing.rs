@@ -1,0 +1,1067 @@
+//! What a tree already holds, for `send --update`: the receiver lists its destination
+//! ([`Listing::of_dir`], one `statx` per entry on the parallel walker), sends the listing
+//! ([`Listing::write_to`], the form in docs/FORMAT.md, "Update listing"), and the sender
+//! reads it with limits ([`Listing::read_from`]) and packs only what differs
+//! ([`crate::pack::Pack::unchanged`]).
+//!
+//! A listing holds regular files and symlinks only: the sender always sends directories
+//! (they carry the structure and their metadata) and special files, so nothing else is
+//! worth asking about.
+
+use std::collections::HashMap;
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::Mutex;
+
+use rustix::fs::{makedev, statx, AtFlags, FileType, Statx, StatxFlags};
+
+use crate::error::{Error, Result, TreePath};
+use crate::format::{check_name, MAX_NAME, MAX_SYMLINK};
+use crate::tree::{Entry, Kind, Timestamp};
+use crate::walk::parallel::{
+    Dir, ParallelVisitor, ParallelVisitorBuilder, WalkParallel, WalkState,
+};
+
+/// The first bytes of a listing: its magic and version 1.
+const HEADER: [u8; 8] = *b"BLIST\x00\x01\x00";
+/// Tag of a directory's record.
+const DIR: u8 = 0x01;
+/// Tag of the end record.
+const END: u8 = 0x00;
+/// Longest directory path a listing carries (Linux's `PATH_MAX`): [`Listing::write_to`]
+/// leaves out deeper directories (their entries are then sent), and it is the default
+/// [`ListingLimits::max_path`].
+const MAX_PATH: usize = 4096;
+/// Bytes of an item besides its name: kind, name length, size, seconds, nanoseconds, mode,
+/// links, link group.
+const ITEM: usize = 1 + 1 + 8 + 8 + 4 + 2 + 4 + 4;
+
+/// What `statx` asks of each entry.
+const MASK: StatxFlags = StatxFlags::TYPE
+    .union(StatxFlags::MODE)
+    .union(StatxFlags::SIZE)
+    .union(StatxFlags::MTIME)
+    .union(StatxFlags::NLINK)
+    .union(StatxFlags::INO);
+
+/// A regular file or symlink as a listing describes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Item {
+    /// [`Kind::File`] or [`Kind::Symlink`].
+    pub kind: Kind,
+    /// Bytes of content; of a symlink, of its target.
+    pub size: u64,
+    /// Modification time, to the nanosecond.
+    pub mtime: Timestamp,
+    /// Permission bits, all twelve (0 for a symlink).
+    pub mode: u32,
+    /// A file's number of hard links (`st_nlink`, names outside the tree included; 0 for
+    /// a symlink).
+    pub links: u32,
+    /// 0 for a file with one link; else a number shared by the names in the listing of one
+    /// inode and no other.
+    pub group: u32,
+}
+
+/// The files and symlinks of a tree, by directory: each directory's path below the root
+/// (names joined by `/`, empty for the root, as an archive's paths go), then each entry's
+/// name in it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Listing {
+    dirs: HashMap<Box<[u8]>, Names>,
+    entries: u64,
+    /// Entries that could not be listed (left out).
+    unlisted: u64,
+}
+
+/// The entries of one directory, by name.
+pub(crate) type Names = HashMap<Box<[u8]>, Item>;
+
+/// Bounds on a listing read from elsewhere ([`Listing::read_from`]): what the peer may make
+/// this process hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListingLimits {
+    /// Most entries.
+    pub max_entries: u64,
+    /// Longest directory path, in bytes.
+    pub max_path: usize,
+    /// Most bytes of listing.
+    pub max_bytes: u64,
+}
+
+impl Default for ListingLimits {
+    /// 4 million entries, paths of 4096 bytes (Linux's `PATH_MAX`), 256 MiB (about 400 MiB
+    /// held at most).
+    fn default() -> ListingLimits {
+        ListingLimits {
+            max_entries: 4_000_000,
+            max_path: MAX_PATH,
+            max_bytes: 256 << 20,
+        }
+    }
+}
+
+impl Listing {
+    /// Lists the tree below the directory `root` on up to `threads` threads: each entry
+    /// `statx`ed once, relative to its directory's fd, never followed. Entries that cannot
+    /// be listed are left out (a sender then sends them) and counted in
+    /// [`Listing::unlisted`].
+    pub fn of_dir(root: OwnedFd, threads: usize) -> Listing {
+        let gather = Gather::default();
+        WalkParallel::new(root, b"")
+            .threads(threads)
+            .stat_mask(StatxFlags::TYPE)
+            .visit(&mut &gather, ());
+        let mut listing = gather.listing.into_inner().expect("no panics");
+        listing.unlisted += gather.unlisted.into_inner().expect("no panics");
+        listing
+    }
+
+    /// Files and symlinks listed.
+    pub fn len(&self) -> u64 {
+        self.entries
+    }
+
+    /// True when nothing is listed.
+    pub fn is_empty(&self) -> bool {
+        self.entries == 0
+    }
+
+    /// Entries [`Listing::of_dir`] could not list.
+    pub fn unlisted(&self) -> u64 {
+        self.unlisted
+    }
+
+    /// The entry at `path` (below the root, names joined by `/`).
+    pub fn get(&self, path: &[u8]) -> Option<&Item> {
+        let (dir, name) = match path.iter().rposition(|&b| b == b'/') {
+            Some(slash) => (&path[..slash], &path[slash + 1..]),
+            None => (&path[..0], path),
+        };
+        self.dir(dir)?.get(name)
+    }
+
+    /// The entries of the directory at `path`, if it has any.
+    pub(crate) fn dir(&self, path: &[u8]) -> Option<&Names> {
+        self.dirs.get(path)
+    }
+
+    /// Adds the entries of the directory `path`, which must not be listed yet.
+    fn add_dir(&mut self, path: Box<[u8]>, names: Names) {
+        self.entries += names.len() as u64;
+        let old = self.dirs.insert(path, names);
+        debug_assert!(old.is_none(), "each directory is listed once");
+    }
+
+    /// Writes the listing to `out` in its wire form (docs/FORMAT.md, "Update listing"),
+    /// leaving out directories whose path is longer than 4096 bytes.
+    pub fn write_to(&self, out: impl Write) -> io::Result<()> {
+        let mut out = BufWriter::with_capacity(64 << 10, out);
+        out.write_all(&HEADER)?;
+        let mut item = Vec::with_capacity(ITEM + MAX_NAME);
+        let (mut dirs, mut entries) = (0u64, 0u64);
+        for (path, names) in self.dirs.iter().filter(|(p, _)| p.len() <= MAX_PATH) {
+            dirs += 1;
+            entries += names.len() as u64;
+            out.write_all(&[DIR])?;
+            out.write_all(&(path.len() as u16).to_le_bytes())?;
+            out.write_all(path)?;
+            out.write_all(&(names.len() as u32).to_le_bytes())?;
+            for (name, e) in names {
+                item.clear();
+                item.push(if e.kind == Kind::Symlink { 2 } else { 1 });
+                item.push(name.len() as u8);
+                item.extend_from_slice(name);
+                item.extend_from_slice(&e.size.to_le_bytes());
+                item.extend_from_slice(&e.mtime.sec.to_le_bytes());
+                item.extend_from_slice(&e.mtime.nsec.to_le_bytes());
+                item.extend_from_slice(&(e.mode as u16).to_le_bytes());
+                item.extend_from_slice(&e.links.to_le_bytes());
+                item.extend_from_slice(&e.group.to_le_bytes());
+                out.write_all(&item)?;
+            }
+        }
+        out.write_all(&[END])?;
+        out.write_all(&dirs.to_le_bytes())?;
+        out.write_all(&entries.to_le_bytes())?;
+        out.into_inner().map_err(|e| e.into_error())?.flush()
+    }
+
+    /// Reads a listing in its wire form from `input` up to and including its end record
+    /// (nothing after it is read), checking every field and `limits` before it holds
+    /// anything: a listing that is malformed, breaks a limit or ends early is an
+    /// [`Error::Listing`] with the offset of the record at fault (of the field where it
+    /// ends early or passes the bytes limit).
+    pub fn read_from(input: impl Read, limits: ListingLimits) -> Result<Listing> {
+        let mut reader = Reader {
+            input: BufReader::with_capacity(64 << 10, input),
+            offset: 0,
+            limits,
+        };
+        reader.read()
+    }
+}
+
+/// A listing being read: the input, how far into it, and its bounds.
+struct Reader<R> {
+    input: BufReader<R>,
+    offset: u64,
+    limits: ListingLimits,
+}
+
+impl<R: Read> Reader<R> {
+    fn read(&mut self) -> Result<Listing> {
+        let mut header = [0; HEADER.len()];
+        self.bytes(&mut header)?;
+        if header[..6] != HEADER[..6] {
+            return Err(bad(0, "not an update listing (bad magic)".into()));
+        }
+        if header[6..] != HEADER[6..] {
+            let problem = format!("unsupported listing version {}.{}", header[6], header[7]);
+            return Err(bad(0, problem));
+        }
+        let mut listing = Listing::default();
+        let mut path = Vec::new();
+        loop {
+            let at = self.offset;
+            match self.u8()? {
+                DIR => {}
+                END => {
+                    let dirs = self.u64()?;
+                    let entries = self.u64()?;
+                    if dirs != listing.dirs.len() as u64 || entries != listing.entries {
+                        let problem = format!(
+                            "the end record counts {dirs} directories and {entries} entries \
+                             where {} and {} came",
+                            listing.dirs.len(),
+                            listing.entries
+                        );
+                        return Err(bad(at, problem));
+                    }
+                    return Ok(listing);
+                }
+                tag => return Err(bad(at, format!("unknown record tag 0x{tag:02x}"))),
+            }
+            let len = usize::from(self.u16()?);
+            if len > self.limits.max_path {
+                let problem = format!(
+                    "directory path of {len} bytes, more than the limit of {}",
+                    self.limits.max_path
+                );
+                return Err(bad(at, problem));
+            }
+            path.resize(len, 0);
+            self.bytes(&mut path)?;
+            if len > 0 {
+                for name in path.split(|&b| b == b'/') {
+                    if let Err(e) = check_name(name) {
+                        let problem = format!("directory path {}: {e}", TreePath(path.clone()));
+                        return Err(bad(at, problem));
+                    }
+                }
+            }
+            if listing.dirs.contains_key(&path[..]) {
+                let problem = format!("directory {} listed twice", TreePath(path.clone()));
+                return Err(bad(at, problem));
+            }
+            let count = u64::from(self.u32()?);
+            if listing.entries + count > self.limits.max_entries {
+                let problem = format!("more than the limit of {} entries", self.limits.max_entries);
+                return Err(bad(at, problem));
+            }
+            // Each item is at least ITEM + 1 bytes: no more room is taken than the bytes
+            // limit lets come.
+            let room = count.min(self.limits.max_bytes.saturating_sub(self.offset) / ITEM as u64);
+            let mut names = Names::with_capacity(room as usize);
+            for _ in 0..count {
+                let (name, listed) = self.item(&path)?;
+                if names.insert(name, listed).is_some() {
+                    return Err(bad(at, format!("{}: a name listed twice", TreePath(path))));
+                }
+            }
+            listing.add_dir(path.as_slice().into(), names);
+        }
+    }
+
+    /// One item of the directory `dir`.
+    fn item(&mut self, dir: &[u8]) -> Result<(Box<[u8]>, Item)> {
+        let at = self.offset;
+        let kind = match self.u8()? {
+            1 => Kind::File,
+            2 => Kind::Symlink,
+            other => return Err(bad(at, format!("unknown entry kind {other}"))),
+        };
+        let mut name = vec![0; usize::from(self.u8()?)];
+        self.bytes(&mut name)?;
+        let path = || TreePath::join([dir], &name);
+        if let Err(e) = check_name(&name) {
+            return Err(bad(at, format!("{}: {e}", path())));
+        }
+        let size = self.u64()?;
+        let sec = self.u64()? as i64;
+        let nsec = self.u32()?;
+        let mode = u32::from(self.u16()?);
+        let links = self.u32()?;
+        let group = self.u32()?;
+        let problem = if nsec >= 1_000_000_000 {
+            Some(format!("nanoseconds {nsec}, not below 10^9"))
+        } else if mode > 0o7777 {
+            Some(format!("mode 0o{mode:o}, more than 0o7777"))
+        } else if kind == Kind::Symlink && !(1..=MAX_SYMLINK as u64).contains(&size) {
+            Some(format!(
+                "a symlink target of {size} bytes (1 to {MAX_SYMLINK})"
+            ))
+        } else if kind == Kind::Symlink && (mode, links, group) != (0, 0, 0) {
+            Some("a symlink with a mode, links or a link group".into())
+        } else if kind == Kind::File && (links == 0 || (links == 1) != (group == 0)) {
+            Some(format!("{links} links in link group {group}"))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            return Err(bad(at, format!("{}: {problem}", path())));
+        }
+        let listed = Item {
+            kind,
+            size,
+            mtime: Timestamp { sec, nsec },
+            mode,
+            links,
+            group,
+        };
+        Ok((name.into(), listed))
+    }
+
+    /// Fills `buf` from the input, within the bytes limit.
+    fn bytes(&mut self, buf: &mut [u8]) -> Result<()> {
+        let end = self.offset + buf.len() as u64;
+        if end > self.limits.max_bytes {
+            let problem = format!("longer than the limit of {} bytes", self.limits.max_bytes);
+            return Err(bad(self.offset, problem));
+        }
+        match self.input.read_exact(buf) {
+            Ok(()) => {
+                self.offset = end;
+                Ok(())
+            }
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                Err(bad(self.offset, "the listing ends early".into()))
+            }
+            Err(e) => Err(Error::os("read", TreePath(b"<listing>".to_vec()), e)),
+        }
+    }
+
+    fn u8(&mut self) -> Result<u8> {
+        let mut b = [0; 1];
+        self.bytes(&mut b)?;
+        Ok(b[0])
+    }
+
+    fn u16(&mut self) -> Result<u16> {
+        let mut b = [0; 2];
+        self.bytes(&mut b)?;
+        Ok(u16::from_le_bytes(b))
+    }
+
+    fn u32(&mut self) -> Result<u32> {
+        let mut b = [0; 4];
+        self.bytes(&mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+
+    fn u64(&mut self) -> Result<u64> {
+        let mut b = [0; 8];
+        self.bytes(&mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+}
+
+/// The error for a listing that is wrong at byte `offset`.
+fn bad(offset: u64, problem: String) -> Error {
+    Error::Listing { offset, problem }
+}
+
+/// A listing being gathered by the walking threads.
+#[derive(Default)]
+struct Gather {
+    listing: Mutex<Listing>,
+    /// The link group of each inode with several links met so far, by device and inode.
+    groups: Mutex<HashMap<(u64, u64), u32>>,
+    unlisted: Mutex<u64>,
+}
+
+impl Gather {
+    /// The link group of the inode `stat` describes.
+    fn group(&self, stat: &Statx) -> u32 {
+        if stat.stx_nlink < 2 {
+            return 0;
+        }
+        let key = (
+            makedev(stat.stx_dev_major, stat.stx_dev_minor),
+            stat.stx_ino,
+        );
+        let mut groups = self.groups.lock().expect("no panics");
+        let next = groups.len() as u32 + 1;
+        *groups.entry(key).or_insert(next)
+    }
+}
+
+impl<'a> ParallelVisitorBuilder for &'a Gather {
+    type Visitor = Lister<'a>;
+
+    fn build(&mut self) -> Lister<'a> {
+        Lister {
+            gather: self,
+            names: Names::new(),
+        }
+    }
+}
+
+/// One walking thread's visitor: the entries of the directory it lists.
+struct Lister<'a> {
+    gather: &'a Gather,
+    names: Names,
+}
+
+impl ParallelVisitor for Lister<'_> {
+    type State = ();
+
+    fn enter_dir(
+        &mut self,
+        _parent: &Dir<()>,
+        _entry: &Entry<'_>,
+        _fd: BorrowedFd<'_>,
+        _stat: &Statx,
+    ) -> Result<(), WalkState> {
+        Ok(())
+    }
+
+    fn entry(&mut self, _dir: &Dir<()>, fd: BorrowedFd<'_>, entry: &mut Entry<'_>) -> WalkState {
+        if !matches!(entry.kind, Kind::File | Kind::Symlink | Kind::Unknown) {
+            return WalkState::Continue;
+        }
+        let stat = match statx(fd, entry.name, AtFlags::SYMLINK_NOFOLLOW, MASK) {
+            Ok(stat) => stat,
+            Err(_) => {
+                *self.gather.unlisted.lock().expect("no panics") += 1;
+                return WalkState::Continue;
+            }
+        };
+        let mtime = Timestamp {
+            sec: stat.stx_mtime.tv_sec,
+            nsec: stat.stx_mtime.tv_nsec,
+        };
+        let (kind, mode, links, group) = match FileType::from_raw_mode(u32::from(stat.stx_mode)) {
+            FileType::RegularFile => {
+                let mode = u32::from(stat.stx_mode) & 0o7777;
+                (Kind::File, mode, stat.stx_nlink, self.gather.group(&stat))
+            }
+            FileType::Symlink => (Kind::Symlink, 0, 0, 0),
+            // A directory without a d_type, or swapped in since the listing.
+            FileType::Directory => {
+                entry.kind = Kind::Dir;
+                return WalkState::Continue;
+            }
+            _ => return WalkState::Continue,
+        };
+        let listed = Item {
+            kind,
+            size: stat.stx_size,
+            mtime,
+            mode,
+            links,
+            group,
+        };
+        self.names.insert(entry.name.into(), listed);
+        WalkState::Continue
+    }
+
+    fn listed(&mut self, dir: &Dir<()>) {
+        if self.names.is_empty() {
+            return;
+        }
+        let names = std::mem::take(&mut self.names);
+        let path = dir.relative(None).into_boxed_slice();
+        self.gather
+            .listing
+            .lock()
+            .expect("no panics")
+            .add_dir(path, names);
+    }
+
+    /// Leaves the directory out: the sender sends what is below it.
+    fn unopened(
+        &mut self,
+        _parent: &Dir<()>,
+        _fd: BorrowedFd<'_>,
+        _name: &[u8],
+        _cause: rustix::io::Errno,
+    ) -> WalkState {
+        *self.gather.unlisted.lock().expect("no panics") += 1;
+        WalkState::Continue
+    }
+
+    fn error(&mut self, _error: Error) -> WalkState {
+        *self.gather.unlisted.lock().expect("no panics") += 1;
+        WalkState::Continue
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+    use std::io::Cursor;
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    use std::path::Path;
+    use std::process::Command;
+
+    use rustix::fs::{Mode, OFlags};
+
+    use super::*;
+    use crate::format::{decode_all, Event, Limits};
+    use crate::pack::{Pack, PackSummary};
+    use crate::unpack::{Engine, Existing, Restore, Unpack};
+
+    fn open(path: &Path) -> OwnedFd {
+        rustix::fs::open(path, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()).unwrap()
+    }
+
+    fn list(path: &Path) -> Listing {
+        let listing = Listing::of_dir(open(path), 4);
+        assert_eq!(listing.unlisted(), 0);
+        listing
+    }
+
+    /// Sets the modification time of `path` (not following it) to `sec`.
+    fn touch(path: &Path, sec: i64) {
+        let time = rustix::fs::Timespec {
+            tv_sec: sec,
+            tv_nsec: 123_456_789,
+        };
+        let times = rustix::fs::Timestamps {
+            last_access: time,
+            last_modification: time,
+        };
+        rustix::fs::utimensat(rustix::fs::CWD, path, &times, AtFlags::SYMLINK_NOFOLLOW).unwrap();
+    }
+
+    /// A tree with files small and large, a symlink, hard links, an empty file, a fifo and
+    /// nested directories.
+    fn make_tree(root: &Path) {
+        fs::create_dir_all(root.join("d/e/f")).unwrap();
+        fs::create_dir_all(root.join("empty")).unwrap();
+        for i in 0..40 {
+            fs::write(root.join(format!("d/s{i}")), format!("small {i}")).unwrap();
+        }
+        fs::write(root.join("d/e/big"), vec![7u8; 300_000]).unwrap();
+        fs::write(root.join("d/e/f/zero"), b"").unwrap();
+        fs::write(root.join("top"), b"top").unwrap();
+        fs::set_permissions(root.join("top"), fs::Permissions::from_mode(0o600)).unwrap();
+        symlink("d/s1", root.join("link")).unwrap();
+        fs::write(root.join("d/linked"), b"linked").unwrap();
+        fs::hard_link(root.join("d/linked"), root.join("d/e/linked2")).unwrap();
+        fs::hard_link(root.join("d/linked"), root.join("linked3")).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            root.join("fifo").as_path(),
+            rustix::fs::FileType::Fifo,
+            Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+    }
+
+    /// The archive of `root`, leaving out what `listing` shows unchanged; `archive` packs
+    /// without io_uring (extended attributes are read from fds).
+    fn pack(root: &Path, listing: &Listing, archive: bool) -> (Vec<u8>, PackSummary) {
+        let mut out = Vec::new();
+        let summary = Pack::new(open(root))
+            .archive(archive)
+            .unchanged(listing)
+            .to_writer(&mut out)
+            .unwrap();
+        (out, summary)
+    }
+
+    /// The paths of the entries `archive` holds other than directories, with a mark of
+    /// their kind (`=` for a hard link).
+    fn sent(archive: &[u8]) -> Vec<String> {
+        let mut dirs: Vec<Vec<u8>> = Vec::new();
+        let mut sent = Vec::new();
+        let mut add = |dirs: &[Vec<u8>], name: &[u8], mark: &str| {
+            let path = TreePath::join(dirs.iter().map(|d| &d[..]), name);
+            sent.push(format!("{mark}{path}"));
+        };
+        decode_all(archive, Limits::default(), |_, event| {
+            match event {
+                Event::Dir(entry) => dirs.push(entry.name.to_vec()),
+                Event::Pop => drop(dirs.pop()),
+                Event::File { entry, .. } => add(&dirs, entry.name, ""),
+                Event::Symlink { entry, .. } => add(&dirs, entry.name, "@"),
+                Event::HardLink { entry, .. } => add(&dirs, entry.name, "="),
+                Event::Special { entry, .. } => add(&dirs, entry.name, "|"),
+                _ => {}
+            }
+            Ok(())
+        })
+        .unwrap();
+        sent.sort();
+        sent
+    }
+
+    /// Lands `archive` into the existing directory `dest` with `engine`, replacing what is
+    /// there.
+    fn land(archive: Vec<u8>, dest: &Path, engine: Engine) -> Result<()> {
+        let unpack = Unpack::new()
+            .sandbox(false)
+            .engine(engine)
+            .restore(Restore::default().existing(Existing::Overwrite));
+        let archive = crate::unpack::Archive::from_reader(Cursor::new(archive));
+        let mut destination = unpack.prepare(dest, &archive)?;
+        unpack
+            .land(&archive, &mut destination, &crate::Progress::default())
+            .map(drop)
+    }
+
+    /// Lists the differences between the trees `a` and `b` (scripts/compare-trees; the
+    /// archive has no record of its root, which keeps its own time).
+    fn differences(a: &Path, b: &Path) -> Vec<String> {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/compare-trees");
+        let out = Command::new(script)
+            .args(["--max-lines", "1000", "--ignore-root-times"])
+            .args([a, b])
+            .output()
+            .unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        text.lines()
+            .filter(|l| l.contains(": ") && !l.contains(" entries compared"))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn a_listing_holds_files_and_symlinks_with_link_groups_and_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("t");
+        make_tree(&root);
+        let listing = list(&root);
+        // 40 small, big, zero, top, link, linked x3.
+        assert_eq!(listing.len(), 47);
+        let top = listing.get(b"top").unwrap();
+        assert_eq!(
+            (top.kind, top.size, top.mode, top.group),
+            (Kind::File, 3, 0o600, 0)
+        );
+        let link = listing.get(b"link").unwrap();
+        assert_eq!((link.kind, link.size, link.mode), (Kind::Symlink, 4, 0));
+        let group = listing.get(b"d/linked").unwrap().group;
+        assert_ne!(group, 0);
+        assert_eq!(listing.get(b"d/e/linked2").unwrap().group, group);
+        assert_eq!(listing.get(b"linked3").unwrap().group, group);
+        assert!(listing.get(b"fifo").is_none() && listing.get(b"d").is_none());
+        assert_eq!(listing.get(b"d/e/f/zero").unwrap().size, 0);
+
+        let mut wire = Vec::new();
+        listing.write_to(&mut wire).unwrap();
+        let again = Listing::read_from(&wire[..], ListingLimits::default()).unwrap();
+        assert_eq!(again, listing);
+        // Nothing after the end record is read.
+        let mut more = Cursor::new([&wire[..], b"next"].concat());
+        Listing::read_from(&mut more, ListingLimits::default()).unwrap();
+        let empty = Listing::default();
+        let mut wire = Vec::new();
+        empty.write_to(&mut wire).unwrap();
+        assert_eq!(wire.len(), 8 + 17);
+        assert_eq!(
+            Listing::read_from(&wire[..], ListingLimits::default()).unwrap(),
+            empty
+        );
+    }
+
+    /// A copy of the tree `root` at `copy`, landed from an archive (times to the
+    /// nanosecond, hard links as links).
+    fn copy_of(root: &Path, copy: &Path) {
+        let (archive, _) = pack(root, &Listing::default(), false);
+        land(archive, copy, Engine::Sync).unwrap();
+        assert_eq!(differences(root, copy), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_pack_leaves_out_exactly_what_the_listing_shows_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, copy) = (dir.path().join("t"), dir.path().join("copy"));
+        make_tree(&root);
+        copy_of(&root, &copy);
+        for archive in [false, true] {
+            let (packed, summary) = pack(&root, &list(&copy), archive);
+            // Directories and the fifo only.
+            assert_eq!(sent(&packed), ["|fifo"], "archive: {archive}");
+            assert_eq!((summary.unchanged, summary.files, summary.dirs), (47, 0, 4));
+            assert_eq!(
+                summary.unchanged_bytes,
+                300_000 + 3 + 6 * 3 + 10 * 7 + 30 * 8
+            );
+        }
+
+        // A size, a time, a mode, a file become a symlink, a symlink's target of another
+        // length and a symlink's time.
+        fs::write(root.join("d/s3"), b"longer than before").unwrap();
+        touch(&root.join("d/s4"), 1_000_000);
+        fs::set_permissions(root.join("d/s5"), fs::Permissions::from_mode(0o640)).unwrap();
+        fs::remove_file(root.join("top")).unwrap();
+        symlink("d", root.join("top")).unwrap();
+        fs::remove_file(root.join("link")).unwrap();
+        symlink("d/s10", root.join("link")).unwrap();
+        symlink("d/s2", root.join("d/e/link")).unwrap();
+        symlink("d/s2", copy.join("d/e/link")).unwrap();
+        touch(&root.join("d/e/link"), 2_000_000);
+        for archive in [false, true] {
+            let (packed, summary) = pack(&root, &list(&copy), archive);
+            let expected = [
+                "@d/e/link",
+                "@link",
+                "@top",
+                "d/s3",
+                "d/s4",
+                "d/s5",
+                "|fifo",
+            ];
+            assert_eq!(sent(&packed), expected, "archive: {archive}");
+            assert_eq!(
+                (summary.unchanged, summary.files, summary.symlinks),
+                (42, 3, 3)
+            );
+        }
+        let (packed, _) = pack(&root, &list(&copy), false);
+        land(packed, &copy, Engine::Sync).unwrap();
+        assert_eq!(differences(&root, &copy), Vec::<String>::new());
+    }
+
+    #[test]
+    fn hard_links_are_left_out_only_as_one_inode_linked_as_often() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, copy) = (dir.path().join("t"), dir.path().join("copy"));
+        make_tree(&root);
+        copy_of(&root, &copy);
+        let linked = ["=d/linked", "=linked3", "d/e/linked2", "|fifo"];
+        // The first name met is missing: it is sent whole, the others link to it.
+        fs::remove_file(copy.join("d/e/linked2")).unwrap();
+        let (packed, _) = pack(&root, &list(&copy), false);
+        assert_eq!(sent(&packed), linked);
+        land(packed, &copy, Engine::Sync).unwrap();
+        assert_eq!(differences(&root, &copy), Vec::<String>::new());
+
+        // A later name is missing: the names before it are linked once less there, so all
+        // are sent again.
+        fs::remove_file(copy.join("linked3")).unwrap();
+        let (packed, _) = pack(&root, &list(&copy), true);
+        assert_eq!(sent(&packed), linked);
+        land(packed, &copy, Engine::Sync).unwrap();
+        assert_eq!(differences(&root, &copy), Vec::<String>::new());
+
+        // Linked as often, but not to each other: only the first is left out.
+        for name in ["d/linked", "linked3"] {
+            fs::remove_file(copy.join(name)).unwrap();
+            fs::copy(root.join(name), copy.join(name)).unwrap();
+            let meta = fs::metadata(root.join(name)).unwrap();
+            let time = filetime(&meta);
+            touch_exactly(&copy.join(name), time);
+        }
+        fs::hard_link(copy.join("d/linked"), copy.join("d/other")).unwrap();
+        fs::hard_link(copy.join("linked3"), copy.join("other")).unwrap();
+        fs::hard_link(copy.join("linked3"), copy.join("other2")).unwrap();
+        // d/e/linked2 has 1 link now, d/linked 2, linked3 3: only linked3 is linked as
+        // often, and it is met last, with its inode packed already.
+        let (packed, summary) = pack(&root, &list(&copy), false);
+        assert_eq!(sent(&packed), linked);
+        assert_eq!(summary.unchanged, 44);
+    }
+
+    /// The modification time of `meta`.
+    fn filetime(meta: &fs::Metadata) -> (i64, i64) {
+        use std::os::unix::fs::MetadataExt;
+        (meta.mtime(), meta.mtime_nsec())
+    }
+
+    /// Sets the modification time of `path` to `time`.
+    fn touch_exactly(path: &Path, (sec, nsec): (i64, i64)) {
+        let time = rustix::fs::Timespec {
+            tv_sec: sec,
+            tv_nsec: nsec,
+        };
+        let times = rustix::fs::Timestamps {
+            last_access: time,
+            last_modification: time,
+        };
+        rustix::fs::utimensat(rustix::fs::CWD, path, &times, AtFlags::SYMLINK_NOFOLLOW).unwrap();
+    }
+
+    /// A listing in wire form: the header, then `body`.
+    fn wire(body: &[&[u8]]) -> Vec<u8> {
+        [&HEADER[..]]
+            .iter()
+            .chain(body)
+            .flat_map(|b| b.iter().copied())
+            .collect()
+    }
+
+    /// An item's bytes.
+    fn item(
+        kind: u8,
+        name: &[u8],
+        size: u64,
+        nsec: u32,
+        mode: u16,
+        links: u32,
+        group: u32,
+    ) -> Vec<u8> {
+        let mut b = vec![kind, name.len() as u8];
+        b.extend_from_slice(name);
+        b.extend_from_slice(&size.to_le_bytes());
+        b.extend_from_slice(&5i64.to_le_bytes());
+        b.extend_from_slice(&nsec.to_le_bytes());
+        b.extend_from_slice(&mode.to_le_bytes());
+        b.extend_from_slice(&links.to_le_bytes());
+        b.extend_from_slice(&group.to_le_bytes());
+        b
+    }
+
+    /// A directory record's head.
+    fn dir(path: &[u8], count: u32) -> Vec<u8> {
+        let mut b = vec![DIR];
+        b.extend_from_slice(&(path.len() as u16).to_le_bytes());
+        b.extend_from_slice(path);
+        b.extend_from_slice(&count.to_le_bytes());
+        b
+    }
+
+    fn end(dirs: u64, entries: u64) -> Vec<u8> {
+        let mut b = vec![END];
+        b.extend_from_slice(&dirs.to_le_bytes());
+        b.extend_from_slice(&entries.to_le_bytes());
+        b
+    }
+
+    /// The problem and offset reading `bytes` with `limits` fails with.
+    fn problem(bytes: &[u8], limits: ListingLimits) -> (u64, String) {
+        match Listing::read_from(bytes, limits) {
+            Err(Error::Listing { offset, problem }) => (offset, problem),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_malformed_or_oversized_listing_is_refused_at_its_record() {
+        let limits = ListingLimits::default();
+        let file = |name: &[u8]| item(1, name, 3, 0, 0o644, 1, 0);
+        let good = wire(&[
+            &dir(b"a/b", 2),
+            &file(b"x"),
+            &item(2, b"l", 4, 7, 0, 0, 0),
+            &end(1, 2),
+        ]);
+        let listing = Listing::read_from(&good[..], limits).unwrap();
+        assert_eq!(
+            listing.get(b"a/b/l").unwrap().mtime,
+            Timestamp { sec: 5, nsec: 7 }
+        );
+        // Every cut is an early end, at the offset of what is missing.
+        for cut in 0..good.len() {
+            let (at, what) = problem(&good[..cut], limits);
+            assert_eq!(
+                (at <= cut as u64, &what[..]),
+                (true, "the listing ends early")
+            );
+        }
+        // Any one byte changed: an error or a listing, never a panic.
+        for i in 0..good.len() {
+            for flip in [1u8, 0x80, 0xff] {
+                let mut bad = good.clone();
+                bad[i] ^= flip;
+                let _ = Listing::read_from(&bad[..], limits);
+            }
+        }
+        let d = dir(b"", 1);
+        let ends = end(1, 1);
+        let cases: Vec<(Vec<u8>, u64, &str)> = vec![
+            (b"BARGE\x00\x01\x01".to_vec(), 0, "not an update listing"),
+            (
+                [&HEADER[..6], &[2, 0]].concat(),
+                0,
+                "unsupported listing version 2.0",
+            ),
+            (wire(&[&[7]]), 8, "unknown record tag 0x07"),
+            (wire(&[&dir(b"a//b", 0)]), 8, "directory path a//b: "),
+            (wire(&[&dir(b"/a", 0)]), 8, "directory path /a: "),
+            (wire(&[&dir(b"a/..", 0)]), 8, "directory path a/..: "),
+            (
+                wire(&[&dir(b"a", 0), &dir(b"a", 0)]),
+                16,
+                "directory a listed twice",
+            ),
+            (wire(&[&d, &file(b"")]), 15, ": "),
+            (wire(&[&d, &file(b"a/b")]), 15, "a/b: "),
+            (wire(&[&d, &file(b"..")]), 15, "..: "),
+            (wire(&[&d, &file(b"n\x00")]), 15, "n\\x00: "),
+            (
+                wire(&[&dir(b"", 2), &file(b"x"), &file(b"x")]),
+                8,
+                "a name listed twice",
+            ),
+            (
+                wire(&[&d, &item(3, b"x", 0, 0, 0, 0, 0)]),
+                15,
+                "unknown entry kind 3",
+            ),
+            (
+                wire(&[&d, &item(1, b"x", 0, 1_000_000_000, 0, 1, 0)]),
+                15,
+                "x: nanoseconds",
+            ),
+            (
+                wire(&[&d, &item(1, b"x", 0, 0, 0o10000, 1, 0)]),
+                15,
+                "x: mode 0o10000",
+            ),
+            (wire(&[&d, &item(1, b"x", 0, 0, 0, 0, 0)]), 15, "x: 0 links"),
+            (
+                wire(&[&d, &item(1, b"x", 0, 0, 0, 2, 0)]),
+                15,
+                "x: 2 links in link group 0",
+            ),
+            (
+                wire(&[&d, &item(1, b"x", 0, 0, 0, 1, 4)]),
+                15,
+                "x: 1 links in link group 4",
+            ),
+            (
+                wire(&[&d, &item(2, b"x", 0, 0, 0, 0, 0)]),
+                15,
+                "x: a symlink target of 0",
+            ),
+            (
+                wire(&[&d, &item(2, b"x", 4096, 0, 0, 0, 0)]),
+                15,
+                "x: a symlink target of 4096",
+            ),
+            (
+                wire(&[&d, &item(2, b"x", 1, 0, 0o777, 0, 0)]),
+                15,
+                "x: a symlink with a mode",
+            ),
+            (
+                wire(&[&d, &file(b"x"), &end(1, 2)]),
+                48,
+                "the end record counts 1 directories and 2",
+            ),
+            (
+                wire(&[&d, &file(b"x"), &end(2, 1)]),
+                48,
+                "the end record counts 2",
+            ),
+            (wire(&[&d, &file(b"x"), &ends, &ends]), 0, "ok"),
+        ];
+        for (bytes, offset, what) in cases {
+            match Listing::read_from(&bytes[..], limits) {
+                Ok(_) => assert_eq!(what, "ok"),
+                Err(Error::Listing {
+                    offset: at,
+                    problem,
+                }) => {
+                    assert!(problem.contains(what), "{problem} lacks {what}");
+                    assert_eq!(at, offset, "{problem}");
+                }
+                Err(other) => panic!("{other}"),
+            }
+        }
+        // Limits, checked before anything is held.
+        let few = ListingLimits {
+            max_entries: 1,
+            ..limits
+        };
+        let (at, what) = problem(&good, few);
+        assert_eq!((at, &what[..]), (8, "more than the limit of 1 entries"));
+        let short = ListingLimits {
+            max_path: 2,
+            ..limits
+        };
+        let (at, what) = problem(&good, short);
+        assert_eq!(
+            (at, &what[..]),
+            (8, "directory path of 3 bytes, more than the limit of 2")
+        );
+        let small = ListingLimits {
+            max_bytes: 40,
+            ..limits
+        };
+        let (at, what) = problem(&good, small);
+        assert_eq!((at, &what[..]), (37, "longer than the limit of 40 bytes"));
+        // A count of 4 billion with nothing after it: an early end, not 4 billion slots.
+        let (_, what) = problem(
+            &wire(&[&dir(b"", u32::MAX)]),
+            ListingLimits {
+                max_entries: u64::MAX,
+                ..limits
+            },
+        );
+        assert_eq!(what, "the listing ends early");
+        let error = Listing::read_from(&wire(&[&[9]])[..], limits).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "update listing byte 8: unknown record tag 0x09"
+        );
+        assert_eq!(error.kind(), "listing");
+    }
+
+    #[test]
+    fn a_named_root_is_the_first_component_of_the_listing_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, dest) = (dir.path().join("t"), dir.path().join("dest"));
+        make_tree(&root);
+        let named = || Pack::named(vec![(b"t".to_vec(), open(&root))]).unwrap();
+        let mut archive = Vec::new();
+        named().to_writer(&mut archive).unwrap();
+        land(archive, &dest, Engine::Sync).unwrap();
+        let listing = list(&dest);
+        assert!(listing.get(b"t/d/e/big").is_some());
+        let mut archive = Vec::new();
+        let summary = named().unchanged(&listing).to_writer(&mut archive).unwrap();
+        assert_eq!((summary.unchanged, summary.files), (47, 0));
+        assert_eq!(sent(&archive), ["|t/fifo"]);
+    }
+
+    /// A landing cut off anywhere leaves no file that looks complete and is not: an update
+    /// from the listing of what it left makes the copy equal, whatever the engine.
+    #[test]
+    fn after_a_cut_off_landing_an_update_makes_the_copy_equal() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("t");
+        make_tree(&root);
+        // Over 4 MiB, so that a stream is landed by several threads.
+        fs::write(root.join("d/e/huge"), vec![9u8; 5 << 20]).unwrap();
+        for i in 0..300 {
+            fs::write(root.join(format!("d/e/f/m{i}")), vec![i as u8; 20_000]).unwrap();
+        }
+        let (whole, _) = pack(&root, &Listing::default(), false);
+        let engines = [Engine::Sync, Engine::Threads, Engine::Uring];
+        for (k, cut) in [100, 3_000, 200_000, 4 << 20, 9 << 20, whole.len() - 5]
+            .into_iter()
+            .enumerate()
+        {
+            let engine = engines[k % engines.len()];
+            let copy = dir.path().join(format!("copy{k}"));
+            fs::create_dir(&copy).unwrap();
+            let cut_off = land(whole[..cut].to_vec(), &copy, engine);
+            assert!(cut_off.is_err(), "{engine:?} at {cut}");
+            let listing = list(&copy);
+            let (update, summary) = pack(&root, &listing, false);
+            assert_eq!(summary.unchanged, listing.len(), "{engine:?} at {cut}");
+            land(update, &copy, engine).unwrap();
+            assert_eq!(
+                differences(&root, &copy),
+                Vec::<String>::new(),
+                "{engine:?} at {cut}"
+            );
+        }
+    }
+}

@@ -1,0 +1,383 @@
+//! The encrypted channel: a Noise `NNpsk2` handshake over a TCP stream, then framed,
+//! authenticated messages, each a `u16` big-endian length + ciphertext, written in batches.
+//!
+//! Every wait has a timeout (the peer sent nothing, or took nothing, for that long) and,
+//! where the caller asks, ends when a stop was requested (a signal).
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use snow::{Builder, TransportState};
+
+use super::key::Key;
+use crate::error::{Error, NetError, Result, TreePath};
+use crate::interrupt::check;
+
+/// The Noise protocol: see docs/SECURITY.md ("send / recv") for why psk2.
+const PATTERN: &str = "Noise_NNpsk2_25519_AESGCM_SHA256";
+/// Bound into the handshake: a peer speaking another version fails it.
+const PROLOGUE: &[u8] = b"barge-net-1";
+/// Longest Noise message.
+const MAX_MESSAGE: usize = 65535;
+/// The authentication tag of each message.
+const TAG: usize = 16;
+/// Longest payload of a message after its type byte.
+pub(crate) const MAX_PAYLOAD: usize = MAX_MESSAGE - TAG - 1;
+/// Frames are written in batches of about this many bytes: one `write` per batch.
+const BATCH: usize = 256 << 10;
+/// How often a wait looks for a requested stop.
+const STOP_LATENCY: Duration = Duration::from_millis(100);
+
+/// The framed TCP stream under the channel: reads frames, writes batches, with timeouts.
+struct Wire {
+    stream: TcpStream,
+    /// The peer's address, for messages.
+    peer: String,
+    timeout: Duration,
+    /// Waits end when a stop is requested.
+    interruptible: bool,
+    /// This end sends the archive (and expects nothing back until its end).
+    sender: bool,
+    /// Received bytes: `input[start..end]` not consumed yet.
+    input: Box<[u8]>,
+    start: usize,
+    end: usize,
+    /// Frames not written yet.
+    output: Vec<u8>,
+}
+
+/// What a wait for the socket found.
+#[derive(PartialEq, Eq)]
+enum Ready {
+    /// The socket can take (or give) bytes.
+    Yes,
+    /// The peer sent something while this end waited to write.
+    Incoming,
+}
+
+impl Wire {
+    fn new(
+        stream: TcpStream,
+        timeout: Duration,
+        interruptible: bool,
+        sender: bool,
+    ) -> Result<Wire> {
+        let peer = stream
+            .peer_addr()
+            .map_or_else(|_| "<peer>".into(), |a| a.to_string());
+        stream
+            .set_nonblocking(true)
+            .and_then(|()| stream.set_nodelay(true))
+            .map_err(|e| Error::os("set up connection", TreePath(peer.clone().into()), e))?;
+        Ok(Wire {
+            stream,
+            peer,
+            timeout,
+            interruptible,
+            sender,
+            input: vec![0; 2 * BATCH].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            output: Vec::with_capacity(BATCH + MAX_MESSAGE + 2),
+        })
+    }
+
+    /// Reads one frame, returning where its body is in `input` (valid until the next read).
+    /// `authenticated`: whether the peer showed it has the key (an end before that is a
+    /// failed handshake, not a truncated transfer).
+    fn read_frame(&mut self, authenticated: bool) -> Result<std::ops::Range<usize>> {
+        self.fill(2, authenticated)?;
+        let len = u16::from_be_bytes([self.input[self.start], self.input[self.start + 1]]);
+        self.fill(2 + len as usize, authenticated)?;
+        let body = self.start + 2..self.start + 2 + len as usize;
+        self.start = body.end;
+        Ok(body)
+    }
+
+    /// Makes `n` unconsumed bytes available, reading as much as comes.
+    fn fill(&mut self, n: usize, authenticated: bool) -> Result<()> {
+        while self.end - self.start < n {
+            if self.input.len() - self.start < n {
+                self.input.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            }
+            self.wait(PollFlags::IN)?;
+            match (&self.stream).read(&mut self.input[self.end..]) {
+                Ok(0) if !authenticated => return Err(not_authenticated(self.sender)),
+                Ok(0) => return Err(truncated("the connection closed")),
+                Ok(got) => self.end += got,
+                Err(e) => self.failed("receive from", e)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes every queued frame. With `watch`, stops (returning false) when the peer sent
+    /// something meanwhile.
+    fn flush(&mut self, watch: bool) -> Result<bool> {
+        let mut written = 0;
+        while written < self.output.len() {
+            let flags = match watch {
+                true => PollFlags::OUT | PollFlags::IN,
+                false => PollFlags::OUT,
+            };
+            if self.wait(flags)? == Ready::Incoming {
+                self.output.clear();
+                return Ok(false);
+            }
+            match (&self.stream).write(&self.output[written..]) {
+                Ok(n) => written += n,
+                Err(e) => self.failed("send to", e)?,
+            }
+        }
+        self.output.clear();
+        Ok(true)
+    }
+
+    /// Whether a failed read or write is worth retrying; the error when not.
+    fn failed(&self, op: &'static str, e: io::Error) -> Result<()> {
+        match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(()),
+            io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe => {
+                Err(truncated("the connection was reset"))
+            }
+            _ => Err(Error::os(op, TreePath(self.peer.clone().into()), e)),
+        }
+    }
+
+    /// Waits until the socket is ready for `flags` (with `OUT | IN`: to write, or the peer
+    /// sent something), failing after the timeout or on a requested stop.
+    fn wait(&self, flags: PollFlags) -> Result<Ready> {
+        let start = Instant::now();
+        loop {
+            if self.interruptible {
+                check()?;
+            }
+            let left = self.timeout.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                let what = match flags == PollFlags::IN {
+                    true => "sent nothing",
+                    false => "took nothing",
+                };
+                return Err(Error::net(
+                    NetError::Timeout,
+                    format!(
+                        "{} {what} for {} s (see --timeout)",
+                        self.peer,
+                        self.timeout.as_secs()
+                    ),
+                ));
+            }
+            let slice = left.min(STOP_LATENCY);
+            let timeout = Timespec {
+                tv_sec: slice.as_secs() as i64,
+                tv_nsec: i64::from(slice.subsec_nanos()),
+            };
+            let mut fds = [PollFd::new(&self.stream, flags)];
+            match poll(&mut fds, Some(&timeout)) {
+                Ok(0) | Err(rustix::io::Errno::INTR) => continue,
+                Ok(_) => {}
+                Err(e) => return Err(Error::io("poll", TreePath(self.peer.clone().into()), e)),
+            }
+            let incoming =
+                flags.contains(PollFlags::OUT) && fds[0].revents().contains(PollFlags::IN);
+            return Ok(match incoming {
+                true => Ready::Incoming,
+                false => Ready::Yes,
+            });
+        }
+    }
+
+    /// Queues one frame around the message `write` puts in place (returning its length).
+    fn frame(&mut self, write: impl FnOnce(&mut [u8]) -> Result<usize>) -> Result<()> {
+        let at = self.output.len();
+        self.output.resize(at + 2 + MAX_MESSAGE, 0);
+        let n = write(&mut self.output[at + 2..]);
+        let n = n.inspect_err(|_| self.output.truncate(at))?;
+        self.output[at..at + 2].copy_from_slice(&(n as u16).to_be_bytes());
+        self.output.truncate(at + 2 + n);
+        Ok(())
+    }
+}
+
+/// The authenticated, encrypted channel over one TCP connection (see the [module](self)
+/// documentation).
+pub(crate) struct Channel {
+    wire: Wire,
+    noise: TransportState,
+    /// The last message decrypted, or the next one to encrypt.
+    plain: Vec<u8>,
+    /// Set once the peer showed it holds the key: before that a failure means a wrong key.
+    authenticated: bool,
+}
+
+impl Channel {
+    /// Runs the sender's side of the handshake over `stream`; on return the receiver is
+    /// known to hold the key (its handshake message decrypted).
+    pub(crate) fn connect(stream: TcpStream, key: &Key, timeout: Duration) -> Result<Channel> {
+        let mut wire = Wire::new(stream, timeout, true, true)?;
+        let mut noise = builder(key).build_initiator().expect("valid parameters");
+        // -> e
+        wire.frame(|out| Ok(noise.write_message(&[], out).expect("fits")))?;
+        wire.flush(false)?;
+        // <- e, ee, psk: decrypts only with the key.
+        let body = wire.read_frame(false)?;
+        noise
+            .read_message(&wire.input[body], &mut [0; MAX_MESSAGE])
+            .map_err(|_| not_authenticated(true))?;
+        Channel::new(wire, noise, true)
+    }
+
+    /// Runs the receiver's side of the handshake over `stream`. The sender is known to
+    /// hold the key only once its first message decrypts ([`Channel::receive`]).
+    pub(crate) fn accept(
+        stream: TcpStream,
+        key: &Key,
+        timeout: Duration,
+        interruptible: bool,
+    ) -> Result<Channel> {
+        let mut wire = Wire::new(stream, timeout, interruptible, false)?;
+        let mut noise = builder(key).build_responder().expect("valid parameters");
+        // -> e: anyone can send one; a malformed one is no barge sender.
+        let body = wire.read_frame(false)?;
+        noise
+            .read_message(&wire.input[body], &mut [0; MAX_MESSAGE])
+            .map_err(|_| not_authenticated(false))?;
+        // <- e, ee, psk
+        wire.frame(|out| Ok(noise.write_message(&[], out).expect("fits")))?;
+        wire.flush(false)?;
+        Channel::new(wire, noise, false)
+    }
+
+    fn new(wire: Wire, noise: snow::HandshakeState, sender: bool) -> Result<Channel> {
+        let noise = noise
+            .into_transport_mode()
+            .map_err(|e| protocol(format!("the handshake did not finish: {e}")))?;
+        Ok(Channel {
+            wire,
+            noise,
+            plain: Vec::with_capacity(MAX_MESSAGE),
+            authenticated: sender,
+        })
+    }
+
+    /// Queues a message of type `kind` (payload at most [`MAX_PAYLOAD`] bytes), writing the
+    /// queue once it holds a batch.
+    pub(crate) fn send(&mut self, kind: u8, payload: &[u8]) -> Result<()> {
+        debug_assert!(payload.len() <= MAX_PAYLOAD);
+        self.plain.clear();
+        self.plain.push(kind);
+        self.plain.extend_from_slice(payload);
+        let (noise, plain) = (&mut self.noise, &self.plain);
+        self.wire.frame(|out| {
+            (noise.write_message(plain, out)).map_err(|e| protocol(format!("cannot encrypt: {e}")))
+        })?;
+        if self.wire.output.len() >= BATCH {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Writes every queued message. The sender fails with the receiver's message when it
+    /// sent one meanwhile (a receiver that stopped sends its result and reads no more).
+    pub(crate) fn flush(&mut self) -> Result<()> {
+        if self.wire.flush(self.wire.sender)? {
+            return Ok(());
+        }
+        Err(match self.receive() {
+            Ok((kind, payload)) => super::unexpected(kind, payload),
+            Err(e) => e,
+        })
+    }
+
+    /// Receives the next message: its type and payload. A message that fails to decrypt
+    /// is tampering, or, as the peer's first, a wrong key.
+    pub(crate) fn receive(&mut self) -> Result<(u8, &[u8])> {
+        if !self.wire.output.is_empty() {
+            self.flush()?;
+        }
+        let body = self.wire.read_frame(self.authenticated)?;
+        self.plain.resize(MAX_MESSAGE, 0);
+        let n = match self
+            .noise
+            .read_message(&self.wire.input[body], &mut self.plain)
+        {
+            Ok(n) => n,
+            Err(_) if !self.authenticated => return Err(not_authenticated(self.wire.sender)),
+            Err(_) => {
+                return Err(Error::net(
+                    NetError::Tampered,
+                    "a message failed its authentication check: the connection was tampered \
+                     with (a byte changed, or a message replayed, reordered or dropped)",
+                ))
+            }
+        };
+        self.authenticated = true;
+        match self.plain[..n].split_first() {
+            Some((&kind, payload)) => Ok((kind, payload)),
+            None => Err(protocol("an empty message")),
+        }
+    }
+
+    /// Sends what is queued, stops sending (a FIN), and reads what the peer still sends
+    /// until it closes or the timeout passes: closing with unread bytes would reset the
+    /// connection, and the peer could lose our last message.
+    pub(crate) fn close(mut self) {
+        if self.wire.flush(false).is_err() {
+            return;
+        }
+        let _ = self.wire.stream.shutdown(std::net::Shutdown::Write);
+        let mut sink = [0; 1 << 16];
+        while let Ok(Ready::Yes) = self.wire.wait(PollFlags::IN) {
+            match (&self.wire.stream).read(&mut sink) {
+                Ok(0) => return,
+                Ok(_) => {}
+                Err(e) => {
+                    if self.wire.failed("receive from", e).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The handshake's parameters with `key`.
+fn builder(key: &Key) -> Builder<'_> {
+    Builder::new(PATTERN.parse().expect("a valid pattern"))
+        .psk(2, key.bytes())
+        .and_then(|b| b.prologue(PROLOGUE))
+        .expect("valid parameters")
+}
+
+/// The error of a peer that does not hold the key (the `sender` cannot tell a receiver
+/// with another key from a stranger).
+fn not_authenticated(sender: bool) -> Error {
+    Error::net(
+        NetError::Authentication,
+        match sender {
+            true => {
+                "authentication failed: the receiver refused the key, or is not a barge receiver"
+            }
+            false => {
+                "authentication failed: the sender does not have the key, or is not a barge sender"
+            }
+        },
+    )
+}
+
+/// The error of an authenticated peer breaking the protocol.
+pub(crate) fn protocol(problem: impl std::fmt::Display) -> Error {
+    Error::net(NetError::Protocol, format!("protocol error: {problem}"))
+}
+
+/// The error of a connection that ended early.
+pub(crate) fn truncated(how: &str) -> Error {
+    Error::net(
+        NetError::Truncated,
+        format!("{how} before the end of the transfer: the stream was truncated"),
+    )
+}

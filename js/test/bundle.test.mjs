@@ -1,0 +1,13 @@
+// The browser bundle `barge serve` ships (crates/barge-cli/src/serve/barge-archive.js) is
+// generated from src/ by tools/bundle.mjs and committed; it must be what src/ gives now.
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { test } from "node:test";
+import { bundle, OUTPUT } from "../tools/bundle.mjs";
+
+test("the committed browser bundle is current (else: node tools/bundle.mjs)", async () => {
+  const fresh = await bundle();
+  assert.ok(readFileSync(OUTPUT, "utf8") === fresh, `${OUTPUT} is stale: run node tools/bundle.mjs in js/ and commit it`);
+  assert.match(fresh, /export\{/, "one ES module with exports");
+  assert.ok(fresh.length < 20000, `${fresh.length} bytes`);
+});

@@ -271,12 +271,6 @@ def _spawn(c, prefixes=None, out_fd=None, group=False):
     return pids, err
 
 
-def _failed(c, codes, err):
-    with open(err, errors="replace") as f:
-        text = f.read()[-2000:]
-    return RuntimeError(f"{c} failed (exit {codes}): {text}")
-
-
 def _wait(c, pids, err, deadline=None):
     """Waits for all pids (until the time.monotonic() `deadline`, if any: then raises
     TimeoutError); returns (user, sys) summed and the last pid's peak RSS (KiB); raises on
@@ -299,7 +293,9 @@ def _wait(c, pids, err, deadline=None):
         if os.waitstatus_to_exitcode(status) != 0:
             failed.append(os.waitstatus_to_exitcode(status))
     if failed:
-        raise _failed(c, failed, err)
+        with open(err, errors="replace") as f:
+            text = f.read()[-2000:]
+        raise RuntimeError(f"{c} failed (exit {failed}): {text}")
     return user, sys_, rss
 
 

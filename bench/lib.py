@@ -22,7 +22,19 @@ Commands and single runs
       first stage from a file, ``stdout`` sends the last one to a file (default /dev/null).
       ``cmd(*argv, **kw)`` and ``pipeline(argv1, argv2, **kw)`` build them; ``str(c)`` is the
       shell equivalent shown in the docs.
-  run(cmd) -> Run(wall, user, sys)      one timed run: posix_spawn + os.wait4 (seconds)
+  Duet(receiver, sender, ready=(), shown=None)
+      Two sides of a network transfer: the Cmd ``receiver`` is started before the timed
+      region and is ready once every TCP port in ``ready`` listens in its network namespace
+      or, when ``ready`` is empty, once it printed its first stdout line; ``sender`` is a Cmd
+      or a function of that line returning one (``shown`` is then its text in the docs). The
+      time runs from the sender's start until both sides have exited. Every process runs in
+      its own process group, killed when the run fails, hangs past DUET_TIMEOUT or is
+      interrupted.
+  run(cmd) -> Run(wall, user, sys, rss)  one timed run of a Cmd or Duet: posix_spawn +
+                                         os.wait4 (seconds; rss: the receiving side's peak
+                                         resident KiB, a Duet's receiver or a Cmd's last stage)
+  listening(pid, ports) -> bool          whether every TCP port in ports listens in the
+                                         network namespace of process pid
   user_sys(cmd) -> (user, sys)          CPU seconds of one run, from rusage (no strace)
   strace_count(cmd) -> (total, {syscall: calls})       one ``strace -c -f`` run
   strace_table(cmd) -> {syscall: (calls, errors, seconds)}  the same run, all columns
@@ -31,12 +43,13 @@ Commands and single runs
   perf_profile(cmd) -> [(symbol, percent)] | None       one ``perf record`` run: hottest functions
 
 Measurement
-  Case(label, cmd, setup=None, check=None, flag=False)
+  Case(label, cmd, setup=None, check=None, flag=False, rss=False)
                                          also accepted as a (label, setup, cmd) tuple
       ``setup()`` runs before every run, outside the timed region (e.g. ``fresh_dir``);
       ``check()`` runs after a run, outside it, and raises if the output is wrong (which stops
       the suite, or with ``flag`` marks the case ``wrong``). Every timed run starts after a
-      ``SETTLE`` pause (see there).
+      ``SETTLE`` pause (see there). With ``rss``, the result has ``recv_mib``: the median
+      of the receiving side's peak resident memory (MiB).
   interleave(cases, pairs, ref=0) -> [dict]
       One untimed warm-up run of each case, then ``pairs`` rounds running every case once
       (order reversed every other round: A B B A A B ...). Per case: ``times``, ``median``,
@@ -96,8 +109,10 @@ import os
 import platform
 import random
 import re
+import select
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import time
@@ -184,12 +199,26 @@ def pipeline(*stages, **kw):
 
 
 @dataclasses.dataclass
+class Duet:
+    """A receiver started before the timed region and a sender (see the module docstring)."""
+
+    receiver: Cmd
+    sender: object
+    ready: tuple = ()
+    shown: str = None
+
+    def __str__(self):
+        return f"{self.receiver} & {self.shown or self.sender}"
+
+
+@dataclasses.dataclass
 class Run:
-    """Wall-clock, user and system seconds of one run."""
+    """Wall-clock, user and system seconds of one run; the receiving side's peak RSS (KiB)."""
 
     wall: float
     user: float
     sys: float
+    rss: int = 0
 
 
 def _resolve(argv0):
@@ -199,8 +228,10 @@ def _resolve(argv0):
     return path
 
 
-def _spawn(c, prefixes=None):
-    """Starts all stages of `c` and returns (pids, stderr path); prefixes[i] wraps stage i."""
+def _spawn(c, prefixes=None, out_fd=None, group=False):
+    """Starts all stages of `c` and returns (pids, stderr path); prefixes[i] wraps stage i,
+    `out_fd` (instead of c.stdout) becomes the last stage's stdout and with `group` every
+    stage leads a process group of its own."""
     os.makedirs(os.path.join(WORK, "tmp"), exist_ok=True)
     err = os.path.join(WORK, "tmp", "stderr")
     pids, prev_read = [], None
@@ -218,14 +249,18 @@ def _spawn(c, prefixes=None):
                 acts.append((os.POSIX_SPAWN_DUP2, prev_read, 0))
             write_end = None
             if i == len(c.stages) - 1:
-                dst = c.stdout or "/dev/null"
-                acts.append(
-                    (os.POSIX_SPAWN_OPEN, 1, dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                )
+                if out_fd is not None:
+                    acts.append((os.POSIX_SPAWN_DUP2, out_fd, 1))
+                else:
+                    dst = c.stdout or "/dev/null"
+                    acts.append(
+                        (os.POSIX_SPAWN_OPEN, 1, dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                    )
             else:
                 next_read, write_end = os.pipe()
                 acts.append((os.POSIX_SPAWN_DUP2, write_end, 1))
-            pids.append(os.posix_spawn(_resolve(argv[0]), argv, os.environ, file_actions=acts))
+            kw = {"setpgroup": 0} if group else {}
+            pids.append(os.posix_spawn(_resolve(argv[0]), argv, os.environ, file_actions=acts, **kw))
             if prev_read is not None:
                 os.close(prev_read)
             if write_end is not None:
@@ -236,21 +271,32 @@ def _spawn(c, prefixes=None):
     return pids, err
 
 
-def _wait(c, pids, err):
-    """Waits for all pids; returns (user, sys) summed; raises on failure with stderr text."""
+def _wait(c, pids, err, deadline=None):
+    """Waits for all pids (until the time.monotonic() `deadline`, if any: then raises
+    TimeoutError); returns (user, sys) summed and the last pid's peak RSS (KiB); raises on
+    failure with stderr text."""
     user = sys_ = 0.0
+    rss = 0
     failed = []
     for pid in pids:
+        if deadline is not None:
+            fd = os.pidfd_open(pid)
+            try:
+                if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                    raise TimeoutError(f"{c} ran past {DUET_TIMEOUT} s")
+            finally:
+                os.close(fd)
         _, status, ru = os.wait4(pid, 0)
         user += ru.ru_utime
         sys_ += ru.ru_stime
+        rss = ru.ru_maxrss
         if os.waitstatus_to_exitcode(status) != 0:
             failed.append(os.waitstatus_to_exitcode(status))
     if failed:
         with open(err, errors="replace") as f:
             text = f.read()[-2000:]
         raise RuntimeError(f"{c} failed (exit {failed}): {text}")
-    return user, sys_
+    return user, sys_, rss
 
 
 def _clear_stderr():
@@ -259,13 +305,88 @@ def _clear_stderr():
         os.unlink(path)
 
 
+# Longest a Duet may take, from its receiver's start to both sides' exit (seconds).
+DUET_TIMEOUT = 300
+
+
+def listening(pid, ports):
+    """Whether every TCP port in `ports` listens in the network namespace of process `pid`."""
+    found = set()
+    for table in ("tcp", "tcp6"):
+        with open(f"/proc/{pid}/net/{table}") as f:
+            for line in f.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                if state == "0A":  # TCP_LISTEN
+                    found.add(int(local.rsplit(":", 1)[1], 16))
+    return set(ports) <= found
+
+
+def _ready(d, pid, out, deadline):
+    """Waits until Duet `d`'s receiver (first pid `pid`, stdout pipe `out`) is ready; returns
+    its first line ("" when `d.ready` names ports)."""
+    if d.ready:
+        while not listening(pid, d.ready):
+            if time.monotonic() > deadline or os.waitpid(pid, os.WNOHANG)[0]:
+                raise RuntimeError(f"{d.receiver} did not listen on {d.ready}")
+            time.sleep(0.005)
+        return ""
+    line = b""
+    while not line.endswith(b"\n"):
+        if not select.select([out], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            raise TimeoutError(f"{d.receiver} printed no line in {DUET_TIMEOUT} s")
+        chunk = os.read(out, 4096)
+        if not chunk:
+            raise RuntimeError(f"{d.receiver} exited without printing a line")
+        line += chunk
+    return line.decode().splitlines()[0]
+
+
+def _run_duet(d):
+    deadline = time.monotonic() + DUET_TIMEOUT
+    out, out_w = os.pipe()
+    pids = []
+    try:
+        rpids, err = _spawn(d.receiver, out_fd=out_w, group=True)
+        pids += rpids
+        os.close(out_w)
+        out_w = None
+        line = _ready(d, rpids[0], out, deadline)
+        sender = d.sender(line) if callable(d.sender) else d.sender
+        t0 = time.perf_counter()
+        spids, _ = _spawn(sender, group=True)
+        pids += spids
+        # A failure names the sender as shown (its real argv may hold a secret).
+        user, sys_, _ = _wait(d.shown or sender, spids, err, deadline)
+        # The receiver's later lines (e.g. a --json summary) must not fill the pipe.
+        while select.select([out], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            if not os.read(out, 65536):
+                break
+        ruser, rsys, rss = _wait(d.receiver, rpids, err, deadline)
+        wall = time.perf_counter() - t0
+        pids = []
+        return Run(wall, user + ruser, sys_ + rsys, rss)
+    finally:
+        for pid in pids:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+        os.close(out)
+        if out_w is not None:
+            os.close(out_w)
+
+
 def run(c):
-    """Runs `c` once and returns its Run (wall time from spawn to the last wait4)."""
+    """Runs `c` (a Cmd or a Duet) once and returns its Run (wall time from spawn, a Duet's
+    sender's, to the last wait4)."""
     _clear_stderr()
+    if isinstance(c, Duet):
+        return _run_duet(c)
     t0 = time.perf_counter()
     pids, err = _spawn(c)
-    user, sys_ = _wait(c, pids, err)
-    return Run(time.perf_counter() - t0, user, sys_)
+    user, sys_, rss = _wait(c, pids, err)
+    return Run(time.perf_counter() - t0, user, sys_, rss)
 
 
 def user_sys(c):
@@ -347,13 +468,14 @@ def perf_profile(c, top=12):
 class Case:
     """One benchmarked command; setup/check run outside the timed region. With `flag`, a
     check that raises marks the case wrong (its result's ``wrong`` field, shown in the tables)
-    instead of stopping the suite."""
+    instead of stopping the suite; with `rss`, the receiving side's peak memory is reported."""
 
     label: str
-    cmd: Cmd
+    cmd: object
     setup: object = None
     check: object = None
     flag: bool = False
+    rss: bool = False
 
 
 def _case(c):
@@ -473,6 +595,8 @@ def interleave(cases, pairs, ref=0):
         }
         if case.label in wrong:
             res["wrong"] = wrong[case.label]
+        if case.rss:
+            res["recv_mib"] = statistics.median(x.rss for x in rs) / 1024
         out.append(res)
     return out
 

@@ -62,7 +62,7 @@ def _floor(r, grp=""):
 
 def _label(c):
     """A case's label, flagged when its output was wrong (lib's ``wrong`` field)."""
-    flag = f" **(copied wrong: {c['wrong']})**" if c.get("wrong") else ""
+    flag = f" **(copied wrong: {_cell(c['wrong'])})**" if c.get("wrong") else ""
     return _cell(c["label"]) + flag
 
 
@@ -71,18 +71,27 @@ def floor_ratio(c, floor):
     return statistics.median(a / b for a, b in zip(c["times"], floor["times"]))
 
 
+# Optional columns: (result field, header, format), shown when a case of the set has the field.
+EXTRA_COLUMNS = [
+    ("recv_mib", "receiver peak MiB", lambda x: f"{x:.0f}"),
+    ("link_share", "share of 1 Gbit/s", lambda x: f"{x:.0%}"),
+]
+
+
 def set_table(suite, name, r):
     """Markdown table of one suite run on one data set (with a "time / floor" column when the
-    run has a floor case: each case against the floor of its group)."""
+    run has a floor case: each case against the floor of its group; and EXTRA_COLUMNS)."""
     floors = {group(c["label"]): _floor(r, group(c["label"])) for c in r["cases"]}
     floor = any(floors.values())
+    extra = [col for col in EXTRA_COLUMNS if any(col[0] in c for c in r["cases"])]
     rows = [
         set_header(suite, name, r),
         "",
         f"| case | median ms | time / {_ref_label(r)} (median of per-pair ratios) "
         + ("| time / floor " if floor else "")
-        + "| user ms | sys ms | sys µs/file | syscalls/file |",
-        "|---|--:|--:|" + ("--:|" if floor else "") + "--:|--:|--:|--:|",
+        + "| user ms | sys ms | sys µs/file | syscalls/file |"
+        + "".join(f" {head} |" for _, head, _ in extra),
+        "|---|--:|--:|" + ("--:|" if floor else "") + "--:|--:|--:|--:|" + "--:|" * len(extra),
     ]
     for c in r["cases"]:
         own = floors[group(c["label"])]
@@ -91,6 +100,7 @@ def set_table(suite, name, r):
             + ((f"| {floor_ratio(c, own):.2f}x " if own else "| ") if floor else "")
             + f"| {_ms(c['user'])} | {_ms(c['sys'])} | {c['sys_us_per_file']:.1f} "
             f"| {_num(c.get('syscalls_per_file'))} |"
+            + "".join(f" {fmt(c[key]) if key in c else ''} |" for key, _, fmt in extra)
         )
     rows += ["", "<details><summary>commands</summary>", ""]
     rows += [f"- {c['label']}: `{c['cmd']}`" for c in r["cases"]]
@@ -151,7 +161,7 @@ def _suite(name):
 
 def _verdict(got, ok, wrong=None):
     if wrong:
-        return f"**{wrong} copied wrong**"
+        return f"**{_cell(wrong)} copied wrong**"
     return "not measured" if got is None else "met" if ok else "**missed**"
 
 
@@ -165,9 +175,32 @@ def _wrong(r, *labels):
     return " and ".join(dict.fromkeys(c["label"] for c in named if c and c.get("wrong")))
 
 
+# A LIMITS or MINIMA field: (what it measures, unit, scale of the shown number).
+MEASURES = {
+    "ratio": ("its time / barge's", "x", 1),
+    "syscalls_per_file": ("syscalls/file", "", 1),
+    "link_share": ("share of 1 Gbit/s", "%", 100),
+}
+
+
+def _bound_row(suite, doc, name, label, field, bound, want):
+    """One row of targets_table: case `label`'s `field` on set `name` against `want`, an upper
+    bound ("at most") or a lower one ("at least")."""
+    r = doc["sets"].get(name, {})
+    cases = {c["label"]: c for c in r.get("cases", [])}
+    got = cases.get(label, {}).get(field)
+    measure, unit, scale = MEASURES[field]
+    ok = got is not None and (got <= want if bound == "at most" else got >= want)
+    shown = "" if got is None else f"{got * scale:.{0 if scale > 1 else 2}f}{unit}"
+    return (
+        f"| {suite} | {name} | {_cell(label)} | {measure} | {bound} {want * scale:.{0 if scale > 1 else 1}f}{unit} "
+        f"| {shown} | {_verdict(got, ok, _wrong(r, label))} |"
+    )
+
+
 def targets_table(docs):
-    """Each suite's TARGETS (a peer's time / barge's, at least) and LIMITS (a case's own
-    figure, at most) against the newest results."""
+    """Each suite's TARGETS (a peer's time / barge's, at least), LIMITS (a case's own figure,
+    at most) and MINIMA (a case's own figure, at least) against the newest results."""
     rows = ["| suite | set | case | measure | target | measured | |", "|---|---|---|---|--:|--:|---|"]
     for suite, doc in sorted(docs.items()):
         mod = _suite(suite)
@@ -180,19 +213,9 @@ def targets_table(docs):
                 f"| {suite} | {name} | {_cell(label)} | its time / barge's | at least {want:.1f}x "
                 f"| {_num(got)}{'x' if got else ''} | {verdict} |"
             )
-        for name, label, field, most in getattr(mod, "LIMITS", []):
-            r = doc["sets"].get(name, {})
-            cases = {c["label"]: c for c in r.get("cases", [])}
-            got = cases.get(label, {}).get(field)
-            measure, unit = {
-                "ratio": ("its time / barge's", "x"),
-                "syscalls_per_file": ("syscalls/file", ""),
-            }[field]
-            verdict = _verdict(got, got is not None and got <= most, _wrong(r, label))
-            rows.append(
-                f"| {suite} | {name} | {_cell(label)} | {measure} | at most {most:.1f}{unit} "
-                f"| {_num(got)}{unit if got is not None else ''} | {verdict} |"
-            )
+        for bound, entries in (("at most", getattr(mod, "LIMITS", [])), ("at least", getattr(mod, "MINIMA", []))):
+            for name, label, field, want in entries:
+                rows.append(_bound_row(suite, doc, name, label, field, bound, want))
     return "\n".join(rows)
 
 

@@ -346,6 +346,10 @@ enum Command {
     #[command(mut_arg("setid", |a| a.help(
         "Restore the sender's setuid and setgid bits (never unless asked, even as root)")))]
     Recv(net::RecvArgs),
+    /// Make a new key file for `recv --key-file` and `send --key-file` (32 random bytes in
+    /// base64url, readable by its owner only; an existing FILE is refused). Give it to the
+    /// sending host by a channel you trust.
+    Key(net::KeyArgs),
     /// Print the manual page (roff: `barge man | man -l -`), or write one page per command
     /// into DIR (barge.1, barge-pack.1, ...), as a package installs them.
     #[command(hide = true)]
@@ -428,6 +432,7 @@ impl Command {
             Command::Serve(args) => args.json().then_some(false),
             Command::Send(args) => args.json().then_some(false),
             Command::Recv(args) => args.json().then_some(false),
+            Command::Key(_) => None,
             Command::Man { .. } | Command::Completions { .. } => None,
         }
     }
@@ -488,6 +493,7 @@ fn run(command: Command) -> anyhow::Result<Exit> {
         Command::Serve(args) => serve::serve(args),
         Command::Send(args) => net::send(args),
         Command::Recv(args) => net::recv(args),
+        Command::Key(args) => net::key(args),
         Command::Man { dir: Some(dir) } => {
             let shown = report::shown_path(&dir);
             clap_mangen::generate_to(Cli::command(), &dir)

@@ -3,6 +3,7 @@
 use std::fs::File;
 use std::io::{IsTerminal, Read, Write};
 use std::net::{SocketAddr, TcpListener};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc;
@@ -154,6 +155,31 @@ fn given_key(file: Option<&Path>) -> Result<Option<Key>> {
     }
 }
 
+/// What `barge key` takes.
+#[derive(clap::Args, Debug)]
+pub struct KeyArgs {
+    /// The key file to make (refused when FILE exists).
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+}
+
+/// `barge key FILE`: a new random key, created exclusively with mode 600.
+pub fn key(args: KeyArgs) -> Result<Exit> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let shown = shown_path(&args.file);
+    let key = Key::generate()?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&args.file)
+        .with_context(|| format!("cannot make the key file {shown}"))?;
+    writeln!(file, "{}", key.to_text())
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("cannot write the key file {shown}"))?;
+    Ok(Exit::Success)
+}
+
 /// `barge send DIR... TICKET`.
 pub fn send(args: SendArgs) -> Result<Exit> {
     raise_fd_limit();
@@ -299,6 +325,12 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
         .timeout(Duration::from_secs(args.timeout))
         .interruptible(!args.keep);
     let (tx, rx) = mpsc::channel::<Done>();
+    // A transfer that ends wakes the loop at once (one-shot recv exits then, not at the next
+    // poll timeout).
+    let wake = std::sync::Arc::new(
+        rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC)
+            .context("cannot make an eventfd")?,
+    );
     let mut running = 0;
     loop {
         // Busy, or stopping: wait for a transfer to end; connections wait in the listen
@@ -321,7 +353,7 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
             }
             continue;
         }
-        if stopping || !readable(&listener)? {
+        if stopping || !readable(&listener, &wake)? {
             continue;
         }
         let (stream, peer) = match listener.accept() {
@@ -333,7 +365,7 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
             }
         };
         running += 1;
-        let (tx, receive) = (tx.clone(), receive.clone());
+        let (tx, receive, wake) = (tx.clone(), receive.clone(), wake.clone());
         std::thread::spawn(move || {
             barge::interrupt::keep_signals_off_this_thread();
             let start = Instant::now();
@@ -343,6 +375,7 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
                 result,
                 elapsed: start.elapsed(),
             });
+            let _ = rustix::io::write(&*wake, &1u64.to_ne_bytes());
         });
     }
     match barge::interrupt::requested() {
@@ -351,18 +384,25 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
     }
 }
 
-/// Whether a connection waits to be accepted (after at most 100 ms).
-fn readable(listener: &TcpListener) -> Result<bool> {
-    let mut fds = [rustix::event::PollFd::new(
-        listener,
-        rustix::event::PollFlags::IN,
-    )];
-    let wait = rustix::event::Timespec {
+/// Whether a connection waits to be accepted: waits until one does, a transfer ends (`wake`,
+/// read here) or 100 ms have passed (a stop is seen then).
+fn readable(listener: &TcpListener, wake: &OwnedFd) -> Result<bool> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let mut fds = [
+        PollFd::new(listener, PollFlags::IN),
+        PollFd::new(wake, PollFlags::IN),
+    ];
+    let wait = Timespec {
         tv_sec: 0,
         tv_nsec: 100_000_000,
     };
-    match rustix::event::poll(&mut fds, Some(&wait)) {
-        Ok(n) => Ok(n > 0),
+    match poll(&mut fds, Some(&wait)) {
+        Ok(_) => {
+            if !fds[1].revents().is_empty() {
+                let _ = rustix::io::read(wake, &mut [0u8; 8]);
+            }
+            Ok(!fds[0].revents().is_empty())
+        }
         Err(rustix::io::Errno::INTR) => Ok(false),
         Err(e) => Err(e.into()),
     }

@@ -621,6 +621,7 @@ fn a_manual_page_and_completions_come_from_the_command_line_definition() {
     let pages = [
         "barge-cp.1",
         "barge-du.1",
+        "barge-key.1",
         "barge-list.1",
         "barge-pack.1",
         "barge-recv.1",

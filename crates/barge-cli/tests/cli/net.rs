@@ -180,16 +180,18 @@ fn key_files_and_the_environment_carry_the_key_and_loose_files_are_refused() {
     let src = work.path().join("src");
     files(&src, 3);
     let key_file = work.path().join("key");
-    // A key of the right form: from a ticket.
-    let recv = Recv::start(&work.path().join("first"), &[], None);
-    let key = recv.ticket().split('#').nth(1).unwrap().to_string();
-    assert!(send(&[src.to_str().unwrap(), recv.ticket()], None)
-        .status
-        .success());
-    assert!(recv.wait().status.success());
-    fs::write(&key_file, format!("{key}\n")).unwrap();
-    fs::set_permissions(&key_file, fs::Permissions::from_mode(0o600)).unwrap();
     let key_path = key_file.to_str().unwrap();
+    // A key file of its own, readable by its owner only; never made over a file.
+    run_ok(&mut barge(["key", key_path]), None);
+    assert_eq!(fs::metadata(&key_file).unwrap().permissions().mode() & 0o777, 0o600);
+    let key = fs::read_to_string(&key_file)
+        .unwrap()
+        .trim_end()
+        .to_string();
+    assert_eq!(key.len(), 43, "{key}");
+    let again = run(&mut barge(["key", key_path]), None);
+    assert_clean_failure(&again, &["exists"], "a key file over a file");
+    assert_eq!(fs::read_to_string(&key_file).unwrap(), format!("{key}\n"));
 
     let dest = work.path().join("dest");
     let recv = Recv::start(&dest, &["--key-file", key_path], None);

@@ -992,3 +992,15 @@ def write_results(suite, sets):
         json.dump(doc, f, indent=1, sort_keys=True)
         f.write("\n")
     return path
+
+
+def once(fn):
+    """`fn` on the first call only (peers are checked on their warm-up run)."""
+    done = []
+
+    def wrapper():
+        if not done:
+            done.append(True)
+            fn()
+
+    return wrapper

@@ -142,18 +142,6 @@ def checker(want, path, keeps):
     return check
 
 
-def once(fn):
-    """`fn` on the first call only (peers are checked on their warm-up run)."""
-    done = []
-
-    def wrapper():
-        if not done:
-            done.append(True)
-            fn()
-
-    return wrapper
-
-
 def copy_cases(ctx, peers, src, dest, prefix, setup, want, floor_threads, only=None):
     """barge cp -a (the reference), barge cp, the floors and the peers (or those of them
     labelled as in `only`) copying `src` to the absent `dest`; labels start with `prefix`."""
@@ -175,7 +163,7 @@ def copy_cases(ctx, peers, src, dest, prefix, setup, want, floor_threads, only=N
             continue
         check = checker(want, dest, KEEPS[label])
         if not label.startswith("barge"):
-            check = once(check)
+            check = lib.once(check)
         cases.append(lib.Case(prefix + label, lib.cmd(*a), setup, check, flag=True))
     return cases
 
@@ -192,7 +180,7 @@ def update_cases(ctx, src, parent, want):
     for label, a in argv.items():
         check = checker(want, copy, EVERYTHING if label != "rsync -a" else KEEPS["rsync -a"])
         if not label.startswith("barge"):
-            check = once(check)
+            check = lib.once(check)
         cases.append(lib.Case("update: " + label, lib.cmd(*a), None, check, flag=True))
     return cases
 

@@ -238,18 +238,6 @@ def checker(ds, dest):
     return check
 
 
-def once(fn):
-    """`fn` on the first call only (peers are checked on their warm-up run)."""
-    done = []
-
-    def wrapper():
-        if not done:
-            done.append(True)
-            fn()
-
-    return wrapper
-
-
 def case(label, command, setup, check, rss=True):
     """A row whose output is checked (flagged when wrong) and, with `rss`, whose receiver's
     peak memory is reported."""
@@ -268,8 +256,8 @@ def transfer_cases(ctx, ds, sshd, dest):
             barge_duet(ctx, lo, "127.0.0.1", src, dest, "--compress"), absent(dest), check,
         ),
         case("barge pack | barge unpack - (no network)", pipe, absent(dest), check),
-        case("tar | nc | tar", tar_duet(lo, "127.0.0.1", src, dest), empty(dest), once(check)),
-        case("rsync -a over ssh", sshd.rsync(src, dest), absent(dest), once(check), rss=False),
+        case("tar | nc | tar", tar_duet(lo, "127.0.0.1", src, dest), empty(dest), lib.once(check)),
+        case("rsync -a over ssh", sshd.rsync(src, dest), absent(dest), lib.once(check), rss=False),
     ]
 
 
@@ -279,7 +267,7 @@ def update_cases(ctx, ds, sshd, copy):
     duet = barge_duet(ctx, (NS_LO, NS_LO), "127.0.0.1", ds.root, copy, "--update")
     return [
         case("update: barge send --update | recv", duet, None, check),
-        case("update: rsync -a over ssh", sshd.rsync(ds.root, copy), None, once(check), rss=False),
+        case("update: rsync -a over ssh", sshd.rsync(ds.root, copy), None, lib.once(check), rss=False),
     ]
 
 
@@ -296,7 +284,7 @@ def link_cases(ctx, ds, dest):
             ),
             ds.bytes,
         ),
-        (case("link: tar | nc | tar", tar_duet(sd, D_ADDR, src, dest), empty(dest), once(check)), ds.bytes),
+        (case("link: tar | nc | tar", tar_duet(sd, D_ADDR, src, dest), empty(dest), lib.once(check)), ds.bytes),
         (lib.Case("link: dd | nc", dd_duet(1)), DD_BYTES),
         (lib.Case(f"link: dd | nc, {STREAMS} streams", dd_duet(STREAMS)), DD_BYTES),
     ]

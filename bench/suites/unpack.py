@@ -49,17 +49,6 @@ LIMITS = [
 FLOOR_TARGETS = [("linux", 1.15), ("tiny-many", 1.15)]
 
 
-def once(fn):
-    """`fn` on the first call only (peers' outputs are checked on their warm-up run)."""
-    done = []
-
-    def wrapper():
-        if not done:
-            done.append(fn())
-
-    return wrapper
-
-
 def run(ctx):
     dest = os.path.join(lib.WORK, "dest")
     out = {}
@@ -89,7 +78,7 @@ def run(ctx):
             offset, path = plan.rstrip("\n").split(" ", 1)
             floor = lib.cmd(ctx.floor["unpack"], a["barge"], dest, offset, path)
             # Contents only: the directories open at the floor's split keep their landing times.
-            barge.append(lib.Case(lib.FLOOR, floor, setup, once(check)))
+            barge.append(lib.Case(lib.FLOOR, floor, setup, lib.once(check)))
         if ctx.archive:
             barge.append(barge_case("barge -a", a["barge -a"]))
         tar_x = ["tar", "--xattrs", "--acls", "-xpf"]
@@ -118,10 +107,10 @@ def run(ctx):
                 "tar -xpf -, piped",
                 lib.pipeline(["cat", a["tar"]], ["tar", "-xpf", "-", "-C", dest]),
                 setup,
-                once(check_meta),
+                lib.once(check_meta),
             ),
         ]
-        cases = barge + [lib.Case(label, c, setup, once(ck)) for label, c, ck in peers] + piped
+        cases = barge + [lib.Case(label, c, setup, lib.once(ck)) for label, c, ck in peers] + piped
         out[ds.name] = {
             "archive_bytes": {f: os.path.getsize(p) for f, p in a.items()},
             "cases": lib.measure(cases, lib.pairs_for(ds, ctx.pairs), ds.files, trace=ctx.trace),

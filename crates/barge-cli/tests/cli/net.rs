@@ -183,7 +183,10 @@ fn key_files_and_the_environment_carry_the_key_and_loose_files_are_refused() {
     let key_path = key_file.to_str().unwrap();
     // A key file of its own, readable by its owner only; never made over a file.
     run_ok(&mut barge(["key", key_path]), None);
-    assert_eq!(fs::metadata(&key_file).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(
+        fs::metadata(&key_file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
     let key = fs::read_to_string(&key_file)
         .unwrap()
         .trim_end()

@@ -331,9 +331,12 @@ pub fn warn_not_restored(skipped: &NotRestored) {
         ),
         (
             skipped.setid,
-            "setuid/setgid bits not restored (not root; --setid restores them)",
+            "setuid/setgid bits not restored (not root, or recv: --setid restores them)",
         ),
-        (skipped.devices, "devices not created (not root)"),
+        (
+            skipped.devices,
+            "devices not created (they need root, and recv --same-owner)",
+        ),
         (
             skipped.xattrs,
             "extended attributes not restored (trusted.*, security.* and system.* but ACLs need root; \

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::symlink;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use barge::format::{TAG_FILE64, TAG_PERM};
 
@@ -21,6 +21,18 @@ pub(crate) struct Case {
     pub(crate) args: &'static [&'static str],
     /// Each must appear in stderr; `a|b` accepts either.
     pub(crate) needles: &'static [&'static str],
+}
+
+impl Case {
+    /// Makes `work`/dest (empty) and the sentinel tree `work`/outside, prepares them as the
+    /// case says, and returns DEST and the sentinel's record.
+    pub(crate) fn prepare(&self, work: &Path) -> (PathBuf, Sentinel) {
+        let (dest, outside) = (work.join("dest"), work.join("outside"));
+        fs::create_dir(&dest).unwrap();
+        Sentinel::populate(&outside);
+        (self.setup)(&dest, &outside);
+        (dest, Sentinel::record(&outside))
+    }
 }
 
 fn no_setup(_: &Path, _: &Path) {}
@@ -397,11 +409,7 @@ const WAYS: [(bool, bool, &str); 4] = [
 fn run_case(case: &Case, piped: bool, sandbox: bool, engine: &str) {
     let what = format!("{} (piped {piped}, sandbox {sandbox}, {engine})", case.name);
     let work = tempdir();
-    let (dest, outside) = (work.path().join("dest"), work.path().join("outside"));
-    fs::create_dir(&dest).unwrap();
-    Sentinel::populate(&outside);
-    (case.setup)(&dest, &outside);
-    let sentinel = Sentinel::record(&outside);
+    let (dest, sentinel) = case.prepare(work.path());
     let archive = work.path().join("a.barge");
     fs::write(&archive, &case.archive).unwrap();
     let before_dest = scan(&dest);

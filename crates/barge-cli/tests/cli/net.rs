@@ -397,11 +397,7 @@ fn every_hostile_archive_from_a_malicious_sender_is_refused_and_stays_inside() {
     for case in crate::hostile::cases() {
         let what = format!("sent: {}", case.name);
         let work = tempdir();
-        let (dest, outside) = (work.path().join("dest"), work.path().join("outside"));
-        fs::create_dir(&dest).unwrap();
-        Sentinel::populate(&outside);
-        (case.setup)(&dest, &outside);
-        let sentinel = Sentinel::record(&outside);
+        let (dest, sentinel) = case.prepare(work.path());
         let before = scan(&dest);
         let recv = Recv::start(&dest, case.args, None);
         let out = send(&["--archive", "-", recv.ticket()], Some(&case.archive));
@@ -418,8 +414,7 @@ fn every_hostile_archive_from_a_malicious_sender_is_refused_and_stays_inside() {
             );
         }
         sentinel.assert_unchanged(&what);
-        let mut names = names_in(work.path());
-        names.sort();
+        let names = names_in(work.path());
         assert_eq!(names, ["dest", "outside"], "{what}: created next to DEST");
         let after = scan(&dest);
         for (path, node) in &before {

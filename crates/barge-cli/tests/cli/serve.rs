@@ -171,24 +171,14 @@ fn collect(pipe: impl Read + Send + 'static, into: &Arc<Mutex<String>>) {
     });
 }
 
-/// The names in `dir`, hidden ones too.
-fn entries(dir: &Path) -> Vec<String> {
-    let mut names: Vec<_> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
-}
-
 /// Waits up to 10 s for `dir` to hold exactly `want` (a cancelled landing cleans up after
 /// the answer may have gone).
 fn assert_holds(dir: &Path, want: &[&str], what: &str) {
     let start = Instant::now();
-    while entries(dir) != want && start.elapsed() < Duration::from_secs(10) {
+    while names_in(dir) != want && start.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(entries(dir), want, "{what}: DEST holds something else");
+    assert_eq!(names_in(dir), want, "{what}: DEST holds something else");
 }
 
 /// A tree of files and directories with assorted modes and sizes, and its archive.
@@ -383,7 +373,7 @@ fn hostile_archives_are_400_and_leave_nothing() {
         );
         assert_holds(&dest, &[], what);
     }
-    let outside = entries(work.path());
+    let outside = names_in(work.path());
     assert_eq!(outside, ["dest", "hostile.barge"], "written outside DEST");
 }
 
@@ -485,7 +475,7 @@ fn names_taken_bad_or_unknown_and_wrong_types_are_refused() {
     );
     let (status, _, bundle) = server.curl(None, &[], "/barge-archive.js");
     assert!(status == 200 && bundle.contains("BargeError"), "{status}");
-    assert_eq!(entries(&dest), ["caf\u{e9} \u{fffd}", "taken"]);
+    assert_eq!(names_in(&dest), ["caf\u{e9} \u{fffd}", "taken"]);
 }
 
 #[test]

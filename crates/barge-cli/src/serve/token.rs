@@ -3,10 +3,10 @@
 //! how long a refusal takes.
 
 use std::io::Read;
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use anyhow::{bail, Context};
+use barge::net::open_private;
 use base64::Engine;
 use ring::digest::{digest, SHA256};
 use subtle::ConstantTimeEq;
@@ -30,16 +30,7 @@ impl Token {
     /// The first line of `file`, which must not be accessible to its group or others.
     pub(super) fn from_file(file: &Path) -> anyhow::Result<Token> {
         let shown = shown_path(file);
-        let mut opened =
-            std::fs::File::open(file).with_context(|| format!("cannot open {shown}"))?;
-        let mode = opened.metadata()?.permissions().mode();
-        if mode & 0o077 != 0 {
-            bail!(
-                "{shown} is accessible to its group or others (mode {:04o}); a token file must \
-                 be private: chmod 600 {shown}",
-                mode & 0o7777
-            );
-        }
+        let mut opened = open_private(file, "token file")?;
         let mut text = String::new();
         opened
             .read_to_string(&mut text)

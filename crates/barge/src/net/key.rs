@@ -1,6 +1,7 @@
 //! The pre-shared key and the ticket that carries it with the receiver's address.
 
 use std::fmt;
+use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -9,7 +10,7 @@ use base64::Engine as _;
 use ring::rand::{SecureRandom, SystemRandom};
 use subtle::ConstantTimeEq;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, TreePath};
 
 /// Length of a key in bytes.
 pub const KEY_BYTES: usize = 32;
@@ -49,26 +50,13 @@ impl Key {
     }
 
     /// Reads a key file: the text form, a trailing newline allowed. A file that others
-    /// than its owner may read is refused (`chmod 600` fixes it).
+    /// than its owner may access is refused ([`open_private`]).
     pub fn from_file(path: &Path) -> Result<Key> {
         let shown = crate::error::escape_bytes(path.as_os_str().as_encoded_bytes());
-        let io = |e| {
-            Error::os(
-                "read key file",
-                crate::TreePath(shown.clone().into_bytes()),
-                e,
-            )
-        };
-        let file = std::fs::File::open(path).map_err(io)?;
-        let mode = file.metadata().map_err(io)?.mode();
-        if mode & 0o077 != 0 {
-            return Err(bad_key(format!(
-                "key file {shown} may be read by others (mode {:o}): `chmod 600 {shown}`",
-                mode & 0o7777
-            )));
-        }
+        let file = open_private(path, "key file")?;
         let mut text = String::new();
-        std::io::Read::read_to_string(&mut std::io::Read::take(file, 64), &mut text).map_err(io)?;
+        std::io::Read::read_to_string(&mut std::io::Read::take(file, 64), &mut text)
+            .map_err(|e| Error::os("read key file", TreePath(shown.clone().into_bytes()), e))?;
         let text = text.strip_suffix('\n').unwrap_or(&text);
         Key::from_text(text).map_err(|e| bad_key(format!("key file {shown}: {e}")))
     }
@@ -103,6 +91,31 @@ impl fmt::Display for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("<secret key>")
     }
+}
+
+/// Opens `path`, a file holding a secret (`what` in messages: "key file", "token file"),
+/// refusing it when its group or others have any access to it (`chmod 600` fixes that).
+pub fn open_private(path: &Path, what: &str) -> Result<File> {
+    let shown = crate::error::escape_bytes(path.as_os_str().as_encoded_bytes());
+    let io = |e| {
+        Error::os(
+            "open a secret file",
+            TreePath(shown.clone().into_bytes()),
+            e,
+        )
+    };
+    let file = File::open(path).map_err(io)?;
+    let mode = file.metadata().map_err(io)?.mode();
+    if mode & 0o077 != 0 {
+        return Err(Error::Argument {
+            arg: what.into(),
+            problem: format!(
+                "{shown} is accessible to its group or others (mode {:04o}): `chmod 600 {shown}`",
+                mode & 0o7777
+            ),
+        });
+    }
+    Ok(file)
 }
 
 /// The error of a key that cannot be used.

@@ -28,7 +28,7 @@ use std::io::{self, Write};
 
 use serde::{Deserialize, Serialize};
 
-pub use key::{Key, Ticket};
+pub use key::{open_private, Key, Ticket};
 pub use recv::{Receive, Received};
 pub use send::{Payload, Send, Sent};
 

@@ -129,21 +129,36 @@ pub(crate) fn unless_archive_shrank<T>(result: Result<T>) -> Result<T> {
 /// (then false), and fails once a stop was requested. A signal that comes just before a
 /// blocking `read` would not interrupt it; this wait looks for a stop at least every 100 ms.
 pub(crate) fn wait_readable(input: BorrowedFd<'_>, wait: Option<Duration>) -> Result<bool> {
+    wait_for(input, PollFlags::IN, wait, true).map(|ready| ready.is_some())
+}
+
+/// Waits until `fd` is ready for `flags` and returns what `poll` says it is ready for (an
+/// error or hang-up too, which the I/O that follows reports), or `None` once `wait` has
+/// passed (`None`: no end). Looks for a stop at least every 100 ms and, when `stoppable`,
+/// fails on one.
+pub(crate) fn wait_for(
+    fd: BorrowedFd<'_>,
+    flags: PollFlags,
+    wait: Option<Duration>,
+    stoppable: bool,
+) -> Result<Option<PollFlags>> {
     let start = Instant::now();
     loop {
-        check()?;
+        if stoppable {
+            check()?;
+        }
         let left = wait.map_or(STOP_LATENCY, |w| w.saturating_sub(start.elapsed()));
         let slice = left.min(STOP_LATENCY);
         let timeout = Timespec {
             tv_sec: slice.as_secs() as i64,
             tv_nsec: i64::from(slice.subsec_nanos()),
         };
-        let mut fds = [PollFd::new(&input, PollFlags::IN)];
+        let mut fds = [PollFd::new(&fd, flags)];
         match poll(&mut fds, Some(&timeout)) {
-            Ok(0) if wait.is_some_and(|w| start.elapsed() >= w) => return Ok(false),
+            Ok(0) if wait.is_some_and(|w| start.elapsed() >= w) => return Ok(None),
             Ok(0) | Err(Errno::INTR) => {}
-            // Ready, or an error the read that follows reports.
-            _ => return Ok(true),
+            // Ready, or an error the I/O that follows reports.
+            _ => return Ok(Some(fds[0].revents())),
         }
     }
 }

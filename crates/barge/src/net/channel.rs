@@ -6,14 +6,15 @@
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::os::fd::AsFd;
+use std::time::Duration;
 
-use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::event::PollFlags;
 use snow::{Builder, TransportState};
 
 use super::key::Key;
 use crate::error::{Error, NetError, Result, TreePath};
-use crate::interrupt::check;
+use crate::interrupt::wait_for;
 
 /// The Noise protocol: see docs/SECURITY.md ("send / recv") for why psk2.
 const PATTERN: &str = "Noise_NNpsk2_25519_AESGCM_SHA256";
@@ -27,8 +28,6 @@ const TAG: usize = 16;
 pub(crate) const MAX_PAYLOAD: usize = MAX_MESSAGE - TAG - 1;
 /// Frames are written in batches of about this many bytes: one `write` per batch.
 const BATCH: usize = 256 << 10;
-/// How often a wait looks for a requested stop.
-const STOP_LATENCY: Duration = Duration::from_millis(100);
 
 /// The framed TCP stream under the channel: reads frames, writes batches, with timeouts.
 struct Wire {
@@ -151,44 +150,27 @@ impl Wire {
     /// Waits until the socket is ready for `flags` (with `OUT | IN`: to write, or the peer
     /// sent something), failing after the timeout or on a requested stop.
     fn wait(&self, flags: PollFlags) -> Result<Ready> {
-        let start = Instant::now();
-        loop {
-            if self.interruptible {
-                check()?;
-            }
-            let left = self.timeout.saturating_sub(start.elapsed());
-            if left.is_zero() {
-                let what = match flags == PollFlags::IN {
-                    true => "sent nothing",
-                    false => "took nothing",
-                };
-                return Err(Error::net(
-                    NetError::Timeout,
-                    format!(
-                        "{} {what} for {} s (see --timeout)",
-                        self.peer,
-                        self.timeout.as_secs()
-                    ),
-                ));
-            }
-            let slice = left.min(STOP_LATENCY);
-            let timeout = Timespec {
-                tv_sec: slice.as_secs() as i64,
-                tv_nsec: i64::from(slice.subsec_nanos()),
+        let wait = Some(self.timeout);
+        let Some(ready) = wait_for(self.stream.as_fd(), flags, wait, self.interruptible)? else {
+            let what = match flags == PollFlags::IN {
+                true => "sent nothing",
+                false => "took nothing",
             };
-            let mut fds = [PollFd::new(&self.stream, flags)];
-            match poll(&mut fds, Some(&timeout)) {
-                Ok(0) | Err(rustix::io::Errno::INTR) => continue,
-                Ok(_) => {}
-                Err(e) => return Err(Error::io("poll", TreePath(self.peer.clone().into()), e)),
-            }
-            let incoming =
-                flags.contains(PollFlags::OUT) && fds[0].revents().contains(PollFlags::IN);
-            return Ok(match incoming {
+            return Err(Error::net(
+                NetError::Timeout,
+                format!(
+                    "{} {what} for {} s (see --timeout)",
+                    self.peer,
+                    self.timeout.as_secs()
+                ),
+            ));
+        };
+        Ok(
+            match flags.contains(PollFlags::OUT) && ready.contains(PollFlags::IN) {
                 true => Ready::Incoming,
                 false => Ready::Yes,
-            });
-        }
+            },
+        )
     }
 
     /// Queues one frame around the message `write` puts in place (returning its length).

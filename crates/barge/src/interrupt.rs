@@ -181,11 +181,20 @@ pub fn catch_signals() {
         action.sa_flags = libc::SA_SIGINFO;
         libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut());
     }
+    // A process inherits the signal mask of the thread that started it: one started from a
+    // worker that keeps them off (a confined lander child of recv's connection threads)
+    // would never see a stop.
+    mask_signals(libc::SIG_UNBLOCK);
 }
 
 /// Blocks [`SIGNALS`] in the calling thread, so the kernel delivers them to the main thread,
 /// whose blocking calls they must interrupt. Every worker thread calls it first.
 pub fn keep_signals_off_this_thread() {
+    mask_signals(libc::SIG_BLOCK);
+}
+
+/// Blocks or unblocks (`how`) [`SIGNALS`] in the calling thread.
+fn mask_signals(how: libc::c_int) {
     // SAFETY: plain signal-mask calls on a local set.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
@@ -193,7 +202,7 @@ pub fn keep_signals_off_this_thread() {
         for signal in SIGNALS {
             libc::sigaddset(&mut set, signal);
         }
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
     }
 }
 

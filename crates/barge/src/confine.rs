@@ -35,6 +35,9 @@ use crate::sys::fds::raise_fd_limit;
 use crate::unpack::{Engine, Restore, Unpack};
 use crate::Progress;
 
+/// How long [`ConfinedChild::cancel`] lets a child clean up before it kills it.
+const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The first argument that asks an executable for the child mode.
 const CHILD_MODE: &str = "--barge-confined-lander";
 
@@ -197,6 +200,27 @@ impl ConfinedChild {
     /// The child's process id.
     pub fn id(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Stops a landing whose input failed (a cut connection, a bad upload): SIGTERM while
+    /// its input stays open, so it cannot take what it has for the archive's end; it removes
+    /// the file it was writing (or the tree it staged) and reports. One that has not stopped
+    /// after 10 s is killed (its keeper then removes a staged tree). Returns what
+    /// [`ConfinedChild::wait`] does.
+    pub fn cancel(self) -> Result<Landed> {
+        use rustix::process::{kill_process, waitid, Pid, Signal, WaitId, WaitIdOptions};
+        let pid = Pid::from_raw(self.child.id() as i32).expect("a child's pid is positive");
+        let _ = kill_process(pid, Signal::TERM);
+        let start = std::time::Instant::now();
+        let exited = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT | WaitIdOptions::NOHANG;
+        while let Ok(None) = waitid(WaitId::Pid(pid), exited) {
+            if start.elapsed() > CANCEL_GRACE {
+                let _ = kill_process(pid, Signal::KILL);
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        self.wait()
     }
 
     /// Ends the input (so what was written is the whole archive), waits for the child and

@@ -5,7 +5,7 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use barge::confine::{ConfinedChild, ConfinedUnpack, Landed};
 use barge::format::Limits;
@@ -14,7 +14,6 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::StatusCode;
-use rustix::process::{kill_process, waitid, Pid, Signal, WaitId, WaitIdOptions};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::report::human_bytes;
@@ -58,9 +57,6 @@ enum Chunk {
     /// dropped), the landing is cancelled.
     End,
 }
-
-/// How long a cancelled child has to clean up before it is killed.
-const CANCEL_GRACE: Duration = Duration::from_secs(10);
 
 impl Upload {
     /// Lands `body`, unless `stop` turns true first.
@@ -160,28 +156,10 @@ fn feed(mut child: ConfinedChild, mut chunks: mpsc::Receiver<Chunk>) -> barge::R
                 }
             }
             Some(Chunk::End) => break,
-            None => return cancel(child),
+            None => return child.cancel(),
         }
     }
     drop(chunks);
-    child.wait()
-}
-
-/// Stops a landing whose upload failed: SIGTERM while its input stays open, so it cannot
-/// see the archive's end and finish; it removes what it staged and reports. One that does
-/// not stop in [`CANCEL_GRACE`] is killed (its keeper then removes the staged tree).
-fn cancel(child: ConfinedChild) -> barge::Result<Landed> {
-    let pid = Pid::from_raw(child.id() as i32).expect("a child's pid is positive");
-    let _ = kill_process(pid, Signal::TERM);
-    let start = Instant::now();
-    let exited = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT | WaitIdOptions::NOHANG;
-    while let Ok(None) = waitid(WaitId::Pid(pid), exited) {
-        if start.elapsed() > CANCEL_GRACE {
-            let _ = kill_process(pid, Signal::KILL);
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
     child.wait()
 }
 

@@ -231,11 +231,7 @@ impl Receive {
                 .unwrap_or_else(|| protocol("the lander stopped reading, then reported success"))),
             Err(Stop::Channel(e)) => {
                 // Stopped cleanly, the child removes the file it was writing.
-                let _ = rustix::process::kill_process(
-                    rustix::process::Pid::from_raw(child.id() as i32).expect("a child's pid"),
-                    rustix::process::Signal::TERM,
-                );
-                let _ = child.wait();
+                let _ = child.cancel();
                 Err(e)
             }
         }

@@ -13,7 +13,7 @@ use anyhow::{bail, Context, Result};
 use barge::error::NetError;
 use barge::exclude::Exclude;
 use barge::net::recv::{prepare_dest, Failed};
-use barge::net::{Key, Payload, Receive, Received, Send, Sent, Ticket, DEFAULT_PORT};
+use barge::net::{Connection, Key, Payload, Receive, Received, Send, Sent, Ticket, DEFAULT_PORT};
 use barge::sys::fds::raise_fd_limit;
 use barge::Progress;
 use serde_json::{json, Map, Value};
@@ -81,6 +81,12 @@ pub struct SendArgs {
     /// cut off finishes without resending its whole files.
     #[arg(short, long)]
     update: bool,
+    /// Spread the transfer over up to N TCP connections. By default one, or 4 when the
+    /// round trip to the receiver is 5 ms or more: one connection carries at most its
+    /// window per round trip (with Linux's default buffers about half of 1 Gbit/s at
+    /// 40 ms), N connections N windows.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=16))]
+    connections: Option<u32>,
     /// Read the key from FILE (mode 600) instead of the ticket.
     #[arg(long, value_name = "FILE")]
     key_file: Option<PathBuf>,
@@ -120,7 +126,8 @@ pub struct RecvArgs {
     /// it, recv exits after the first sender that authenticates, with its status.
     #[arg(long)]
     keep: bool,
-    /// Transfers running at once, at most; more connections wait.
+    /// Transfers landing at once, at most (with --keep); another sender waits for one to end
+    /// (up to --timeout). A transfer's extra connections (send --connections) count as none.
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     max_connections: u32,
     /// Drop a connection whose sender sends nothing for that many seconds.
@@ -204,7 +211,8 @@ pub fn send(args: SendArgs) -> Result<Exit> {
     let operation = Send::new(&address, key)
         .timeout(Duration::from_secs(args.timeout))
         .compress(args.compress)
-        .update(args.update);
+        .update(args.update)
+        .connections(args.connections);
     let progress = Progress::default();
     let total = AtomicU64::new(0);
     let exclude = Exclude::new(&args.exclude)?;
@@ -273,7 +281,19 @@ fn open_archive(path: &Path) -> Result<Box<dyn Read>> {
     Ok(Box::new(file))
 }
 
-/// How one connection ended, as the accept loop hears it.
+/// Connections `recv` takes beyond its running transfers: in their handshake, or waiting
+/// for a transfer to end (a transfer's later lanes, once joined, count as none).
+const HANDSHAKES: u32 = 16;
+
+/// What a connection's thread tells the accept loop.
+enum Event {
+    /// The connection joined a running transfer as a later lane (no connection of its own).
+    Lane,
+    /// A connection (not a later lane) ended.
+    Done(Box<Done>),
+}
+
+/// How one connection ended.
 struct Done {
     peer: SocketAddr,
     result: std::result::Result<Received, Failed>,
@@ -323,8 +343,9 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
         .limits(args.limits.limits_or(Some(free)))
         .restore(args.restore.restore())
         .timeout(Duration::from_secs(args.timeout))
-        .interruptible(!args.keep);
-    let (tx, rx) = mpsc::channel::<Done>();
+        .interruptible(!args.keep)
+        .max_transfers(args.max_connections as usize);
+    let (tx, rx) = mpsc::channel::<Event>();
     // A transfer that ends wakes the loop at once (one-shot recv exits then, not at the next
     // poll timeout).
     let wake = std::sync::Arc::new(
@@ -333,23 +354,29 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
     );
     let mut running = 0;
     loop {
-        // Busy, or stopping: wait for a transfer to end; connections wait in the listen
-        // queue meanwhile.
+        // Busy, or stopping: wait for a connection to end; connections wait in the listen
+        // queue meanwhile. Beyond the transfers, HANDSHAKES connections may be in their
+        // handshake (a later lane of a transfer among them) or wait for a transfer to end.
         let stopping = barge::interrupt::requested().is_some();
-        let done = match running >= args.max_connections || stopping {
+        let event = match running >= args.max_connections + HANDSHAKES || stopping {
             true if running == 0 => break,
             true => rx.recv_timeout(Duration::from_millis(100)).ok(),
             false => rx.try_recv().ok(),
         };
-        if let Some(done) = done {
-            running -= 1;
-            // One-shot ends with the first sender that authenticated; strangers still in
-            // their handshake are dropped with the process.
-            if log(&done, args.out.json) && !args.keep {
-                return Ok(match done.result {
-                    Ok(_) => Exit::Success,
-                    Err(_) => Exit::Error,
-                });
+        if let Some(event) = event {
+            match event {
+                Event::Lane => running -= 1,
+                Event::Done(done) => {
+                    running -= 1;
+                    // One-shot ends with the first sender that authenticated; strangers
+                    // still in their handshake are dropped with the process.
+                    if log(&done, args.out.json) && !args.keep {
+                        return Ok(match done.result {
+                            Ok(_) => Exit::Success,
+                            Err(_) => Exit::Error,
+                        });
+                    }
+                }
             }
             continue;
         }
@@ -369,12 +396,21 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
         std::thread::spawn(move || {
             barge::interrupt::keep_signals_off_this_thread();
             let start = Instant::now();
-            let result = receive.connection(stream);
-            let _ = tx.send(Done {
+            // A later lane of a running transfer counts as no connection of its own.
+            let joined = || {
+                let _ = tx.send(Event::Lane);
+                let _ = rustix::io::write(&*wake, &1u64.to_ne_bytes());
+            };
+            let result = match receive.connection(stream, joined) {
+                Ok(Connection::Lane) => return,
+                Ok(Connection::Landed(received)) => Ok(received),
+                Err(failed) => Err(failed),
+            };
+            let _ = tx.send(Event::Done(Box::new(Done {
                 peer,
                 result,
                 elapsed: start.elapsed(),
-            });
+            })));
             let _ = rustix::io::write(&*wake, &1u64.to_ne_bytes());
         });
     }

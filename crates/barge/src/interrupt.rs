@@ -142,6 +142,17 @@ pub(crate) fn wait_for(
     wait: Option<Duration>,
     stoppable: bool,
 ) -> Result<Option<PollFlags>> {
+    let mut fds = [PollFd::new(&fd, flags)];
+    Ok(wait_for_any(&mut fds, wait, stoppable)?.then(|| fds[0].revents()))
+}
+
+/// [`wait_for`] of several descriptors: whether one became ready (their `revents` say
+/// which) before `wait` passed.
+pub(crate) fn wait_for_any(
+    fds: &mut [PollFd<'_>],
+    wait: Option<Duration>,
+    stoppable: bool,
+) -> Result<bool> {
     let start = Instant::now();
     loop {
         if stoppable {
@@ -153,12 +164,11 @@ pub(crate) fn wait_for(
             tv_sec: slice.as_secs() as i64,
             tv_nsec: i64::from(slice.subsec_nanos()),
         };
-        let mut fds = [PollFd::new(&fd, flags)];
-        match poll(&mut fds, Some(&timeout)) {
-            Ok(0) if wait.is_some_and(|w| start.elapsed() >= w) => return Ok(None),
+        match poll(fds, Some(&timeout)) {
+            Ok(0) if wait.is_some_and(|w| start.elapsed() >= w) => return Ok(false),
             Ok(0) | Err(Errno::INTR) => {}
             // Ready, or an error the I/O that follows reports.
-            _ => return Ok(Some(fds[0].revents())),
+            _ => return Ok(true),
         }
     }
 }

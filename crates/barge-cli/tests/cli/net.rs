@@ -281,51 +281,86 @@ fn a_wrong_key_lands_nothing_and_the_right_sender_still_gets_through() {
     assert_equal_trees(&src, &dest, "after a wrong key");
 }
 
-/// A relay between sender and receiver that, in the sender's direction, flips the byte at
-/// `offset` (`cut: false`) or ends both connections there (`cut: true`).
-fn relay(to: &str, offset: u64, cut: bool) -> (String, JoinHandle<()>) {
+/// What a [`relay`] does to the sender's direction of its connections.
+#[derive(Clone, Copy)]
+struct Harm {
+    /// The connection harmed, by order of arrival (0: the transfer's first).
+    connection: usize,
+    /// Where in its stream.
+    offset: u64,
+    /// Ends both sides of it there instead of flipping the byte.
+    cut: bool,
+    /// Forwards the first connection slowly (~30 MB/s), so the sender must spread the
+    /// data over its later connections.
+    slow_first: bool,
+}
+
+/// A relay between sender and receiver for `connections` connections, harming one as
+/// `harm` says (an offset past the end harms nothing).
+fn relay(to: &str, connections: usize, harm: Harm) -> (String, JoinHandle<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let address = listener.local_addr().unwrap().to_string();
     let to = to.to_string();
     let handle = std::thread::spawn(move || {
-        let (from_sender, _) = listener.accept().unwrap();
-        let to_receiver = TcpStream::connect(&to).unwrap();
-        let (mut a, mut b) = (
-            from_sender.try_clone().unwrap(),
-            to_receiver.try_clone().unwrap(),
-        );
-        let back = std::thread::spawn(move || {
-            let _ = std::io::copy(&mut b, &mut a);
-            let _ = a.shutdown(Shutdown::Write);
-        });
-        let (mut from, mut to) = (from_sender, to_receiver);
-        let mut seen = 0u64;
-        let mut buf = vec![0; 1 << 16];
-        loop {
-            let n = match from.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => n,
-            };
-            let range = seen..seen + n as u64;
-            if range.contains(&offset) {
-                let at = (offset - seen) as usize;
-                if cut {
-                    let _ = to.write_all(&buf[..at]);
-                    let _ = to.shutdown(Shutdown::Both);
-                    let _ = from.shutdown(Shutdown::Both);
-                    break;
-                }
-                buf[at] ^= 0x20;
-            }
-            seen += n as u64;
-            if to.write_all(&buf[..n]).is_err() {
-                break;
-            }
+        let forwards: Vec<_> = (0..connections)
+            .map(|i| {
+                let (from_sender, _) = listener.accept().unwrap();
+                let to_receiver = TcpStream::connect(&to).unwrap();
+                std::thread::spawn(move || forward(from_sender, to_receiver, i, harm))
+            })
+            .collect();
+        for forward in forwards {
+            forward.join().unwrap();
         }
-        let _ = to.shutdown(Shutdown::Write);
-        let _ = back.join();
     });
     (address, handle)
+}
+
+/// Copies one connection both ways, harming the sender's direction of connection `i` as
+/// `harm` says.
+fn forward(from_sender: TcpStream, to_receiver: TcpStream, i: usize, harm: Harm) {
+    let (mut a, mut b) = (
+        from_sender.try_clone().unwrap(),
+        to_receiver.try_clone().unwrap(),
+    );
+    let back = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut b, &mut a);
+        let _ = a.shutdown(Shutdown::Write);
+    });
+    let (mut from, mut to) = (from_sender, to_receiver);
+    let offset = if i == harm.connection {
+        harm.offset
+    } else {
+        u64::MAX
+    };
+    let mut seen = 0u64;
+    let mut buf = vec![0; 1 << 16];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if i == 0 && harm.slow_first {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let range = seen..seen + n as u64;
+        if range.contains(&offset) {
+            let at = (offset - seen) as usize;
+            if harm.cut {
+                let _ = to.write_all(&buf[..at]);
+                let _ = to.shutdown(Shutdown::Both);
+                let _ = from.shutdown(Shutdown::Both);
+                break;
+            }
+            buf[at] ^= 0x20;
+        }
+        seen += n as u64;
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(Shutdown::Write);
+    let _ = back.join();
 }
 
 /// Every file in `dest` is whole: the same bytes as in `src`.
@@ -338,58 +373,136 @@ fn assert_whole_files(src: &Path, dest: &Path, what: &str) {
     }
 }
 
-/// Sends 40 files in `work` through a [`relay`] that flips a byte at `offset` (or, with
-/// `cut`, ends the stream there): both ends must fail saying `said`, leaving some of the
+/// Files of 100 kB sent through a [`relay`]: 40, or over several connections 200 (the
+/// first connection's socket buffers can take 4 MiB before the sender must use another).
+fn files_for(connections: usize) -> usize {
+    match connections {
+        1 => 40,
+        _ => 200,
+    }
+}
+
+/// Sends [`files_for`] `connections` files in `work` over `connections` through a
+/// [`relay`] that does `harm`: both ends must fail saying `said`, leaving some of the
 /// files landed, each whole. Returns SRC, DEST and the names landed.
 fn through_relay(
     work: &Path,
-    offset: u64,
-    cut: bool,
+    connections: usize,
+    harm: Harm,
     said: &str,
 ) -> (PathBuf, PathBuf, Vec<String>) {
     let src = work.join("src");
-    files(&src, 40);
+    let n = files_for(connections);
+    files(&src, n);
     let dest = work.join("dest");
     let recv = Recv::start(&dest, &[], None);
     let ticket = recv.ticket().to_string();
     let (address, key) = ticket.split_once('#').unwrap();
-    let (via, relay) = relay(address, offset, cut);
-    let out = send(&[src.to_str().unwrap(), &format!("{via}#{key}")], None);
+    let (via, relay) = relay(address, connections, harm);
+    let count = connections.to_string();
+    let out = send(
+        &[
+            src.to_str().unwrap(),
+            &format!("{via}#{key}"),
+            "--connections",
+            &count,
+        ],
+        None,
+    );
     assert_clean_failure(&out, &[said], &format!("{said} (sender)"));
     let ended = recv.wait();
     assert!(!ended.status.success());
     assert!(ended.stderr.contains(said), "{}", ended.stderr);
     relay.join().unwrap();
     let landed = names_in(&dest);
-    assert!(landed.len() < 40, "all landed: {landed:?}");
+    assert!(landed.len() < n, "all landed: {landed:?}");
     assert_whole_files(&src, &dest, said);
     (src, dest, landed)
+}
+
+/// `harm` on the first of one connection, at `offset`.
+fn on_first(offset: u64, cut: bool) -> Harm {
+    Harm {
+        connection: 0,
+        offset,
+        cut,
+        slow_first: false,
+    }
+}
+
+/// `harm` on the third of four connections, the first slowed so the third carries data.
+fn on_third(offset: u64, cut: bool) -> Harm {
+    Harm {
+        connection: 2,
+        offset,
+        cut,
+        slow_first: true,
+    }
 }
 
 #[test]
 fn a_flipped_byte_is_tampering_on_both_ends_and_leaves_only_whole_files() {
     // Well after the handshake, inside some file's data.
-    through_relay(tempdir().path(), 1_500_000, false, "tampered");
+    through_relay(tempdir().path(), 1, on_first(1_500_000, false), "tampered");
+    // On a later connection of the transfer.
+    through_relay(tempdir().path(), 4, on_third(200_000, false), "tampered");
 }
 
 #[test]
 fn a_cut_stream_is_truncation_and_update_finishes_it() {
-    let work = tempdir();
-    let (src, dest, landed) = through_relay(work.path(), 2_000_000, true, "truncated");
-    assert!(!landed.is_empty(), "nothing landed before the cut");
+    for (connections, harm) in [
+        (1, on_first(2_000_000, true)),
+        (4, on_third(1_500_000, true)),
+    ] {
+        let work = tempdir();
+        let (src, dest, landed) = through_relay(work.path(), connections, harm, "truncated");
+        assert!(!landed.is_empty(), "nothing landed before the cut");
 
-    let recv = Recv::start(&dest, &[], None);
+        let recv = Recv::start(&dest, &[], None);
+        let out = send(
+            &[src.to_str().unwrap(), recv.ticket(), "--update", "--json"],
+            None,
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(recv.wait().status.success());
+        assert_equal_trees(&src, &dest, "after --update");
+        // Only what had not landed whole was sent again.
+        let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let resent = summary["packed"]["files"].as_u64().unwrap();
+        let n = files_for(connections);
+        assert_eq!(resent as usize, n - landed.len(), "{summary}");
+    }
+}
+
+#[test]
+fn four_connections_carry_one_transfer_in_order() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    files(&src, files_for(4));
+    let dest = work.path().join("dest");
+    let recv = Recv::start(&dest, &["--max-connections", "1"], None);
+    let ticket = recv.ticket().to_string();
+    let (address, key) = ticket.split_once('#').unwrap();
+    let (via, relay) = relay(address, 4, on_third(u64::MAX, false));
+    let to = format!("{via}#{key}");
     let out = send(
-        &[src.to_str().unwrap(), recv.ticket(), "--update", "--json"],
+        &[src.to_str().unwrap(), &to, "--connections", "4", "--json"],
         None,
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(recv.wait().status.success());
-    assert_equal_trees(&src, &dest, "after --update");
-    // Only what had not landed whole was sent again.
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let resent = summary["packed"]["files"].as_u64().unwrap();
-    assert_eq!(resent as usize, 40 - landed.len(), "{summary}");
+    assert_eq!(summary["connections"], 4, "{summary}");
+    let ended = recv.wait();
+    assert!(ended.status.success(), "{}", ended.stderr);
+    // One transfer, one log line: later connections are not transfers of their own.
+    assert_eq!(
+        ended.stderr.matches("recv: ").count(),
+        2,
+        "{}",
+        ended.stderr
+    );
+    relay.join().unwrap();
+    assert_equal_trees(&src, &dest, "over four connections");
 }
 
 #[test]

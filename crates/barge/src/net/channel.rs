@@ -7,7 +7,9 @@
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rustix::event::PollFlags;
 use snow::{Builder, TransportState};
@@ -27,7 +29,7 @@ const TAG: usize = 16;
 /// Longest payload of a message after its type byte.
 pub(crate) const MAX_PAYLOAD: usize = MAX_MESSAGE - TAG - 1;
 /// Frames are written in batches of about this many bytes: one `write` per batch.
-const BATCH: usize = 256 << 10;
+pub(crate) const BATCH: usize = 256 << 10;
 
 /// The framed TCP stream under the channel: reads frames, writes batches, with timeouts.
 struct Wire {
@@ -43,8 +45,11 @@ struct Wire {
     input: Box<[u8]>,
     start: usize,
     end: usize,
-    /// Frames not written yet.
+    /// Frames queued: `output[sent..]` not written yet.
     output: Vec<u8>,
+    sent: usize,
+    /// Once set, waits fail (another lane of the transfer failed).
+    cancel: Option<Arc<AtomicBool>>,
 }
 
 /// What a wait for the socket found.
@@ -80,6 +85,8 @@ impl Wire {
             start: 0,
             end: 0,
             output: Vec::with_capacity(BATCH + MAX_MESSAGE + 2),
+            sent: 0,
+            cancel: None,
         })
     }
 
@@ -117,23 +124,34 @@ impl Wire {
     /// Writes every queued frame. With `watch`, stops (returning false) when the peer sent
     /// something meanwhile.
     fn flush(&mut self, watch: bool) -> Result<bool> {
-        let mut written = 0;
-        while written < self.output.len() {
+        while self.sent < self.output.len() {
             let flags = match watch {
                 true => PollFlags::OUT | PollFlags::IN,
                 false => PollFlags::OUT,
             };
             if self.wait(flags)? == Ready::Incoming {
-                self.output.clear();
                 return Ok(false);
             }
-            match (&self.stream).write(&self.output[written..]) {
-                Ok(n) => written += n,
-                Err(e) => self.failed("send to", e)?,
-            }
+            self.write_some()?;
         }
-        self.output.clear();
         Ok(true)
+    }
+
+    /// Writes what the socket takes now of the queued frames, without waiting.
+    fn write_some(&mut self) -> Result<()> {
+        match (&self.stream).write(&self.output[self.sent..]) {
+            Ok(n) => self.sent += n,
+            Err(e) => self.failed("send to", e)?,
+        }
+        if self.sent == self.output.len() {
+            self.output.clear();
+            self.sent = 0;
+        } else if self.sent >= BATCH {
+            // Frames keep being queued behind a partial write: keep the buffer bounded.
+            self.output.drain(..self.sent);
+            self.sent = 0;
+        }
+        Ok(())
     }
 
     /// Whether a failed read or write is worth retrying; the error when not.
@@ -150,8 +168,32 @@ impl Wire {
     /// Waits until the socket is ready for `flags` (with `OUT | IN`: to write, or the peer
     /// sent something), failing after the timeout or on a requested stop.
     fn wait(&self, flags: PollFlags) -> Result<Ready> {
-        let wait = Some(self.timeout);
-        let Some(ready) = wait_for(self.stream.as_fd(), flags, wait, self.interruptible)? else {
+        let start = Instant::now();
+        let ready = loop {
+            if self
+                .cancel
+                .as_ref()
+                .is_some_and(|c| c.load(Ordering::Relaxed))
+            {
+                return Err(Error::net(
+                    NetError::Remote,
+                    "the transfer failed on another connection",
+                ));
+            }
+            // With a cancel flag, look at it every 100 ms.
+            let left = self.timeout.saturating_sub(start.elapsed());
+            let slice = match self.cancel {
+                Some(_) => left.min(Duration::from_millis(100)),
+                None => left,
+            };
+            let fd = self.stream.as_fd();
+            match wait_for(fd, flags, Some(slice), self.interruptible)? {
+                Some(ready) => break Some(ready),
+                None if start.elapsed() >= self.timeout => break None,
+                None => {}
+            }
+        };
+        let Some(ready) = ready else {
             let what = match flags == PollFlags::IN {
                 true => "sent nothing",
                 false => "took nothing",
@@ -249,6 +291,15 @@ impl Channel {
     /// Queues a message of type `kind` (payload at most [`MAX_PAYLOAD`] bytes), writing the
     /// queue once it holds a batch.
     pub(crate) fn send(&mut self, kind: u8, payload: &[u8]) -> Result<()> {
+        self.queue(kind, payload)?;
+        if self.pending() >= BATCH {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Encrypts a message of type `kind` onto the queue, writing nothing.
+    pub(crate) fn queue(&mut self, kind: u8, payload: &[u8]) -> Result<()> {
         debug_assert!(payload.len() <= MAX_PAYLOAD);
         self.plain.clear();
         self.plain.push(kind);
@@ -256,29 +307,54 @@ impl Channel {
         let (noise, plain) = (&mut self.noise, &self.plain);
         self.wire.frame(|out| {
             (noise.write_message(plain, out)).map_err(|e| protocol(format!("cannot encrypt: {e}")))
-        })?;
-        if self.wire.output.len() >= BATCH {
-            self.flush()?;
-        }
-        Ok(())
+        })
+    }
+
+    /// Bytes queued and not written yet.
+    pub(crate) fn pending(&self) -> usize {
+        self.wire.output.len() - self.wire.sent
+    }
+
+    /// Writes what the socket takes now of the queue, without waiting (see [`Channel::fd`]).
+    pub(crate) fn write_some(&mut self) -> Result<()> {
+        self.wire.write_some()
+    }
+
+    /// The socket, for a caller polling several channels.
+    pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.wire.stream.as_fd()
+    }
+
+    /// Makes every wait fail once `cancel` is set (within 100 ms); `None`: no more.
+    pub(crate) fn cancel_on(&mut self, cancel: Option<Arc<AtomicBool>>) {
+        self.wire.cancel = cancel;
     }
 
     /// Writes every queued message. The sender fails with the receiver's message when it
     /// sent one meanwhile (a receiver that stopped sends its result and reads no more).
     pub(crate) fn flush(&mut self) -> Result<()> {
-        if self.wire.flush(self.wire.sender)? {
-            return Ok(());
+        match self.wire.flush(self.wire.sender)? {
+            true => Ok(()),
+            false => Err(self.heard()),
         }
-        Err(match self.receive() {
+    }
+
+    /// What the peer sent while this end was sending, which drops what is queued: its
+    /// message as an error (a receiver sends only to stop the transfer), or the connection's
+    /// end.
+    pub(crate) fn heard(&mut self) -> Error {
+        self.wire.output.clear();
+        self.wire.sent = 0;
+        match self.receive() {
             Ok((kind, payload)) => super::unexpected(kind, payload),
             Err(e) => e,
-        })
+        }
     }
 
     /// Receives the next message: its type and payload. A message that fails to decrypt
     /// is tampering, or, as the peer's first, a wrong key.
     pub(crate) fn receive(&mut self) -> Result<(u8, &[u8])> {
-        if !self.wire.output.is_empty() {
+        if self.pending() > 0 {
             self.flush()?;
         }
         let body = self.wire.read_frame(self.authenticated)?;

@@ -8,19 +8,25 @@
 //! sender                                   receiver
 //!   -> e                        handshake
 //!   <- e, ee, psk               (the receiver has shown the key)
-//!   HELLO {version, compress, update, name}    (the sender has shown the key: a child is
-//!                                               spawned only now)
-//!                            <- ACCEPT {compress} | REFUSE {reason}
+//!   HELLO {version, compress, update, name, lanes}   (the sender has shown the key: a
+//!                                                     child is spawned only now)
+//!                            <- ACCEPT {compress, lanes, transfer} | REFUSE {reason}
 //!                            <- LIST ... LIST_END   (with update: what DEST has)
-//!   DATA (archive bytes, zstd frames when compressed) ...
-//!   END {u64 BE: DATA payload bytes}           (the authenticated end of the stream)
+//!   DATA {u64 BE: chunk number, archive bytes (zstd frames when compressed)} ...
+//!   END {u64 BE: DATA archive bytes, u64 BE: chunks}   (the authenticated end)
 //!                            <- RESULT {landed} | {error: {kind, message}}
 //! ```
+//!
+//! With `lanes` over 1 the sender opens up to `lanes - 1` more connections ("lanes", see
+//! `net/lanes.rs`) while it sends, each with its own handshake, then `HELLO {join:
+//! transfer}` and the receiver's ACCEPT; it spreads the DATA over the lanes and ends each
+//! later lane with an empty END. The transfer id travels encrypted only.
 //!
 //! docs/SECURITY.md ("send / recv") has the threat model.
 
 pub(crate) mod channel;
 pub mod key;
+pub(crate) mod lanes;
 pub mod recv;
 pub mod send;
 
@@ -29,7 +35,7 @@ use std::io::{self, Write};
 use serde::{Deserialize, Serialize};
 
 pub use key::{open_private, Key, Ticket};
-pub use recv::{Receive, Received};
+pub use recv::{Connection, Receive, Received};
 pub use send::{Payload, Send, Sent};
 
 use crate::confine::Landed;
@@ -66,12 +72,28 @@ struct Hello {
     update: bool,
     /// The sender's host name, for the receiver's log.
     name: String,
+    /// The connections the sender would use for the transfer, this one included.
+    #[serde(default = "one")]
+    lanes: u32,
+    /// Set on a later lane: the id of the transfer it joins (none of the above applies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    join: Option<String>,
 }
 
 /// The receiver's yes.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct Accept {
     compress: bool,
+    /// The connections the receiver takes for the transfer, this one included.
+    #[serde(default = "one")]
+    lanes: u32,
+    /// The id later lanes join (with `lanes` over 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    transfer: Option<String>,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// The receiver's no, before any data.

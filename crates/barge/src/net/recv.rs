@@ -1,21 +1,25 @@
 //! The receiving end: each connection authenticated, then landed by its own confined
 //! lander child.
 
-use std::io::{self, Write};
+use std::collections::HashMap;
+use std::io::Write;
 use std::net::TcpStream;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::channel::{protocol, truncated, Channel};
+use super::channel::{protocol, Channel};
+use super::lanes::{Stop, Transfer, MAX_LANES};
 use super::{decode, encode, kind, Accept, Hello, Key, Messages, Outcome, Refuse, VERSION};
+use crate::confine::{ConfinedUnpack, Landed};
+use crate::error::{Error, NetError, Result, TreePath};
+use crate::format::Limits;
 use crate::listing::Listing;
+use crate::unpack::{Existing, Restore};
 
 /// Threads that list DEST for an update.
 const LISTING_THREADS: usize = 4;
-use crate::confine::{ConfinedChild, ConfinedUnpack, Landed};
-use crate::error::{Error, NetError, Result, TreePath};
-use crate::format::Limits;
-use crate::unpack::{Existing, Restore};
 
 /// How connections are received into DEST: `Receive::new(dest, key).limits(..)`, then
 /// [`Receive::connection`] for each accepted stream (from any thread).
@@ -27,6 +31,81 @@ pub struct Receive {
     restore: Restore,
     timeout: Duration,
     interruptible: bool,
+    /// The transfers running, by id, which later lanes join.
+    transfers: Transfers,
+    /// Transfers landing at once, at most.
+    slots: Slots,
+}
+
+/// A bound on the transfers landing at once: a transfer beyond it waits for one to end.
+#[derive(Clone, Debug)]
+struct Slots {
+    taken: Arc<(Mutex<usize>, std::sync::Condvar)>,
+    max: usize,
+}
+
+/// A transfer's slot, given back when dropped.
+struct Slot<'s>(&'s Slots);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        let (taken, freed) = &*self.0.taken;
+        *taken.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        freed.notify_one();
+    }
+}
+
+impl Slots {
+    /// Waits up to `timeout` for a slot (failing on a requested stop when `stoppable`).
+    fn take(&self, timeout: Duration, stoppable: bool) -> Result<Slot<'_>> {
+        let (taken, freed) = &*self.taken;
+        let start = std::time::Instant::now();
+        let mut n = taken.lock().unwrap_or_else(|e| e.into_inner());
+        while *n >= self.max {
+            if stoppable {
+                crate::interrupt::check()?;
+            }
+            if start.elapsed() >= timeout {
+                return Err(Error::net(
+                    NetError::Remote,
+                    format!("busy: {} transfers are running", self.max),
+                ));
+            }
+            let slice = Duration::from_millis(100);
+            n = freed
+                .wait_timeout(n, slice)
+                .map_or_else(|e| e.into_inner().0, |r| r.0);
+        }
+        *n += 1;
+        Ok(Slot(self))
+    }
+}
+
+/// The transfers running (their ids are secret: a lane joins with one only after showing
+/// the key).
+#[derive(Clone, Default)]
+struct Transfers(Arc<Mutex<HashMap<String, Arc<Transfer>>>>);
+
+impl std::fmt::Debug for Transfers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Transfers")
+    }
+}
+
+impl Transfers {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Transfer>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// What an authenticated connection was.
+#[derive(Debug)]
+pub enum Connection {
+    /// A transfer, landed.
+    Landed(Received),
+    /// A later lane of a transfer (or one too late for it), which that transfer's
+    /// connection reports.
+    Lane,
 }
 
 /// What one connection landed.
@@ -67,7 +146,19 @@ impl Receive {
             restore: Restore::default().asked_only(true),
             timeout: Duration::from_secs(30),
             interruptible: true,
+            transfers: Transfers::default(),
+            slots: Slots {
+                taken: Arc::default(),
+                max: usize::MAX,
+            },
         }
+    }
+
+    /// Lands at most `n` transfers at once: another waits (up to the timeout) for one to
+    /// end. Later lanes of a running transfer do not count.
+    pub fn max_transfers(mut self, n: usize) -> Receive {
+        self.slots.max = n.max(1);
+        self
     }
 
     /// Refuses archives beyond `limits`.
@@ -97,8 +188,14 @@ impl Receive {
     }
 
     /// Authenticates the sender on `stream` and lands what it sends; a connection that
-    /// fails authentication spawns and lands nothing. The sender is told the result.
-    pub fn connection(&self, stream: TcpStream) -> std::result::Result<Received, Failed> {
+    /// fails authentication spawns and lands nothing. The sender is told the result. A
+    /// later lane of a running transfer calls `on_lane` once it joined, then carries its
+    /// share of the transfer.
+    pub fn connection(
+        &self,
+        stream: TcpStream,
+        on_lane: impl FnOnce(),
+    ) -> std::result::Result<Connection, Failed> {
         let mut channel = Channel::accept(stream, &self.key, self.timeout, self.interruptible)
             .map_err(|error| Failed {
                 authenticated: false,
@@ -122,39 +219,57 @@ impl Receive {
             error,
         };
         let hello = hello.map_err(|e| failed(e, None))?;
-        let result = match hello.version {
-            VERSION => self.land(&mut channel, &hello),
-            other => {
-                let reason = format!("protocol version {other}; this receiver speaks {VERSION}");
-                let _ = channel.send(
-                    kind::REFUSE,
-                    &encode(&Refuse {
-                        reason: reason.clone(),
-                    }),
-                );
-                Err(protocol(format!("the sender speaks {reason}")))
+        let refuse = |channel: &mut Channel, reason: String| {
+            let _ = channel.send(kind::REFUSE, &encode(&Refuse { reason }));
+        };
+        if hello.version != VERSION {
+            let reason = format!(
+                "protocol version {}; this receiver speaks {VERSION}",
+                hello.version
+            );
+            refuse(&mut channel, reason.clone());
+            return Err(failed(
+                protocol(format!("the sender speaks {reason}")),
+                Some(&hello),
+            ));
+        }
+        if let Some(id) = &hello.join {
+            let transfer = self.transfers.lock().get(id).cloned();
+            on_lane();
+            match transfer.filter(|t| t.join()) {
+                Some(transfer) => self.lane(channel, &transfer),
+                // Late: the transfer ended (or failed) while this lane connected.
+                None => refuse(&mut channel, "no running transfer takes this lane".into()),
+            }
+            return Ok(Connection::Lane);
+        }
+        let _slot = match self.slots.take(self.timeout, self.interruptible) {
+            Ok(slot) => slot,
+            Err(e) => {
+                refuse(&mut channel, e.to_string());
+                return Err(failed(e, Some(&hello)));
             }
         };
-        // The sender hears how it ended (unless the connection itself failed).
-        let outcome = match &result {
-            Ok(received) => Outcome::Landed(received.landed.clone()),
-            Err(e) => Outcome::Error {
-                kind: e.kind().into(),
-                message: e.to_string(),
-            },
-        };
-        // A tampered stream leaves our direction intact: the sender hears of it too.
-        let broken = matches!(
-            &result,
-            Err(Error::Net {
-                kind: NetError::Truncated | NetError::Timeout,
-                ..
-            })
+        let landed = self.land(channel, &hello);
+        landed
+            .map(Connection::Landed)
+            .map_err(|e| failed(e, Some(&hello)))
+    }
+
+    /// Carries a later lane's share of `transfer`: its DATA until its END, or the
+    /// transfer's end.
+    fn lane(&self, mut channel: Channel, transfer: &Transfer) {
+        let _ = channel.send(
+            kind::ACCEPT,
+            &encode(&Accept {
+                compress: false,
+                lanes: 1,
+                transfer: None,
+            }),
         );
-        if !broken && channel.send(kind::RESULT, &encode(&outcome)).is_ok() {
-            channel.close();
-        }
-        result.map_err(|e| failed(e, Some(&hello)))
+        transfer.carry(&mut channel, false);
+        transfer.linger();
+        channel.close();
     }
 
     /// Sends the listing of DEST (what `--update` leaves out when unchanged), as LIST
@@ -178,8 +293,8 @@ impl Receive {
         Ok(())
     }
 
-    /// Spawns the confined lander and feeds it the DATA until END.
-    fn land(&self, channel: &mut Channel, hello: &Hello) -> Result<Received> {
+    /// Spawns the confined lander, feeds it the transfer and tells the sender how it ended.
+    fn land(&self, mut channel: Channel, hello: &Hello) -> Result<Received> {
         let mut restore = self.restore;
         if hello.update {
             restore = restore.existing(Existing::Overwrite);
@@ -197,104 +312,104 @@ impl Receive {
         };
         // A larger pipe: fewer wake-ups of the child's reading thread.
         let _ = rustix::pipe::fcntl_setpipe_size(&*child.input(), 1 << 20);
+        let shown = || TreePath(b"<confined lander>".to_vec());
+        let input = (child.input().as_fd().try_clone_to_owned())
+            .map_err(|e| Error::os("dup", shown(), e))?;
+        let input = std::fs::File::from(input);
+        let out: Box<dyn Write + Send> = match hello.compress {
+            true => Box::new(
+                zstd::stream::write::Decoder::new(input)
+                    .map_err(|e| Error::os("start zstd", TreePath::default(), e))?,
+            ),
+            false => Box::new(input),
+        };
+        let lanes = hello.lanes.clamp(1, MAX_LANES);
+        let transfer = Transfer::new(out, lanes, self.timeout, self.interruptible);
+        let transfer = Arc::new(transfer);
+        // The id later lanes join with: as random as a key (and as secret).
+        let id = (lanes > 1).then(Key::generate).and_then(|key| key.ok());
+        let id = id.map(|key| {
+            let id = key.to_text();
+            self.transfers.lock().insert(id.clone(), transfer.clone());
+            id
+        });
         let accept = Accept {
             compress: hello.compress,
+            lanes: if id.is_some() { lanes } else { 1 },
+            transfer: id.clone(),
         };
-        channel.send(kind::ACCEPT, &encode(&accept))?;
-        if hello.update {
-            self.send_listing(channel)?;
+        let fed = self.feed(&mut channel, hello.update, &accept, &transfer);
+        if let Some(id) = id {
+            self.transfers.lock().remove(&id);
         }
-        let fed = match hello.compress {
-            true => {
-                let mut zstd = zstd::stream::write::Decoder::new(ChildInput(&mut child))
-                    .map_err(|e| Error::os("start zstd", TreePath::default(), e))?;
-                let fed = feed(channel, &mut zstd);
-                fed.and_then(|n| {
-                    zstd.flush()
-                        .map_err(|e| Error::os("decompress", TreePath::default(), e))?;
-                    Ok(n)
-                })
-            }
-            false => feed(channel, &mut ChildInput(&mut child)),
-        };
-        match fed {
-            Ok(received_bytes) => Ok(Received {
-                landed: child.wait()?,
+        let result = match fed {
+            Ok(received_bytes) => child.wait().map(|landed| Received {
+                landed,
                 sender: hello.name.clone(),
                 received_bytes,
                 compressed: hello.compress,
                 update: hello.update,
             }),
-            Err(Stop::Lander) => Err(child
-                .wait()
-                .err()
-                .unwrap_or_else(|| protocol("the lander stopped reading, then reported success"))),
+            Err(Stop::Lander) => {
+                transfer.close();
+                Err(child.wait().err().unwrap_or_else(|| {
+                    protocol("the lander stopped reading, then reported success")
+                }))
+            }
             Err(Stop::Channel(e)) => {
                 // Stopped cleanly, the child removes the file it was writing.
                 let _ = child.cancel();
+                transfer.close();
                 Err(e)
             }
+        };
+        // The sender hears how it ended (unless the connection itself failed).
+        let outcome = match &result {
+            Ok(received) => Outcome::Landed(received.landed.clone()),
+            Err(e) => Outcome::Error {
+                kind: e.kind().into(),
+                message: e.to_string(),
+            },
+        };
+        // A tampered stream leaves our direction intact: the sender hears of it too.
+        let broken = matches!(
+            &result,
+            Err(Error::Net {
+                kind: NetError::Truncated | NetError::Timeout,
+                ..
+            })
+        );
+        let told = !broken && channel.send(kind::RESULT, &encode(&outcome)).is_ok();
+        transfer.end();
+        if told {
+            channel.close();
         }
+        result
     }
-}
 
-/// Why feeding the lander stopped early.
-enum Stop {
-    /// The lander stopped reading: its report says why.
-    Lander,
-    /// The channel failed.
-    Channel(Error),
-}
-
-impl From<Error> for Stop {
-    fn from(e: Error) -> Stop {
-        Stop::Channel(e)
-    }
-}
-
-/// Writes the DATA messages into `out` until END, whose count must match; returns it.
-fn feed(channel: &mut Channel, out: &mut impl Write) -> std::result::Result<u64, Stop> {
-    let mut received = 0u64;
-    loop {
-        match channel.receive()? {
-            (kind::DATA, bytes) => {
-                received += bytes.len() as u64;
-                if let Err(e) = out.write_all(bytes) {
-                    return Err(match e.kind() {
-                        io::ErrorKind::BrokenPipe => Stop::Lander,
-                        // A compressed stream the decoder refuses.
-                        _ => Stop::Channel(Error::os("decompress", TreePath::default(), e)),
-                    });
-                }
-            }
-            (kind::END, count) => {
-                let count = <[u8; 8]>::try_from(count).map_err(|_| protocol("a bad END"))?;
-                let count = u64::from_be_bytes(count);
-                if count != received {
-                    return Err(Stop::Channel(truncated(&format!(
-                        "{received} of {count} bytes arrived"
-                    ))));
-                }
-                return Ok(received);
-            }
-            (kind, _) => {
-                let e = protocol(format!("type {kind} where DATA or END was expected"));
-                return Err(Stop::Channel(e));
-            }
+    /// Accepts the transfer and carries its DATA (this lane's, and the others') into the
+    /// lander until END; returns the archive bytes received.
+    fn feed(
+        &self,
+        channel: &mut Channel,
+        update: bool,
+        accept: &Accept,
+        transfer: &Transfer,
+    ) -> std::result::Result<u64, Stop> {
+        channel.send(kind::ACCEPT, &encode(accept))?;
+        if update {
+            self.send_listing(channel)?;
         }
-    }
-}
-
-/// The child's stdin as a writer (the decoder needs an owned one).
-struct ChildInput<'c>(&'c mut ConfinedChild);
-
-impl Write for ChildInput<'_> {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.0.input().write(bytes)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+        let finished = transfer.carry(channel, true).and_then(|end| {
+            let Ok(end) = <[u8; 16]>::try_from(&end[..]) else {
+                transfer.fail(protocol("a bad END").into());
+                return None;
+            };
+            let [bytes, chunks] =
+                [&end[..8], &end[8..]].map(|n| u64::from_be_bytes(n.try_into().expect("8 bytes")));
+            transfer.finish(chunks, bytes)
+        });
+        finished.ok_or_else(|| transfer.failure().unwrap_or(Stop::Lander))
     }
 }
 

@@ -14,7 +14,7 @@
 //! [`request`] from its own handler instead of [`catch_signals`].
 
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
@@ -143,20 +143,36 @@ pub(crate) fn wait_for(
     stoppable: bool,
 ) -> Result<Option<PollFlags>> {
     let mut fds = [PollFd::new(&fd, flags)];
-    Ok(wait_for_any(&mut fds, wait, stoppable)?.then(|| fds[0].revents()))
+    let waited = wait_for_any(&mut fds, wait, stoppable, None)?;
+    Ok((waited == Waited::Ready).then(|| fds[0].revents()))
 }
 
-/// [`wait_for`] of several descriptors: whether one became ready (their `revents` say
-/// which) before `wait` passed.
+/// How [`wait_for_any`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Waited {
+    /// A descriptor is ready: their `revents` say which.
+    Ready,
+    /// The wait passed.
+    TimedOut,
+    /// The `cancelled` flag was set.
+    Cancelled,
+}
+
+/// [`wait_for`] of several descriptors, which also ends (within 100 ms) once `cancelled`
+/// is set.
 pub(crate) fn wait_for_any(
     fds: &mut [PollFd<'_>],
     wait: Option<Duration>,
     stoppable: bool,
-) -> Result<bool> {
+    cancelled: Option<&AtomicBool>,
+) -> Result<Waited> {
     let start = Instant::now();
     loop {
         if stoppable {
             check()?;
+        }
+        if cancelled.is_some_and(|c| c.load(Relaxed)) {
+            return Ok(Waited::Cancelled);
         }
         let left = wait.map_or(STOP_LATENCY, |w| w.saturating_sub(start.elapsed()));
         let slice = left.min(STOP_LATENCY);
@@ -165,10 +181,10 @@ pub(crate) fn wait_for_any(
             tv_nsec: i64::from(slice.subsec_nanos()),
         };
         match poll(fds, Some(&timeout)) {
-            Ok(0) if wait.is_some_and(|w| start.elapsed() >= w) => return Ok(false),
+            Ok(0) if wait.is_some_and(|w| start.elapsed() >= w) => return Ok(Waited::TimedOut),
             Ok(0) | Err(Errno::INTR) => {}
             // Ready, or an error the I/O that follows reports.
-            _ => return Ok(true),
+            _ => return Ok(Waited::Ready),
         }
     }
 }

@@ -7,16 +7,16 @@
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use rustix::event::PollFlags;
+use rustix::event::{PollFd, PollFlags};
 use snow::{Builder, TransportState};
 
 use super::key::Key;
 use crate::error::{Error, NetError, Result, TreePath};
-use crate::interrupt::wait_for;
+use crate::interrupt::{wait_for_any, Waited};
 
 /// The Noise protocol: see docs/SECURITY.md ("send / recv") for why psk2.
 const PATTERN: &str = "Noise_NNpsk2_25519_AESGCM_SHA256";
@@ -168,45 +168,32 @@ impl Wire {
     /// Waits until the socket is ready for `flags` (with `OUT | IN`: to write, or the peer
     /// sent something), failing after the timeout or on a requested stop.
     fn wait(&self, flags: PollFlags) -> Result<Ready> {
-        let start = Instant::now();
-        let ready = loop {
-            if self
-                .cancel
-                .as_ref()
-                .is_some_and(|c| c.load(Ordering::Relaxed))
-            {
+        let mut fds = [PollFd::new(&self.stream, flags)];
+        let cancelled = self.cancel.as_deref();
+        match wait_for_any(&mut fds, Some(self.timeout), self.interruptible, cancelled)? {
+            Waited::Ready => {}
+            Waited::Cancelled => {
                 return Err(Error::net(
                     NetError::Remote,
                     "the transfer failed on another connection",
+                ))
+            }
+            Waited::TimedOut => {
+                let what = match flags == PollFlags::IN {
+                    true => "sent nothing",
+                    false => "took nothing",
+                };
+                return Err(Error::net(
+                    NetError::Timeout,
+                    format!(
+                        "{} {what} for {} s (see --timeout)",
+                        self.peer,
+                        self.timeout.as_secs()
+                    ),
                 ));
             }
-            // With a cancel flag, look at it every 100 ms.
-            let left = self.timeout.saturating_sub(start.elapsed());
-            let slice = match self.cancel {
-                Some(_) => left.min(Duration::from_millis(100)),
-                None => left,
-            };
-            let fd = self.stream.as_fd();
-            match wait_for(fd, flags, Some(slice), self.interruptible)? {
-                Some(ready) => break Some(ready),
-                None if start.elapsed() >= self.timeout => break None,
-                None => {}
-            }
-        };
-        let Some(ready) = ready else {
-            let what = match flags == PollFlags::IN {
-                true => "sent nothing",
-                false => "took nothing",
-            };
-            return Err(Error::net(
-                NetError::Timeout,
-                format!(
-                    "{} {what} for {} s (see --timeout)",
-                    self.peer,
-                    self.timeout.as_secs()
-                ),
-            ));
-        };
+        }
+        let ready = fds[0].revents();
         Ok(
             match flags.contains(PollFlags::OUT) && ready.contains(PollFlags::IN) {
                 true => Ready::Incoming,

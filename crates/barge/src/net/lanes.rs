@@ -26,7 +26,7 @@ use rustix::event::{PollFd, PollFlags};
 use super::channel::{protocol, truncated, Channel, BATCH, MAX_PAYLOAD};
 use super::kind;
 use crate::error::{Error, NetError, Result, TreePath};
-use crate::interrupt::{check, wait_for_any};
+use crate::interrupt::{check, wait_for_any, Waited};
 
 /// The bytes of a DATA message's chunk number (big-endian), before its archive bytes.
 const SEQ: usize = 8;
@@ -172,7 +172,7 @@ impl Striper {
                 PollFd::from_borrowed_fd(lane.fd(), flags)
             })
             .collect();
-        if !wait_for_any(&mut fds, Some(wait), true)? {
+        if wait_for_any(&mut fds, Some(wait), true, None)? != Waited::Ready {
             return Ok(false);
         }
         let ready: Vec<PollFlags> = fds.iter().map(PollFd::revents).collect();
@@ -184,7 +184,7 @@ impl Striper {
                 if let Err(e) = self.lanes[lane].write_some() {
                     return Err(match lane {
                         0 => e,
-                        _ => self.heard(0),
+                        _ => self.heard(lane),
                     });
                 }
             }
@@ -197,7 +197,8 @@ impl Striper {
     fn heard(&mut self, lane: usize) -> Error {
         let said = lane == 0 || {
             let mut fds = [PollFd::from_borrowed_fd(self.lanes[0].fd(), PollFlags::IN)];
-            matches!(wait_for_any(&mut fds, Some(self.timeout), true), Ok(true))
+            let waited = wait_for_any(&mut fds, Some(self.timeout), true, None);
+            matches!(waited, Ok(Waited::Ready))
         };
         self.lanes[if said { 0 } else { lane }].heard()
     }

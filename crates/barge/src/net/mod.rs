@@ -158,9 +158,8 @@ pub fn host_name() -> String {
     String::from_utf8_lossy(uname.nodename().to_bytes()).into_owned()
 }
 
-/// A byte stream as messages of one type (the archive as DATA, a listing as LIST): an
-/// [`io::Write`], for the pack's writer thread, which so encrypts while the walking thread
-/// packs.
+/// A byte stream as messages of one type (the receiver's listing of DEST as LIST): an
+/// [`io::Write`] over one channel. (The archive goes as DATA over the lanes' `Striper`.)
 pub(crate) struct Messages<'c> {
     channel: &'c mut Channel,
     kind: u8,

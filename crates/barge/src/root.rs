@@ -8,7 +8,9 @@
 //! one is staged (with the rest inside it), so they appear with DEST or not at all. A
 //! sandboxed lander cannot reach the parent from its chroot, so a **keeper** process, forked
 //! before the chroot, holds the staged tree and renames or removes it when told; it also
-//! removes it when the lander dies without a word (even by SIGKILL).
+//! removes it when the lander dies without a word (even by SIGKILL, once the keeper runs: a
+//! lander killed between making the hidden directory and forking leaves it, as an
+//! unsandboxed one killed at any point does).
 
 use std::fs;
 use std::mem::MaybeUninit;

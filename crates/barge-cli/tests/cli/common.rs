@@ -101,9 +101,25 @@ pub fn spawn(cmd: &mut Command, stdin: Stdio) -> Child {
 /// be closed to an unprivileged user), and returns its path.
 pub fn copy_bin(dir: &Path) -> PathBuf {
     let copy = dir.join("barge");
-    fs::copy(bin(), &copy).unwrap();
-    fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).unwrap();
+    run_ok(
+        Command::new("install").arg("-m755").arg(bin()).arg(&copy),
+        None,
+    );
     copy
+}
+
+/// Creates the executable `path` (mode 0o755) holding `data`. Like [`copy_bin`], it leaves
+/// the writing to `install`, a process of its own: a file this multi-threaded process held
+/// open for writing would be inherited by whatever another test forks at that moment, and
+/// running it would fail with ETXTBSY ("Text file busy") until that fork's exec.
+pub fn executable(path: &Path, data: &[u8]) {
+    run_ok(
+        Command::new("install")
+            .arg("-m755")
+            .arg("/dev/stdin")
+            .arg(path),
+        Some(data),
+    );
 }
 
 /// Runs `cmd` with `stdin` as its input (empty when `None`), output captured, under [`TIMEOUT`].

@@ -43,7 +43,7 @@ fn wrapper(setup: &Setup, body: &str, prefix: &str) -> PathBuf {
         "#!/bin/sh\n{body}\nexec {prefix} \"{}\" \"$@\"\n",
         setup.bin.display()
     );
-    file(&script, text.as_bytes(), 0o755);
+    executable(&script, text.as_bytes());
     script
 }
 
@@ -346,11 +346,15 @@ fn without_user_namespaces_the_child_refuses_unless_allowed_to_land_unconfined()
 #[test]
 fn a_child_that_dies_is_an_error_and_a_dropped_one_is_killed_and_reaped() {
     let setup = Setup::new();
-    let dest = setup.work.path().join("dest");
-    let landing = ConfinedUnpack::new(&dest).executable(&setup.bin);
     let gone = |pid: u32| !Path::new(&format!("/proc/{pid}")).exists();
 
-    let child = landing.spawn().unwrap();
+    // Into an existing DEST: a kill between making a new DEST's hidden directory and forking
+    // its keeper (below) would leave that directory behind.
+    let existing = setup.dest("existing", 0);
+    let child = ConfinedUnpack::new(&existing)
+        .executable(&setup.bin)
+        .spawn()
+        .unwrap();
     let pid = child.id();
     let killed = rustix::process::kill_process(
         rustix::process::Pid::from_raw(pid as i32).unwrap(),
@@ -367,6 +371,8 @@ fn a_child_that_dies_is_an_error_and_a_dropped_one_is_killed_and_reaped() {
     );
     assert!(gone(pid), "the killed child was not reaped");
 
+    let dest = setup.work.path().join("dest");
+    let landing = ConfinedUnpack::new(&dest).executable(&setup.bin);
     let mut child = landing.spawn().unwrap();
     let pid = child.id();
     child.input().write_all(&Archive::header().0).unwrap();
@@ -376,7 +382,13 @@ fn a_child_that_dies_is_an_error_and_a_dropped_one_is_killed_and_reaped() {
             .iter()
             .any(|n| n.starts_with(".dest.barge-"))
     };
-    wait_for("the child's staged DEST", staged);
+    // Chrooted there means its keeper runs (forked just before).
+    let chrooted = || {
+        fs::read_link(format!("/proc/{pid}/root"))
+            .is_ok_and(|root| root.to_string_lossy().contains("/.dest.barge-"))
+    };
+    wait_for("the child chrooted to its staged DEST", chrooted);
+    assert!(staged());
     drop(child);
     assert!(gone(pid), "the dropped child still runs or was not reaped");
     // Its keeper saw the child die, and removed what it had landed.

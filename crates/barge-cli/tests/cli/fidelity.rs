@@ -260,7 +260,7 @@ case "$1" in
 esac
 exit 64
 "#;
-    file(&path, text.as_bytes(), 0o755);
+    executable(&path, text.as_bytes());
     path
 }
 

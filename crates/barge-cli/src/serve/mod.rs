@@ -24,6 +24,7 @@ use rustix::process::Signal;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::Semaphore;
 
 use crate::report::{self, shown_path, Exit};
 use crate::{parse_limit, Limit};
@@ -70,6 +71,10 @@ pub struct ServeArgs {
     /// Land at most N uploads at once; more are refused with 503.
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     max_uploads: u32,
+    /// Keep at most N connections open at once, with or without a token (each holds an fd
+    /// and some memory); more wait in the listen queue until one closes.
+    #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: u32,
     /// Give up on an upload whose body sends nothing for this many seconds (408; nothing is
     /// kept).
     #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
@@ -161,7 +166,8 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
             token.print_url(&url, args.json);
         }
         let server = Arc::new(http::Server::new(&args, dest, token));
-        run(listener, tls.map(|t| t.acceptor), server).await
+        let connections = Arc::new(Semaphore::new(args.max_connections as usize));
+        run(listener, tls.map(|t| t.acceptor), server, connections).await
     })?;
     Ok(Exit::Success)
 }
@@ -197,12 +203,14 @@ const STREAM_WINDOW: u32 = 4 << 20;
 /// How long a client has for its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Accepts connections until SIGINT or SIGTERM, then waits for the open ones (a second
-/// signal stops waiting: the uploads still running are cancelled).
+/// Accepts connections, each while `connections` has a permit for it, until SIGINT or
+/// SIGTERM, then waits for the open ones (a second signal stops waiting: the uploads still
+/// running are cancelled).
 async fn run(
     listener: TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
     server: Arc<http::Server>,
+    connections: Arc<Semaphore>,
 ) -> anyhow::Result<()> {
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
@@ -223,6 +231,11 @@ async fn run(
         .max_concurrent_streams(64);
     let graceful = GracefulShutdown::new();
     let stop = loop {
+        let permit = tokio::select! {
+            permit = connections.clone().acquire_owned() => permit.expect("never closed"),
+            _ = interrupt.recv() => break Signal::INT,
+            _ = terminate.recv() => break Signal::TERM,
+        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -243,6 +256,7 @@ async fn run(
             graceful.watcher(),
         );
         tokio::spawn(async move {
+            let _open = permit;
             let Some(tls) = tls else {
                 return serve_connection(&builder, watcher, stream, peer, server).await;
             };

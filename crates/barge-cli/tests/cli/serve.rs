@@ -78,12 +78,16 @@ impl Server {
     }
 
     /// curl with the token (unless `token` is None), `args`, and the URL of `path`: the
-    /// status, the HTTP version and the body.
+    /// status, the HTTP version and the body. The server's certificate is not checked
+    /// unless `args` give `--cacert`.
     fn curl(&self, token: Option<&str>, args: &[&str], path: &str) -> (u16, String, String) {
         let work = tempdir();
         let body = work.path().join("body");
         let mut cmd = Command::new("curl");
-        cmd.args(["-sS", "-k", "--path-as-is", "--max-time", "60", "-o"])
+        if !args.contains(&"--cacert") {
+            cmd.arg("-k");
+        }
+        cmd.args(["-sS", "--path-as-is", "--max-time", "60", "-o"])
             .arg(&body);
         cmd.args(["-w", "%{http_code} %{http_version}"]);
         if let Some(token) = token {
@@ -591,6 +595,30 @@ fn the_token_shows_only_in_the_address_line() {
     );
 }
 
+/// Connections that send nothing (no token needed for that) take the server's connection
+/// slots: the next connection waits, unserved, until one of them closes.
+#[test]
+fn connections_beyond_the_limit_wait_until_one_closes() {
+    let work = tempdir();
+    let dest = work.path().join("dest");
+    let server = Server::start(
+        &dest,
+        &["--plain-http", "--max-connections", "2"],
+        Some(TOKEN),
+    );
+    let address = ("127.0.0.1", server.port);
+    let (status, _, _) = server.curl(None, &[], "/");
+    assert_eq!(status, 200, "the page, before the slots are taken");
+    let mut idle: Vec<TcpStream> = (0..2)
+        .map(|_| TcpStream::connect(address).unwrap())
+        .collect();
+    let (status, _, _) = server.curl(None, &["--max-time", "2"], "/");
+    assert_eq!(status, 0, "served beyond --max-connections");
+    drop(idle.pop());
+    let (status, _, _) = server.curl(None, &[], "/");
+    assert_eq!(status, 200, "not served once a slot was free");
+}
+
 #[test]
 fn busy_and_stopping_servers_keep_running_uploads_whole_or_not_at_all() {
     let work = tempdir();
@@ -646,25 +674,34 @@ fn a_token_file_must_be_private_and_a_given_certificate_is_served() {
         "{stderr}"
     );
     fs::set_permissions(&token_file, fs::Permissions::from_mode(0o600)).unwrap();
-    // A certificate made by openssl: served, and the fingerprint printed is its own.
-    let (cert, key) = (work.path().join("cert.pem"), work.path().join("key.pem"));
-    run_ok(
-        Command::new("openssl")
-            .args([
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-            ])
-            .args(["-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"])
-            .args(["-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
-            .arg(&key)
-            .arg("-out")
-            .arg(&cert),
-        None,
-    );
+    // A certificate made by openssl: served (curl trusts it alone, and no other), and the
+    // fingerprint printed is its own.
+    let make_cert = |name: &str| {
+        let (cert, key) = (
+            work.path().join(format!("{name}.pem")),
+            work.path().join(format!("{name}-key.pem")),
+        );
+        run_ok(
+            Command::new("openssl")
+                .args([
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    "ec",
+                    "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1",
+                ])
+                .args(["-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"])
+                .args(["-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
+                .arg(&key)
+                .arg("-out")
+                .arg(&cert),
+            None,
+        );
+        (cert, key)
+    };
+    let (cert, key) = make_cert("cert");
+    let (other, _) = make_cert("other");
     let openssl = run_ok(
         Command::new("openssl")
             .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
@@ -701,4 +738,10 @@ fn a_token_file_must_be_private_and_a_given_certificate_is_served() {
         "/upload",
     );
     assert_eq!((status, version.as_str()), (200, "2"), "{body}");
+    let other = other.to_str().unwrap();
+    let (status, _, _) = server.curl(Some(TOKEN), &["--cacert", other], "/");
+    assert_eq!(
+        status, 0,
+        "a certificate curl was not told to trust was accepted"
+    );
 }

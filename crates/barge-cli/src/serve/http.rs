@@ -98,14 +98,14 @@ impl Server {
     ) -> Response<Full<Bytes>> {
         let start = Instant::now();
         let (request, mut body) = request.into_parts();
+        let path = request.uri.path();
+        let upload = matches!(request.method, Method::POST | Method::PUT)
+            && (path == "/upload" || path.starts_with("/upload/"));
         let mut log = LogLine {
-            line: format!(
-                "barge serve: {peer} {} {}",
-                request.method,
-                request.uri.path()
-            ),
+            line: format!("barge serve: {peer} {} {path}", request.method),
             start,
             done: false,
+            json: self.json && upload,
         };
         let Reply { mut response, note } = self.route(&request, &mut body, start).await;
         // Whatever the answer, the client may still be sending.
@@ -341,6 +341,8 @@ struct LogLine {
     line: String,
     start: Instant,
     done: bool,
+    /// An upload with `--json`: a closed connection gets its JSON line here too.
+    json: bool,
 }
 
 impl LogLine {
@@ -354,10 +356,12 @@ impl LogLine {
 impl Drop for LogLine {
     fn drop(&mut self) {
         if !self.done {
-            self.done(
-                "closed",
-                "the client went away before the answer; nothing was kept",
-            );
+            let why = "the client went away before the answer; nothing was kept";
+            self.done("closed", why);
+            if self.json {
+                // 499: how web servers log a request its client closed.
+                println!("{}", json!({"status": 499, "error": why}));
+            }
         }
     }
 }

@@ -85,7 +85,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ORIGIN")]
     cors_origin: Vec<String>,
     /// Print each upload's result as one JSON line on stdout (and the page's address as
-    /// {"url": ...} when the token is generated).
+    /// {"url": ...} when the token is generated); an upload whose client closed the
+    /// connection before the answer gets {"status": 499, "error": ...}.
     #[arg(long)]
     json: bool,
 }

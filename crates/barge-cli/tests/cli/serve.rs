@@ -63,18 +63,7 @@ impl Server {
 
     /// The first stderr line containing `needle`, waiting up to 30 s for it.
     fn wait_for_log(&self, needle: &str) -> String {
-        let start = Instant::now();
-        loop {
-            let text = self.stderr.lock().unwrap().clone();
-            if let Some(line) = text.lines().find(|l| l.contains(needle)) {
-                return line.to_owned();
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "no {needle:?} in the server's stderr: {text}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for_line(&self.stderr, needle)
     }
 
     /// curl with the token (unless `token` is None), `args`, and the URL of `path`: the
@@ -157,6 +146,23 @@ fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
         assert!(
             start.elapsed() < Duration::from_secs(30),
             "the server did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The first line of the output collected in `text` containing `needle`, waiting up to 30 s
+/// for it.
+fn wait_for_line(text: &Mutex<String>, needle: &str) -> String {
+    let start = Instant::now();
+    loop {
+        let text = text.lock().unwrap().clone();
+        if let Some(line) = text.lines().find(|l| l.contains(needle)) {
+            return line.to_owned();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no {needle:?} in the server's output: {text}"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -424,8 +430,8 @@ fn a_body_cut_off_or_stalled_leaves_nothing() {
     let (status, text) = answer(&mut socket);
     assert_eq!(status, 408, "{text}");
     assert_holds(&dest, &[], "a stalled upload");
-    // curl killed mid-way over TLS and HTTP/2.
-    let server = Server::start(&dest, &[], Some(TOKEN));
+    // curl killed mid-way over TLS and HTTP/2: the log line and the JSON line say so.
+    let server = Server::start(&dest, &["--json"], Some(TOKEN));
     let data = format!("@{}", archive.display());
     let mut curl = Command::new("curl")
         .args(["-sS", "-k", "--http2", "--limit-rate", "1M", "-H"])
@@ -448,6 +454,9 @@ fn a_body_cut_off_or_stalled_leaves_nothing() {
     curl.wait().unwrap();
     server.wait_for_log("PUT /upload/killed closed (the client went away");
     assert_holds(&dest, &[], "curl killed");
+    let json = wait_for_line(&server.stdout, "status");
+    let closed: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(closed["status"], 499, "{json}");
 }
 
 #[test]

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use anyhow::{bail, Result};
-use barge::cp::{Change, Cp, CpReport, CpSummary, Reflink, Verified};
+use barge::cp::{Change, Cp, CpReport, CpSummary, Linked, Reflink, Verified};
 use barge::du::Du;
 use barge::exclude::Exclude;
 use barge::sys::fds::raise_fd_limit;
@@ -145,6 +145,8 @@ pub fn cp(args: CpArgs) -> Result<Exit> {
         .exclude(exclude.clone())
         .threads(args.threads);
     let progress = Progress::default();
+    // Names of one file in several SRCs stay linked, as with cp -a.
+    let linked = Linked::default();
     let total = AtomicU64::new(0);
     let mut done = CpSummary::default();
     let mut verified = Verified::default();
@@ -157,7 +159,7 @@ pub fn cp(args: CpArgs) -> Result<Exit> {
         let known = || Some(total.load(Relaxed)).filter(|&t| t > 0);
         with_progress(args.out, &progress, known, || {
             for (src, target) in &targets {
-                let copied = match cp.run(src, target, &progress, &Printer) {
+                let copied = match cp.run_linked(src, target, &linked, &progress, &Printer) {
                     Ok(copied) => copied,
                     Err(e @ Error::Interrupted { .. }) => return Err(e.into()),
                     Err(e) => {

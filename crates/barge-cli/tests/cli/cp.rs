@@ -491,6 +491,51 @@ fn a_dest_directory_receives_each_src_by_its_name() {
     assert_eq!(kind(&more.join("l")), "symlink");
 }
 
+/// Names of one file in several SRCs are one file in DEST too, as GNU cp -a makes them.
+#[test]
+fn hard_links_between_srcs_stay_links_as_with_cp_a() {
+    let work = Work::new(User::Caller);
+    let (a, b) = (work.path("a"), work.path("b"));
+    fs::create_dir_all(a.join("sub")).unwrap();
+    fs::create_dir(&b).unwrap();
+    file(&a.join("one"), b"linked\n", 0o644);
+    fs::hard_link(a.join("one"), a.join("sub/two")).unwrap();
+    fs::hard_link(a.join("one"), b.join("three")).unwrap();
+    file(&b.join("alone"), b"alone\n", 0o644);
+    let names = ["a/one", "a/sub/two", "b/three", "b/alone"];
+    // The inode of each of `names` below `dest`, numbered in order of appearance.
+    let shape = |dest: &Path| -> Vec<usize> {
+        let mut seen = Vec::new();
+        names
+            .iter()
+            .map(|name| {
+                let ino = fs::symlink_metadata(dest.join(name)).unwrap().ino();
+                seen.iter().position(|&i| i == ino).unwrap_or_else(|| {
+                    seen.push(ino);
+                    seen.len() - 1
+                })
+            })
+            .collect()
+    };
+    let (barge_dest, gnu_dest) = (work.path("barge"), work.path("gnu"));
+    for dest in [&barge_dest, &gnu_dest] {
+        fs::create_dir(dest).unwrap();
+    }
+    let json = Path::new("--json");
+    let out = run(&mut cp([json, &a, &b, &barge_dest]), None);
+    assert_exit(&out, 0, "cp a b DEST");
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["hard_links"], 2, "{summary}");
+    let gnu = Command::new("cp")
+        .arg("-a")
+        .args([&a, &b, &gnu_dest])
+        .status();
+    assert!(gnu.unwrap().success());
+    assert_eq!(shape(&gnu_dest), [0, 0, 0, 1], "GNU cp -a");
+    assert_eq!(shape(&barge_dest), shape(&gnu_dest));
+    assert_eq!(fs::read(barge_dest.join("b/three")).unwrap(), b"linked\n");
+}
+
 #[test]
 fn several_srcs_need_a_dest_directory() {
     let work = Work::new(User::Caller);

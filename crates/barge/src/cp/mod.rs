@@ -170,6 +170,12 @@ pub trait CpReport: Sync {
     fn change(&self, _change: Change, _path: &TreePath) {}
 }
 
+/// The copies of files with several links that [`Cp::run_linked`] made, by the source's
+/// device and inode: the directory each was created in (held open until this is dropped)
+/// and its name, for later names of the file to link to.
+#[derive(Debug, Default)]
+pub struct Linked(Mutex<HashMap<(u64, u64), LinkTarget>>);
+
 /// A copy of trees (`barge cp`): its options, then [`Cp::run`] per SRC.
 #[derive(Clone, Debug)]
 pub struct Cp {
@@ -278,6 +284,20 @@ impl Cp {
         progress: &Progress,
         report: &dyn CpReport,
     ) -> Result<CpSummary> {
+        self.run_linked(src, dest, &Linked::default(), progress, report)
+    }
+
+    /// [`Cp::run`], with the files of several links copied so far in `linked`: a name of
+    /// one of them in `src` becomes a hard link to its copy, as `cp -a A B DEST` keeps the
+    /// links between A and B (the copies must be on one filesystem).
+    pub fn run_linked(
+        &self,
+        src: &Path,
+        dest: &Path,
+        linked: &Linked,
+        progress: &Progress,
+        report: &dyn CpReport,
+    ) -> Result<CpSummary> {
         let src_name = src.as_os_str().as_bytes();
         let dest_name = dest.as_os_str().as_bytes();
         let stat = statx(CWD, src, AtFlags::SYMLINK_NOFOLLOW, MASK)
@@ -309,7 +329,7 @@ impl Cp {
             progress,
             src: src_name.to_vec(),
             dest: dest_name.to_vec(),
-            links: Mutex::default(),
+            links: &linked.0,
             no_clone: AtomicBool::new(self.reflink == Reflink::Never),
             no_range: AtomicBool::new(self.reflink == Reflink::Never),
             target: Mutex::new(None),
@@ -421,9 +441,8 @@ struct Shared<'a> {
     /// SRC and DEST as given, for paths in messages.
     src: Vec<u8>,
     dest: Vec<u8>,
-    /// The copies of multi-link files by the source's device and inode: the directory they
-    /// were created in and their name, for the later names to link to.
-    links: Mutex<HashMap<(u64, u64), LinkTarget>>,
+    /// The copies of multi-link files (see [`Linked`]).
+    links: &'a Mutex<HashMap<(u64, u64), LinkTarget>>,
     /// `FICLONE` failed as unsupported (or `--reflink=never`): not tried again.
     no_clone: AtomicBool,
     /// `copy_file_range` failed as unsupported (or `--reflink=never`): not tried again.

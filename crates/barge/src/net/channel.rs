@@ -214,6 +214,13 @@ impl Wire {
     }
 }
 
+/// Encrypts the message `plain` with `noise` onto `wire`'s queue.
+fn encrypt_onto(wire: &mut Wire, noise: &mut TransportState, plain: &[u8]) -> Result<()> {
+    wire.frame(|out| {
+        (noise.write_message(plain, out)).map_err(|e| protocol(format!("cannot encrypt: {e}")))
+    })
+}
+
 /// The authenticated, encrypted channel over one TCP connection (see the [module](self)
 /// documentation).
 pub(crate) struct Channel {
@@ -291,10 +298,14 @@ impl Channel {
         self.plain.clear();
         self.plain.push(kind);
         self.plain.extend_from_slice(payload);
-        let (noise, plain) = (&mut self.noise, &self.plain);
-        self.wire.frame(|out| {
-            (noise.write_message(plain, out)).map_err(|e| protocol(format!("cannot encrypt: {e}")))
-        })
+        encrypt_onto(&mut self.wire, &mut self.noise, &self.plain)
+    }
+
+    /// Encrypts the message `plain` (its type, then its payload) onto the queue, writing
+    /// nothing: [`Channel::queue`] without copying a payload that comes with its type.
+    pub(crate) fn queue_message(&mut self, plain: &[u8]) -> Result<()> {
+        debug_assert!(plain.len() <= 1 + MAX_PAYLOAD);
+        encrypt_onto(&mut self.wire, &mut self.noise, plain)
     }
 
     /// Bytes queued and not written yet.

@@ -30,6 +30,8 @@ use crate::interrupt::{check, wait_for_any, Waited};
 
 /// The bytes of a DATA message's chunk number (big-endian), before its archive bytes.
 const SEQ: usize = 8;
+/// What a DATA message holds before its archive bytes: its type and chunk number.
+const HEAD: usize = 1 + SEQ;
 /// Chunks (of up to 64 KiB) a receiver holds ahead of the next one, per transfer.
 const WINDOW: u64 = 256;
 /// The most lanes a receiver lets one transfer open.
@@ -45,7 +47,7 @@ pub(crate) struct Striper {
     lanes: Vec<Channel>,
     /// Lanes still connecting: taken in as they arrive.
     joining: Option<mpsc::Receiver<Channel>>,
-    /// The next chunk: its number's place, then its bytes.
+    /// The next chunk's DATA message: its type, its number's place, then its bytes.
     chunk: Vec<u8>,
     chunks: u64,
     bytes: u64,
@@ -62,8 +64,9 @@ impl Striper {
         joining: Option<mpsc::Receiver<Channel>>,
         timeout: Duration,
     ) -> Striper {
-        let mut chunk = Vec::with_capacity(MAX_PAYLOAD);
-        chunk.resize(SEQ, 0);
+        let mut chunk = Vec::with_capacity(1 + MAX_PAYLOAD);
+        chunk.push(kind::DATA);
+        chunk.resize(HEAD, 0);
         Striper {
             lanes: vec![first],
             joining,
@@ -99,19 +102,19 @@ impl Striper {
     /// Queues the chunk on a lane with room, writing that lane's queue once it holds a
     /// batch.
     fn send_chunk(&mut self) -> Result<()> {
-        if self.chunk.len() == SEQ {
+        if self.chunk.len() == HEAD {
             return Ok(());
         }
-        self.chunk[..SEQ].copy_from_slice(&self.chunks.to_be_bytes());
+        self.chunk[1..HEAD].copy_from_slice(&self.chunks.to_be_bytes());
         let lane = self.lane_with_room()?;
         let channel = &mut self.lanes[lane];
-        channel.queue(kind::DATA, &self.chunk)?;
+        channel.queue_message(&self.chunk)?;
         if channel.pending() >= BATCH {
             channel.write_some()?;
         }
-        self.bytes += (self.chunk.len() - SEQ) as u64;
+        self.bytes += (self.chunk.len() - HEAD) as u64;
         self.chunks += 1;
-        self.chunk.truncate(SEQ);
+        self.chunk.truncate(HEAD);
         self.turn = lane + 1;
         Ok(())
     }
@@ -206,9 +209,9 @@ impl Striper {
 
 impl Write for Striper {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        let n = bytes.len().min(MAX_PAYLOAD - self.chunk.len());
+        let n = bytes.len().min(1 + MAX_PAYLOAD - self.chunk.len());
         self.chunk.extend_from_slice(&bytes[..n]);
-        if self.chunk.len() == MAX_PAYLOAD {
+        if self.chunk.len() == 1 + MAX_PAYLOAD {
             if let Err(e) = self.send_chunk() {
                 let shown = io::Error::other(e.to_string());
                 self.failed = Some(e);

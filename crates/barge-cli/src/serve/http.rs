@@ -18,6 +18,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::{watch, Semaphore};
 
+use super::quota::Quota;
 use super::token::Token;
 use super::upload::{over_limit, Refusal, Upload};
 use super::ServeArgs;
@@ -43,6 +44,8 @@ pub(super) struct Server {
     /// One permit per upload that may land at once.
     slots: Arc<Semaphore>,
     max_uploads: u32,
+    /// `--quota`: what DEST may still take.
+    quota: Option<Arc<Quota>>,
     /// Names of the uploads landing now (their directories do not exist yet).
     landing: Arc<Mutex<HashSet<Vec<u8>>>>,
     /// The number in the last name the server chose.
@@ -58,7 +61,12 @@ struct Reply {
 }
 
 impl Server {
-    pub(super) fn new(args: &ServeArgs, dest: PathBuf, token: Token) -> Server {
+    pub(super) fn new(
+        args: &ServeArgs,
+        dest: PathBuf,
+        token: Token,
+        quota: Option<Arc<Quota>>,
+    ) -> Server {
         Server {
             dest,
             token,
@@ -74,6 +82,7 @@ impl Server {
             json: args.json,
             slots: Arc::new(Semaphore::new(args.max_uploads as usize)),
             max_uploads: args.max_uploads,
+            quota,
             landing: Arc::default(),
             named: AtomicU64::new(0),
             stop: watch::Sender::new(false),
@@ -264,16 +273,50 @@ impl Server {
                 ),
             ));
         };
+        // What the quota lets this upload land: no more than its length says, if it does.
+        let mut limits = self.limits;
+        let mut share = match &self.quota {
+            None => None,
+            Some(quota) => {
+                let length = body.size_hint().exact().unwrap_or(u64::MAX);
+                let want = limits.max_bytes.unwrap_or(u64::MAX).min(length);
+                let Some(share) = quota.reserve(want) else {
+                    return Err(Refusal::new(
+                        StatusCode::INSUFFICIENT_STORAGE,
+                        quota_full(quota),
+                    ));
+                };
+                limits.max_bytes = Some(share.bytes);
+                Some(share)
+            }
+        };
         let reserved = self.reserve(name)?;
         let name = String::from_utf8_lossy(&reserved.name).into_owned();
         let upload = Upload {
             target: self.dest.join(OsStr::from_bytes(&reserved.name)),
-            limits: self.limits,
+            limits,
             max_body: self.max_body,
             idle: self.idle,
             held: Box::new((slot, reserved)),
         };
-        let landed = upload.land(body, self.stop.subscribe()).await?;
+        let cut = |limits: barge::format::Limits| limits.max_bytes.unwrap_or(u64::MAX);
+        let landed = match (upload.land(body, self.stop.subscribe()).await, &self.quota) {
+            // Over the share the quota left it, not over --max-bytes.
+            (Err(refused), Some(quota))
+                if refused.status == StatusCode::PAYLOAD_TOO_LARGE
+                    && cut(limits) < cut(self.limits) =>
+            {
+                drop(share.take());
+                return Err(Refusal::new(
+                    StatusCode::INSUFFICIENT_STORAGE,
+                    quota_full(quota),
+                ));
+            }
+            (landed, _) => landed?,
+        };
+        if let Some(share) = &mut share {
+            share.keep(landed.summary.bytes);
+        }
         let summary = landed.summary;
         let entries =
             summary.dirs + summary.files + summary.symlinks + summary.links + summary.specials;
@@ -333,6 +376,16 @@ impl Server {
             landing: self.landing.clone(),
         })
     }
+}
+
+/// The answer for an upload that does not fit in what is left of `quota`.
+fn quota_full(quota: &Quota) -> String {
+    format!(
+        "the upload does not fit in what is left of this server's quota of {} (--quota): \
+         {} left besides the uploads landing now",
+        human_bytes(quota.max),
+        human_bytes(quota.left())
+    )
 }
 
 /// The log line of a request, written when it is answered, or when the connection closed

@@ -7,6 +7,7 @@
 //! `token.rs` the bearer token, `http.rs` answers requests and `upload.rs` lands a body.
 
 mod http;
+mod quota;
 mod tls;
 mod token;
 mod upload;
@@ -26,7 +27,7 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::Semaphore;
 
-use crate::report::{self, shown_path, Exit};
+use crate::report::{self, human_bytes, shown_path, Exit};
 use crate::{parse_limit, Limit};
 
 /// The command line of `barge serve`.
@@ -68,6 +69,11 @@ pub struct ServeArgs {
     /// Refuse an upload nested deeper than this many directories.
     #[arg(long, value_name = "N", default_value_t = barge::format::DEFAULT_MAX_DEPTH)]
     max_depth: usize,
+    /// Let DEST hold at most N bytes of file content in all, e.g. 100G (what it holds is
+    /// counted at start, as du -sb does, then each upload as it lands): an upload that would
+    /// pass it is refused (507) and leaves nothing. 'none' (the default) for no quota.
+    #[arg(long, value_name = "N", default_value = "none", value_parser = parse_limit)]
+    quota: Limit,
     /// Land at most N uploads at once; more are refused with 503.
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     max_uploads: u32,
@@ -103,7 +109,8 @@ the new directory NAME (one path component; 409 when it exists).
 
 Answers are JSON: {\"name\", \"entries\", \"files\", \"bytes\", \"seconds\"}, or {\"error\"} with
 400 (a bad archive: the decoder's message), 401 (no or a wrong token), 404, 408 (the body
-stalled), 409, 413 (over --max-bytes), 415, 503 (--max-uploads reached, or stopping), 500.
+stalled), 409, 413 (over --max-bytes), 415, 503 (--max-uploads reached, or stopping), 507
+(over --quota), 500.
 An upload that fails leaves nothing under DEST.
 
 Each upload lands in a child process confined to its new directory (a user namespace
@@ -166,7 +173,16 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
         if generated {
             token.print_url(&url, args.json);
         }
-        let server = Arc::new(http::Server::new(&args, dest, token));
+        let quota = args.quota.0.map(|max| {
+            let used = held_by(&dest);
+            eprintln!(
+                "barge serve: quota {}, of which DEST holds {}",
+                human_bytes(max),
+                human_bytes(used)
+            );
+            quota::Quota::new(max, used)
+        });
+        let server = Arc::new(http::Server::new(&args, dest, token, quota));
         let connections = Arc::new(Semaphore::new(args.max_connections as usize));
         run(listener, tls.map(|t| t.acceptor), server, connections).await
     })?;
@@ -185,6 +201,13 @@ fn prepare_dest(dest: &std::path::Path) -> anyhow::Result<PathBuf> {
         Err(e) => return Err(e).with_context(|| format!("cannot use {shown}")),
     }
     std::path::absolute(dest).with_context(|| format!("cannot resolve {shown}"))
+}
+
+/// The bytes of file content below `dest` (du -sb's count), for the quota.
+fn held_by(dest: &std::path::Path) -> u64 {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let usage = barge::du::Du::new().threads(threads).run(&[dest]).next();
+    usage.and_then(|u| u.ok()).map_or(0, |u| u.totals.bytes)
 }
 
 /// The host part of a URL for `address` (an IPv6 address in brackets, the unspecified

@@ -604,6 +604,61 @@ fn the_token_shows_only_in_the_address_line() {
     );
 }
 
+/// `--quota` bounds what all uploads land together, counting what DEST held at start; an
+/// upload past it is 507 and leaves nothing.
+#[test]
+fn a_quota_bounds_what_all_uploads_land_together() {
+    let work = tempdir();
+    let (_, archive) = sample(work.path(), 3);
+    let dest = work.path().join("dest");
+    // Measured by a first server without a quota: the file bytes of one upload.
+    let server = Server::start(&dest, &["--plain-http"], Some(TOKEN));
+    let (status, body) = server.upload(&archive, Some("first"), &[]);
+    assert_eq!(status, 200, "{body}");
+    let one = field(&body, "bytes").as_u64().unwrap();
+    server.stop();
+    let start = |quota: u64| {
+        let quota = quota.to_string();
+        let args = ["--plain-http", "--json", "--quota", &quota];
+        let server = Server::start(&dest, &args, Some(TOKEN));
+        let line = server.wait_for_log("quota");
+        assert!(line.contains("of which DEST holds"), "{line}");
+        server
+    };
+    // Room for one more, with a bit to spare, and no room for a third.
+    let server = start(2 * one + one / 2);
+    let (status, body) = server.upload(&archive, Some("second"), &[]);
+    assert_eq!(status, 200, "{body}");
+    for chunked in [false, true] {
+        // With its length or without: the landing stops where its share ends.
+        let extra: &[&str] = match chunked {
+            true => &["-H", "Transfer-Encoding: chunked"],
+            false => &[],
+        };
+        let (status, body) = server.upload(&archive, Some("third"), extra);
+        assert_eq!(status, 507, "chunked {chunked}: {body}");
+        assert!(
+            field(&body, "error").as_str().unwrap().contains("--quota"),
+            "{body}"
+        );
+    }
+    assert_holds(&dest, &["first", "second"], "over the quota");
+    server.stop();
+    // A new server counts what DEST holds: here all of its quota, so nothing starts.
+    let server = start(2 * one);
+    let (status, body) = server.upload(&archive, Some("fourth"), &[]);
+    assert_eq!(status, 507, "{body}");
+    assert!(
+        field(&body, "error").as_str().unwrap().contains("0 B left"),
+        "{body}"
+    );
+    assert_holds(
+        &dest,
+        &["first", "second"],
+        "over the quota after a restart",
+    );
+}
+
 /// Connections that send nothing (no token needed for that) take the server's connection
 /// slots: the next connection waits, unserved, until one of them closes.
 #[test]

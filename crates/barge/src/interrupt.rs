@@ -15,6 +15,7 @@
 
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Condvar, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
@@ -145,6 +146,21 @@ pub(crate) fn wait_for(
     let mut fds = [PollFd::new(&fd, flags)];
     let waited = wait_for_any(&mut fds, wait, stoppable, None)?;
     Ok((waited == Waited::Ready).then(|| fds[0].revents()))
+}
+
+/// Waits on `condvar` for at most 100 ms, so that a thread waiting for a condition looks
+/// for a stop that often (what [`wait_for_any`] does for fds); when `stoppable`, it fails
+/// instead once a stop was requested. A poisoned lock is taken as is.
+pub(crate) fn wait_a_slice<'a, T>(
+    condvar: &Condvar,
+    guard: MutexGuard<'a, T>,
+    stoppable: bool,
+) -> Result<MutexGuard<'a, T>> {
+    if stoppable {
+        check()?;
+    }
+    let waited = condvar.wait_timeout(guard, STOP_LATENCY);
+    Ok(waited.map_or_else(|e| e.into_inner().0, |(guard, _)| guard))
 }
 
 /// How [`wait_for_any`] ended.

@@ -26,7 +26,7 @@ use rustix::event::{PollFd, PollFlags};
 use super::channel::{protocol, truncated, Channel, BATCH, MAX_PAYLOAD};
 use super::kind;
 use crate::error::{Error, NetError, Result, TreePath};
-use crate::interrupt::{check, wait_for_any, Waited};
+use crate::interrupt::{wait_a_slice, wait_for_any, Waited};
 
 /// The bytes of a DATA message's chunk number (big-endian), before its archive bytes.
 const SEQ: usize = 8;
@@ -38,8 +38,6 @@ const WINDOW: u64 = 256;
 pub(crate) const MAX_LANES: u32 = 16;
 /// How often a sender waiting for a lane to take bytes looks for lanes that joined.
 const JOIN_POLL: Duration = Duration::from_millis(5);
-/// How often a waiting lane looks for a stop.
-const SLICE: Duration = Duration::from_millis(100);
 
 /// The sending end: an [`io::Write`] of the archive over the lanes (the first one given,
 /// more as they join).
@@ -400,9 +398,6 @@ impl Transfer {
             if ready(&state) {
                 return Ok(state);
             }
-            if self.interruptible {
-                check().map_err(|e| Some(e.into()))?;
-            }
             if state.next != next {
                 (next, since) = (state.next, Instant::now());
             } else if since.elapsed() >= self.timeout {
@@ -416,10 +411,8 @@ impl Transfer {
                     ),
                 ))));
             }
-            state = self
-                .moved
-                .wait_timeout(state, SLICE)
-                .map_or_else(|e| e.into_inner().0, |r| r.0);
+            state =
+                wait_a_slice(&self.moved, state, self.interruptible).map_err(|e| Some(e.into()))?;
         }
     }
 

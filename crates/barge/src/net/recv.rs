@@ -15,6 +15,7 @@ use super::{decode, encode, kind, Accept, Hello, Key, Messages, Outcome, Refuse,
 use crate::confine::{ConfinedUnpack, Landed};
 use crate::error::{Error, NetError, Result, TreePath};
 use crate::format::Limits;
+use crate::interrupt::wait_a_slice;
 use crate::listing::Listing;
 use crate::unpack::{Existing, Restore};
 
@@ -62,19 +63,13 @@ impl Slots {
         let start = std::time::Instant::now();
         let mut n = taken.lock().unwrap_or_else(|e| e.into_inner());
         while *n >= self.max {
-            if stoppable {
-                crate::interrupt::check()?;
-            }
             if start.elapsed() >= timeout {
                 return Err(Error::net(
                     NetError::Remote,
                     format!("busy: {} transfers are running", self.max),
                 ));
             }
-            let slice = Duration::from_millis(100);
-            n = freed
-                .wait_timeout(n, slice)
-                .map_or_else(|e| e.into_inner().0, |r| r.0);
+            n = wait_a_slice(freed, n, stoppable)?;
         }
         *n += 1;
         Ok(Slot(self))

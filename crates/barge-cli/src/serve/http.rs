@@ -108,13 +108,11 @@ impl Server {
         let start = Instant::now();
         let (request, mut body) = request.into_parts();
         let path = request.uri.path();
-        let upload = matches!(request.method, Method::POST | Method::PUT)
-            && (path == "/upload" || path.starts_with("/upload/"));
         let mut log = LogLine {
             line: format!("barge serve: {peer} {} {path}", request.method),
             start,
             done: false,
-            json: self.json && upload,
+            json: self.json && upload_of(&request.method, path).is_some(),
         };
         let Reply { mut response, note } = self.route(&request, &mut body, start).await;
         // Whatever the answer, the client may still be sending.
@@ -135,15 +133,13 @@ impl Server {
 
     async fn route(&self, request: &Parts, body: &mut Incoming, start: Instant) -> Reply {
         let path = request.uri.path();
+        if let Some(name) = upload_of(&request.method, path) {
+            return self.upload(request, body, name, start).await;
+        }
         match (&request.method, path) {
             (&Method::OPTIONS, _) => self.preflight(request),
             (&Method::GET, "/") => file(PAGE, "text/html; charset=utf-8"),
             (&Method::GET, "/barge-archive.js") => file(BUNDLE, "text/javascript; charset=utf-8"),
-            (&Method::POST, "/upload") => self.upload(request, body, None, start).await,
-            (&Method::PUT, _) if path.starts_with("/upload/") => {
-                let name = &path["/upload/".len()..];
-                self.upload(request, body, Some(name), start).await
-            }
             _ if path == "/upload" || path.starts_with("/upload/") => {
                 let mut reply = error(
                     StatusCode::METHOD_NOT_ALLOWED,
@@ -375,6 +371,16 @@ impl Server {
             name,
             landing: self.landing.clone(),
         })
+    }
+}
+
+/// The upload `method` on `path` asks for: `Some(None)` for POST /upload (the server names
+/// it), `Some(Some(NAME))` for PUT /upload/NAME; `None` for any other request.
+fn upload_of<'p>(method: &Method, path: &'p str) -> Option<Option<&'p str>> {
+    match *method {
+        Method::POST if path == "/upload" => Some(None),
+        Method::PUT => path.strip_prefix("/upload/").map(Some),
+        _ => None,
     }
 }
 

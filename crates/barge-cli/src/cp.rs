@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use anyhow::{bail, Result};
 use barge::cp::{Change, Cp, CpReport, CpSummary, Linked, Reflink, Verified};
-use barge::du::Du;
 use barge::exclude::Exclude;
 use barge::sys::fds::raise_fd_limit;
 use barge::unpack::{Existing, Restore};
@@ -298,11 +297,5 @@ fn is_dir(path: &Path) -> bool {
 /// Sums the bytes below `srcs` into `total`, for the progress line's percentage.
 pub(crate) fn count(srcs: &[PathBuf], exclude: Exclude, total: &AtomicU64) {
     barge::interrupt::keep_signals_off_this_thread();
-    let du = Du::new().threads(2).exclude(exclude);
-    let bytes = du
-        .run(srcs)
-        .filter_map(|usage| usage.ok())
-        .map(|usage| usage.totals.bytes)
-        .sum();
-    total.store(bytes, Relaxed);
+    total.store(crate::du::bytes_below(srcs, exclude, 2), Relaxed);
 }

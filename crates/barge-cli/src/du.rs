@@ -11,6 +11,16 @@ use serde_json::{json, Map, Value};
 
 use crate::report::{error, exit_status, human_bytes, json_path, warn, Exit};
 
+/// The bytes of file content below `paths` (what `du -sb` counts, each inode once), on up
+/// to `threads` threads; what cannot be read counts as nothing.
+pub(crate) fn bytes_below(paths: &[PathBuf], exclude: Exclude, threads: usize) -> u64 {
+    let du = Du::new().threads(threads).exclude(exclude);
+    du.run(paths)
+        .filter_map(|usage| usage.ok())
+        .map(|usage| usage.totals.bytes)
+        .sum()
+}
+
 /// Where `barge du` deliberately differs from GNU du (shown by `barge du --help`).
 /// (A macro, so that `concat!` can put the exit statuses after it.)
 macro_rules! differences {

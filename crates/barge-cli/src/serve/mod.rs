@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use barge::exclude::Exclude;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
@@ -143,6 +144,17 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
         (false, ..) => Some(tls::Tls::generated(args.listen.ip())?),
     };
     let dest = prepare_dest(&args.dest)?;
+    // Counted before serving (not on the server's threads): what DEST holds already.
+    let quota = args.quota.0.map(|max| {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let used = crate::du::bytes_below(std::slice::from_ref(&dest), Exclude::default(), threads);
+        eprintln!(
+            "barge serve: quota {}, of which DEST holds {}",
+            human_bytes(max),
+            human_bytes(used)
+        );
+        quota::Quota::new(max, used)
+    });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -173,15 +185,6 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
         if generated {
             token.print_url(&url, args.json);
         }
-        let quota = args.quota.0.map(|max| {
-            let used = held_by(&dest);
-            eprintln!(
-                "barge serve: quota {}, of which DEST holds {}",
-                human_bytes(max),
-                human_bytes(used)
-            );
-            quota::Quota::new(max, used)
-        });
         let server = Arc::new(http::Server::new(&args, dest, token, quota));
         let connections = Arc::new(Semaphore::new(args.max_connections as usize));
         run(listener, tls.map(|t| t.acceptor), server, connections).await
@@ -201,13 +204,6 @@ fn prepare_dest(dest: &std::path::Path) -> anyhow::Result<PathBuf> {
         Err(e) => return Err(e).with_context(|| format!("cannot use {shown}")),
     }
     std::path::absolute(dest).with_context(|| format!("cannot resolve {shown}"))
-}
-
-/// The bytes of file content below `dest` (du -sb's count), for the quota.
-fn held_by(dest: &std::path::Path) -> u64 {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let usage = barge::du::Du::new().threads(threads).run(&[dest]).next();
-    usage.and_then(|u| u.ok()).map_or(0, |u| u.totals.bytes)
 }
 
 /// The host part of a URL for `address` (an IPv6 address in brackets, the unspecified

@@ -396,22 +396,22 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
         std::thread::spawn(move || {
             barge::interrupt::keep_signals_off_this_thread();
             let start = Instant::now();
-            // A later lane of a running transfer counts as no connection of its own.
-            let joined = || {
-                let _ = tx.send(Event::Lane);
+            // Tells the loop, and wakes it.
+            let tell = |event| {
+                let _ = tx.send(event);
                 let _ = rustix::io::write(&*wake, &1u64.to_ne_bytes());
             };
-            let result = match receive.connection(stream, joined) {
+            // A later lane of a running transfer counts as no connection of its own.
+            let result = match receive.connection(stream, || tell(Event::Lane)) {
                 Ok(Connection::Lane) => return,
                 Ok(Connection::Landed(received)) => Ok(received),
                 Err(failed) => Err(failed),
             };
-            let _ = tx.send(Event::Done(Box::new(Done {
+            tell(Event::Done(Box::new(Done {
                 peer,
                 result,
                 elapsed: start.elapsed(),
             })));
-            let _ = rustix::io::write(&*wake, &1u64.to_ne_bytes());
         });
     }
     match barge::interrupt::requested() {

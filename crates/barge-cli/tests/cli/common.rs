@@ -122,6 +122,15 @@ pub fn executable(path: &Path, data: &[u8]) {
     );
 }
 
+/// Waits until `check` holds, polling every 2 ms, for at most [`TIMEOUT`].
+pub fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !check() {
+        assert!(start.elapsed() < TIMEOUT, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 /// Runs `cmd` with `stdin` as its input (empty when `None`), output captured, under [`TIMEOUT`].
 pub fn run(cmd: &mut Command, stdin: Option<&[u8]>) -> Output {
     let what = format!("{cmd:?}");

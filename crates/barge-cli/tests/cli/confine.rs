@@ -17,7 +17,7 @@ use barge::root::Confinement;
 use barge::unpack::Engine;
 
 use crate::common::*;
-use crate::sandbox::{deepest_userns, nested_userns, unprivileged_userns, wait_for, Setup};
+use crate::sandbox::{deepest_userns, nested_userns, unprivileged_userns, Setup};
 
 /// Lands `archive` through a child of `landing`.
 fn land(landing: ConfinedUnpack, archive: &[u8]) -> barge::Result<Landed> {

@@ -8,7 +8,7 @@ use std::os::unix::fs::{chown, symlink, FileTypeExt, MetadataExt, PermissionsExt
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use barge::format::TAG_PERM;
 
@@ -306,15 +306,6 @@ fn nested_restricted_directories_take_memory_in_proportion_to_the_archive() {
         );
     }
     make_removable(work.dir.path());
-}
-
-/// Waits until `check` holds, for at most [`TIMEOUT`].
-pub(crate) fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !check() {
-        assert!(start.elapsed() < TIMEOUT, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(2));
-    }
 }
 
 /// F4: a signal in the middle of a file left it short under its final name. A stream that

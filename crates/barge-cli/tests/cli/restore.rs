@@ -14,7 +14,7 @@ use barge::format::Encoder;
 use barge::tree::{Device, Entry, Kind, Meta, Owner, Timestamp, Xattrs};
 
 use crate::common::*;
-use crate::redteam::{make_removable, mode, wait_for, ways, Way, Work};
+use crate::redteam::{make_removable, mode, ways, Way, Work};
 
 /// The owner the archives give their entries.
 const OWNER: Owner = Owner {

@@ -8,7 +8,6 @@ use std::io::Write;
 use std::os::unix::fs::{chown, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 use crate::common::*;
 
@@ -163,15 +162,6 @@ fn without_user_namespaces_the_fallback_warns_and_lands() {
     );
     assert_eq!(summary_json(&out)["sandboxed"], false);
     assert_same_tree(&setup.src, &dest, umask());
-}
-
-/// Polls `check` for up to [`TIMEOUT`].
-pub fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !check() {
-        assert!(start.elapsed() < TIMEOUT, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// Starts `unpack -` with an outside directory leaked to it as fd 7 (not close-on-exec),

@@ -4,30 +4,38 @@
 //! reads it with limits ([`Listing::read_from`]) and packs only what differs
 //! ([`crate::pack::Pack::unchanged`]).
 //!
-//! A listing holds regular files and symlinks only: the sender always sends directories
-//! (they carry the structure and their metadata) and special files, so nothing else is
-//! worth asking about.
+//! A listing holds every directory (its mode and time) with its regular files and symlinks:
+//! special files are always sent, so nothing else is worth asking about. Before it packs,
+//! the sender checks its tree against the listing on the parallel walker
+//! ([`Listing::unchanged_dirs`]), so that the ordered pack leaves out whole directories
+//! that are as listed, everything below them included, without a `statx` of their entries.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Mutex;
 
-use rustix::fs::{makedev, statx, AtFlags, FileType, Statx, StatxFlags};
+use rustix::fs::{makedev, openat, statx, AtFlags, FileType, Mode, Statx, StatxFlags};
 
 use crate::error::{Error, Result, TreePath};
+use crate::exclude::Exclude;
 use crate::format::{check_name, MAX_NAME, MAX_SYMLINK};
+use crate::sys::DIR_FLAGS;
 use crate::tree::{Entry, Kind, Timestamp};
 use crate::walk::parallel::{
     Dir, ParallelVisitor, ParallelVisitorBuilder, WalkParallel, WalkState,
 };
 
-/// The first bytes of a listing: its magic and version 1.
-const HEADER: [u8; 8] = *b"BLIST\x00\x01\x00";
+/// The first bytes of a listing: its magic and version 2.
+const HEADER: [u8; 8] = *b"BLIST\x00\x02\x00";
 /// Tag of a directory's record.
 const DIR: u8 = 0x01;
 /// Tag of the end record.
 const END: u8 = 0x00;
+/// Threads that list a tree or check it against a listing (more than the cores, for trees
+/// not in the cache).
+pub(crate) const THREADS: usize = 4;
 /// Longest directory path a listing carries (Linux's `PATH_MAX`): [`Listing::write_to`]
 /// leaves out deeper directories (their entries are then sent), and it is the default
 /// [`ListingLimits::max_path`].
@@ -43,6 +51,10 @@ const MASK: StatxFlags = StatxFlags::TYPE
     .union(StatxFlags::MTIME)
     .union(StatxFlags::NLINK)
     .union(StatxFlags::INO);
+/// What `statx` asks of each directory.
+const DIR_MASK: StatxFlags = StatxFlags::TYPE
+    .union(StatxFlags::MODE)
+    .union(StatxFlags::MTIME);
 
 /// A regular file or symlink as a listing describes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,12 +75,46 @@ pub struct Item {
     pub group: u32,
 }
 
-/// The files and symlinks of a tree, by directory: each directory's path below the root
-/// (names joined by `/`, empty for the root, as an archive's paths go), then each entry's
-/// name in it.
+impl Item {
+    /// True when this is the regular file or symlink `st` describes, by kind, size,
+    /// modification time and (of a file) permission bits; links are not compared.
+    pub(crate) fn matches(&self, st: &Statx) -> bool {
+        let kind = match FileType::from_raw_mode(u32::from(st.stx_mode)) {
+            FileType::RegularFile => Kind::File,
+            FileType::Symlink => Kind::Symlink,
+            _ => return false,
+        };
+        let mode = match kind {
+            Kind::File => u32::from(st.stx_mode) & 0o7777,
+            _ => 0,
+        };
+        (self.kind, self.size, self.mtime, self.mode) == (kind, st.stx_size, mtime(st), mode)
+    }
+}
+
+/// The modification time `st` holds.
+fn mtime(st: &Statx) -> Timestamp {
+    Timestamp {
+        sec: st.stx_mtime.tv_sec,
+        nsec: st.stx_mtime.tv_nsec,
+    }
+}
+
+/// A directory as a listing describes it: its own permission bits and modification time,
+/// and its files and symlinks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct ListedDir {
+    mode: u32,
+    mtime: Timestamp,
+    names: Names,
+}
+
+/// The directories of a tree with their files and symlinks: each directory by its path
+/// below the root (names joined by `/`, empty for the root, as an archive's paths go), with
+/// its mode and time, then each entry by its name in it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Listing {
-    dirs: HashMap<Box<[u8]>, Names>,
+    dirs: HashMap<Box<[u8]>, ListedDir>,
     entries: u64,
     /// Entries that could not be listed (left out).
     unlisted: u64,
@@ -108,10 +154,16 @@ impl Listing {
     /// [`Listing::unlisted`].
     pub fn of_dir(root: OwnedFd, threads: usize) -> Listing {
         let gather = Gather::default();
+        let Ok(stat) = statx(&root, "", AtFlags::EMPTY_PATH, DIR_MASK) else {
+            return Listing {
+                unlisted: 1,
+                ..Listing::default()
+            };
+        };
         WalkParallel::new(root, b"")
             .threads(threads)
-            .stat_mask(StatxFlags::TYPE)
-            .visit(&mut &gather, ());
+            .stat_mask(DIR_MASK)
+            .visit(&mut &gather, dir_meta(&stat));
         let mut listing = gather.listing.into_inner().expect("no panics");
         listing.unlisted += gather.unlisted.into_inner().expect("no panics");
         listing
@@ -141,16 +193,79 @@ impl Listing {
         self.dir(dir)?.get(name)
     }
 
-    /// The entries of the directory at `path`, if it has any.
+    /// The entries of the directory at `path`, if it is listed.
     pub(crate) fn dir(&self, path: &[u8]) -> Option<&Names> {
-        self.dirs.get(path)
+        self.dirs.get(path).map(|d| &d.names)
     }
 
-    /// Adds the entries of the directory `path`, which must not be listed yet.
-    fn add_dir(&mut self, path: Box<[u8]>, names: Names) {
-        self.entries += names.len() as u64;
-        let old = self.dirs.insert(path, names);
+    /// Adds the directory `path`, which must not be listed yet.
+    fn add_dir(&mut self, path: Box<[u8]>, dir: ListedDir) {
+        self.entries += dir.names.len() as u64;
+        let old = self.dirs.insert(path, dir);
         debug_assert!(old.is_none(), "each directory is listed once");
+    }
+
+    /// Checks the trees `roots` (named as [`crate::pack::Pack::named`] names them; an empty
+    /// name puts a root's entries at the top) against the listing on up to `threads`
+    /// threads, one `statx` per entry, leaving out what `exclude` matches: the directories
+    /// that are as listed, with everything in and below them. Such a directory is listed
+    /// with the same permission bits and modification time, and each of its entries is a
+    /// directory of the same kind or a file or symlink of one link that the listing shows
+    /// as it is here (see [`Item::matches`]). Anything else (a special file, a file with
+    /// several links, which the pack decides in order, an entry that cannot be stated)
+    /// makes its directory and those above it changed; a failure of the walk itself finds
+    /// nothing unchanged.
+    pub(crate) fn unchanged_dirs(
+        &self,
+        roots: &[(Vec<u8>, OwnedFd)],
+        exclude: &Exclude,
+        threads: usize,
+    ) -> Unchanged {
+        let check = Check {
+            listing: self,
+            dirs: Mutex::default(),
+            failed: AtomicBool::new(false),
+        };
+        for (name, fd) in roots {
+            // Opened anew: a duplicate would share the position the pack's listing reads from.
+            let root = openat(fd, c".", DIR_FLAGS, Mode::empty())
+                .and_then(|fd| Ok((statx(&fd, "", AtFlags::EMPTY_PATH, DIR_MASK)?, fd)));
+            let Ok((stat, root)) = root else {
+                return Unchanged::default();
+            };
+            // An unnamed root is no entry: its own mode and time are not sent.
+            let state = check.state(name.as_slice().into(), (!name.is_empty()).then_some(&stat));
+            WalkParallel::new(root, name)
+                .threads(threads)
+                .stat_mask(DIR_MASK)
+                .exclude(exclude.clone())
+                .visit(&mut &check, state);
+        }
+        if check.failed.into_inner() {
+            return Unchanged::default();
+        }
+        let checked = check.dirs.into_inner().expect("no panics");
+        // A changed directory is entered, and so are those above it.
+        let mut entered = HashSet::new();
+        for (path, _) in checked.iter().filter(|(_, found)| found.is_none()) {
+            let mut path = &path[..];
+            while entered.insert(path) {
+                match path.iter().rposition(|&b| b == b'/') {
+                    Some(slash) => path = &path[..slash],
+                    None if !path.is_empty() => path = &path[..0],
+                    None => break,
+                }
+            }
+        }
+        let mut unchanged = Unchanged::default();
+        for (path, found) in &checked {
+            if let (false, Some((entries, bytes))) = (entered.contains(&path[..]), found) {
+                unchanged.entries += entries;
+                unchanged.bytes += bytes;
+                unchanged.dirs.insert(path.clone());
+            }
+        }
+        unchanged
     }
 
     /// Writes the listing to `out` in its wire form (docs/FORMAT.md, "Update listing"),
@@ -160,14 +275,17 @@ impl Listing {
         out.write_all(&HEADER)?;
         let mut item = Vec::with_capacity(ITEM + MAX_NAME);
         let (mut dirs, mut entries) = (0u64, 0u64);
-        for (path, names) in self.dirs.iter().filter(|(p, _)| p.len() <= MAX_PATH) {
+        for (path, dir) in self.dirs.iter().filter(|(p, _)| p.len() <= MAX_PATH) {
             dirs += 1;
-            entries += names.len() as u64;
+            entries += dir.names.len() as u64;
             out.write_all(&[DIR])?;
             out.write_all(&(path.len() as u16).to_le_bytes())?;
             out.write_all(path)?;
-            out.write_all(&(names.len() as u32).to_le_bytes())?;
-            for (name, e) in names {
+            out.write_all(&(dir.mode as u16).to_le_bytes())?;
+            out.write_all(&dir.mtime.sec.to_le_bytes())?;
+            out.write_all(&dir.mtime.nsec.to_le_bytes())?;
+            out.write_all(&(dir.names.len() as u32).to_le_bytes())?;
+            for (name, e) in &dir.names {
                 item.clear();
                 item.push(if e.kind == Kind::Symlink { 2 } else { 1 });
                 item.push(name.len() as u8);
@@ -264,6 +382,13 @@ impl<R: Read> Reader<R> {
                 let problem = format!("directory {} listed twice", TreePath(path.clone()));
                 return Err(bad(at, problem));
             }
+            let mode = u32::from(self.u16()?);
+            let sec = self.u64()? as i64;
+            let nsec = self.u32()?;
+            if let Some(problem) = bad_time_or_mode(nsec, mode) {
+                let problem = format!("directory {}: {problem}", TreePath(path.clone()));
+                return Err(bad(at, problem));
+            }
             let count = u64::from(self.u32()?);
             if listing.entries + count > self.limits.max_entries {
                 let problem = format!("more than the limit of {} entries", self.limits.max_entries);
@@ -279,7 +404,12 @@ impl<R: Read> Reader<R> {
                     return Err(bad(at, format!("{}: a name listed twice", TreePath(path))));
                 }
             }
-            listing.add_dir(path.as_slice().into(), names);
+            let dir = ListedDir {
+                mode,
+                mtime: Timestamp { sec, nsec },
+                names,
+            };
+            listing.add_dir(path.as_slice().into(), dir);
         }
     }
 
@@ -303,10 +433,8 @@ impl<R: Read> Reader<R> {
         let mode = u32::from(self.u16()?);
         let links = self.u32()?;
         let group = self.u32()?;
-        let problem = if nsec >= 1_000_000_000 {
-            Some(format!("nanoseconds {nsec}, not below 10^9"))
-        } else if mode > 0o7777 {
-            Some(format!("mode 0o{mode:o}, more than 0o7777"))
+        let problem = if let Some(problem) = bad_time_or_mode(nsec, mode) {
+            Some(problem)
         } else if kind == Kind::Symlink && !(1..=MAX_SYMLINK as u64).contains(&size) {
             Some(format!(
                 "a symlink target of {size} bytes (1 to {MAX_SYMLINK})"
@@ -376,6 +504,17 @@ impl<R: Read> Reader<R> {
     }
 }
 
+/// What is wrong with nanoseconds `nsec` and permission bits `mode` read from a listing.
+fn bad_time_or_mode(nsec: u32, mode: u32) -> Option<String> {
+    if nsec >= 1_000_000_000 {
+        Some(format!("nanoseconds {nsec}, not below 10^9"))
+    } else if mode > 0o7777 {
+        Some(format!("mode 0o{mode:o}, more than 0o7777"))
+    } else {
+        None
+    }
+}
+
 /// The error for a listing that is wrong at byte `offset`.
 fn bad(offset: u64, problem: String) -> Error {
     Error::Listing { offset, problem }
@@ -423,20 +562,33 @@ struct Lister<'a> {
     names: Names,
 }
 
+/// A directory's permission bits and modification time.
+type DirMeta = (u32, Timestamp);
+
+/// The [`DirMeta`] of the directory `st` describes.
+fn dir_meta(st: &Statx) -> DirMeta {
+    (u32::from(st.stx_mode) & 0o7777, mtime(st))
+}
+
 impl ParallelVisitor for Lister<'_> {
-    type State = ();
+    type State = DirMeta;
 
     fn enter_dir(
         &mut self,
-        _parent: &Dir<()>,
+        _parent: &Dir<DirMeta>,
         _entry: &Entry<'_>,
         _fd: BorrowedFd<'_>,
-        _stat: &Statx,
-    ) -> Result<(), WalkState> {
-        Ok(())
+        stat: &Statx,
+    ) -> Result<DirMeta, WalkState> {
+        Ok(dir_meta(stat))
     }
 
-    fn entry(&mut self, _dir: &Dir<()>, fd: BorrowedFd<'_>, entry: &mut Entry<'_>) -> WalkState {
+    fn entry(
+        &mut self,
+        _dir: &Dir<DirMeta>,
+        fd: BorrowedFd<'_>,
+        entry: &mut Entry<'_>,
+    ) -> WalkState {
         if !matches!(entry.kind, Kind::File | Kind::Symlink | Kind::Unknown) {
             return WalkState::Continue;
         }
@@ -446,10 +598,6 @@ impl ParallelVisitor for Lister<'_> {
                 *self.gather.unlisted.lock().expect("no panics") += 1;
                 return WalkState::Continue;
             }
-        };
-        let mtime = Timestamp {
-            sec: stat.stx_mtime.tv_sec,
-            nsec: stat.stx_mtime.tv_nsec,
         };
         let (kind, mode, links, group) = match FileType::from_raw_mode(u32::from(stat.stx_mode)) {
             FileType::RegularFile => {
@@ -467,7 +615,7 @@ impl ParallelVisitor for Lister<'_> {
         let listed = Item {
             kind,
             size: stat.stx_size,
-            mtime,
+            mtime: mtime(&stat),
             mode,
             links,
             group,
@@ -476,23 +624,25 @@ impl ParallelVisitor for Lister<'_> {
         WalkState::Continue
     }
 
-    fn listed(&mut self, dir: &Dir<()>) {
-        if self.names.is_empty() {
-            return;
-        }
-        let names = std::mem::take(&mut self.names);
+    fn listed(&mut self, dir: &Dir<DirMeta>) {
+        let (mode, mtime) = *dir.state();
+        let listed = ListedDir {
+            mode,
+            mtime,
+            names: std::mem::take(&mut self.names),
+        };
         let path = dir.relative(None).into_boxed_slice();
         self.gather
             .listing
             .lock()
             .expect("no panics")
-            .add_dir(path, names);
+            .add_dir(path, listed);
     }
 
     /// Leaves the directory out: the sender sends what is below it.
     fn unopened(
         &mut self,
-        _parent: &Dir<()>,
+        _parent: &Dir<DirMeta>,
         _fd: BorrowedFd<'_>,
         _name: &[u8],
         _cause: rustix::io::Errno,
@@ -504,6 +654,156 @@ impl ParallelVisitor for Lister<'_> {
     fn error(&mut self, _error: Error) -> WalkState {
         *self.gather.unlisted.lock().expect("no panics") += 1;
         WalkState::Continue
+    }
+}
+
+/// What [`Listing::unchanged_dirs`] found as listed.
+#[derive(Debug, Default)]
+pub(crate) struct Unchanged {
+    /// The directories as listed with everything in and below them, by path.
+    pub(crate) dirs: HashSet<Box<[u8]>>,
+    /// Their files and symlinks.
+    pub(crate) entries: u64,
+    /// The bytes of content of their files.
+    pub(crate) bytes: u64,
+}
+
+/// What was found in a directory: its files and symlinks and their bytes while it and all
+/// its entries are as listed, else `None`.
+type Found = Option<(u64, u64)>;
+
+/// A check of trees against a listing under way, shared by the walking threads.
+struct Check<'a> {
+    listing: &'a Listing,
+    /// Each directory checked, by path, with what was found in it.
+    dirs: Mutex<Vec<(Box<[u8]>, Found)>>,
+    /// The walk itself failed somewhere.
+    failed: AtomicBool,
+}
+
+impl<'a> Check<'a> {
+    /// The state of the directory `path` (`stat` its own, when it is an entry).
+    fn state(&self, path: Box<[u8]>, stat: Option<&Statx>) -> Checked<'a> {
+        let listed = self.listing.dirs.get(&path[..]);
+        let same = listed.is_some_and(|l| stat.is_none_or(|st| dir_meta(st) == (l.mode, l.mtime)));
+        Checked {
+            path,
+            names: listed.filter(|_| same).map(|l| &l.names),
+        }
+    }
+}
+
+/// A directory being checked: its path, and the listing's entries of it when it is listed
+/// with the same mode and time.
+struct Checked<'a> {
+    path: Box<[u8]>,
+    names: Option<&'a Names>,
+}
+
+impl<'c, 'a> ParallelVisitorBuilder for &'c Check<'a> {
+    type Visitor = Checker<'c, 'a>;
+
+    fn build(&mut self) -> Checker<'c, 'a> {
+        Checker {
+            check: self,
+            found: Some((0, 0)),
+        }
+    }
+}
+
+/// One checking thread's visitor: what it found so far in the directory it lists.
+struct Checker<'c, 'a> {
+    check: &'c Check<'a>,
+    found: Found,
+}
+
+impl Checker<'_, '_> {
+    /// Counts the file or symlink `st` as listed when `names` shows it so, else notes that
+    /// the directory changed.
+    fn count(&mut self, names: Option<&Names>, name: &[u8], st: &Statx) {
+        let item = names.and_then(|n| n.get(name));
+        let as_listed =
+            item.is_some_and(|i| i.matches(st) && (i.kind == Kind::Symlink || st.stx_nlink == 1));
+        let bytes = match item {
+            Some(i) if i.kind == Kind::File => st.stx_size,
+            _ => 0,
+        };
+        self.found = self
+            .found
+            .filter(|_| as_listed)
+            .map(|(entries, sum)| (entries + 1, sum + bytes));
+    }
+}
+
+impl<'a> ParallelVisitor for Checker<'_, 'a> {
+    type State = Checked<'a>;
+
+    fn enter_dir(
+        &mut self,
+        parent: &Dir<Checked<'a>>,
+        entry: &Entry<'_>,
+        _fd: BorrowedFd<'_>,
+        stat: &Statx,
+    ) -> Result<Checked<'a>, WalkState> {
+        let parent = &parent.state().path;
+        let path = match parent.is_empty() {
+            true => entry.name.into(),
+            false => [&parent[..], b"/", entry.name].concat().into(),
+        };
+        Ok(self.check.state(path, Some(stat)))
+    }
+
+    fn entry(
+        &mut self,
+        dir: &Dir<Checked<'a>>,
+        fd: BorrowedFd<'_>,
+        entry: &mut Entry<'_>,
+    ) -> WalkState {
+        if !matches!(entry.kind, Kind::File | Kind::Symlink | Kind::Unknown) {
+            self.found = None;
+            return WalkState::Continue;
+        }
+        match statx(fd, entry.name, AtFlags::SYMLINK_NOFOLLOW, MASK) {
+            Ok(st) if FileType::from_raw_mode(u32::from(st.stx_mode)) == FileType::Directory => {
+                entry.kind = Kind::Dir;
+            }
+            Ok(st) => self.count(dir.state().names, entry.name, &st),
+            Err(_) => self.found = None,
+        }
+        WalkState::Continue
+    }
+
+    fn listed(&mut self, dir: &Dir<Checked<'a>>) {
+        let found = self.found.replace((0, 0));
+        let found = found.filter(|_| dir.state().names.is_some());
+        let path = dir.state().path.clone();
+        self.check
+            .dirs
+            .lock()
+            .expect("no panics")
+            .push((path, found));
+    }
+
+    /// The directory that holds it changed: the pack reports it.
+    fn unopened(
+        &mut self,
+        parent: &Dir<Checked<'a>>,
+        _fd: BorrowedFd<'_>,
+        _name: &[u8],
+        _cause: rustix::io::Errno,
+    ) -> WalkState {
+        let path = parent.state().path.clone();
+        self.check
+            .dirs
+            .lock()
+            .expect("no panics")
+            .push((path, None));
+        WalkState::Continue
+    }
+
+    fn error(&mut self, _error: Error) -> WalkState {
+        self.check.failed.store(true, Relaxed);
+        WalkState::Quit
     }
 }
 
@@ -694,9 +994,10 @@ mod tests {
         copy_of(&root, &copy);
         for archive in [false, true] {
             let (packed, summary) = pack(&root, &list(&copy), archive);
-            // Directories and the fifo only.
+            // The fifo and the directories above it and the hard links (d, d/e); d/e/f and
+            // empty are left out whole.
             assert_eq!(sent(&packed), ["|fifo"], "archive: {archive}");
-            assert_eq!((summary.unchanged, summary.files, summary.dirs), (47, 0, 4));
+            assert_eq!((summary.unchanged, summary.files, summary.dirs), (47, 0, 2));
             assert_eq!(
                 summary.unchanged_bytes,
                 300_000 + 3 + 6 * 3 + 10 * 7 + 30 * 8
@@ -735,6 +1036,85 @@ mod tests {
         let (packed, _) = pack(&root, &list(&copy), false);
         land(packed, &copy, Engine::Sync).unwrap();
         assert_eq!(differences(&root, &copy), Vec::<String>::new());
+    }
+
+    /// The directories `archive` holds, by path.
+    fn dirs_sent(archive: &[u8]) -> Vec<String> {
+        let mut dirs: Vec<Vec<u8>> = Vec::new();
+        let mut sent = Vec::new();
+        decode_all(archive, Limits::default(), |_, event| {
+            match event {
+                Event::Dir(entry) => {
+                    let path = TreePath::join(dirs.iter().map(|d| &d[..]), entry.name);
+                    sent.push(path.to_string());
+                    dirs.push(entry.name.to_vec());
+                }
+                Event::Pop => drop(dirs.pop()),
+                _ => {}
+            }
+            Ok(())
+        })
+        .unwrap();
+        sent
+    }
+
+    #[test]
+    fn directories_as_listed_are_left_out_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, copy) = (dir.path().join("t"), dir.path().join("copy"));
+        for d in ["a/b/c", "a/x", "y", "z"] {
+            fs::create_dir_all(root.join(d)).unwrap();
+        }
+        for f in ["a/b/c/f", "a/b/g", "a/x/h", "y/i", "z/j", "top"] {
+            fs::write(root.join(f), f).unwrap();
+        }
+        symlink("../top", root.join("a/x/s")).unwrap();
+        copy_of(&root, &copy);
+        let pack_excluding = |pattern: &str| {
+            let mut out = Vec::new();
+            let exclude = crate::exclude::Exclude::new([pattern]).unwrap();
+            let summary = Pack::new(open(&root))
+                .exclude(exclude)
+                .unchanged(&list(&copy))
+                .to_writer(&mut out)
+                .unwrap();
+            (out, summary)
+        };
+
+        // As listed: not a directory is sent.
+        let (packed, summary) = pack(&root, &list(&copy), false);
+        assert_eq!((dirs_sent(&packed), sent(&packed)), (vec![], vec![]));
+        let bytes = 7 + 5 + 5 + 3 + 3 + 3;
+        assert_eq!((summary.unchanged, summary.unchanged_bytes), (7, bytes));
+        assert_eq!((summary.dirs, summary.files), (0, 0));
+
+        // A file deep down: the directories above it are sent, their others left out whole.
+        fs::write(root.join("a/b/c/f"), "changed").unwrap();
+        // A directory's own time, in the copy: it alone is sent.
+        touch(&copy.join("y"), 7);
+        // A directory the copy lacks, and what is in it.
+        fs::create_dir(root.join("a/new")).unwrap();
+        fs::write(root.join("a/new/n"), "n").unwrap();
+        // A fifo (always sent) and a second name of a file (decided in order).
+        let fifo = root.join("a/x/fifo");
+        rustix::fs::mknodat(rustix::fs::CWD, &fifo, FileType::Fifo, Mode::RWXU, 0).unwrap();
+        fs::hard_link(root.join("z/j"), root.join("z/j2")).unwrap();
+        let (packed, summary) = pack(&root, &list(&copy), false);
+        let expected_dirs = ["a", "a/b", "a/b/c", "a/new", "a/x", "y", "z"];
+        assert_eq!(dirs_sent(&packed), expected_dirs);
+        let expected = ["=z/j2", "a/b/c/f", "a/new/n", "z/j", "|a/x/fifo"];
+        assert_eq!(sent(&packed), expected);
+        // a/b/g, a/x/h, a/x/s, y/i and top, each decided on its own.
+        assert_eq!(summary.unchanged, 5);
+        land(packed, &copy, Engine::Sync).unwrap();
+        assert_eq!(differences(&root, &copy), Vec::<String>::new());
+
+        // What is excluded does not count: y is left out whole.
+        fs::write(root.join("y/i"), "excluded change").unwrap();
+        let (packed, _) = pack_excluding("i");
+        assert_eq!(dirs_sent(&packed), ["a", "a/x", "z"]);
+        let (packed, _) = pack_excluding("nothing");
+        assert_eq!(dirs_sent(&packed), ["a", "a/x", "y", "z"]);
     }
 
     #[test]
@@ -826,11 +1206,19 @@ mod tests {
         b
     }
 
-    /// A directory record's head.
+    /// A directory record's head (mode 0o755, time 5 s).
     fn dir(path: &[u8], count: u32) -> Vec<u8> {
+        dir_as(path, 0o755, 0, count)
+    }
+
+    /// A directory record's head with the mode `mode` and the time 5 s and `nsec` ns.
+    fn dir_as(path: &[u8], mode: u16, nsec: u32, count: u32) -> Vec<u8> {
         let mut b = vec![DIR];
         b.extend_from_slice(&(path.len() as u16).to_le_bytes());
         b.extend_from_slice(path);
+        b.extend_from_slice(&mode.to_le_bytes());
+        b.extend_from_slice(&5i64.to_le_bytes());
+        b.extend_from_slice(&nsec.to_le_bytes());
         b.extend_from_slice(&count.to_le_bytes());
         b
     }
@@ -886,9 +1274,9 @@ mod tests {
         let cases: Vec<(Vec<u8>, u64, &str)> = vec![
             (b"BARGE\x00\x01\x01".to_vec(), 0, "not an update listing"),
             (
-                [&HEADER[..6], &[2, 0]].concat(),
+                [&HEADER[..6], &[1, 0]].concat(),
                 0,
-                "unsupported listing version 2.0",
+                "unsupported listing version 1.0",
             ),
             (wire(&[&[7]]), 8, "unknown record tag 0x07"),
             (wire(&[&dir(b"a//b", 0)]), 8, "directory path a//b: "),
@@ -896,13 +1284,23 @@ mod tests {
             (wire(&[&dir(b"a/..", 0)]), 8, "directory path a/..: "),
             (
                 wire(&[&dir(b"a", 0), &dir(b"a", 0)]),
-                16,
+                30,
                 "directory a listed twice",
             ),
-            (wire(&[&d, &file(b"")]), 15, ": "),
-            (wire(&[&d, &file(b"a/b")]), 15, "a/b: "),
-            (wire(&[&d, &file(b"..")]), 15, "..: "),
-            (wire(&[&d, &file(b"n\x00")]), 15, "n\\x00: "),
+            (
+                wire(&[&dir_as(b"a", 0o10000, 0, 0)]),
+                8,
+                "directory a: mode 0o10000",
+            ),
+            (
+                wire(&[&dir_as(b"a", 0o755, 1_000_000_000, 0)]),
+                8,
+                "directory a: nanoseconds",
+            ),
+            (wire(&[&d, &file(b"")]), 29, ": "),
+            (wire(&[&d, &file(b"a/b")]), 29, "a/b: "),
+            (wire(&[&d, &file(b"..")]), 29, "..: "),
+            (wire(&[&d, &file(b"n\x00")]), 29, "n\\x00: "),
             (
                 wire(&[&dir(b"", 2), &file(b"x"), &file(b"x")]),
                 8,
@@ -910,53 +1308,53 @@ mod tests {
             ),
             (
                 wire(&[&d, &item(3, b"x", 0, 0, 0, 0, 0)]),
-                15,
+                29,
                 "unknown entry kind 3",
             ),
             (
                 wire(&[&d, &item(1, b"x", 0, 1_000_000_000, 0, 1, 0)]),
-                15,
+                29,
                 "x: nanoseconds",
             ),
             (
                 wire(&[&d, &item(1, b"x", 0, 0, 0o10000, 1, 0)]),
-                15,
+                29,
                 "x: mode 0o10000",
             ),
-            (wire(&[&d, &item(1, b"x", 0, 0, 0, 0, 0)]), 15, "x: 0 links"),
+            (wire(&[&d, &item(1, b"x", 0, 0, 0, 0, 0)]), 29, "x: 0 links"),
             (
                 wire(&[&d, &item(1, b"x", 0, 0, 0, 2, 0)]),
-                15,
+                29,
                 "x: 2 links in link group 0",
             ),
             (
                 wire(&[&d, &item(1, b"x", 0, 0, 0, 1, 4)]),
-                15,
+                29,
                 "x: 1 links in link group 4",
             ),
             (
                 wire(&[&d, &item(2, b"x", 0, 0, 0, 0, 0)]),
-                15,
+                29,
                 "x: a symlink target of 0",
             ),
             (
                 wire(&[&d, &item(2, b"x", 4096, 0, 0, 0, 0)]),
-                15,
+                29,
                 "x: a symlink target of 4096",
             ),
             (
                 wire(&[&d, &item(2, b"x", 1, 0, 0o777, 0, 0)]),
-                15,
+                29,
                 "x: a symlink with a mode",
             ),
             (
                 wire(&[&d, &file(b"x"), &end(1, 2)]),
-                48,
+                62,
                 "the end record counts 1 directories and 2",
             ),
             (
                 wire(&[&d, &file(b"x"), &end(2, 1)]),
-                48,
+                62,
                 "the end record counts 2",
             ),
             (wire(&[&d, &file(b"x"), &ends, &ends]), 0, "ok"),
@@ -995,7 +1393,7 @@ mod tests {
             ..limits
         };
         let (at, what) = problem(&good, small);
-        assert_eq!((at, &what[..]), (37, "longer than the limit of 40 bytes"));
+        assert_eq!((at, &what[..]), (35, "longer than the limit of 40 bytes"));
         // A count of 4 billion with nothing after it: an early end, not 4 billion slots.
         let (_, what) = problem(
             &wire(&[&dir(b"", u32::MAX)]),

@@ -39,7 +39,7 @@ use crate::format::encode::{
 };
 use crate::format::{check_name, HEADER_EXTENDED};
 use crate::interrupt::{check, retry};
-use crate::listing::{Item, Listing, Names};
+use crate::listing::{Item, Listing, Names, Unchanged, THREADS};
 use crate::output::{ArchiveWriter, FdWriter, IoWriter, Output};
 use crate::sys::ring::Ring;
 use crate::sys::thread::spawn_elsewhere;
@@ -268,6 +268,11 @@ impl<'a> Pack<'a> {
         let local = Progress::default();
         let progress = self.progress.unwrap_or(&local);
         let itself = [archive, self.replaced];
+        // Whole directories as listed are left out before the ordered walk starts.
+        let unchanged = match self.unchanged {
+            Some(listing) => listing.unchanged_dirs(&self.roots, &self.exclude, THREADS),
+            None => Unchanged::default(),
+        };
         encode(
             out,
             itself,
@@ -278,9 +283,15 @@ impl<'a> Pack<'a> {
                 Walk::new()
                     .exclude(&self.exclude)
                     .xattrs(self.archive)
+                    .prune(&unchanged.dirs)
                     .run_named(self.roots, packer)
             },
         )
+        .map(|summary| PackSummary {
+            unchanged: summary.unchanged + unchanged.entries,
+            unchanged_bytes: summary.unchanged_bytes + unchanged.bytes,
+            ..summary
+        })
     }
 }
 
@@ -569,13 +580,9 @@ impl<'a> Packer<'a> {
     /// True when `there` (what the listing shows at the name) is the regular file `st`
     /// describes, under the rules of [`Pack::unchanged`]: it is left out, and counted.
     fn unchanged_file(&mut self, there: Option<&Item>, st: &Statx) -> bool {
-        let Some(there) = there.filter(|t| t.kind == Kind::File) else {
+        let Some(there) = there.filter(|t| t.matches(st)) else {
             return false;
         };
-        let meta = TreeMeta::of_statx(st);
-        if (there.size, Some(there.mtime), there.mode) != (st.stx_size, meta.mtime, meta.mode) {
-            return false;
-        }
         let same_links = there.links == st.stx_nlink
             && if st.stx_nlink > 1 {
                 let key = (makedev(st.stx_dev_major, st.stx_dev_minor), st.stx_ino);

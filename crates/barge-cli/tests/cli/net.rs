@@ -471,6 +471,29 @@ fn a_cut_stream_is_truncation_and_update_finishes_it() {
         let resent = summary["packed"]["files"].as_u64().unwrap();
         let n = files_for(connections);
         assert_eq!(resent as usize, n - landed.len(), "{summary}");
+
+        // Once more: the tree is as listed, so not even a directory is sent or landed.
+        let recv = Recv::start(&dest, &[], None);
+        let out = send(
+            &[src.to_str().unwrap(), recv.ticket(), "--update", "--json"],
+            None,
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let ended = recv.wait();
+        assert!(
+            ended.stderr.contains("landed 0 dirs, 0 files"),
+            "{}",
+            ended.stderr
+        );
+        let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let packed = &summary["packed"];
+        let sent = [&packed["dirs"], &packed["files"], &packed["unchanged"]];
+        assert_eq!(
+            sent.map(|v| v.as_u64().unwrap()),
+            [0, 0, n as u64],
+            "{summary}"
+        );
+        assert_equal_trees(&src, &dest, "after a second --update");
     }
 }
 

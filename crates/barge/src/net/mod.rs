@@ -43,7 +43,7 @@ use crate::error::{Error, NetError, Result};
 use channel::{protocol, Channel, MAX_PAYLOAD};
 
 /// The version of the protocol a HELLO names.
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 /// The port `recv` listens on unless told otherwise.
 pub const DEFAULT_PORT: u16 = 7361;
 /// zstd's level for `--compress`: its fastest but negative ones, run on every core (level

@@ -16,11 +16,8 @@ use crate::confine::{ConfinedUnpack, Landed};
 use crate::error::{Error, NetError, Result, TreePath};
 use crate::format::Limits;
 use crate::interrupt::wait_a_slice;
-use crate::listing::Listing;
+use crate::listing::{self, Listing};
 use crate::unpack::{Existing, Restore};
-
-/// Threads that list DEST for an update.
-const LISTING_THREADS: usize = 4;
 
 /// How connections are received into DEST: `Receive::new(dest, key).limits(..)`, then
 /// [`Receive::connection`] for each accepted stream (from any thread).
@@ -277,7 +274,7 @@ impl Receive {
             | rustix::fs::OFlags::CLOEXEC;
         let root = rustix::fs::open(&self.dest, flags, rustix::fs::Mode::empty())
             .map_err(|e| Error::io("open destination", shown(), e))?;
-        let listing = Listing::of_dir(root, LISTING_THREADS);
+        let listing = Listing::of_dir(root, listing::THREADS);
         let mut out = Messages::new(channel, kind::LIST);
         let written = listing.write_to(&mut out);
         if let Some(e) = out.failed.take() {

@@ -4,6 +4,7 @@
 
 pub mod parallel;
 
+use std::collections::HashSet;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
@@ -42,6 +43,7 @@ pub fn walk<S: Sink>(root: OwnedFd, sink: &mut S) -> std::result::Result<(), S::
 pub struct Walk<'a> {
     exclude: Option<&'a Exclude>,
     xattrs: bool,
+    prune: Option<&'a HashSet<Box<[u8]>>>,
 }
 
 impl<'a> Walk<'a> {
@@ -54,6 +56,13 @@ impl<'a> Walk<'a> {
     /// entered).
     pub fn exclude(mut self, exclude: &'a Exclude) -> Walk<'a> {
         self.exclude = Some(exclude).filter(|e| !e.is_empty());
+        self
+    }
+
+    /// Leaves out the directories at the paths in `prune` (root names first, as the sink
+    /// sees them), with everything below them: neither announced nor opened.
+    pub fn prune(mut self, prune: &'a HashSet<Box<[u8]>>) -> Walk<'a> {
+        self.prune = Some(prune).filter(|p| !p.is_empty());
         self
     }
 
@@ -131,6 +140,9 @@ impl Walker<'_> {
         fd: OwnedFd,
         sink: &mut S,
     ) -> std::result::Result<(), S::Error> {
+        if self.pruned(name) {
+            return Ok(());
+        }
         let path = || TreePath(name.to_vec());
         let frame = self
             .frame(fd)
@@ -190,6 +202,7 @@ impl Walker<'_> {
                 }
             }
             match (kind, stat) {
+                (Kind::Dir, _) if self.pruned(&self.at.join(name).0) => {}
                 (Kind::Dir, _) => {
                     let name = std::mem::take(&mut self.name);
                     let opened = self.open_dir(parent, &name, sink);
@@ -304,6 +317,11 @@ impl Walker<'_> {
             Ok(_) => sink.unreadable(too_many_xattrs(self.at.join(name))),
             Err(e) => sink.unreadable(Error::io("flistxattr", self.at.join(name), e)),
         }
+    }
+
+    /// True when the directory at `path` is left out ([`Walk::prune`]).
+    fn pruned(&self, path: &[u8]) -> bool {
+        self.options.prune.is_some_and(|p| p.contains(path))
     }
 
     /// Reads the listing of the directory `fd`, sorted.

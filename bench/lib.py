@@ -66,6 +66,7 @@ Measurement
   busy_report(reset=False) -> {"load_max", "busy_procs"}   load seen between runs (bench/run
       stores it with each set and marks the set noisy when compilers, or any other process
       using more than BUSY_CPU seconds of CPU, were running)
+  bench_helper(pid)   a process of the suite's own (the net suite's delay relay): not noise
 
 Peers and disks
   install_crates(suite, {binary: crate | (crate, version)}) -> {binary: path}
@@ -485,7 +486,7 @@ def _case(c):
     return Case(label, command, setup)
 
 
-_busy = {"load_max": 0.0, "procs": set(), "ticks": {}, "samples": 0}
+_busy = {"load_max": 0.0, "procs": set(), "ticks": {}, "samples": 0, "helpers": set()}
 # CPU seconds another process may use during a suite before the run counts as busy.
 BUSY_CPU = 5.0
 
@@ -505,6 +506,12 @@ def _cpu_ticks(pid):
     return name, int(fields[11]) + int(fields[12])
 
 
+def bench_helper(pid):
+    """Marks the process `pid` as part of what a suite measures (the net suite's link delay
+    relay), not as another process that makes a run noisy."""
+    _busy["helpers"].add(pid)
+
+
 def _sample_load():
     """Records the load average, compiler-like processes and the CPU time of every other
     process (another helper's tests take a core without any compiler running)."""
@@ -514,7 +521,7 @@ def _sample_load():
     first = _busy["samples"] == 0
     _busy["samples"] += 1
     for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == me:
+        if not pid.isdigit() or int(pid) in (me, *_busy["helpers"]):
             continue
         got = _cpu_ticks(pid)
         if not got:

@@ -180,6 +180,8 @@ def emulated_link():
     )
     if relay.stdout.readline() != b"ready\n":
         raise RuntimeError("bench/netrelay.py did not start")
+    # `ip netns exec` execs the relay: the pid is the relay's.
+    lib.bench_helper(relay.pid)
     sh("ip", "-n", NS_R, "link", "set", "delay0", "up")
     # Packets the relay writes back arrive from delay0: not the reverse path of their source.
     sysctl(NS_R, *(f"net.ipv4.conf.{dev}.rp_filter=0" for dev in ("all", "default", "r0", "r1", "delay0")))

@@ -7,7 +7,7 @@
 //! A listing holds every directory (its mode and time) with its regular files and symlinks:
 //! special files are always sent, so nothing else is worth asking about. Before it packs,
 //! the sender checks its tree against the listing on the parallel walker
-//! ([`Listing::unchanged_dirs`]), so that the ordered pack leaves out whole directories
+//! (`Listing::unchanged_dirs`), so that the ordered pack leaves out whole directories
 //! that are as listed, everything below them included, without a `statx` of their entries.
 
 use std::collections::{HashMap, HashSet};

@@ -74,7 +74,7 @@ def floor_ratio(c, floor):
 # Optional columns: (result field, header, format), shown when a case of the set has the field.
 EXTRA_COLUMNS = [
     ("recv_mib", "receiver peak MiB", lambda x: f"{x:.0f}"),
-    ("link_share", "share of 1 Gbit/s", lambda x: f"{x:.0%}"),
+    ("link_share", "share of 1 Gbit/s", lambda x: f"{x:.1%}"),
 ]
 
 
@@ -191,7 +191,8 @@ def _bound_row(suite, doc, name, label, field, bound, want):
     got = cases.get(label, {}).get(field)
     measure, unit, scale = MEASURES[field]
     ok = got is not None and (got <= want if bound == "at most" else got >= want)
-    shown = "" if got is None else f"{got * scale:.{0 if scale > 1 else 2}f}{unit}"
+    # A share to a tenth of a percent: 89.5% is no 90%.
+    shown = "" if got is None else f"{got * scale:.{1 if scale > 1 else 2}f}{unit}"
     return (
         f"| {suite} | {name} | {_cell(label)} | {measure} | {bound} {want * scale:.{0 if scale > 1 else 1}f}{unit} "
         f"| {shown} | {_verdict(got, ok, _wrong(r, label))} |"

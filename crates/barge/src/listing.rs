@@ -11,7 +11,7 @@
 //! that are as listed, everything below them included, without a `statx` of their entries.
 
 use std::collections::{HashMap, HashSet};
-use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::io::{self, BufWriter, Write};
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Mutex;
@@ -212,9 +212,9 @@ impl Listing {
     /// with the same permission bits and modification time, and each of its entries is a
     /// directory of the same kind or a file or symlink of one link that the listing shows
     /// as it is here (see [`Item::matches`]). Anything else (a special file, a file with
-    /// several links, which the pack decides in order, an entry that cannot be stated)
-    /// makes its directory and those above it changed; a failure of the walk itself finds
-    /// nothing unchanged.
+    /// several links, which the pack decides in order, an entry that cannot be stated, a
+    /// directory the listing lacks, which is not looked into) makes its directory and those
+    /// above it changed; a failure of the walk itself finds nothing unchanged.
     pub(crate) fn unchanged_dirs(
         &self,
         roots: &[(Vec<u8>, OwnedFd)],
@@ -234,7 +234,10 @@ impl Listing {
                 return Unchanged::default();
             };
             // An unnamed root is no entry: its own mode and time are not sent.
-            let state = check.state(name.as_slice().into(), (!name.is_empty()).then_some(&stat));
+            let stat = (!name.is_empty()).then_some(&stat);
+            let Some(state) = check.state(name.as_slice().into(), stat) else {
+                continue;
+            };
             WalkParallel::new(root, name)
                 .threads(threads)
                 .stat_mask(DIR_MASK)
@@ -305,32 +308,39 @@ impl Listing {
         out.into_inner().map_err(|e| e.into_error())?.flush()
     }
 
-    /// Reads a listing in its wire form from `input` up to and including its end record
-    /// (nothing after it is read), checking every field and `limits` before it holds
-    /// anything: a listing that is malformed, breaks a limit or ends early is an
+    /// Reads a listing in its wire form from `bytes` (the listing and nothing after its
+    /// end record), checking every field and `limits` before it holds anything: a listing
+    /// that is malformed, breaks a limit, ends early or has bytes after its end is an
     /// [`Error::Listing`] with the offset of the record at fault (of the field where it
     /// ends early or passes the bytes limit).
-    pub fn read_from(input: impl Read, limits: ListingLimits) -> Result<Listing> {
+    pub fn read_from(bytes: &[u8], limits: ListingLimits) -> Result<Listing> {
         let mut reader = Reader {
-            input: BufReader::with_capacity(64 << 10, input),
+            bytes,
             offset: 0,
             limits,
         };
-        reader.read()
+        let listing = reader.read()?;
+        match bytes.len() as u64 - reader.offset {
+            0 => Ok(listing),
+            after => Err(bad(
+                reader.offset,
+                format!("{after} bytes after the end record"),
+            )),
+        }
     }
 }
 
-/// A listing being read: the input, how far into it, and its bounds.
-struct Reader<R> {
-    input: BufReader<R>,
+/// A listing being read: its bytes, how far into them, and its bounds.
+struct Reader<'b> {
+    bytes: &'b [u8],
     offset: u64,
     limits: ListingLimits,
 }
 
-impl<R: Read> Reader<R> {
+impl<'b> Reader<'b> {
+    /// Reads up to and including the end record.
     fn read(&mut self) -> Result<Listing> {
-        let mut header = [0; HEADER.len()];
-        self.bytes(&mut header)?;
+        let header = self.take(HEADER.len())?;
         if header[..6] != HEADER[..6] {
             return Err(bad(0, "not an update listing (bad magic)".into()));
         }
@@ -339,7 +349,6 @@ impl<R: Read> Reader<R> {
             return Err(bad(0, problem));
         }
         let mut listing = Listing::default();
-        let mut path = Vec::new();
         loop {
             let at = self.offset;
             match self.u8()? {
@@ -368,25 +377,24 @@ impl<R: Read> Reader<R> {
                 );
                 return Err(bad(at, problem));
             }
-            path.resize(len, 0);
-            self.bytes(&mut path)?;
+            let path = self.take(len)?;
             if len > 0 {
                 for name in path.split(|&b| b == b'/') {
                     if let Err(e) = check_name(name) {
-                        let problem = format!("directory path {}: {e}", TreePath(path.clone()));
+                        let problem = format!("directory path {}: {e}", TreePath(path.to_vec()));
                         return Err(bad(at, problem));
                     }
                 }
             }
-            if listing.dirs.contains_key(&path[..]) {
-                let problem = format!("directory {} listed twice", TreePath(path.clone()));
+            if listing.dirs.contains_key(path) {
+                let problem = format!("directory {} listed twice", TreePath(path.to_vec()));
                 return Err(bad(at, problem));
             }
             let mode = u32::from(self.u16()?);
             let sec = self.u64()? as i64;
             let nsec = self.u32()?;
             if let Some(problem) = bad_time_or_mode(nsec, mode) {
-                let problem = format!("directory {}: {problem}", TreePath(path.clone()));
+                let problem = format!("directory {}: {problem}", TreePath(path.to_vec()));
                 return Err(bad(at, problem));
             }
             let count = u64::from(self.u32()?);
@@ -395,13 +403,14 @@ impl<R: Read> Reader<R> {
                 return Err(bad(at, problem));
             }
             // Each item is at least ITEM + 1 bytes: no more room is taken than the bytes
-            // limit lets come.
-            let room = count.min(self.limits.max_bytes.saturating_sub(self.offset) / ITEM as u64);
-            let mut names = Names::with_capacity(room as usize);
+            // left can fill.
+            let left = (self.bytes.len() as u64).min(self.limits.max_bytes) - self.offset;
+            let mut names = Names::with_capacity(count.min(left / ITEM as u64) as usize);
             for _ in 0..count {
-                let (name, listed) = self.item(&path)?;
-                if names.insert(name, listed).is_some() {
-                    return Err(bad(at, format!("{}: a name listed twice", TreePath(path))));
+                let (name, listed) = self.item(path)?;
+                if names.insert(name.into(), listed).is_some() {
+                    let problem = format!("{}: a name listed twice", TreePath(path.to_vec()));
+                    return Err(bad(at, problem));
                 }
             }
             let dir = ListedDir {
@@ -409,22 +418,22 @@ impl<R: Read> Reader<R> {
                 mtime: Timestamp { sec, nsec },
                 names,
             };
-            listing.add_dir(path.as_slice().into(), dir);
+            listing.add_dir(path.into(), dir);
         }
     }
 
-    /// One item of the directory `dir`.
-    fn item(&mut self, dir: &[u8]) -> Result<(Box<[u8]>, Item)> {
+    /// One item of the directory `dir`: its name and what it says.
+    fn item(&mut self, dir: &[u8]) -> Result<(&'b [u8], Item)> {
         let at = self.offset;
         let kind = match self.u8()? {
             1 => Kind::File,
             2 => Kind::Symlink,
             other => return Err(bad(at, format!("unknown entry kind {other}"))),
         };
-        let mut name = vec![0; usize::from(self.u8()?)];
-        self.bytes(&mut name)?;
-        let path = || TreePath::join([dir], &name);
-        if let Err(e) = check_name(&name) {
+        let len = usize::from(self.u8()?);
+        let name = self.take(len)?;
+        let path = || TreePath::join([dir], name);
+        if let Err(e) = check_name(name) {
             return Err(bad(at, format!("{}: {e}", path())));
         }
         let size = self.u64()?;
@@ -457,50 +466,42 @@ impl<R: Read> Reader<R> {
             links,
             group,
         };
-        Ok((name.into(), listed))
+        Ok((name, listed))
     }
 
-    /// Fills `buf` from the input, within the bytes limit.
-    fn bytes(&mut self, buf: &mut [u8]) -> Result<()> {
-        let end = self.offset + buf.len() as u64;
+    /// The next `n` bytes, within the bytes limit.
+    fn take(&mut self, n: usize) -> Result<&'b [u8]> {
+        let end = self.offset + n as u64;
         if end > self.limits.max_bytes {
             let problem = format!("longer than the limit of {} bytes", self.limits.max_bytes);
             return Err(bad(self.offset, problem));
         }
-        match self.input.read_exact(buf) {
-            Ok(()) => {
-                self.offset = end;
-                Ok(())
-            }
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
-                Err(bad(self.offset, "the listing ends early".into()))
-            }
-            Err(e) => Err(Error::os("read", TreePath(b"<listing>".to_vec()), e)),
-        }
+        let Some(taken) = self.bytes.get(self.offset as usize..end as usize) else {
+            return Err(bad(self.offset, "the listing ends early".into()));
+        };
+        self.offset = end;
+        Ok(taken)
+    }
+
+    /// The next `N` bytes as an array.
+    fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
+        Ok(self.take(N)?.try_into().expect("N bytes"))
     }
 
     fn u8(&mut self) -> Result<u8> {
-        let mut b = [0; 1];
-        self.bytes(&mut b)?;
-        Ok(b[0])
+        Ok(self.array::<1>()?[0])
     }
 
     fn u16(&mut self) -> Result<u16> {
-        let mut b = [0; 2];
-        self.bytes(&mut b)?;
-        Ok(u16::from_le_bytes(b))
+        self.array().map(u16::from_le_bytes)
     }
 
     fn u32(&mut self) -> Result<u32> {
-        let mut b = [0; 4];
-        self.bytes(&mut b)?;
-        Ok(u32::from_le_bytes(b))
+        self.array().map(u32::from_le_bytes)
     }
 
     fn u64(&mut self) -> Result<u64> {
-        let mut b = [0; 8];
-        self.bytes(&mut b)?;
-        Ok(u64::from_le_bytes(b))
+        self.array().map(u64::from_le_bytes)
     }
 }
 
@@ -682,19 +683,25 @@ struct Check<'a> {
 }
 
 impl<'a> Check<'a> {
-    /// The state of the directory `path` (`stat` its own, when it is an entry).
-    fn state(&self, path: Box<[u8]>, stat: Option<&Statx>) -> Checked<'a> {
-        let listed = self.listing.dirs.get(&path[..]);
-        let same = listed.is_some_and(|l| stat.is_none_or(|st| dir_meta(st) == (l.mode, l.mtime)));
-        Checked {
+    /// The state of the directory `path` (`stat` its own, when it is an entry), or `None`
+    /// when the listing lacks it (and so, from a sound listing, all below it).
+    fn state(&self, path: Box<[u8]>, stat: Option<&Statx>) -> Option<Checked<'a>> {
+        let listed = self.listing.dirs.get(&path[..])?;
+        let same = stat.is_none_or(|st| dir_meta(st) == (listed.mode, listed.mtime));
+        Some(Checked {
             path,
-            names: listed.filter(|_| same).map(|l| &l.names),
-        }
+            names: same.then_some(&listed.names),
+        })
+    }
+
+    /// Notes that the directory `path` changed.
+    fn changed(&self, path: Box<[u8]>) {
+        self.dirs.lock().expect("no panics").push((path, None));
     }
 }
 
-/// A directory being checked: its path, and the listing's entries of it when it is listed
-/// with the same mode and time.
+/// A listed directory being checked: its path, and the listing's entries of it when it is
+/// listed with the same mode and time.
 struct Checked<'a> {
     path: Box<[u8]>,
     names: Option<&'a Names>,
@@ -750,7 +757,14 @@ impl<'a> ParallelVisitor for Checker<'_, 'a> {
             true => entry.name.into(),
             false => [&parent[..], b"/", entry.name].concat().into(),
         };
-        Ok(self.check.state(path, Some(stat)))
+        match self.check.state(path, Some(stat)) {
+            Some(state) => Ok(state),
+            // Not listed: sent whole, without a look inside, and so is its parent.
+            None => {
+                self.check.changed(parent.clone());
+                Err(WalkState::Skip)
+            }
+        }
     }
 
     fn entry(
@@ -792,12 +806,7 @@ impl<'a> ParallelVisitor for Checker<'_, 'a> {
         _name: &[u8],
         _cause: rustix::io::Errno,
     ) -> WalkState {
-        let path = parent.state().path.clone();
-        self.check
-            .dirs
-            .lock()
-            .expect("no panics")
-            .push((path, None));
+        self.check.changed(parent.state().path.clone());
         WalkState::Continue
     }
 
@@ -965,9 +974,13 @@ mod tests {
         listing.write_to(&mut wire).unwrap();
         let again = Listing::read_from(&wire[..], ListingLimits::default()).unwrap();
         assert_eq!(again, listing);
-        // Nothing after the end record is read.
-        let mut more = Cursor::new([&wire[..], b"next"].concat());
-        Listing::read_from(&mut more, ListingLimits::default()).unwrap();
+        // Nothing may follow the end record.
+        let more = [&wire[..], b"next"].concat();
+        let after = (
+            wire.len() as u64,
+            "4 bytes after the end record".to_string(),
+        );
+        assert_eq!(problem(&more, ListingLimits::default()), after);
         let empty = Listing::default();
         let mut wire = Vec::new();
         empty.write_to(&mut wire).unwrap();
@@ -1357,11 +1370,15 @@ mod tests {
                 62,
                 "the end record counts 2",
             ),
-            (wire(&[&d, &file(b"x"), &ends, &ends]), 0, "ok"),
+            (
+                wire(&[&d, &file(b"x"), &ends, &ends]),
+                79,
+                "17 bytes after the end record",
+            ),
         ];
         for (bytes, offset, what) in cases {
             match Listing::read_from(&bytes[..], limits) {
-                Ok(_) => assert_eq!(what, "ok"),
+                Ok(_) => panic!("read where {what} was expected"),
                 Err(Error::Listing {
                     offset: at,
                     problem,

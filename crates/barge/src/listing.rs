@@ -235,7 +235,7 @@ impl Listing {
             };
             // An unnamed root is no entry: its own mode and time are not sent.
             let stat = (!name.is_empty()).then_some(&stat);
-            let Some(state) = check.state(name.as_slice().into(), stat) else {
+            let Some(state) = check.state(name, stat) else {
                 continue;
             };
             WalkParallel::new(root, name)
@@ -685,25 +685,24 @@ struct Check<'a> {
 impl<'a> Check<'a> {
     /// The state of the directory `path` (`stat` its own, when it is an entry), or `None`
     /// when the listing lacks it (and so, from a sound listing, all below it).
-    fn state(&self, path: Box<[u8]>, stat: Option<&Statx>) -> Option<Checked<'a>> {
-        let listed = self.listing.dirs.get(&path[..])?;
+    fn state(&self, path: &[u8], stat: Option<&Statx>) -> Option<Checked<'a>> {
+        let listed = self.listing.dirs.get(path)?;
         let same = stat.is_none_or(|st| dir_meta(st) == (listed.mode, listed.mtime));
         Some(Checked {
-            path,
             names: same.then_some(&listed.names),
         })
     }
 
-    /// Notes that the directory `path` changed.
-    fn changed(&self, path: Box<[u8]>) {
-        self.dirs.lock().expect("no panics").push((path, None));
+    /// Records what was found in the directory `dir`.
+    fn found(&self, dir: &Dir<Checked<'a>>, found: Found) {
+        let path = dir.path(None).0.into_boxed_slice();
+        self.dirs.lock().expect("no panics").push((path, found));
     }
 }
 
-/// A listed directory being checked: its path, and the listing's entries of it when it is
-/// listed with the same mode and time.
+/// A listed directory being checked (its path is the walk's): the listing's entries of it
+/// when it is listed with the same mode and time.
 struct Checked<'a> {
-    path: Box<[u8]>,
     names: Option<&'a Names>,
 }
 
@@ -752,16 +751,14 @@ impl<'a> ParallelVisitor for Checker<'_, 'a> {
         _fd: BorrowedFd<'_>,
         stat: &Statx,
     ) -> Result<Checked<'a>, WalkState> {
-        let parent = &parent.state().path;
-        let path = match parent.is_empty() {
-            true => entry.name.into(),
-            false => [&parent[..], b"/", entry.name].concat().into(),
-        };
-        match self.check.state(path, Some(stat)) {
+        match self
+            .check
+            .state(&parent.path(Some(entry.name)).0, Some(stat))
+        {
             Some(state) => Ok(state),
             // Not listed: sent whole, without a look inside, and so is its parent.
             None => {
-                self.check.changed(parent.clone());
+                self.check.found(parent, None);
                 Err(WalkState::Skip)
             }
         }
@@ -789,13 +786,8 @@ impl<'a> ParallelVisitor for Checker<'_, 'a> {
 
     fn listed(&mut self, dir: &Dir<Checked<'a>>) {
         let found = self.found.replace((0, 0));
-        let found = found.filter(|_| dir.state().names.is_some());
-        let path = dir.state().path.clone();
         self.check
-            .dirs
-            .lock()
-            .expect("no panics")
-            .push((path, found));
+            .found(dir, found.filter(|_| dir.state().names.is_some()));
     }
 
     /// The directory that holds it changed: the pack reports it.
@@ -806,7 +798,7 @@ impl<'a> ParallelVisitor for Checker<'_, 'a> {
         _name: &[u8],
         _cause: rustix::io::Errno,
     ) -> WalkState {
-        self.check.changed(parent.state().path.clone());
+        self.check.found(parent, None);
         WalkState::Continue
     }
 

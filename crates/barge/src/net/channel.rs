@@ -26,8 +26,10 @@ const PROLOGUE: &[u8] = b"barge-net-1";
 const MAX_MESSAGE: usize = 65535;
 /// The authentication tag of each message.
 const TAG: usize = 16;
+/// Longest plaintext of a message: its type byte and payload.
+pub(crate) const MAX_PLAIN: usize = MAX_MESSAGE - TAG;
 /// Longest payload of a message after its type byte.
-pub(crate) const MAX_PAYLOAD: usize = MAX_MESSAGE - TAG - 1;
+pub(crate) const MAX_PAYLOAD: usize = MAX_PLAIN - 1;
 /// Frames are written in batches of about this many bytes: one `write` per batch.
 pub(crate) const BATCH: usize = 256 << 10;
 
@@ -304,7 +306,7 @@ impl Channel {
     /// Encrypts the message `plain` (its type, then its payload) onto the queue, writing
     /// nothing: [`Channel::queue`] without copying a payload that comes with its type.
     pub(crate) fn queue_message(&mut self, plain: &[u8]) -> Result<()> {
-        debug_assert!(plain.len() <= 1 + MAX_PAYLOAD);
+        debug_assert!(plain.len() <= MAX_PLAIN);
         encrypt_onto(&mut self.wire, &mut self.noise, plain)
     }
 

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags};
 
-use super::channel::{protocol, truncated, Channel, BATCH, MAX_PAYLOAD};
+use super::channel::{protocol, truncated, Channel, BATCH, MAX_PLAIN};
 use super::kind;
 use crate::error::{Error, NetError, Result, TreePath};
 use crate::interrupt::{wait_a_slice, wait_for_any, Waited};
@@ -62,7 +62,7 @@ impl Striper {
         joining: Option<mpsc::Receiver<Channel>>,
         timeout: Duration,
     ) -> Striper {
-        let mut chunk = Vec::with_capacity(1 + MAX_PAYLOAD);
+        let mut chunk = Vec::with_capacity(MAX_PLAIN);
         chunk.push(kind::DATA);
         chunk.resize(HEAD, 0);
         Striper {
@@ -207,9 +207,9 @@ impl Striper {
 
 impl Write for Striper {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        let n = bytes.len().min(1 + MAX_PAYLOAD - self.chunk.len());
+        let n = bytes.len().min(MAX_PLAIN - self.chunk.len());
         self.chunk.extend_from_slice(&bytes[..n]);
-        if self.chunk.len() == 1 + MAX_PAYLOAD {
+        if self.chunk.len() == MAX_PLAIN {
             if let Err(e) = self.send_chunk() {
                 let shown = io::Error::other(e.to_string());
                 self.failed = Some(e);

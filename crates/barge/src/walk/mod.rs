@@ -202,7 +202,7 @@ impl Walker<'_> {
                 }
             }
             match (kind, stat) {
-                (Kind::Dir, _) if self.pruned(&self.at.join(name).0) => {}
+                (Kind::Dir, _) if self.pruned(name) => {}
                 (Kind::Dir, _) => {
                     let name = std::mem::take(&mut self.name);
                     let opened = self.open_dir(parent, &name, sink);
@@ -319,9 +319,10 @@ impl Walker<'_> {
         }
     }
 
-    /// True when the directory at `path` is left out ([`Walk::prune`]).
-    fn pruned(&self, path: &[u8]) -> bool {
-        self.options.prune.is_some_and(|p| p.contains(path))
+    /// True when the directory `name` in the current one is left out ([`Walk::prune`]);
+    /// its path is made only when there is something to prune.
+    fn pruned(&self, name: &[u8]) -> bool {
+        (self.options.prune).is_some_and(|p| p.contains(&self.at.join(name).0[..]))
     }
 
     /// Reads the listing of the directory `fd`, sorted.

@@ -22,7 +22,7 @@ use crate::error::{Error, Result, TreePath};
 use crate::exclude::Exclude;
 use crate::format::{check_name, MAX_NAME, MAX_SYMLINK};
 use crate::sys::DIR_FLAGS;
-use crate::tree::{Entry, Kind, Timestamp};
+use crate::tree::{Entry, Kind, Meta, Timestamp};
 use crate::walk::parallel::{
     Dir, ParallelVisitor, ParallelVisitorBuilder, WalkParallel, WalkState,
 };
@@ -79,24 +79,19 @@ impl Item {
     /// True when this is the regular file or symlink `st` describes, by kind, size,
     /// modification time and (of a file) permission bits; links are not compared.
     pub(crate) fn matches(&self, st: &Statx) -> bool {
-        let kind = match FileType::from_raw_mode(u32::from(st.stx_mode)) {
-            FileType::RegularFile => Kind::File,
-            FileType::Symlink => Kind::Symlink,
-            _ => return false,
-        };
-        let mode = match kind {
-            Kind::File => u32::from(st.stx_mode) & 0o7777,
-            _ => 0,
-        };
-        (self.kind, self.size, self.mtime, self.mode) == (kind, st.stx_size, mtime(st), mode)
+        listed_as(st) == Some((self.kind, self.mode, self.mtime)) && self.size == st.stx_size
     }
 }
 
-/// The modification time `st` holds.
-fn mtime(st: &Statx) -> Timestamp {
-    Timestamp {
-        sec: st.stx_mtime.tv_sec,
-        nsec: st.stx_mtime.tv_nsec,
+/// The kind, permission bits (0 for a symlink) and modification time a listing gives the
+/// regular file or symlink `st` describes; `None` for any other kind.
+fn listed_as(st: &Statx) -> Option<(Kind, u32, Timestamp)> {
+    let meta = Meta::of_statx(st);
+    let mtime = meta.mtime?;
+    match FileType::from_raw_mode(u32::from(st.stx_mode)) {
+        FileType::RegularFile => Some((Kind::File, meta.mode, mtime)),
+        FileType::Symlink => Some((Kind::Symlink, 0, mtime)),
+        _ => None,
     }
 }
 
@@ -568,7 +563,8 @@ type DirMeta = (u32, Timestamp);
 
 /// The [`DirMeta`] of the directory `st` describes.
 fn dir_meta(st: &Statx) -> DirMeta {
-    (u32::from(st.stx_mode) & 0o7777, mtime(st))
+    let meta = Meta::of_statx(st);
+    (meta.mode, meta.mtime.unwrap_or_default())
 }
 
 impl ParallelVisitor for Lister<'_> {
@@ -600,23 +596,22 @@ impl ParallelVisitor for Lister<'_> {
                 return WalkState::Continue;
             }
         };
-        let (kind, mode, links, group) = match FileType::from_raw_mode(u32::from(stat.stx_mode)) {
-            FileType::RegularFile => {
-                let mode = u32::from(stat.stx_mode) & 0o7777;
-                (Kind::File, mode, stat.stx_nlink, self.gather.group(&stat))
-            }
-            FileType::Symlink => (Kind::Symlink, 0, 0, 0),
-            // A directory without a d_type, or swapped in since the listing.
-            FileType::Directory => {
-                entry.kind = Kind::Dir;
-                return WalkState::Continue;
-            }
-            _ => return WalkState::Continue,
+        // A directory without a d_type, or swapped in since the listing.
+        if FileType::from_raw_mode(u32::from(stat.stx_mode)) == FileType::Directory {
+            entry.kind = Kind::Dir;
+            return WalkState::Continue;
+        }
+        let Some((kind, mode, mtime)) = listed_as(&stat) else {
+            return WalkState::Continue;
+        };
+        let (links, group) = match kind {
+            Kind::File => (stat.stx_nlink, self.gather.group(&stat)),
+            _ => (0, 0),
         };
         let listed = Item {
             kind,
             size: stat.stx_size,
-            mtime: mtime(&stat),
+            mtime,
             mode,
             links,
             group,

@@ -12,9 +12,12 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use barge::error::NetError;
 use barge::exclude::Exclude;
-use barge::net::recv::{prepare_dest, Failed};
-use barge::net::{Connection, Key, Payload, Receive, Received, Send, Sent, Ticket, DEFAULT_PORT};
+use barge::net::recv::{prepare_dest, DryRun, Failed};
+use barge::net::{
+    Connection, Key, Payload, Planned, Receive, Received, Send, Sent, Ticket, DEFAULT_PORT,
+};
 use barge::sys::fds::raise_fd_limit;
+use barge::tree::Kind;
 use barge::Progress;
 use serde_json::{json, Map, Value};
 
@@ -81,6 +84,12 @@ pub struct SendArgs {
     /// cut off finishes without resending its whole files.
     #[arg(short, long)]
     update: bool,
+    /// Send nothing: connect and authenticate, with --update ask the receiver what DEST
+    /// has, and print what the transfer would send, one path in DEST per line: `send` (DEST
+    /// lacks it) or `replace` (DEST has it differently; directories DEST has are not
+    /// shown). The receiver lands nothing, and a one-shot `barge recv` keeps waiting.
+    #[arg(long, conflicts_with = "archive")]
+    dry_run: bool,
     /// Spread the transfer over up to N TCP connections. By default one, or 4 when the
     /// round trip to the receiver is 5 ms or more: one connection carries at most its
     /// window per round trip (with Linux's default buffers about half of 1 Gbit/s at
@@ -216,6 +225,9 @@ pub fn send(args: SendArgs) -> Result<Exit> {
     let progress = Progress::default();
     let total = AtomicU64::new(0);
     let exclude = Exclude::new(&args.exclude)?;
+    if args.dry_run {
+        return dry_run(&args, dirs, &operation, exclude, &address);
+    }
     let (result, elapsed) = std::thread::scope(|scope| {
         if args.archive.is_none() && shows_progress(args.out) {
             let exclude = exclude.clone();
@@ -291,6 +303,15 @@ enum Event {
     Lane,
     /// A connection (not a later lane) ended.
     Done(Box<Done>),
+    /// A sender's dry run ended (it landed nothing, and ends no one-shot receiver).
+    DryRun(Box<DryRunDone>),
+}
+
+/// A dry run a sender made.
+struct DryRunDone {
+    peer: SocketAddr,
+    dry_run: DryRun,
+    elapsed: Duration,
 }
 
 /// How one connection ended.
@@ -298,6 +319,54 @@ struct Done {
     peer: SocketAddr,
     result: std::result::Result<Received, Failed>,
     elapsed: Duration,
+}
+
+/// `barge send --dry-run`: what the transfer would send, printed (without --json), and its
+/// summary.
+fn dry_run(
+    args: &SendArgs,
+    dirs: &[PathBuf],
+    operation: &Send,
+    exclude: Exclude,
+    address: &str,
+) -> Result<Exit> {
+    let start = Instant::now();
+    let pack = open_pack(dirs, None)?
+        .archive(args.all_metadata)
+        .exclude(exclude);
+    let mut out = std::io::stdout().lock();
+    let print = move |planned: Planned<'_>| {
+        if args.out.json || (planned.replaces && planned.kind == Kind::Dir) {
+            return;
+        }
+        let word = if planned.replaces { "replace" } else { "send" };
+        let _ = writeln!(out, "{word} {}", planned.path);
+    };
+    let packed = (operation.dry_run(pack, print))
+        .with_context(|| format!("dry run of a send to {address} failed"))?;
+    if !args.out.quiet {
+        for warning in &packed.warnings {
+            warn(format_args!("{warning}"));
+        }
+    }
+    let unchanged = match args.update {
+        true => format!(", leaving out {} unchanged", packed.unchanged),
+        false => String::new(),
+    };
+    let line = format!(
+        "would send {} dirs, {} files, {} to {address}{unchanged} (sent nothing)",
+        packed.dirs,
+        packed.files,
+        human_bytes(packed.bytes)
+    );
+    let mut extra = Map::new();
+    extra.insert("dry_run".into(), json!(true));
+    summary(args.out, &line, &packed, extra, start.elapsed(), false);
+    Ok(if packed.lost_any() {
+        Exit::Partial
+    } else {
+        Exit::Success
+    })
 }
 
 /// `barge recv DEST`.
@@ -366,6 +435,10 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
         if let Some(event) = event {
             match event {
                 Event::Lane => running -= 1,
+                Event::DryRun(done) => {
+                    running -= 1;
+                    log_dry_run(&done, args.out.json);
+                }
                 Event::Done(done) => {
                     running -= 1;
                     // One-shot ends with the first sender that authenticated; strangers
@@ -404,6 +477,14 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
             // A later lane of a running transfer counts as no connection of its own.
             let result = match receive.connection(stream, || tell(Event::Lane)) {
                 Ok(Connection::Lane) => return,
+                Ok(Connection::DryRun(dry_run)) => {
+                    let elapsed = start.elapsed();
+                    return tell(Event::DryRun(Box::new(DryRunDone {
+                        peer,
+                        dry_run,
+                        elapsed,
+                    })));
+                }
                 Ok(Connection::Landed(received)) => Ok(received),
                 Err(failed) => Err(failed),
             };
@@ -441,6 +522,32 @@ fn readable(listener: &TcpListener, wake: &OwnedFd) -> Result<bool> {
         }
         Err(rustix::io::Errno::INTR) => Ok(false),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// Logs a sender's dry run (one line on stderr, and with `json` one object on stdout).
+fn log_dry_run(done: &DryRunDone, json: bool) {
+    let DryRunDone {
+        peer,
+        dry_run,
+        elapsed,
+    } = done;
+    let seconds = elapsed.as_secs_f64();
+    eprintln!(
+        "barge: recv: {peer} ({}): dry run, told of {} entries of DEST in {seconds:.2} s, \
+         landed nothing",
+        dry_run.sender, dry_run.listed
+    );
+    if json {
+        let line = json!({
+            "peer": peer.to_string(),
+            "ok": true,
+            "dry_run": true,
+            "sender": dry_run.sender,
+            "listed": dry_run.listed,
+            "seconds": seconds,
+        });
+        let _ = writeln!(std::io::stdout().lock(), "{line}");
     }
 }
 

@@ -498,6 +498,67 @@ fn a_cut_stream_is_truncation_and_update_finishes_it() {
 }
 
 #[test]
+fn a_dry_run_prints_what_would_be_sent_and_sends_nothing() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    files(&src.join("a"), 2);
+    file(&src.join("top"), b"top", 0o644);
+    let dest = work.path().join("dest");
+    let s = src.to_str().unwrap();
+    let lines = |out: &std::process::Output| {
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let mut lines: Vec<String> = text(&out.stdout).lines().map(String::from).collect();
+        lines.sort();
+        lines
+    };
+
+    // Into an empty DEST everything would be sent; the one-shot receiver lands nothing
+    // and keeps waiting for the transfer itself.
+    let recv = Recv::start(&dest, &[], None);
+    let out = send(&[s, recv.ticket(), "--dry-run"], None);
+    let all = ["send a", "send a/f000", "send a/f001", "send top"];
+    assert_eq!(lines(&out), all);
+    assert!(names_in(&dest).is_empty(), "landed: {:?}", names_in(&dest));
+    let out = send(&[s, recv.ticket()], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ended = recv.wait();
+    assert!(ended.status.success(), "{}", ended.stderr);
+    let said = "dry run, told of 0 entries of DEST";
+    assert!(ended.stderr.contains(said), "{}", ended.stderr);
+    assert_equal_trees(&src, &dest, "after a dry run and the transfer");
+
+    // An update's dry run names what DEST lacks or has differently, and changes nothing.
+    file(&src.join("a/f001"), b"changed", 0o644);
+    file(&src.join("a/new"), b"new", 0o644);
+    fs::create_dir(src.join("d")).unwrap();
+    file(&src.join("d/y"), b"y", 0o644);
+    let recv = Recv::start(&dest, &["--json"], None);
+    let out = send(&[s, recv.ticket(), "--dry-run", "-u"], None);
+    let changed = ["replace a/f001", "send a/new", "send d", "send d/y"];
+    assert_eq!(lines(&out), changed);
+    let out = send(&[s, recv.ticket(), "--dry-run", "--update", "--json"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let counts = ["dry_run", "files", "unchanged"].map(|k| summary[k].to_string());
+    assert_eq!(counts, ["true", "3", "2"], "{summary}");
+    assert_eq!(fs::read(dest.join("a/f001")).unwrap().len(), 100_000);
+    assert!(!dest.join("a/new").exists() && !dest.join("d").exists());
+
+    let out = send(&[s, recv.ticket(), "--update"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ended = recv.wait();
+    assert!(ended.status.success(), "{}", ended.stderr);
+    let logged: Vec<serde_json::Value> = (ended.stdout.lines())
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let dry = logged
+        .iter()
+        .filter(|l| l["dry_run"] == true && l["listed"] == 3);
+    assert_eq!((dry.count(), logged.len()), (2, 3), "{}", ended.stdout);
+    assert_equal_trees(&src, &dest, "after the update's dry runs and the update");
+}
+
+#[test]
 fn four_connections_carry_one_transfer_in_order() {
     let work = tempdir();
     let src = work.path().join("src");

@@ -8,10 +8,11 @@
 //! sender                                   receiver
 //!   -> e                        handshake
 //!   <- e, ee, psk               (the receiver has shown the key)
-//!   HELLO {version, compress, update, name, lanes}   (the sender has shown the key: a
-//!                                                     child is spawned only now)
+//!   HELLO {version, compress, update, name, lanes, dry_run}   (the sender has shown the
+//!                                                     key: a child is spawned only now)
 //!                            <- ACCEPT {compress, lanes, transfer} | REFUSE {reason}
 //!                            <- LIST ... LIST_END   (with update: what DEST has)
+//!   (a dry run ends here: the receiver closes, having landed nothing)
 //!   DATA {u64 BE: chunk number, archive bytes (zstd frames when compressed)} ...
 //!   END {u64 BE: DATA archive bytes, u64 BE: chunks}   (the authenticated end)
 //!                            <- RESULT {landed} | {error: {kind, message}}
@@ -36,14 +37,14 @@ use serde::{Deserialize, Serialize};
 
 pub use key::{open_private, Key, Ticket};
 pub use recv::{Connection, Receive, Received};
-pub use send::{Payload, Send, Sent};
+pub use send::{Payload, Planned, Send, Sent};
 
 use crate::confine::Landed;
 use crate::error::{Error, NetError, Result};
 use channel::{protocol, Channel, MAX_PAYLOAD};
 
 /// The version of the protocol a HELLO names.
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 /// The port `recv` listens on unless told otherwise.
 pub const DEFAULT_PORT: u16 = 7361;
 /// zstd's level for `--compress`: its fastest but negative ones, run on every core (level
@@ -78,6 +79,10 @@ struct Hello {
     /// Set on a later lane: the id of the transfer it joins (none of the above applies).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     join: Option<String>,
+    /// Nothing is sent: the receiver accepts (and with `update` sends its listing), then
+    /// closes, landing nothing.
+    #[serde(default)]
+    dry_run: bool,
 }
 
 /// The receiver's yes.

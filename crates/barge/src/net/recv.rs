@@ -98,6 +98,17 @@ pub enum Connection {
     /// A later lane of a transfer (or one too late for it), which that transfer's
     /// connection reports.
     Lane,
+    /// A sender's dry run: it was told what DEST has (with update), and sent nothing.
+    DryRun(DryRun),
+}
+
+/// What a sender's dry run asked of the receiver.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct DryRun {
+    /// The sender's host name, as it says.
+    pub sender: String,
+    /// The entries of DEST it was told of (none without update).
+    pub listed: u64,
 }
 
 /// What one connection landed.
@@ -182,7 +193,8 @@ impl Receive {
     /// Authenticates the sender on `stream` and lands what it sends; a connection that
     /// fails authentication spawns and lands nothing. The sender is told the result. A
     /// later lane of a running transfer calls `on_lane` once it joined, then carries its
-    /// share of the transfer.
+    /// share of the transfer. A dry run is answered (with update, by the listing of DEST)
+    /// and lands nothing.
     pub fn connection(
         &self,
         stream: TcpStream,
@@ -235,6 +247,17 @@ impl Receive {
             }
             return Ok(Connection::Lane);
         }
+        if hello.dry_run {
+            let listed = self.dry_run(channel, &hello);
+            return listed
+                .map(|listed| {
+                    Connection::DryRun(DryRun {
+                        sender: hello.name.clone(),
+                        listed,
+                    })
+                })
+                .map_err(|e| failed(e, Some(&hello)));
+        }
         let _slot = match self.slots.take(self.timeout, self.interruptible) {
             Ok(slot) => slot,
             Err(e) => {
@@ -264,9 +287,27 @@ impl Receive {
         channel.close();
     }
 
+    /// Answers a dry run: ACCEPT, with update the listing of DEST; returns the entries
+    /// listed. Nothing is spawned or landed.
+    fn dry_run(&self, mut channel: Channel, hello: &Hello) -> Result<u64> {
+        let accept = Accept {
+            compress: hello.compress,
+            lanes: 1,
+            transfer: None,
+        };
+        channel.send(kind::ACCEPT, &encode(&accept))?;
+        let listed = match hello.update {
+            true => self.send_listing(&mut channel)?,
+            false => 0,
+        };
+        channel.flush()?;
+        channel.close();
+        Ok(listed)
+    }
+
     /// Sends the listing of DEST (what `--update` leaves out when unchanged), as LIST
-    /// messages and LIST_END.
-    fn send_listing(&self, channel: &mut Channel) -> Result<()> {
+    /// messages and LIST_END; returns the entries listed.
+    fn send_listing(&self, channel: &mut Channel) -> Result<u64> {
         let shown = || TreePath(self.dest.as_os_str().as_encoded_bytes().to_vec());
         let flags = rustix::fs::OFlags::RDONLY
             | rustix::fs::OFlags::DIRECTORY
@@ -282,7 +323,7 @@ impl Receive {
         }
         written.map_err(|e| Error::os("list", shown(), e))?;
         out.end(kind::LIST_END)?;
-        Ok(())
+        Ok(listing.len())
     }
 
     /// Spawns the confined lander, feeds it the transfer and tells the sender how it ended.

@@ -2,6 +2,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::os::fd::AsFd;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -10,8 +11,11 @@ use super::lanes::Striper;
 use super::{decode, encode, kind, unexpected, Accept, Hello, Key, Outcome, VERSION, ZSTD_LEVEL};
 use crate::confine::Landed;
 use crate::error::{Error, NetError, Result, TreePath};
+use crate::format::Limits;
 use crate::listing::{Listing, ListingLimits};
 use crate::pack::{Pack, PackSummary};
+use crate::tree::{Content, Device, DirPath, Entry, Kind, Sink};
+use crate::unpack::{Archive, Unpack};
 use crate::Progress;
 
 /// What to send.
@@ -111,24 +115,12 @@ impl Send {
             Some(rtt) if rtt >= Send::LONG_PATH => Send::DEFAULT_CONNECTIONS,
             _ => 1,
         });
-        let mut channel = Channel::connect(socket, &self.key, self.timeout)?;
-        channel.send(kind::HELLO, &encode(&self.hello(lanes, None)))?;
-        let accept: Accept = match channel.receive()? {
-            (kind::ACCEPT, payload) => decode("ACCEPT", payload)?,
-            (kind, payload) => return Err(unexpected(kind, payload)),
-        };
-        if accept.compress != self.compress {
-            return Err(protocol("the receiver did not agree on compression"));
-        }
+        let (mut channel, accept) = self.start(socket, self.hello(lanes, None))?;
         let joining = match (accept.transfer, accept.lanes.min(lanes)) {
             (Some(transfer), lanes) if lanes > 1 => Some(self.open_lanes(transfer, lanes - 1)),
             _ => None,
         };
-        // With update: what DEST has, so unchanged files are left out.
-        let listing = match self.update {
-            true => Some(receive_listing(&mut channel)?),
-            false => None,
-        };
+        let listing = self.what_dest_has(&mut channel)?;
         let payload = match (payload, &listing) {
             (Payload::Pack(pack), Some(listing)) => Payload::Pack(pack.unchanged(listing)),
             (payload, _) => payload,
@@ -174,6 +166,62 @@ impl Send {
         })
     }
 
+    /// Connects and authenticates as [`Send::run`] does and, with [`Send::update`], reads
+    /// what DEST has; then tells `each` what `run` would send, in the order it would, and
+    /// sends none of it: the receiver lands nothing. The pack runs as for the transfer (it
+    /// reads the files it would send, into nothing), and its summary is returned.
+    pub fn dry_run(&self, pack: Pack<'_>, each: impl FnMut(Planned<'_>)) -> Result<PackSummary> {
+        let hello = Hello {
+            dry_run: true,
+            ..self.hello(1, None)
+        };
+        let (mut channel, _) = self.start(self.connect()?, hello)?;
+        let listing = self.what_dest_has(&mut channel)?;
+        channel.close();
+        let pack = match &listing {
+            Some(listing) => pack.unchanged(listing),
+            None => pack,
+        };
+        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| Error::io("make a pipe", TreePath::default(), e))?;
+        let planner = Planner {
+            listing: listing.as_ref(),
+            dir: DirPath::default(),
+            each,
+        };
+        std::thread::scope(|scope| {
+            let packing = scope.spawn(move || pack.to_fd(write.as_fd()));
+            let archive = Archive::from_reader(std::fs::File::from(read));
+            let listed = Unpack::new()
+                .limits(Limits::default())
+                .list(&archive, planner);
+            let packed = packing.join().expect("the pack does not panic");
+            packed.and_then(|packed| listed.map(|()| packed))
+        })
+    }
+
+    /// With update, what DEST has (the receiver's listing), so unchanged files are left out.
+    fn what_dest_has(&self, channel: &mut Channel) -> Result<Option<Listing>> {
+        match self.update {
+            true => receive_listing(channel).map(Some),
+            false => Ok(None),
+        }
+    }
+
+    /// Authenticates over `socket`, says `hello` and reads the receiver's ACCEPT.
+    fn start(&self, socket: TcpStream, hello: Hello) -> Result<(Channel, Accept)> {
+        let mut channel = Channel::connect(socket, &self.key, self.timeout)?;
+        channel.send(kind::HELLO, &encode(&hello))?;
+        let accept: Accept = match channel.receive()? {
+            (kind::ACCEPT, payload) => decode("ACCEPT", payload)?,
+            (kind, payload) => return Err(unexpected(kind, payload)),
+        };
+        if accept.compress != self.compress {
+            return Err(protocol("the receiver did not agree on compression"));
+        }
+        Ok((channel, accept))
+    }
+
     /// The HELLO of a transfer over `lanes`, or of a lane joining `transfer`.
     fn hello(&self, lanes: u32, join: Option<String>) -> Hello {
         Hello {
@@ -183,6 +231,7 @@ impl Send {
             name: super::host_name(),
             lanes,
             join,
+            dry_run: false,
         }
     }
 
@@ -253,6 +302,80 @@ fn round_trip(stream: &TcpStream) -> Option<Duration> {
         )
     };
     (got == 0).then(|| Duration::from_micros(info.tcpi_rtt.into()))
+}
+
+/// An entry a [`Send::dry_run`] would send.
+#[derive(Clone, Copy, Debug)]
+pub struct Planned<'a> {
+    /// Its path in DEST.
+    pub path: &'a TreePath,
+    /// What it is.
+    pub kind: Kind,
+    /// DEST has an entry of that name (as the listing of an update says), which the
+    /// transfer would replace or, for a directory, set the mode and time of.
+    pub replaces: bool,
+}
+
+/// The sink a dry run's archive drives: each entry to the caller's `each`.
+struct Planner<'l, F> {
+    listing: Option<&'l Listing>,
+    dir: DirPath,
+    each: F,
+}
+
+impl<F: FnMut(Planned<'_>)> Planner<'_, F> {
+    fn tell(&mut self, entry: &Entry<'_>) {
+        let path = self.dir.join(entry.name);
+        let replaces = self.listing.is_some_and(|listing| match entry.kind {
+            Kind::Dir => listing.dir(&path.0).is_some(),
+            _ => listing.get(&path.0).is_some(),
+        });
+        (self.each)(Planned {
+            path: &path,
+            kind: entry.kind,
+            replaces,
+        });
+    }
+}
+
+impl<F: FnMut(Planned<'_>)> Sink for Planner<'_, F> {
+    type Error = Error;
+
+    fn enter_dir(&mut self, entry: &Entry<'_>) -> Result<()> {
+        self.tell(entry);
+        self.dir.enter(entry.name);
+        Ok(())
+    }
+
+    fn leave_dir(&mut self) -> Result<()> {
+        self.dir.leave();
+        Ok(())
+    }
+
+    fn empty_dir(&mut self, entry: &Entry<'_>) -> Result<()> {
+        self.tell(entry);
+        Ok(())
+    }
+
+    fn file(&mut self, entry: &Entry<'_>, _content: Content<'_>) -> Result<()> {
+        self.tell(entry);
+        Ok(())
+    }
+
+    fn symlink(&mut self, entry: &Entry<'_>, _target: &[u8]) -> Result<()> {
+        self.tell(entry);
+        Ok(())
+    }
+
+    fn hard_link(&mut self, entry: &Entry<'_>, _target: u64) -> Result<()> {
+        self.tell(entry);
+        Ok(())
+    }
+
+    fn special(&mut self, entry: &Entry<'_>, _device: Device) -> Result<()> {
+        self.tell(entry);
+        Ok(())
+    }
 }
 
 /// Writes `payload` to `out`: packs the tree, or copies the archive.

@@ -87,7 +87,10 @@ pub struct SendArgs {
     /// Send nothing: connect and authenticate, with --update ask the receiver what DEST
     /// has, and print what the transfer would send, one path in DEST per line: `send` (DEST
     /// lacks it) or `replace` (DEST has it differently; directories DEST has are not
-    /// shown). The receiver lands nothing, and a one-shot `barge recv` keeps waiting.
+    /// shown); a directory where DEST has a file, or the other way, is named in a warning
+    /// (the receiver would refuse it) and the exit status is 1. The receiver lands
+    /// nothing, and a one-shot `barge recv` keeps waiting. The files that would be sent
+    /// are read, as for the transfer.
     #[arg(long, conflicts_with = "archive")]
     dry_run: bool,
     /// Spread the transfer over up to N TCP connections. By default one, or 4 when the
@@ -334,20 +337,41 @@ fn dry_run(
     let pack = open_pack(dirs, None)?
         .archive(args.all_metadata)
         .exclude(exclude);
-    let mut out = std::io::stdout().lock();
-    let print = move |planned: Planned<'_>| {
-        if args.out.json || (planned.replaces && planned.kind == Kind::Dir) {
-            return;
-        }
-        let word = if planned.replaces { "replace" } else { "send" };
-        let _ = writeln!(out, "{word} {}", planned.path);
-    };
-    let packed = (operation.dry_run(pack, print))
-        .with_context(|| format!("dry run of a send to {address} failed"))?;
+    // Directory over non-directory or the other way: the receiver refuses to replace it,
+    // and the transfer would stop there.
+    let mut conflicts = Vec::new();
+    let packed = {
+        let mut out = std::io::stdout().lock();
+        let print = |planned: Planned<'_>| {
+            let conflict = (planned.there)
+                .filter(|&there| (there == Kind::Dir) != (planned.kind == Kind::Dir));
+            if let Some(there) = conflict {
+                return conflicts.push((planned.path.clone(), there));
+            }
+            if args.out.json || (planned.kind, planned.there) == (Kind::Dir, Some(Kind::Dir)) {
+                return;
+            }
+            let word = if planned.there.is_some() {
+                "replace"
+            } else {
+                "send"
+            };
+            let _ = writeln!(out, "{word} {}", planned.path);
+        };
+        operation.dry_run(pack, print)
+    }
+    .with_context(|| format!("dry run of a send to {address} failed"))?;
     if !args.out.quiet {
         for warning in &packed.warnings {
             warn(format_args!("{warning}"));
         }
+    }
+    for (path, there) in &conflicts {
+        warn(format_args!(
+            "{path}: DEST has {} there, which the receiver refuses to replace: the transfer \
+             would stop at it",
+            there.with_article()
+        ));
     }
     let unchanged = match args.update {
         true => format!(", leaving out {} unchanged", packed.unchanged),
@@ -362,10 +386,10 @@ fn dry_run(
     let mut extra = Map::new();
     extra.insert("dry_run".into(), json!(true));
     summary(args.out, &line, &packed, extra, start.elapsed(), false);
-    Ok(if packed.lost_any() {
-        Exit::Partial
-    } else {
-        Exit::Success
+    Ok(match (conflicts.is_empty(), packed.lost_any()) {
+        (false, _) => Exit::Error,
+        (true, true) => Exit::Partial,
+        (true, false) => Exit::Success,
     })
 }
 

@@ -556,6 +556,17 @@ fn a_dry_run_prints_what_would_be_sent_and_sends_nothing() {
         .filter(|l| l["dry_run"] == true && l["listed"] == 3);
     assert_eq!((dry.count(), logged.len()), (2, 3), "{}", ended.stdout);
     assert_equal_trees(&src, &dest, "after the update's dry runs and the update");
+
+    // A directory where DEST has a file: the receiver would refuse it; the dry run says so.
+    fs::remove_file(src.join("a/new")).unwrap();
+    fs::create_dir(src.join("a/new")).unwrap();
+    let recv = Recv::start(&dest, &[], None);
+    let out = send(&[s, recv.ticket(), "--dry-run", "--update"], None);
+    let said = "a/new: DEST has a regular file there, which the receiver refuses to replace";
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains(said), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "", "only the conflict differs");
+    assert!(recv.stop().stderr.contains("dry run, told of 5 entries"));
 }
 
 #[test]

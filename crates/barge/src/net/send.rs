@@ -311,9 +311,10 @@ pub struct Planned<'a> {
     pub path: &'a TreePath,
     /// What it is.
     pub kind: Kind,
-    /// DEST has an entry of that name (as the listing of an update says), which the
-    /// transfer would replace or, for a directory, set the mode and time of.
-    pub replaces: bool,
+    /// What DEST has at that path, as the listing of an update says (a directory, a file
+    /// or a symlink), which the transfer would replace or, directory over directory, set
+    /// the mode and time of; none without an update.
+    pub there: Option<Kind>,
 }
 
 /// The sink a dry run's archive drives: each entry to the caller's `each`.
@@ -326,14 +327,14 @@ struct Planner<'l, F> {
 impl<F: FnMut(Planned<'_>)> Planner<'_, F> {
     fn tell(&mut self, entry: &Entry<'_>) {
         let path = self.dir.join(entry.name);
-        let replaces = self.listing.is_some_and(|listing| match entry.kind {
-            Kind::Dir => listing.dir(&path.0).is_some(),
-            _ => listing.get(&path.0).is_some(),
+        let there = self.listing.and_then(|listing| match listing.dir(&path.0) {
+            Some(_) => Some(Kind::Dir),
+            None => listing.get(&path.0).map(|item| item.kind),
         });
         (self.each)(Planned {
             path: &path,
             kind: entry.kind,
-            replaces,
+            there,
         });
     }
 }

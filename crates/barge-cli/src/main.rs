@@ -158,8 +158,10 @@ pub struct RestoreArgs {
     /// Replace entries that exist in DEST: each is written under a temporary name in the
     /// same directory and renamed over the old one, so nothing is written through an
     /// existing file or symlink. Existing directories are merged into and get the archive's
-    /// mode and time (and owner, where restored), as with tar. A directory in the archive
-    /// where DEST has anything but a directory is still an error.
+    /// mode and time (and owner, where restored), as with tar. A file or symlink where the
+    /// archive has a directory is removed (never followed) and the directory made, as tar
+    /// does; a directory where the archive has anything else is still an error (nothing is
+    /// removed whole).
     #[arg(long, group = "old")]
     overwrite: bool,
     /// Give entries their owner (uid/gid) from the archive: the default as root; others

@@ -87,8 +87,8 @@ pub struct SendArgs {
     /// Send nothing: connect and authenticate, with --update ask the receiver what DEST
     /// has, and print what the transfer would send, one path in DEST per line: `send` (DEST
     /// lacks it) or `replace` (DEST has it differently; directories DEST has are not
-    /// shown); a directory where DEST has a file, or the other way, is named in a warning
-    /// (the receiver would refuse it) and the exit status is 1. The receiver lands
+    /// shown); an entry where DEST has a directory is named in a warning (the receiver
+    /// would refuse it) and the exit status is 1. The receiver lands
     /// nothing, and a one-shot `barge recv` keeps waiting. The files that would be sent
     /// are read, as for the transfer.
     #[arg(long, conflicts_with = "archive")]
@@ -337,16 +337,14 @@ fn dry_run(
     let pack = open_pack(dirs, None)?
         .archive(args.all_metadata)
         .exclude(exclude);
-    // Directory over non-directory or the other way: the receiver refuses to replace it,
-    // and the transfer would stop there.
+    // A non-directory where DEST has a directory: the receiver refuses to replace it (it
+    // removes nothing whole), and the transfer would stop there.
     let mut conflicts = Vec::new();
     let packed = {
         let mut out = std::io::stdout().lock();
         let print = |planned: Planned<'_>| {
-            let conflict = (planned.there)
-                .filter(|&there| (there == Kind::Dir) != (planned.kind == Kind::Dir));
-            if let Some(there) = conflict {
-                return conflicts.push((planned.path.clone(), there));
+            if planned.there == Some(Kind::Dir) && planned.kind != Kind::Dir {
+                return conflicts.push(planned.path.clone());
             }
             if args.out.json || (planned.kind, planned.there) == (Kind::Dir, Some(Kind::Dir)) {
                 return;
@@ -366,11 +364,10 @@ fn dry_run(
             warn(format_args!("{warning}"));
         }
     }
-    for (path, there) in &conflicts {
+    for path in &conflicts {
         warn(format_args!(
-            "{path}: DEST has {} there, which the receiver refuses to replace: the transfer \
-             would stop at it",
-            there.with_article()
+            "{path}: DEST has a directory there, which the receiver refuses to replace: the \
+             transfer would stop at it"
         ));
     }
     let unchanged = match args.update {

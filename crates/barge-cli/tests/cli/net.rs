@@ -557,16 +557,30 @@ fn a_dry_run_prints_what_would_be_sent_and_sends_nothing() {
     assert_eq!((dry.count(), logged.len()), (2, 3), "{}", ended.stdout);
     assert_equal_trees(&src, &dest, "after the update's dry runs and the update");
 
-    // A directory where DEST has a file: the receiver would refuse it; the dry run says so.
+    // A file where DEST has a directory: the receiver would refuse it (it removes nothing
+    // whole), and the dry run says so; a directory where DEST has a file replaces it.
+    fs::remove_dir_all(src.join("d")).unwrap();
+    file(&src.join("d"), b"d", 0o644);
     fs::remove_file(src.join("a/new")).unwrap();
     fs::create_dir(src.join("a/new")).unwrap();
     let recv = Recv::start(&dest, &[], None);
     let out = send(&[s, recv.ticket(), "--dry-run", "--update"], None);
-    let said = "a/new: DEST has a regular file there, which the receiver refuses to replace";
+    let said = "d: DEST has a directory there, which the receiver refuses to replace";
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains(said), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "", "only the conflict differs");
+    assert_eq!(text(&out.stdout), "replace a/new\n");
     assert!(recv.stop().stderr.contains("dry run, told of 5 entries"));
+
+    // Without the conflict the update lands, the directory in place of the file.
+    fs::remove_file(src.join("d")).unwrap();
+    fs::create_dir(src.join("d")).unwrap();
+    file(&src.join("d/y"), b"y", 0o644);
+    let recv = Recv::start(&dest, &[], None);
+    let out = send(&[s, recv.ticket(), "--update"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(recv.wait().status.success());
+    assert!(dest.join("a/new").is_dir());
+    assert_equal_trees(&src, &dest, "after a directory replaced a file");
 }
 
 #[test]

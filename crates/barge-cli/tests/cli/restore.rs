@@ -390,28 +390,45 @@ fn existing_directories_get_the_archives_mode_and_time_only_with_overwrite() {
 }
 
 #[test]
-fn overwrite_never_turns_a_directory_into_a_file_or_back() {
+fn overwrite_puts_a_directory_in_place_of_a_file_or_symlink_but_never_a_file_over_a_directory() {
     let work = Work::new();
-    let dir_over_file = Archive::header().dir(b"f").pop().end(1);
+    let dir_over_file = Archive::header().dir(b"f").file(b"in", b"new").pop();
+    let dir_over_file = dir_over_file.dir(b"s").file(b"in", b"new").pop().end(4);
     let dir_over_file = work.archive("d.barge", &dir_over_file);
     let file_over_dir = Archive::header().file(b"d", b"x").end(1);
     let file_over_dir = work.archive("f.barge", &file_over_dir);
     each_way(&work, |way, dest, what| {
+        // A file, a directory and a symlink to a directory outside DEST.
+        let outside = work.path(&format!("outside-{}", way.uid()));
+        let _ = fs::remove_dir_all(&outside);
+        fs::create_dir(&outside).unwrap();
         fs::write(dest.join("f"), b"file").unwrap();
         fs::create_dir(dest.join("d")).unwrap();
         fs::write(dest.join("d/inside"), b"inside").unwrap();
-        for path in ["f", "d", "d/inside"] {
-            std::os::unix::fs::chown(dest.join(path), Some(way.uid()), None).unwrap();
+        std::os::unix::fs::symlink(&outside, dest.join("s")).unwrap();
+        for path in ["f", "d", "d/inside", "s"] {
+            std::os::unix::fs::lchown(dest.join(path), Some(way.uid()), None).unwrap();
         }
-        let out = unpack(&work, way, &dir_over_file, dest, &["--overwrite"]);
-        assert_clean_failure(&out, &["f: already exists", "a file"], what);
         let out = unpack(&work, way, &file_over_dir, dest, &["--overwrite"]);
         assert_clean_failure(&out, &["d: already exists", "a directory"], what);
-        assert_eq!(fs::read(dest.join("f")).unwrap(), b"file", "{what}");
         assert_eq!(fs::read(dest.join("d/inside")).unwrap(), b"inside");
-        let mut names = names_in(dest);
-        names.sort();
-        assert_eq!(names, ["d", "f"], "{what}: no temporary left");
+        assert_eq!(fs::read(dest.join("f")).unwrap(), b"file", "{what}");
+        // Without --overwrite a file where a directory goes is an error; with it the
+        // directory takes the name by rename, and the symlink is replaced, not followed.
+        let out = unpack(&work, way, &dir_over_file, dest, &[]);
+        assert_clean_failure(&out, &["f: already exists", "a file"], what);
+        let out = unpack(&work, way, &dir_over_file, dest, &["--overwrite"]);
+        assert!(out.status.success(), "{what}: {}", stderr(&out));
+        for name in ["f", "s"] {
+            let meta = fs::symlink_metadata(dest.join(name)).unwrap();
+            assert!(meta.is_dir(), "{what}: {name} is a directory now");
+            assert_eq!(fs::read(dest.join(name).join("in")).unwrap(), b"new");
+        }
+        assert!(
+            names_in(&outside).is_empty(),
+            "{what}: written through the symlink"
+        );
+        assert_eq!(names_in(dest), ["d", "f", "s"], "{what}: no temporary left");
     });
 }
 

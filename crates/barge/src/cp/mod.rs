@@ -42,7 +42,7 @@ use crate::error::{Error, Result, TreePath};
 use crate::exclude::Exclude;
 use crate::interrupt::{check, requested, retry};
 use crate::land::restore::{Apply, Existing, NotRestored, Policy, Restore, Target, SETID};
-use crate::land::sync::{create_at, exists, replace, LinkTarget, Made};
+use crate::land::sync::{create_at, exists, replace, replace_by_dir, LinkTarget, Made};
 use crate::sys::copy::{copy_range, read_chunks};
 use crate::sys::dir::{dirent_buffer, Listing};
 use crate::sys::xattr::XattrReader;
@@ -1193,10 +1193,8 @@ impl<'a> Copier<'a> {
                         } else if self.cp().update
                             || shared.policy.existing() == Existing::Overwrite
                         {
-                            // Nothing renames a directory over a file: the file goes first.
-                            unlinkat(&**dest, name, AtFlags::empty())
-                                .and_then(|()| mkdirat(&**dest, name, Mode::from_raw_mode(create)))
-                                .map_err(|e| Error::io("mkdirat", dest_path(), e))?;
+                            let mode = Mode::from_raw_mode(create);
+                            replace_by_dir(dest.as_fd(), name, mode, &mut self.temp, dest_path)?;
                             self.counts.replaced += 1;
                         } else {
                             return Err(exists(dest.as_fd(), name, dest_path()));

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use rustix::fs::{
-    fchmod, linkat, makedev, mkdirat, mknodat, openat, renameat, statat, symlinkat, unlinkat,
-    AtFlags, FileType, Mode,
+    fchmod, linkat, makedev, mkdirat, mknodat, openat, renameat, renameat_with, statat, symlinkat,
+    unlinkat, AtFlags, FileType, Mode, RenameFlags,
 };
 use rustix::io::{write, Errno};
 
@@ -188,6 +188,32 @@ pub(crate) fn replace(
     }
 }
 
+/// Replaces the entry `name` in `dir` (not a directory) by a new directory, by rename: the
+/// directory is made under a fresh temporary name (left in `temp`) and exchanged with
+/// `name` (`RENAME_EXCHANGE`: the name never goes missing, nothing is followed), then the
+/// old entry, now under the temporary name, is removed.
+pub(crate) fn replace_by_dir(
+    dir: BorrowedFd<'_>,
+    name: &[u8],
+    mode: Mode,
+    temp: &mut Vec<u8>,
+    path: impl Fn() -> TreePath,
+) -> Result<()> {
+    loop {
+        temp_name(temp);
+        match mkdirat(dir, &temp[..], mode) {
+            Ok(()) => break,
+            Err(Errno::EXIST) => continue,
+            Err(e) => return Err(Error::io("mkdirat", path(), e)),
+        }
+    }
+    if let Err(e) = renameat_with(dir, &temp[..], dir, name, RenameFlags::EXCHANGE) {
+        let _ = unlinkat(dir, &temp[..], AtFlags::REMOVEDIR);
+        return Err(Error::io("renameat2 (exchange)", path(), e));
+    }
+    unlinkat(dir, &temp[..], AtFlags::empty()).map_err(|e| Error::io("unlinkat", path(), e))
+}
+
 impl SyncLander {
     /// A lander creating entries below the directory `root`, restoring what `setup`'s
     /// policy says.
@@ -239,13 +265,21 @@ impl SyncLander {
         &self.setup.policy
     }
 
-    /// Creates directory `name`; an existing real directory is accepted (merged into). True
-    /// when it created the directory.
+    /// Creates directory `name`; an existing real directory is accepted (merged into), and
+    /// when overwriting anything else there (a file, a symlink: never followed) is replaced,
+    /// as tar does. True when it created the directory.
     fn make_dir(&mut self, name: &[u8], mode: u32) -> Result<bool> {
-        match mkdirat(self.current(), name, Mode::from_raw_mode(mode)) {
+        let mode = Mode::from_raw_mode(mode);
+        match mkdirat(self.current(), name, mode) {
             Ok(()) => Ok(true),
             Err(Errno::EXIST) => match statat(self.current(), name, AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => Ok(false),
+                Ok(_) if self.setup.policy.existing() == Existing::Overwrite => {
+                    let dir = self.dirs.last().map_or(self.root.as_fd(), |d| d.fd.as_fd());
+                    let path = || path_in(&self.dirs, name);
+                    replace_by_dir(dir, name, mode, &mut self.temp, path)?;
+                    Ok(true)
+                }
                 _ => Err(self.exists(name)),
             },
             Err(e) => Err(Error::io("mkdirat", self.path(name), e)),

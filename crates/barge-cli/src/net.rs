@@ -87,8 +87,8 @@ pub struct SendArgs {
     /// Send nothing: connect and authenticate, with --update ask the receiver what DEST
     /// has, and print what the transfer would send, one path in DEST per line: `send` (DEST
     /// lacks it) or `replace` (DEST has it differently; directories DEST has are not
-    /// shown); an entry where DEST has a directory is named in a warning (the receiver
-    /// would refuse it) and the exit status is 1. The receiver lands
+    /// shown); a file or symlink where DEST has a directory is named in a warning (the
+    /// receiver never replaces a directory) and the exit status is 1. The receiver lands
     /// nothing, and a one-shot `barge recv` keeps waiting. The files that would be sent
     /// are read, as for the transfer.
     #[arg(long, conflicts_with = "archive")]

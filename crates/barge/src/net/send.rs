@@ -6,6 +6,8 @@ use std::os::fd::AsFd;
 use std::sync::mpsc;
 use std::time::Duration;
 
+use rustix::io::Errno;
+
 use super::channel::{protocol, Channel};
 use super::lanes::Striper;
 use super::{decode, encode, kind, unexpected, Accept, Hello, Key, Outcome, VERSION, ZSTD_LEVEL};
@@ -195,8 +197,16 @@ impl Send {
             let listed = Unpack::new()
                 .limits(Limits::default())
                 .list(&archive, planner);
-            let packed = packing.join().expect("the pack does not panic");
-            packed.and_then(|packed| listed.map(|()| packed))
+            match (packing.join().expect("the pack does not panic"), listed) {
+                (Ok(packed), Ok(())) => Ok(packed),
+                // The pack stopped because the listing stopped reading (a limit): its reason.
+                (Err(Error::Io { cause, .. }), Err(e))
+                    if cause.raw_os_error() == Some(Errno::PIPE.raw_os_error()) =>
+                {
+                    Err(e)
+                }
+                (Err(e), _) | (_, Err(e)) => Err(e),
+            }
         })
     }
 

@@ -9,6 +9,7 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -286,6 +287,9 @@ fn a_wrong_key_lands_nothing_and_the_right_sender_still_gets_through() {
 struct Harm {
     /// The connection harmed, by order of arrival (0: the transfer's first).
     connection: usize,
+    /// Harms instead whichever connection from `connection` on reaches `offset` first (how
+    /// much each later lane carries depends on when it joined).
+    or_later: bool,
     /// Where in its stream.
     offset: u64,
     /// Ends both sides of it there instead of flipping the byte.
@@ -302,11 +306,13 @@ fn relay(to: &str, connections: usize, harm: Harm) -> (String, JoinHandle<()>) {
     let address = listener.local_addr().unwrap().to_string();
     let to = to.to_string();
     let handle = std::thread::spawn(move || {
+        let harmed = std::sync::Arc::new(AtomicBool::new(false));
         let forwards: Vec<_> = (0..connections)
             .map(|i| {
                 let (from_sender, _) = listener.accept().unwrap();
                 let to_receiver = TcpStream::connect(&to).unwrap();
-                std::thread::spawn(move || forward(from_sender, to_receiver, i, harm))
+                let harmed = harmed.clone();
+                std::thread::spawn(move || forward(from_sender, to_receiver, i, harm, &harmed))
             })
             .collect();
         for forward in forwards {
@@ -317,8 +323,14 @@ fn relay(to: &str, connections: usize, harm: Harm) -> (String, JoinHandle<()>) {
 }
 
 /// Copies one connection both ways, harming the sender's direction of connection `i` as
-/// `harm` says.
-fn forward(from_sender: TcpStream, to_receiver: TcpStream, i: usize, harm: Harm) {
+/// `harm` says, unless another connection was (`harmed`).
+fn forward(
+    from_sender: TcpStream,
+    to_receiver: TcpStream,
+    i: usize,
+    harm: Harm,
+    harmed: &AtomicBool,
+) {
     let (mut a, mut b) = (
         from_sender.try_clone().unwrap(),
         to_receiver.try_clone().unwrap(),
@@ -328,11 +340,8 @@ fn forward(from_sender: TcpStream, to_receiver: TcpStream, i: usize, harm: Harm)
         let _ = a.shutdown(Shutdown::Write);
     });
     let (mut from, mut to) = (from_sender, to_receiver);
-    let offset = if i == harm.connection {
-        harm.offset
-    } else {
-        u64::MAX
-    };
+    let mine = i == harm.connection || (harm.or_later && i > harm.connection);
+    let offset = if mine { harm.offset } else { u64::MAX };
     let mut seen = 0u64;
     let mut buf = vec![0; 1 << 16];
     loop {
@@ -344,7 +353,7 @@ fn forward(from_sender: TcpStream, to_receiver: TcpStream, i: usize, harm: Harm)
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
         let range = seen..seen + n as u64;
-        if range.contains(&offset) {
+        if range.contains(&offset) && !harmed.swap(true, Ordering::SeqCst) {
             let at = (offset - seen) as usize;
             if harm.cut {
                 let _ = to.write_all(&buf[..at]);
@@ -424,16 +433,19 @@ fn through_relay(
 fn on_first(offset: u64, cut: bool) -> Harm {
     Harm {
         connection: 0,
+        or_later: false,
         offset,
         cut,
         slow_first: false,
     }
 }
 
-/// `harm` on the third of four connections, the first slowed so the third carries data.
-fn on_third(offset: u64, cut: bool) -> Harm {
+/// `harm` on whichever later connection of four first carries `offset` bytes, the first
+/// slowed so the later ones carry data.
+fn on_a_later(offset: u64, cut: bool) -> Harm {
     Harm {
-        connection: 2,
+        connection: 1,
+        or_later: true,
         offset,
         cut,
         slow_first: true,
@@ -445,14 +457,14 @@ fn a_flipped_byte_is_tampering_on_both_ends_and_leaves_only_whole_files() {
     // Well after the handshake, inside some file's data.
     through_relay(tempdir().path(), 1, on_first(1_500_000, false), "tampered");
     // On a later connection of the transfer.
-    through_relay(tempdir().path(), 4, on_third(200_000, false), "tampered");
+    through_relay(tempdir().path(), 4, on_a_later(200_000, false), "tampered");
 }
 
 #[test]
 fn a_cut_stream_is_truncation_and_update_finishes_it() {
     for (connections, harm) in [
         (1, on_first(2_000_000, true)),
-        (4, on_third(1_500_000, true)),
+        (4, on_a_later(1_500_000, true)),
     ] {
         let work = tempdir();
         let (src, dest, landed) = through_relay(work.path(), connections, harm, "truncated");
@@ -592,7 +604,7 @@ fn four_connections_carry_one_transfer_in_order() {
     let recv = Recv::start(&dest, &["--max-connections", "1"], None);
     let ticket = recv.ticket().to_string();
     let (address, key) = ticket.split_once('#').unwrap();
-    let (via, relay) = relay(address, 4, on_third(u64::MAX, false));
+    let (via, relay) = relay(address, 4, on_a_later(u64::MAX, false));
     let to = format!("{via}#{key}");
     let out = send(
         &[src.to_str().unwrap(), &to, "--connections", "4", "--json"],

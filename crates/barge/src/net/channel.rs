@@ -47,6 +47,8 @@ struct Wire {
     input: Box<[u8]>,
     start: usize,
     end: usize,
+    /// The peer has sent a byte.
+    received_any: bool,
     /// Frames queued: `output[sent..]` not written yet.
     output: Vec<u8>,
     sent: usize,
@@ -86,6 +88,7 @@ impl Wire {
             input: vec![0; 2 * BATCH].into_boxed_slice(),
             start: 0,
             end: 0,
+            received_any: false,
             output: Vec::with_capacity(BATCH + MAX_MESSAGE + 2),
             sent: 0,
             cancel: None,
@@ -114,9 +117,20 @@ impl Wire {
             }
             self.wait(PollFlags::IN)?;
             match (&self.stream).read(&mut self.input[self.end..]) {
+                // A connection that says nothing (a port scan, a health check) is no failed
+                // authentication.
+                Ok(0) if !self.sender && !self.received_any => {
+                    return Err(Error::net(
+                        NetError::Truncated,
+                        "the connection closed before the handshake, having sent nothing",
+                    ))
+                }
                 Ok(0) if !authenticated => return Err(not_authenticated(self.sender)),
                 Ok(0) => return Err(truncated("the connection closed")),
-                Ok(got) => self.end += got,
+                Ok(got) => {
+                    self.end += got;
+                    self.received_any = true;
+                }
                 Err(e) => self.failed("receive from", e)?,
             }
         }

@@ -159,9 +159,9 @@ pub struct RestoreArgs {
     /// same directory and renamed over the old one, so nothing is written through an
     /// existing file or symlink. Existing directories are merged into and get the archive's
     /// mode and time (and owner, where restored), as with tar. A file or symlink where the
-    /// archive has a directory is removed (never followed) and the directory made, as tar
-    /// does; a directory where the archive has anything else is still an error (nothing is
-    /// removed whole).
+    /// archive has a directory is replaced by it (exchanged by rename, never followed), as
+    /// tar replaces it; a directory where the archive has anything else is still an error
+    /// (nothing is removed whole).
     #[arg(long, group = "old")]
     overwrite: bool,
     /// Give entries their owner (uid/gid) from the archive: the default as root; others

@@ -235,7 +235,7 @@ impl SyncLander {
 
     /// The directory entered last (the root before any).
     pub fn current(&self) -> BorrowedFd<'_> {
-        self.dirs.last().map_or(self.root.as_fd(), |d| d.fd.as_fd())
+        current_in(&self.root, &self.dirs)
     }
 
     /// The directory entered last, shared.
@@ -275,7 +275,7 @@ impl SyncLander {
             Err(Errno::EXIST) => match statat(self.current(), name, AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => Ok(false),
                 Ok(_) if self.setup.policy.existing() == Existing::Overwrite => {
-                    let dir = self.dirs.last().map_or(self.root.as_fd(), |d| d.fd.as_fd());
+                    let dir = current_in(&self.root, &self.dirs);
                     let path = || path_in(&self.dirs, name);
                     replace_by_dir(dir, name, mode, &mut self.temp, path)?;
                     Ok(true)
@@ -299,7 +299,7 @@ impl SyncLander {
         op: &'static str,
         make: impl FnMut(BorrowedFd<'_>, &[u8]) -> rustix::io::Result<T>,
     ) -> Result<Made<T>> {
-        let dir = self.dirs.last().map_or(self.root.as_fd(), |d| d.fd.as_fd());
+        let dir = current_in(&self.root, &self.dirs);
         let existing = self.setup.policy.existing();
         let path = || path_in(&self.dirs, name);
         let made = create_at(dir, name, existing, &mut self.temp, op, path, make)?;
@@ -330,7 +330,7 @@ impl SyncLander {
             Made::Replacing(()) => true,
         };
         let at = if replacing { &self.temp[..] } else { name };
-        let dir = self.dirs.last().map_or(self.root.as_fd(), |d| d.fd.as_fd());
+        let dir = current_in(&self.root, &self.dirs);
         let (policy, skipped) = (&self.setup.policy, &mut self.summary.not_restored);
         let restored = policy.restore(Target::At(dir, at), apply, entry.xattrs, skipped, || {
             path_in(&self.dirs, name)
@@ -508,6 +508,12 @@ impl SyncLander {
         unsafe { rustix::io::close(done.fd.into_raw_fd()) };
         Ok(())
     }
+}
+
+/// The directory `dirs` lead to from `root`: [`SyncLander::current`] for callers that
+/// borrow other fields of the lander at the same time.
+fn current_in<'a>(root: &'a OwnedFd, dirs: &'a [OpenDir]) -> BorrowedFd<'a> {
+    dirs.last().map_or(root.as_fd(), |d| d.fd.as_fd())
 }
 
 /// The path of `name` in the directory `dirs` lead to, for messages.

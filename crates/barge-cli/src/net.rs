@@ -306,22 +306,21 @@ enum Event {
     Lane,
     /// A connection (not a later lane) ended.
     Done(Box<Done>),
-    /// A sender's dry run ended (it landed nothing, and ends no one-shot receiver).
-    DryRun(Box<DryRunDone>),
-}
-
-/// A dry run a sender made.
-struct DryRunDone {
-    peer: SocketAddr,
-    dry_run: DryRun,
-    elapsed: Duration,
 }
 
 /// How one connection ended.
 struct Done {
     peer: SocketAddr,
-    result: std::result::Result<Received, Failed>,
+    result: std::result::Result<Ended, Failed>,
     elapsed: Duration,
+}
+
+/// What an authenticated connection did.
+enum Ended {
+    /// A transfer landed.
+    Landed(Received),
+    /// A sender's dry run: nothing landed (it ends no one-shot receiver).
+    DryRun(DryRun),
 }
 
 /// `barge send --dry-run`: what the transfer would send, printed (without --json), and its
@@ -456,14 +455,11 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
         if let Some(event) = event {
             match event {
                 Event::Lane => running -= 1,
-                Event::DryRun(done) => {
-                    running -= 1;
-                    log_dry_run(&done, args.out.json);
-                }
                 Event::Done(done) => {
                     running -= 1;
-                    // One-shot ends with the first sender that authenticated; strangers
-                    // still in their handshake are dropped with the process.
+                    // One-shot ends with the first sender that authenticated (and made
+                    // no dry run); strangers still in their handshake are dropped with the
+                    // process.
                     if log(&done, args.out.json) && !args.keep {
                         return Ok(match done.result {
                             Ok(_) => Exit::Success,
@@ -498,15 +494,8 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
             // A later lane of a running transfer counts as no connection of its own.
             let result = match receive.connection(stream, || tell(Event::Lane)) {
                 Ok(Connection::Lane) => return,
-                Ok(Connection::DryRun(dry_run)) => {
-                    let elapsed = start.elapsed();
-                    return tell(Event::DryRun(Box::new(DryRunDone {
-                        peer,
-                        dry_run,
-                        elapsed,
-                    })));
-                }
-                Ok(Connection::Landed(received)) => Ok(received),
+                Ok(Connection::DryRun(dry_run)) => Ok(Ended::DryRun(dry_run)),
+                Ok(Connection::Landed(received)) => Ok(Ended::Landed(received)),
                 Err(failed) => Err(failed),
             };
             tell(Event::Done(Box::new(Done {
@@ -546,41 +535,29 @@ fn readable(listener: &TcpListener, wake: &OwnedFd) -> Result<bool> {
     }
 }
 
-/// Logs a sender's dry run (one line on stderr, and with `json` one object on stdout).
-fn log_dry_run(done: &DryRunDone, json: bool) {
-    let DryRunDone {
-        peer,
-        dry_run,
-        elapsed,
-    } = done;
-    let seconds = elapsed.as_secs_f64();
-    eprintln!(
-        "barge: recv: {peer} ({}): dry run, told of {} entries of DEST in {seconds:.2} s, \
-         landed nothing",
-        dry_run.sender, dry_run.listed
-    );
-    if json {
-        let line = json!({
-            "peer": peer.to_string(),
-            "ok": true,
-            "dry_run": true,
-            "sender": dry_run.sender,
-            "listed": dry_run.listed,
-            "seconds": seconds,
-        });
-        let _ = writeln!(std::io::stdout().lock(), "{line}");
-    }
-}
-
 /// Logs how a connection ended (one line on stderr, and with `json` one object on stdout);
-/// returns whether the sender had shown the key.
+/// returns whether it ends a one-shot receiver: a sender that had shown the key, unless it
+/// made a dry run.
 fn log(done: &Done, json: bool) -> bool {
     let peer = done.peer;
     let seconds = done.elapsed.as_secs_f64();
     let mut fields = Map::new();
     fields.insert("peer".into(), json!(peer.to_string()));
-    let authenticated = match &done.result {
-        Ok(received) => {
+    let ends = match &done.result {
+        Ok(Ended::DryRun(dry_run)) => {
+            eprintln!(
+                "barge: recv: {peer} ({}): dry run, told of {} entries of DEST in {seconds:.2} \
+                 s, landed nothing",
+                dry_run.sender, dry_run.listed
+            );
+            if let Ok(Value::Object(more)) = serde_json::to_value(dry_run) {
+                fields.extend(more);
+            }
+            fields.insert("dry_run".into(), json!(true));
+            fields.insert("ok".into(), json!(true));
+            false
+        }
+        Ok(Ended::Landed(received)) => {
             let l = &received.landed.summary;
             eprintln!(
                 "barge: recv: {peer} ({}): landed {} dirs, {} files, {} in {seconds:.2} s",
@@ -627,5 +604,5 @@ fn log(done: &Done, json: bool) -> bool {
         fields.insert("seconds".into(), json!(seconds));
         let _ = writeln!(std::io::stdout().lock(), "{}", Value::Object(fields));
     }
-    authenticated
+    ends
 }

@@ -9,9 +9,9 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::common::*;
 use crate::fidelity::{every_kind, script};
@@ -87,7 +87,7 @@ impl Recv {
                 let _ = self.child.kill();
                 panic!("barge recv still running after {TIMEOUT:?}");
             }
-            std::thread::sleep(std::time::Duration::from_millis(5));
+            std::thread::sleep(Duration::from_millis(5));
         };
         Ended {
             status,
@@ -266,7 +266,7 @@ fn a_wrong_key_lands_nothing_and_the_right_sender_still_gets_through() {
         &["the receiver refused the key, or is not a barge receiver"],
         "wrong key",
     );
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    std::thread::sleep(Duration::from_millis(300));
     assert!(names_in(&dest).is_empty(), "landed: {:?}", names_in(&dest));
     let out = send(&[src.to_str().unwrap(), &ticket], None);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -303,9 +303,42 @@ struct Harm {
     offset: u64,
     /// Ends both sides of it there instead of flipping the byte.
     cut: bool,
-    /// Forwards the first connection slowly (~30 MB/s), so the sender must spread the
-    /// data over its later connections.
+    /// Forwards the first connection slowly (~30 MB/s) after its first [`FAST_START`]
+    /// bytes, so the sender must spread the data over its later connections (which open at
+    /// once) while the transfer's first chunks land.
     slow_first: bool,
+    /// Holds the first connection's sender direction after its first message (the
+    /// handshake's first) for that long: the later connections' HELLOs come first.
+    hold_first: Option<Duration>,
+    /// Holds the receiver's direction of the first connection after its first message (the
+    /// handshake's answer) until the sender has sent [`UNANSWERED`] bytes on it.
+    hold_answer: bool,
+    /// Holds the receiver's first message (the handshake's answer) on every later
+    /// connection for that long.
+    hold_later: Option<Duration>,
+}
+
+/// What [`Harm::slow_first`] forwards at full speed.
+const FAST_START: u64 = 512 << 10;
+
+/// What a sender must send without a word from the receiver after the handshake, in
+/// [`Harm::hold_answer`].
+const UNANSWERED: u64 = 1 << 20;
+
+impl Harm {
+    /// Harms nothing.
+    fn none() -> Harm {
+        Harm {
+            connection: 0,
+            or_later: false,
+            offset: u64::MAX,
+            cut: false,
+            slow_first: false,
+            hold_first: None,
+            hold_answer: false,
+            hold_later: None,
+        }
+    }
 }
 
 /// A relay between sender and receiver for `connections` connections, harming one as
@@ -344,7 +377,21 @@ fn forward(
         from_sender.try_clone().unwrap(),
         to_receiver.try_clone().unwrap(),
     );
+    // What the sender sent on this connection (u64::MAX once it ended).
+    let sent = std::sync::Arc::new(AtomicU64::new(0));
+    let sender_sent = sent.clone();
     let back = std::thread::spawn(move || {
+        if let (1.., Some(hold)) = (i, harm.hold_later) {
+            std::thread::sleep(hold);
+        }
+        if i == 0 && harm.hold_answer {
+            let mut first = vec![0; 1 << 16];
+            let n = b.read(&mut first).unwrap_or(0);
+            a.write_all(&first[..n]).unwrap();
+            while sender_sent.load(Ordering::SeqCst) < UNANSWERED {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
         let _ = std::io::copy(&mut b, &mut a);
         let _ = a.shutdown(Shutdown::Write);
     });
@@ -358,8 +405,14 @@ fn forward(
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        if i == 0 && harm.slow_first {
-            std::thread::sleep(std::time::Duration::from_millis(2));
+        if i == 0 && harm.slow_first && seen >= FAST_START {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        if let (0, 0, Some(hold)) = (i, seen, harm.hold_first) {
+            to.write_all(&buf[..n]).unwrap();
+            seen += n as u64;
+            std::thread::sleep(hold);
+            continue;
         }
         let range = seen..seen + n as u64;
         if range.contains(&offset) && !harmed.swap(true, Ordering::SeqCst) {
@@ -373,10 +426,12 @@ fn forward(
             buf[at] ^= 0x20;
         }
         seen += n as u64;
+        sent.store(seen, Ordering::SeqCst);
         if to.write_all(&buf[..n]).is_err() {
             break;
         }
     }
+    sent.store(u64::MAX, Ordering::SeqCst);
     let _ = to.shutdown(Shutdown::Write);
     let _ = back.join();
 }
@@ -441,11 +496,9 @@ fn through_relay(
 /// `harm` on the first of one connection, at `offset`.
 fn on_first(offset: u64, cut: bool) -> Harm {
     Harm {
-        connection: 0,
-        or_later: false,
         offset,
         cut,
-        slow_first: false,
+        ..Harm::none()
     }
 }
 
@@ -458,6 +511,7 @@ fn on_a_later(offset: u64, cut: bool) -> Harm {
         offset,
         cut,
         slow_first: true,
+        ..Harm::none()
     }
 }
 
@@ -477,7 +531,10 @@ fn a_cut_stream_is_truncation_and_update_finishes_it() {
     ] {
         let work = tempdir();
         let (src, dest, landed) = through_relay(work.path(), connections, harm, "truncated");
-        assert!(!landed.is_empty(), "nothing landed before the cut");
+        assert!(
+            !landed.is_empty(),
+            "nothing landed before the cut over {connections}"
+        );
 
         let recv = Recv::start(&dest, &[], None);
         let out = send(
@@ -604,35 +661,97 @@ fn a_dry_run_prints_what_would_be_sent_and_sends_nothing() {
     assert_equal_trees(&src, &dest, "after a directory replaced a file");
 }
 
-#[test]
-fn four_connections_carry_one_transfer_in_order() {
+/// Sends [`files_for`] `connections` files over `connections` through a [`relay`] doing
+/// `harm` (which must harm no byte), with `--timeout 10`: the transfer must land whole over
+/// them all, as one transfer with one log line.
+fn lands_through(connections: usize, harm: Harm, what: &str) {
     let work = tempdir();
     let src = work.path().join("src");
-    files(&src, files_for(4));
+    files(&src, files_for(connections));
     let dest = work.path().join("dest");
     let recv = Recv::start(&dest, &["--max-connections", "1"], None);
     let ticket = recv.ticket().to_string();
     let (address, key) = ticket.split_once('#').unwrap();
-    let (via, relay) = relay(address, 4, on_a_later(u64::MAX, false));
+    let (via, relay) = relay(address, connections, harm);
     let to = format!("{via}#{key}");
+    let count = connections.to_string();
     let out = send(
-        &[src.to_str().unwrap(), &to, "--connections", "4", "--json"],
+        &[
+            src.to_str().unwrap(),
+            &to,
+            "--connections",
+            &count,
+            "--timeout",
+            "10",
+            "--json",
+        ],
         None,
     );
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(out.status.success(), "{what}: {}", text(&out.stderr));
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(summary["connections"], 4, "{summary}");
+    assert_eq!(summary["connections"], connections, "{what}: {summary}");
     let ended = recv.wait();
-    assert!(ended.status.success(), "{}", ended.stderr);
+    assert!(ended.status.success(), "{what}: {}", ended.stderr);
     // One transfer, one log line: later connections are not transfers of their own.
     assert_eq!(
         ended.stderr.matches("recv: ").count(),
         2,
-        "{}",
+        "{what}: {}",
         ended.stderr
     );
     relay.join().unwrap();
-    assert_equal_trees(&src, &dest, "over four connections");
+    assert_equal_trees(&src, &dest, what);
+}
+
+#[test]
+fn four_connections_carry_one_transfer_in_order() {
+    lands_through(4, on_a_later(u64::MAX, false), "over four connections");
+    // The later connections open at once; their HELLOs may come before the transfer's.
+    let early = Harm {
+        hold_first: Some(Duration::from_millis(300)),
+        ..on_a_later(u64::MAX, false)
+    };
+    lands_through(4, early, "later connections before the first");
+}
+
+#[test]
+fn later_connections_slower_than_the_transfer_end_as_lanes() {
+    // A small tree's transfer ends before its later connections authenticate: the sender
+    // ends them as lanes, so the receiver logs one transfer and no failed connection.
+    let work = tempdir();
+    let src = work.path().join("src");
+    files(&src, 3);
+    let dest = work.path().join("dest");
+    let recv = Recv::start(&dest, &["--keep", "--json"], None);
+    let ticket = recv.ticket().to_string();
+    let (address, key) = ticket.split_once('#').unwrap();
+    let slow = Harm {
+        hold_later: Some(Duration::from_millis(300)),
+        ..Harm::none()
+    };
+    let (via, relay) = relay(address, 4, slow);
+    let to = format!("{via}#{key}");
+    let out = send(&[src.to_str().unwrap(), &to, "--connections", "4"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    relay.join().unwrap();
+    let ended = recv.stop();
+    let lines: Vec<serde_json::Value> = (ended.stdout.lines())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "{}{}", ended.stdout, ended.stderr);
+    assert_eq!(lines[0]["ok"], true, "{}", ended.stdout);
+    assert_equal_trees(&src, &dest, "a small tree over four connections");
+}
+
+#[test]
+fn a_plain_transfer_sends_its_data_without_waiting_for_an_answer() {
+    // The receiver's direction is held after the handshake until the sender has sent a
+    // MiB: a sender waiting for a word from it would time out.
+    let held = Harm {
+        hold_answer: true,
+        ..Harm::none()
+    };
+    lands_through(1, held, "with the receiver's answers held");
 }
 
 #[test]

@@ -339,6 +339,14 @@ impl Channel {
         self.wire.stream.as_fd()
     }
 
+    /// Whether the peer sent something (or closed) within `wait`; also true once a stop
+    /// is requested, where waits are interruptible.
+    pub(crate) fn spoke_within(&self, wait: Duration) -> bool {
+        let mut fds = [PollFd::new(&self.wire.stream, PollFlags::IN)];
+        let waited = wait_for_any(&mut fds, Some(wait), self.wire.interruptible, None);
+        !matches!(waited, Ok(Waited::TimedOut))
+    }
+
     /// Makes every wait fail once `cancel` is set (within 100 ms); `None`: no more.
     pub(crate) fn cancel_on(&mut self, cancel: Option<Arc<AtomicBool>>) {
         self.wire.cancel = cancel;

@@ -36,15 +36,51 @@ const HEAD: usize = 1 + SEQ;
 const WINDOW: u64 = 256;
 /// The most lanes a receiver lets one transfer open.
 pub(crate) const MAX_LANES: u32 = 16;
-/// How often a sender waiting for a lane to take bytes looks for lanes that joined.
-const JOIN_POLL: Duration = Duration::from_millis(5);
+/// How long a sender that got its result waits for lanes still authenticating (beyond
+/// three round trips), to end them cleanly: they take a round trip or two on a sound path.
+pub(crate) const LANES_GRACE: Duration = Duration::from_secs(1);
+/// How often a sender waiting for a lane to take bytes looks for lanes that joined (and a
+/// receiver's early lane for its transfer).
+pub(crate) const JOIN_POLL: Duration = Duration::from_millis(5);
+
+/// The later lanes a sender is opening, handed over as the receiver accepts them.
+pub(crate) struct Joining {
+    ready: mpsc::Receiver<Channel>,
+    /// Set once the transfer takes no more lanes: a lane that authenticates after it only
+    /// says its HELLO and closes.
+    over: Arc<AtomicBool>,
+}
+
+impl Joining {
+    pub(crate) fn new(ready: mpsc::Receiver<Channel>, over: Arc<AtomicBool>) -> Joining {
+        Joining { ready, over }
+    }
+
+    /// Takes no more lanes and waits up to `within` for those still opening to end, closing
+    /// any accepted meanwhile.
+    pub(crate) fn finish(self, within: Duration) {
+        self.over.store(true, Ordering::Relaxed);
+        let deadline = Instant::now() + within;
+        while let Ok(lane) =
+            (self.ready).recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
+            lane.close();
+        }
+    }
+}
+
+impl Drop for Joining {
+    fn drop(&mut self) {
+        self.over.store(true, Ordering::Relaxed);
+    }
+}
 
 /// The sending end: an [`io::Write`] of the archive over the lanes (the first one given,
 /// more as they join).
 pub(crate) struct Striper {
     lanes: Vec<Channel>,
     /// Lanes still connecting: taken in as they arrive.
-    joining: Option<mpsc::Receiver<Channel>>,
+    joining: Option<Joining>,
     /// The next chunk's DATA message: its type, its number's place, then its bytes.
     chunk: Vec<u8>,
     chunks: u64,
@@ -57,11 +93,7 @@ pub(crate) struct Striper {
 }
 
 impl Striper {
-    pub(crate) fn new(
-        first: Channel,
-        joining: Option<mpsc::Receiver<Channel>>,
-        timeout: Duration,
-    ) -> Striper {
+    pub(crate) fn new(first: Channel, joining: Option<Joining>, timeout: Duration) -> Striper {
         let mut chunk = Vec::with_capacity(MAX_PLAIN);
         chunk.push(kind::DATA);
         chunk.resize(HEAD, 0);
@@ -78,11 +110,14 @@ impl Striper {
     }
 
     /// Sends the rest, then END on every lane (the first one's with the bytes and chunks
-    /// sent), written out; returns the lanes, the first one first, and the bytes sent.
-    pub(crate) fn end(mut self) -> Result<(Vec<Channel>, u64)> {
+    /// sent), written out; returns the lanes, the first one first, the lanes still
+    /// connecting (left out: see [`Joining::finish`]) and the bytes sent.
+    pub(crate) fn end(mut self) -> Result<(Vec<Channel>, Option<Joining>, u64)> {
         self.send_chunk()?;
-        // Lanes still connecting are left out: they close unused.
-        self.joining = None;
+        let joining = self.joining.take();
+        if let Some(joining) = &joining {
+            joining.over.store(true, Ordering::Relaxed);
+        }
         for lane in &mut self.lanes[1..] {
             lane.queue(kind::END, &[])?;
         }
@@ -94,7 +129,7 @@ impl Striper {
                 return Err(self.took_nothing());
             }
         }
-        Ok((self.lanes, self.bytes))
+        Ok((self.lanes, joining, self.bytes))
     }
 
     /// Queues the chunk on a lane with room, writing that lane's queue once it holds a
@@ -124,7 +159,7 @@ impl Striper {
         loop {
             if let Some(joining) = &self.joining {
                 loop {
-                    match joining.try_recv() {
+                    match joining.ready.try_recv() {
                         Ok(lane) => self.lanes.push(lane),
                         Err(mpsc::TryRecvError::Empty) => break,
                         Err(mpsc::TryRecvError::Disconnected) => {

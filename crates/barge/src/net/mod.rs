@@ -8,9 +8,10 @@
 //! sender                                   receiver
 //!   -> e                        handshake
 //!   <- e, ee, psk               (the receiver has shown the key)
-//!   HELLO {version, compress, update, name, lanes, dry_run}   (the sender has shown the
-//!                                                     key: a child is spawned only now)
-//!                            <- ACCEPT {compress, lanes, transfer} | REFUSE {reason}
+//!   HELLO {version, compress, update, name, lanes, transfer, dry_run}   (the sender has
+//!                                         shown the key: a child is spawned only now)
+//!                            <- ACCEPT {compress} | REFUSE {reason}   (with update or
+//!                                         dry_run only: a plain transfer sends on at once)
 //!                            <- LIST ... LIST_END   (with update: what DEST has)
 //!   (a dry run ends here: the receiver closes, having landed nothing)
 //!   DATA {u64 BE: chunk number, archive bytes (zstd frames when compressed)} ...
@@ -18,10 +19,15 @@
 //!                            <- RESULT {landed} | {error: {kind, message}}
 //! ```
 //!
-//! With `lanes` over 1 the sender opens up to `lanes - 1` more connections ("lanes", see
-//! `net/lanes.rs`) while it sends, each with its own handshake, then `HELLO {join:
-//! transfer}` and the receiver's ACCEPT; it spreads the DATA over the lanes and ends each
-//! later lane with an empty END. The transfer id travels encrypted only.
+//! A plain transfer's first DATA goes in the same flight as its HELLO: the receiver answers
+//! only to refuse, so a transfer costs the round trips of TCP and of the handshake, then
+//! one for the result. With `lanes` over 1 the sender names the transfer with a random id
+//! in its HELLO and opens up to `lanes - 1` more connections ("lanes", see
+//! `net/lanes.rs`) at once, each with its own handshake, then `HELLO {join: transfer}` and
+//! the receiver's ACCEPT (a lane carries chunks only once accepted, so a lane refused loses
+//! none); a lane that arrives before its transfer's HELLO waits for it. The sender spreads
+//! the DATA over the lanes and ends each later lane with an empty END. The transfer id
+//! travels encrypted only.
 //!
 //! docs/SECURITY.md ("send / recv") has the threat model.
 
@@ -44,7 +50,7 @@ use crate::error::{Error, NetError, Result};
 use channel::{protocol, Channel, MAX_PAYLOAD};
 
 /// The version of the protocol a HELLO names.
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
 /// The port `recv` listens on unless told otherwise.
 pub const DEFAULT_PORT: u16 = 7361;
 /// zstd's level for `--compress`: its fastest but negative ones, run on every core (level
@@ -76,6 +82,9 @@ struct Hello {
     /// The connections the sender would use for the transfer, this one included.
     #[serde(default = "one")]
     lanes: u32,
+    /// With `lanes` over 1: the id later lanes join with (random, as secret as a key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    transfer: Option<String>,
     /// Set on a later lane: the id of the transfer it joins (none of the above applies).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     join: Option<String>,
@@ -85,16 +94,19 @@ struct Hello {
     dry_run: bool,
 }
 
-/// The receiver's yes.
+impl Hello {
+    /// Whether the sender waits for the receiver's ACCEPT before it goes on: for the listing
+    /// an update or a dry run reads after it, and on a later lane, which must not carry
+    /// chunks the receiver could refuse. A plain transfer sends its data at once.
+    fn answered(&self) -> bool {
+        self.update || self.dry_run || self.join.is_some()
+    }
+}
+
+/// The receiver's yes, to a HELLO that is [`Hello::answered`].
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct Accept {
     compress: bool,
-    /// The connections the receiver takes for the transfer, this one included.
-    #[serde(default = "one")]
-    lanes: u32,
-    /// The id later lanes join (with `lanes` over 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    transfer: Option<String>,
 }
 
 fn one() -> u32 {

@@ -7,10 +7,10 @@ use std::net::TcpStream;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::channel::{protocol, Channel};
-use super::lanes::{Stop, Transfer, MAX_LANES};
+use super::lanes::{Stop, Transfer, JOIN_POLL, MAX_LANES};
 use super::{decode, encode, kind, Accept, Hello, Key, Messages, Outcome, Refuse, VERSION};
 use crate::confine::{ConfinedUnpack, Landed};
 use crate::error::{Error, NetError, Result, TreePath};
@@ -73,10 +73,19 @@ impl Slots {
     }
 }
 
-/// The transfers running (their ids are secret: a lane joins with one only after showing
-/// the key).
+/// The transfers over several lanes, by the id their sender named (secret: a lane joins
+/// with one only after showing the key).
 #[derive(Clone, Default)]
-struct Transfers(Arc<Mutex<HashMap<String, Arc<Transfer>>>>);
+struct Transfers(Arc<Mutex<HashMap<String, Joinable>>>);
+
+/// A transfer as its later lanes find it.
+enum Joinable {
+    /// Its HELLO came; it waits for a slot or its lander.
+    Soon,
+    Running(Arc<Transfer>),
+    /// Over, since then: kept for a timeout, so that a late lane is told at once.
+    Ended(Instant),
+}
 
 impl std::fmt::Debug for Transfers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -85,8 +94,43 @@ impl std::fmt::Debug for Transfers {
 }
 
 impl Transfers {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Transfer>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Joinable>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records transfer `id` as coming (forgetting those ended over `keep` ago); `None`
+    /// when the id is taken.
+    fn announce(&self, id: &str, keep: Duration) -> Option<Announced> {
+        let mut transfers = self.lock();
+        transfers.retain(|_, t| !matches!(t, Joinable::Ended(at) if at.elapsed() >= keep));
+        if transfers.contains_key(id) {
+            return None;
+        }
+        transfers.insert(id.to_string(), Joinable::Soon);
+        Some(Announced {
+            transfers: self.clone(),
+            id: id.to_string(),
+        })
+    }
+}
+
+/// A transfer its later lanes may join, ended when dropped.
+struct Announced {
+    transfers: Transfers,
+    id: String,
+}
+
+impl Announced {
+    /// Lets lanes join `transfer`.
+    fn running(&self, transfer: Arc<Transfer>) {
+        (self.transfers.lock()).insert(self.id.clone(), Joinable::Running(transfer));
+    }
+}
+
+impl Drop for Announced {
+    fn drop(&mut self) {
+        let ended = Joinable::Ended(Instant::now());
+        self.transfers.lock().insert(self.id.clone(), ended);
     }
 }
 
@@ -223,27 +267,24 @@ impl Receive {
             error,
         };
         let hello = hello.map_err(|e| failed(e, None))?;
-        let refuse = |channel: &mut Channel, reason: String| {
-            let _ = channel.send(kind::REFUSE, &encode(&Refuse { reason }));
-        };
         if hello.version != VERSION {
             let reason = format!(
                 "protocol version {}; this receiver speaks {VERSION}",
                 hello.version
             );
-            refuse(&mut channel, reason.clone());
+            refuse(channel, reason.clone());
             return Err(failed(
                 protocol(format!("the sender speaks {reason}")),
                 Some(&hello),
             ));
         }
         if let Some(id) = &hello.join {
-            let transfer = self.transfers.lock().get(id).cloned();
+            let transfer = self.joined(&channel, id);
             on_lane();
-            match transfer.filter(|t| t.join()) {
+            match transfer {
                 Some(transfer) => self.lane(channel, &transfer),
                 // Late: the transfer ended (or failed) while this lane connected.
-                None => refuse(&mut channel, "no running transfer takes this lane".into()),
+                None => refuse(channel, "no running transfer takes this lane".into()),
             }
             return Ok(Connection::Lane);
         }
@@ -258,30 +299,52 @@ impl Receive {
                 })
                 .map_err(|e| failed(e, Some(&hello)));
         }
+        let lanes = (hello.transfer.as_deref()).filter(|_| hello.lanes > 1);
+        let announced = match lanes.map(|id| self.transfers.announce(id, self.timeout)) {
+            Some(None) => {
+                let e = protocol("a transfer with this id is running");
+                refuse(channel, e.to_string());
+                return Err(failed(e, Some(&hello)));
+            }
+            Some(announced) => announced,
+            None => None,
+        };
         let _slot = match self.slots.take(self.timeout, self.interruptible) {
             Ok(slot) => slot,
             Err(e) => {
-                refuse(&mut channel, e.to_string());
+                refuse(channel, e.to_string());
                 return Err(failed(e, Some(&hello)));
             }
         };
-        let landed = self.land(channel, &hello);
+        let landed = self.land(channel, &hello, announced);
         landed
             .map(Connection::Landed)
             .map_err(|e| failed(e, Some(&hello)))
     }
 
+    /// The running transfer `id` a later lane joins; `None` when it ended or has all its
+    /// lanes. Its HELLO may come after the lane's (on a connection of its own): until then
+    /// the lane waits, while its sender is there, up to the timeout.
+    fn joined(&self, channel: &Channel, id: &str) -> Option<Arc<Transfer>> {
+        let start = Instant::now();
+        loop {
+            match self.transfers.lock().get(id) {
+                Some(Joinable::Running(transfer)) => {
+                    return transfer.join().then(|| transfer.clone())
+                }
+                Some(Joinable::Ended(_)) => return None,
+                Some(Joinable::Soon) | None => {}
+            }
+            if start.elapsed() >= self.timeout || channel.spoke_within(JOIN_POLL) {
+                return None;
+            }
+        }
+    }
+
     /// Carries a later lane's share of `transfer`: its DATA until its END, or the
     /// transfer's end.
     fn lane(&self, mut channel: Channel, transfer: &Transfer) {
-        let _ = channel.send(
-            kind::ACCEPT,
-            &encode(&Accept {
-                compress: false,
-                lanes: 1,
-                transfer: None,
-            }),
-        );
+        let _ = channel.send(kind::ACCEPT, &encode(&Accept { compress: false }));
         transfer.carry(&mut channel, false);
         transfer.linger();
         channel.close();
@@ -292,8 +355,6 @@ impl Receive {
     fn dry_run(&self, mut channel: Channel, hello: &Hello) -> Result<u64> {
         let accept = Accept {
             compress: hello.compress,
-            lanes: 1,
-            transfer: None,
         };
         channel.send(kind::ACCEPT, &encode(&accept))?;
         let listed = match hello.update {
@@ -326,8 +387,14 @@ impl Receive {
         Ok(listing.len())
     }
 
-    /// Spawns the confined lander, feeds it the transfer and tells the sender how it ended.
-    fn land(&self, mut channel: Channel, hello: &Hello) -> Result<Received> {
+    /// Spawns the confined lander, feeds it the transfer (which its later lanes join once
+    /// `announced` says it runs) and tells the sender how it ended.
+    fn land(
+        &self,
+        mut channel: Channel,
+        hello: &Hello,
+        announced: Option<Announced>,
+    ) -> Result<Received> {
         let mut restore = self.restore;
         if hello.update {
             restore = restore.existing(Existing::Overwrite);
@@ -338,8 +405,7 @@ impl Receive {
         let mut child = match landing.spawn() {
             Ok(child) => child,
             Err(e) => {
-                let reason = format!("cannot start the lander: {e}");
-                let _ = channel.send(kind::REFUSE, &encode(&Refuse { reason }));
+                refuse(channel, format!("cannot start the lander: {e}"));
                 return Err(e);
             }
         };
@@ -356,25 +422,17 @@ impl Receive {
             ),
             false => Box::new(input),
         };
-        let lanes = hello.lanes.clamp(1, MAX_LANES);
+        let lanes = match announced {
+            Some(_) => hello.lanes.clamp(1, MAX_LANES),
+            None => 1,
+        };
         let transfer = Transfer::new(out, lanes, self.timeout, self.interruptible);
         let transfer = Arc::new(transfer);
-        // The id later lanes join with: as random as a key (and as secret).
-        let id = (lanes > 1).then(Key::generate).and_then(|key| key.ok());
-        let id = id.map(|key| {
-            let id = key.to_text();
-            self.transfers.lock().insert(id.clone(), transfer.clone());
-            id
-        });
-        let accept = Accept {
-            compress: hello.compress,
-            lanes: if id.is_some() { lanes } else { 1 },
-            transfer: id.clone(),
-        };
-        let fed = self.feed(&mut channel, hello.update, &accept, &transfer);
-        if let Some(id) = id {
-            self.transfers.lock().remove(&id);
+        if let Some(announced) = &announced {
+            announced.running(transfer.clone());
         }
+        let fed = self.feed(&mut channel, hello, &transfer);
+        drop(announced);
         let result = match fed {
             Ok(received_bytes) => child.wait().map(|landed| Received {
                 landed,
@@ -389,10 +447,18 @@ impl Receive {
                     protocol("the lander stopped reading, then reported success")
                 }))
             }
-            Err(Stop::Channel(e)) => {
+            Err(Stop::Channel(e @ Error::Interrupted { .. })) => {
                 // Stopped cleanly, the child removes the file it was writing.
                 let _ = child.cancel();
                 transfer.close();
+                Err(e)
+            }
+            Err(Stop::Channel(e)) => {
+                // Each message that arrived was the sender's (authenticated): the lander
+                // lands them all, then fails at the archive's cut-off end, removing the
+                // entry it cut short, so a rerun with update has less to send.
+                transfer.close();
+                let _ = child.wait();
                 Err(e)
             }
         };
@@ -420,17 +486,22 @@ impl Receive {
         result
     }
 
-    /// Accepts the transfer and carries its DATA (this lane's, and the others') into the
-    /// lander until END; returns the archive bytes received.
+    /// Accepts the transfer (when the sender waits for it, with the listing an update
+    /// asks for) and carries its DATA (this lane's, and the others') into the lander until
+    /// END; returns the archive bytes received.
     fn feed(
         &self,
         channel: &mut Channel,
-        update: bool,
-        accept: &Accept,
+        hello: &Hello,
         transfer: &Transfer,
     ) -> std::result::Result<u64, Stop> {
-        channel.send(kind::ACCEPT, &encode(accept))?;
-        if update {
+        if hello.answered() {
+            let accept = Accept {
+                compress: hello.compress,
+            };
+            channel.send(kind::ACCEPT, &encode(&accept))?;
+        }
+        if hello.update {
             self.send_listing(channel)?;
         }
         let finished = transfer.carry(channel, true).and_then(|end| {
@@ -444,6 +515,12 @@ impl Receive {
         });
         finished.ok_or_else(|| transfer.failure().unwrap_or(Stop::Lander))
     }
+}
+
+/// Tells the sender why it is refused, and closes.
+fn refuse(mut channel: Channel, reason: String) {
+    let _ = channel.send(kind::REFUSE, &encode(&Refuse { reason }));
+    channel.close();
 }
 
 /// Creates DEST when missing (with its parents, never following a symlink at DEST, as

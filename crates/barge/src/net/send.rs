@@ -3,13 +3,14 @@
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::fd::AsFd;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use rustix::io::Errno;
 
 use super::channel::{protocol, Channel};
-use super::lanes::Striper;
+use super::lanes::{Joining, Striper, LANES_GRACE, MAX_LANES};
 use super::{decode, encode, kind, unexpected, Accept, Hello, Key, Outcome, VERSION, ZSTD_LEVEL};
 use crate::confine::Landed;
 use crate::error::{Error, NetError, Result, TreePath};
@@ -113,15 +114,25 @@ impl Send {
     /// `progress` counts what an archive payload sent (a pack counts in its own).
     pub fn run(&self, payload: Payload<'_, '_>, progress: &Progress) -> Result<Sent> {
         let socket = self.connect()?;
-        let lanes = self.lanes.unwrap_or_else(|| match round_trip(&socket) {
-            Some(rtt) if rtt >= Send::LONG_PATH => Send::DEFAULT_CONNECTIONS,
-            _ => 1,
-        });
-        let (mut channel, accept) = self.start(socket, self.hello(lanes, None))?;
-        let joining = match (accept.transfer, accept.lanes.min(lanes)) {
-            (Some(transfer), lanes) if lanes > 1 => Some(self.open_lanes(transfer, lanes - 1)),
-            _ => None,
+        let rtt = round_trip(&socket);
+        let lanes = (self.lanes)
+            .unwrap_or(match rtt {
+                Some(rtt) if rtt >= Send::LONG_PATH => Send::DEFAULT_CONNECTIONS,
+                _ => 1,
+            })
+            .min(MAX_LANES);
+        // The later lanes connect while this one authenticates, to join the transfer by the
+        // id it names.
+        let transfer = match lanes {
+            1 => None,
+            _ => Some(Key::generate()?.to_text()),
         };
+        let joining = (transfer.clone()).map(|id| self.open_lanes(id, lanes - 1));
+        let hello = Hello {
+            transfer,
+            ..self.hello(lanes, None)
+        };
+        let mut channel = self.start(Channel::connect(socket, &self.key, self.timeout)?, hello)?;
         let listing = self.what_dest_has(&mut channel)?;
         let payload = match (payload, &listing) {
             (Payload::Pack(pack), Some(listing)) => Payload::Pack(pack.unchanged(listing)),
@@ -147,7 +158,7 @@ impl Send {
                 data.failed.take().map_or(packed, Err)?
             }
         };
-        let (mut lanes, sent_bytes) = data.end()?;
+        let (mut lanes, joining, sent_bytes) = data.end()?;
         let landed = match lanes[0].receive()? {
             (kind::RESULT, payload) => match decode("RESULT", payload)? {
                 Outcome::Landed(landed) => landed,
@@ -158,6 +169,12 @@ impl Send {
         let used = lanes.len();
         for lane in lanes {
             lane.close();
+        }
+        // Lanes still connecting are told the transfer is over, so that the receiver sees
+        // them end as lanes (a connection closed mid-handshake would look like a wrong key).
+        if let Some(joining) = joining {
+            let rtts = rtt.map_or(Duration::ZERO, |rtt| 3 * rtt);
+            joining.finish((LANES_GRACE + rtts).min(self.timeout));
         }
         Ok(Sent {
             packed,
@@ -177,7 +194,8 @@ impl Send {
             dry_run: true,
             ..self.hello(1, None)
         };
-        let (mut channel, _) = self.start(self.connect()?, hello)?;
+        let channel = Channel::connect(self.connect()?, &self.key, self.timeout)?;
+        let mut channel = self.start(channel, hello)?;
         let listing = self.what_dest_has(&mut channel)?;
         channel.close();
         let pack = match &listing {
@@ -218,10 +236,13 @@ impl Send {
         }
     }
 
-    /// Authenticates over `socket`, says `hello` and reads the receiver's ACCEPT.
-    fn start(&self, socket: TcpStream, hello: Hello) -> Result<(Channel, Accept)> {
-        let mut channel = Channel::connect(socket, &self.key, self.timeout)?;
+    /// Says `hello` on an authenticated `channel` and, when the receiver answers it, reads
+    /// its ACCEPT. (A plain transfer's HELLO is only queued: its first DATA goes with it.)
+    fn start(&self, mut channel: Channel, hello: Hello) -> Result<Channel> {
         channel.send(kind::HELLO, &encode(&hello))?;
+        if !hello.answered() {
+            return Ok(channel);
+        }
         let accept: Accept = match channel.receive()? {
             (kind::ACCEPT, payload) => decode("ACCEPT", payload)?,
             (kind, payload) => return Err(unexpected(kind, payload)),
@@ -229,7 +250,7 @@ impl Send {
         if accept.compress != self.compress {
             return Err(protocol("the receiver did not agree on compression"));
         }
-        Ok((channel, accept))
+        Ok(channel)
     }
 
     /// The HELLO of a transfer over `lanes`, or of a lane joining `transfer`.
@@ -240,6 +261,7 @@ impl Send {
             update: self.update,
             name: super::host_name(),
             lanes,
+            transfer: None,
             join,
             dry_run: false,
         }
@@ -247,24 +269,31 @@ impl Send {
 
     /// Opens `n` lanes of `transfer`, each on its own thread, and hands over those the
     /// receiver accepts as they are ready. A lane that fails to open is not used: the
-    /// transfer goes on over the others.
-    fn open_lanes(&self, transfer: String, n: u32) -> mpsc::Receiver<Channel> {
+    /// transfer goes on over the others. A lane authenticated once the transfer needs no
+    /// more says its HELLO and closes.
+    fn open_lanes(&self, transfer: String, n: u32) -> Joining {
         let (ready, joining) = mpsc::channel();
+        let over = Arc::new(AtomicBool::new(false));
         for _ in 0..n {
             let (ready, send, transfer) = (ready.clone(), self.clone(), transfer.clone());
-            std::thread::spawn(move || {
-                let mut lane = Channel::connect(send.connect()?, &send.key, send.timeout)?;
-                lane.send(kind::HELLO, &encode(&send.hello(1, Some(transfer))))?;
-                match lane.receive()? {
-                    (kind::ACCEPT, _) => {
-                        let _ = ready.send(lane);
-                        Ok(())
-                    }
-                    (kind, payload) => Err(unexpected(kind, payload)),
+            let over = over.clone();
+            std::thread::spawn(move || -> Result<()> {
+                if over.load(Ordering::Relaxed) {
+                    return Ok(());
                 }
+                let lane = Channel::connect(send.connect()?, &send.key, send.timeout)?;
+                let hello = send.hello(1, Some(transfer));
+                if over.load(Ordering::Relaxed) {
+                    let mut lane = lane;
+                    return lane
+                        .send(kind::HELLO, &encode(&hello))
+                        .and_then(|()| lane.flush());
+                }
+                let _ = ready.send(send.start(lane, hello)?);
+                Ok(())
             });
         }
-        joining
+        Joining::new(joining, over)
     }
 
     /// Opens the connection, trying each address the name resolves to.

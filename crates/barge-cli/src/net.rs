@@ -296,8 +296,9 @@ fn open_archive(path: &Path) -> Result<Box<dyn Read>> {
     Ok(Box::new(file))
 }
 
-/// Connections `recv` takes beyond its running transfers: in their handshake, or waiting
-/// for a transfer to end (a transfer's later lanes, once joined, count as none).
+/// Connections `recv` takes beyond its running transfers: in their handshake, later lanes
+/// waiting for their transfer's HELLO or slot, or connections waiting for a transfer to end
+/// (a transfer's later lanes, once joined, count as none).
 const HANDSHAKES: u32 = 16;
 
 /// What a connection's thread tells the accept loop.

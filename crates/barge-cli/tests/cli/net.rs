@@ -260,7 +260,8 @@ fn a_wrong_key_lands_nothing_and_the_right_sender_still_gets_through() {
     // A connection that says nothing (a health check) is logged as that, not as a refusal.
     drop(TcpStream::connect(address).unwrap());
     let wrong = format!("{address}#{}", "A".repeat(42) + "Q");
-    let out = send(&[src.to_str().unwrap(), &wrong], None);
+    // Over four connections: the later ones open only once the first authenticated.
+    let out = send(&[src.to_str().unwrap(), &wrong, "--connections", "4"], None);
     assert_clean_failure(
         &out,
         &["the receiver refused the key, or is not a barge receiver"],
@@ -280,6 +281,12 @@ fn a_wrong_key_lands_nothing_and_the_right_sender_still_gets_through() {
     );
     let silent = "the connection closed before the handshake, having sent nothing";
     assert!(ended.stderr.contains(silent), "{}", ended.stderr);
+    assert_eq!(
+        ended.stderr.matches("failed after").count(),
+        1,
+        "{}",
+        ended.stderr
+    );
     assert!(
         ended.stderr.contains("authentication failed"),
         "{}",
@@ -307,8 +314,8 @@ struct Harm {
     /// bytes, so the sender must spread the data over its later connections (which open at
     /// once) while the transfer's first chunks land.
     slow_first: bool,
-    /// Holds the first connection's sender direction after its first message (the
-    /// handshake's first) for that long: the later connections' HELLOs come first.
+    /// Holds what the first connection's sender sends after the handshake's first message
+    /// (its HELLO, then data) for that long: the later connections' HELLOs come first.
     hold_first: Option<Duration>,
     /// Holds the receiver's direction of the first connection after its first message (the
     /// handshake's answer) until the sender has sent [`UNANSWERED`] bytes on it.
@@ -399,6 +406,7 @@ fn forward(
     let mine = i == harm.connection || (harm.or_later && i > harm.connection);
     let offset = if mine { harm.offset } else { u64::MAX };
     let mut seen = 0u64;
+    let mut held = false;
     let mut buf = vec![0; 1 << 16];
     loop {
         let n = match from.read(&mut buf) {
@@ -408,11 +416,11 @@ fn forward(
         if i == 0 && harm.slow_first && seen >= FAST_START {
             std::thread::sleep(Duration::from_millis(2));
         }
-        if let (0, 0, Some(hold)) = (i, seen, harm.hold_first) {
-            to.write_all(&buf[..n]).unwrap();
-            seen += n as u64;
+        // The handshake's first message came alone (the sender waits for the answer): what
+        // follows is its HELLO.
+        if let (0, 1.., Some(hold), false) = (i, seen, harm.hold_first, held) {
+            held = true;
             std::thread::sleep(hold);
-            continue;
         }
         let range = seen..seen + n as u64;
         if range.contains(&offset) && !harmed.swap(true, Ordering::SeqCst) {
@@ -706,7 +714,7 @@ fn lands_through(connections: usize, harm: Harm, what: &str) {
 #[test]
 fn four_connections_carry_one_transfer_in_order() {
     lands_through(4, on_a_later(u64::MAX, false), "over four connections");
-    // The later connections open at once; their HELLOs may come before the transfer's.
+    // The later connections open while the first says HELLO; theirs may come first.
     let early = Harm {
         hold_first: Some(Duration::from_millis(300)),
         ..on_a_later(u64::MAX, false)

@@ -121,8 +121,10 @@ impl Send {
                 _ => 1,
             })
             .min(MAX_LANES);
-        // The later lanes connect while this one authenticates, to join the transfer by the
-        // id it names.
+        let channel = Channel::connect(socket, &self.key, self.timeout)?;
+        // The receiver holds the key (a wrong one costs it one connection, one log line):
+        // the later lanes connect while this one says HELLO, to join the transfer by the id
+        // it names.
         let transfer = match lanes {
             1 => None,
             _ => Some(Key::generate()?.to_text()),
@@ -132,7 +134,7 @@ impl Send {
             transfer,
             ..self.hello(lanes, None)
         };
-        let mut channel = self.start(Channel::connect(socket, &self.key, self.timeout)?, hello)?;
+        let mut channel = self.start(channel, hello)?;
         let listing = self.what_dest_has(&mut channel)?;
         let payload = match (payload, &listing) {
             (Payload::Pack(pack), Some(listing)) => Payload::Pack(pack.unchanged(listing)),

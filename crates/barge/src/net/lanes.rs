@@ -56,10 +56,15 @@ impl Joining {
         Joining { ready, over }
     }
 
+    /// Takes no more lanes: those that authenticate from now on say HELLO and close.
+    fn stop(&self) {
+        self.over.store(true, Ordering::Relaxed);
+    }
+
     /// Takes no more lanes and waits up to `within` for those still opening to end, closing
     /// any accepted meanwhile.
     pub(crate) fn finish(self, within: Duration) {
-        self.over.store(true, Ordering::Relaxed);
+        self.stop();
         let deadline = Instant::now() + within;
         while let Ok(lane) =
             (self.ready).recv_timeout(deadline.saturating_duration_since(Instant::now()))
@@ -71,7 +76,7 @@ impl Joining {
 
 impl Drop for Joining {
     fn drop(&mut self) {
-        self.over.store(true, Ordering::Relaxed);
+        self.stop();
     }
 }
 
@@ -116,7 +121,7 @@ impl Striper {
         self.send_chunk()?;
         let joining = self.joining.take();
         if let Some(joining) = &joining {
-            joining.over.store(true, Ordering::Relaxed);
+            joining.stop();
         }
         for lane in &mut self.lanes[1..] {
             lane.queue(kind::END, &[])?;

@@ -24,11 +24,11 @@
 //! one for the result. With `lanes` over 1 the sender names the transfer with a random id
 //! in its HELLO and opens up to `lanes - 1` more connections ("lanes", see
 //! `net/lanes.rs`) as soon as the first connection's handshake showed the receiver holds
-//! the key (so a wrong key costs one connection), each with its own handshake, then `HELLO {join: transfer}` and
-//! the receiver's ACCEPT (a lane carries chunks only once accepted, so a lane refused loses
-//! none); a lane that arrives before its transfer's HELLO waits for it. The sender spreads
-//! the DATA over the lanes and ends each later lane with an empty END. The transfer id
-//! travels encrypted only.
+//! the key (so a wrong key costs one connection), each with its own handshake, then
+//! `HELLO {join: transfer}` and the receiver's ACCEPT (a lane carries chunks only once
+//! accepted, so a lane refused loses none); a lane that arrives before its transfer's HELLO
+//! waits for it. The sender spreads the DATA over the lanes and ends each later lane with
+//! an empty END. The transfer id travels encrypted only.
 //!
 //! docs/SECURITY.md ("send / recv") has the threat model.
 

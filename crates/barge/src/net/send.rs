@@ -283,10 +283,9 @@ impl Send {
                 if over.load(Ordering::Relaxed) {
                     return Ok(());
                 }
-                let lane = Channel::connect(send.connect()?, &send.key, send.timeout)?;
+                let mut lane = Channel::connect(send.connect()?, &send.key, send.timeout)?;
                 let hello = send.hello(1, Some(transfer));
                 if over.load(Ordering::Relaxed) {
-                    let mut lane = lane;
                     return lane
                         .send(kind::HELLO, &encode(&hello))
                         .and_then(|()| lane.flush());

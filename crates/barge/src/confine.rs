@@ -1,5 +1,6 @@
 //! Confinement at a process boundary, for a process that must outlive its landings (a
-//! server): each archive lands in a **confined lander child** that keeps only its pipes.
+//! server): each archive lands in a **confined lander child** that keeps only its input and
+//! its report.
 //!
 //! The sandbox of `open_dest` (user namespace, `chroot` to DEST, every other
 //! fd closed) confines the whole process, so a long-running, multi-threaded parent cannot
@@ -10,19 +11,21 @@
 //!
 //! The child mode is entered by [`run_child_if_requested`], which any binary embedding the
 //! library calls first thing in `main` (the `barge` command does). The protocol between the
-//! two is private to this module: argv is `[exe, marker, DEST, request as JSON]`; stdin is
-//! the archive, stdout carries one JSON report (the [`Landed`] result or the error), stderr
-//! is the parent's. The child closes every fd above 2, opens DEST by the rules of
-//! `open_dest` (created when missing, never followed if a symlink), confines
-//! itself there and lands with [`Unpack`] streaming from stdin. Where the sandbox is
-//! unavailable it fails closed, unless the parent allowed it to land unconfined.
+//! two is private to this module: argv is `[exe, marker, DEST, request as JSON]`; the
+//! archive comes through a queue in shared memory (`sys/queue.rs`: no kernel copy, where a
+//! pipe cost a tenth of a transfer's CPU) whose bell is stdin; stdout carries one JSON
+//! report (the [`Landed`] result or the error); stderr is the parent's. The child closes
+//! every fd above 2, maps the queue, opens DEST by the rules of `open_dest` (created when
+//! missing, never followed if a symlink), confines itself there and lands with [`Unpack`]
+//! streaming from the queue. Where the sandbox is unavailable it fails closed, unless the
+//! parent allowed it to land unconfined.
 
 use std::ffi::{OsStr, OsString};
 use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 
 use serde::{Deserialize, Serialize};
 
@@ -32,8 +35,12 @@ use crate::land::LandSummary;
 use crate::root::Confinement;
 use crate::sys::fds::close_range;
 use crate::sys::fds::raise_fd_limit;
-use crate::unpack::{Engine, Restore, Unpack};
+use crate::sys::queue::{QueueReader, QueueWriter};
+use crate::unpack::{Archive, Engine, Restore, Unpack};
 use crate::Progress;
+
+/// The bytes of the queue between parent and child: room for a few reads of the child.
+const QUEUE: usize = 4 << 20;
 
 /// How long [`ConfinedChild::cancel`] lets a child clean up before it kills it.
 const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
@@ -159,11 +166,13 @@ impl ConfinedUnpack {
                 .map_err(|e| Error::os("find the running executable", TreePath::default(), e))?,
         };
         let request = serde_json::to_string(&self.request).expect("plain data");
+        let (input, bell) = QueueWriter::new(QUEUE)
+            .map_err(|e| Error::os("make the confined lander's input", TreePath::default(), e))?;
         let mut child = Command::new(&executable)
             .arg(CHILD_MODE)
             .arg(&self.dest)
             .arg(request)
-            .stdin(Stdio::piped())
+            .stdin(bell)
             .stdout(Stdio::piped())
             .spawn()
             .map_err(|e| {
@@ -171,7 +180,7 @@ impl ConfinedUnpack {
                 Error::os("start the confined lander", path, e)
             })?;
         Ok(ConfinedChild {
-            input: child.stdin.take(),
+            input: Some(input),
             report: child.stdout.take().expect("piped"),
             child,
         })
@@ -183,18 +192,22 @@ impl ConfinedUnpack {
 #[derive(Debug)]
 pub struct ConfinedChild {
     child: Child,
-    /// The archive's way in, until [`ConfinedChild::wait`] closes it.
-    input: Option<ChildStdin>,
+    /// The archive's way in, until [`ConfinedChild::wait`] closes it (or it is taken).
+    input: Option<QueueWriter>,
     report: ChildStdout,
 }
 
 impl ConfinedChild {
     /// Where the archive's bytes go. A write failing with `BrokenPipe` means the child
     /// stopped reading (a bad archive, a full disk): [`ConfinedChild::wait`] says why.
-    pub fn input(&mut self) -> &mut ChildStdin {
-        self.input
-            .as_mut()
-            .expect("open until wait, which takes self")
+    pub fn input(&mut self) -> &mut QueueWriter {
+        self.input.as_mut().expect("open until taken or waited for")
+    }
+
+    /// Takes the input, for a writer elsewhere: the archive then ends when that drops it,
+    /// and [`ConfinedChild::cancel`] stops the child while it is held.
+    pub fn take_input(&mut self) -> QueueWriter {
+        self.input.take().expect("taken once, before wait")
     }
 
     /// The child's process id.
@@ -276,9 +289,9 @@ impl Drop for ConfinedChild {
 }
 
 /// The child mode: when the process was started by [`ConfinedUnpack::spawn`], lands the
-/// archive on stdin, reports on stdout and exits (status 0 when it landed, 1 when not);
-/// otherwise returns at once. Call it first in `main`, before parsing arguments, starting
-/// threads or opening files.
+/// archive of its input queue, reports on stdout and exits (status 0 when it landed, 1 when
+/// not); otherwise returns at once. Call it first in `main`, before parsing arguments,
+/// starting threads or opening files.
 pub fn run_child_if_requested() {
     let mut args = std::env::args_os().skip(1);
     if args.next().as_deref() != Some(OsStr::new(CHILD_MODE)) {
@@ -298,7 +311,8 @@ pub fn run_child_if_requested() {
     })
 }
 
-/// Lands stdin into the DEST of `args` (DEST, then the request), confined.
+/// Lands the archive of the input queue into the DEST of `args` (DEST, then the request),
+/// confined.
 fn land_confined(mut args: impl Iterator<Item = OsString>) -> Result<Landed, Failure> {
     let (Some(dest), Some(request), None) = (args.next(), args.next(), args.next()) else {
         return Err(Failure::request("want DEST and a request"));
@@ -315,7 +329,11 @@ fn land_confined(mut args: impl Iterator<Item = OsString>) -> Result<Landed, Fai
     if let Some(limits) = request.limits {
         operation = operation.limits(limits);
     }
-    let archive = operation.open(None)?;
+    // SAFETY: nothing else in the child mode uses stdin, the queue's bell.
+    let bell = unsafe { rustix::stdio::take_stdin() };
+    let queue = QueueReader::open(bell)
+        .map_err(|e| Failure::from(Error::os("open the input queue", TreePath::default(), e)))?;
+    let archive = Archive::from_source(queue);
     raise_fd_limit();
     let mut destination = operation.prepare(Path::new(&dest), &archive)?;
     if let Confinement::Unavailable(reason) = &destination.confinement {

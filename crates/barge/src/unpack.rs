@@ -125,8 +125,8 @@ enum Input {
         fd: Option<OwnedFd>,
         length: Option<u64>,
     },
-    /// Any reader (a decrypted channel, an HTTP body), read once.
-    Reader(RefCell<Box<dyn Read + Send>>),
+    /// Any other source (a reader, the queue from a confined lander's parent), read once.
+    Source(RefCell<Box<dyn ByteSource + Send>>),
 }
 
 /// A stream's source that keeps the first [`HEAD`] bytes it reads (see [`Archive::head`]).
@@ -149,12 +149,16 @@ impl<S: ByteSource> ByteSource for Recorded<'_, S> {
     }
 }
 
-/// The reader of an [`Input::Reader`] archive while a stream reads it.
-struct Borrowed<'a>(RefMut<'a, Box<dyn Read + Send>>);
+/// The source of an [`Input::Source`] archive while a stream reads it.
+struct Borrowed<'a>(RefMut<'a, Box<dyn ByteSource + Send>>);
 
-impl Read for Borrowed<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.0.read(buf)
+impl ByteSource for Borrowed<'_> {
+    fn read(&mut self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        self.0.read(buf, offset)
+    }
+
+    fn wait(&self, patience: Option<std::time::Duration>) -> Result<bool> {
+        self.0.wait(patience)
     }
 }
 
@@ -356,8 +360,13 @@ impl Archive {
     /// The archive that `reader` yields, from its first byte to the end: a decrypted
     /// channel, an HTTP request body. It is streamed, and can be landed or listed once.
     pub fn from_reader(reader: impl Read + Send + 'static) -> Archive {
+        Archive::from_source(ReadSource(reader))
+    }
+
+    /// The archive that `source` yields, streamed as by [`Archive::from_reader`].
+    pub(crate) fn from_source(source: impl ByteSource + Send + 'static) -> Archive {
         Archive {
-            input: Input::Reader(RefCell::new(Box::new(reader))),
+            input: Input::Source(RefCell::new(Box::new(source))),
             padded: false,
             head: RefCell::default(),
         }
@@ -375,8 +384,8 @@ impl Archive {
                     None => stream,
                 }
             }
-            Input::Reader(reader) => {
-                let source = ReadSource(Borrowed(reader.borrow_mut()));
+            Input::Source(source) => {
+                let source = Borrowed(source.borrow_mut());
                 ByteStream::from_source(Recorded { source, head })
             }
             Input::Mapped(_) => unreachable!("a mapped archive is not streamed"),
@@ -398,7 +407,7 @@ impl Archive {
         match &self.input {
             Input::Mapped(m) => Some(m.bytes().len() as u64),
             Input::Stream { length, .. } => *length,
-            Input::Reader(_) => None,
+            Input::Source(_) => None,
         }
     }
 
@@ -416,7 +425,7 @@ impl Archive {
         match &self.input {
             Input::Mapped(m) => Some(m.file().as_raw_fd()),
             Input::Stream { fd, .. } => fd.as_ref().map(|fd| fd.as_raw_fd()),
-            Input::Reader(_) => None,
+            Input::Source(_) => None,
         }
     }
 

@@ -2,7 +2,7 @@
 //! would, with the built `barge` binary (or a shell wrapper that execs it) as the child: it
 //! lands every engine's tree while the parent keeps its root and working directory; hostile
 //! archives and destinations come back as the library's errors with nothing written outside;
-//! while it waits for input it is chrooted to DEST and holds only its pipes and fds inside
+//! while it waits for input it is chrooted to DEST and holds only its input, its report and fds inside
 //! DEST, as root and as uid 65534; without user namespaces it refuses unless allowed; a
 //! child that dies is an error and a dropped one is killed and reaped.
 
@@ -197,7 +197,7 @@ fn hostile_archives_and_destinations_fail_with_the_childs_error_and_stay_inside(
 /// Starts a child through a wrapper that leaks an outside directory to it as fd 7 and runs
 /// it behind `prefix` (as `owner`), feeds it half a file, and inspects it in /proc while it
 /// waits for the rest: chrooted to DEST unless `unconfined` (then allowed to land so), and
-/// holding its pipes, the parent's stderr and fds inside DEST only.
+/// holding its input's bell, its report pipe, the parent's stderr and fds inside DEST only.
 fn inspect_waiting_child(prefix: &str, owner: u32, unconfined: bool) {
     let setup = Setup::new();
     let dest = setup.dest("dest", owner);
@@ -237,7 +237,9 @@ fn inspect_waiting_child(prefix: &str, owner: u32, unconfined: bool) {
         let n: u32 = fd.file_name().to_str().unwrap().parse().unwrap();
         let text = target.to_string_lossy().into_owned();
         match n {
-            0 | 1 => assert!(text.starts_with("pipe:"), "fd {n} is {text}"),
+            // The input queue's bell (the queue itself is mapped, its fd closed).
+            0 => assert!(text.starts_with("socket:"), "fd 0 is {text}"),
+            1 => assert!(text.starts_with("pipe:"), "fd 1 is {text}"),
             2 => assert_eq!(target, our_stderr, "fd 2 is not the parent's stderr"),
             _ => {
                 assert!(
@@ -265,7 +267,7 @@ fn inspect_waiting_child(prefix: &str, owner: u32, unconfined: bool) {
 }
 
 #[test]
-fn a_child_as_root_is_a_chroot_holding_only_its_pipes() {
+fn a_child_as_root_is_a_chroot_holding_only_its_input_and_report() {
     if !is_root() {
         skipped("the root sandbox needs root");
         return;
@@ -274,7 +276,7 @@ fn a_child_as_root_is_a_chroot_holding_only_its_pipes() {
 }
 
 #[test]
-fn a_child_as_user_is_a_chroot_holding_only_its_pipes() {
+fn a_child_as_user_is_a_chroot_holding_only_its_input_and_report() {
     if !is_root() || !unprivileged_userns() {
         skipped("needs root (for setpriv) and unprivileged user namespaces");
         return;
@@ -297,7 +299,7 @@ fn without_userns() -> Option<String> {
 }
 
 #[test]
-fn an_unconfined_child_still_holds_only_its_pipes() {
+fn an_unconfined_child_still_holds_only_its_input_and_report() {
     let Some(prefix) = without_userns() else {
         skipped("cannot nest user namespaces here");
         return;

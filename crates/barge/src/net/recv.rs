@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::net::TcpStream;
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -409,12 +408,7 @@ impl Receive {
                 return Err(e);
             }
         };
-        // A larger pipe: fewer wake-ups of the child's reading thread.
-        let _ = rustix::pipe::fcntl_setpipe_size(&*child.input(), 1 << 20);
-        let shown = || TreePath(b"<confined lander>".to_vec());
-        let input = (child.input().as_fd().try_clone_to_owned())
-            .map_err(|e| Error::os("dup", shown(), e))?;
-        let input = std::fs::File::from(input);
+        let input = child.take_input();
         let out: Box<dyn Write + Send> = match hello.compress {
             true => Box::new(
                 zstd::stream::write::Decoder::new(input)

@@ -1,13 +1,15 @@
 //! The system-call layer: what the sources and sinks share below their own logic (like xcp's
 //! libfs). Open-flag presets, directory listing with getdents64, memory maps of archive
-//! regions, the io_uring ring, kernel copies with a read/write fallback, fd hygiene (checked `close_range`,
-//! batched closes, the fd limit), worker-thread placement and extended attributes. The one EINTR helper is
+//! regions, the io_uring ring, the byte queue in shared memory to a confined lander, kernel
+//! copies with a read/write fallback, fd hygiene (checked `close_range`, batched closes, the
+//! fd limit), worker-thread placement and extended attributes. The one EINTR helper is
 //! `retry`, since a retry must first look for a stop request.
 
 pub(crate) mod copy;
 pub(crate) mod dir;
 pub mod fds;
 pub(crate) mod map;
+pub mod queue;
 pub(crate) mod ring;
 pub(crate) mod thread;
 pub(crate) mod xattr;

@@ -49,8 +49,10 @@ struct Wire {
     end: usize,
     /// The peer has sent a byte.
     received_any: bool,
-    /// Frames queued: `output[sent..]` not written yet.
+    /// Frames queued: `output[sent..queued]` not written yet. The buffer keeps its length
+    /// (zeroed once, as it grew), so a frame is encrypted into it without zeroing it again.
     output: Vec<u8>,
+    queued: usize,
     sent: usize,
     /// Once set, waits fail (another lane of the transfer failed).
     cancel: Option<Arc<AtomicBool>>,
@@ -90,6 +92,7 @@ impl Wire {
             end: 0,
             received_any: false,
             output: Vec::with_capacity(BATCH + MAX_MESSAGE + 2),
+            queued: 0,
             sent: 0,
             cancel: None,
         })
@@ -140,7 +143,7 @@ impl Wire {
     /// Writes every queued frame. With `watch`, stops (returning false) when the peer sent
     /// something meanwhile.
     fn flush(&mut self, watch: bool) -> Result<bool> {
-        while self.sent < self.output.len() {
+        while self.sent < self.queued {
             let flags = match watch {
                 true => PollFlags::OUT | PollFlags::IN,
                 false => PollFlags::OUT,
@@ -155,16 +158,16 @@ impl Wire {
 
     /// Writes what the socket takes now of the queued frames, without waiting.
     fn write_some(&mut self) -> Result<()> {
-        match (&self.stream).write(&self.output[self.sent..]) {
+        match (&self.stream).write(&self.output[self.sent..self.queued]) {
             Ok(n) => self.sent += n,
             Err(e) => self.failed("send to", e)?,
         }
-        if self.sent == self.output.len() {
-            self.output.clear();
-            self.sent = 0;
+        if self.sent == self.queued {
+            self.clear();
         } else if self.sent >= BATCH {
             // Frames keep being queued behind a partial write: keep the buffer bounded.
-            self.output.drain(..self.sent);
+            self.output.copy_within(self.sent..self.queued, 0);
+            self.queued -= self.sent;
             self.sent = 0;
         }
         Ok(())
@@ -220,13 +223,20 @@ impl Wire {
 
     /// Queues one frame around the message `write` puts in place (returning its length).
     fn frame(&mut self, write: impl FnOnce(&mut [u8]) -> Result<usize>) -> Result<()> {
-        let at = self.output.len();
-        self.output.resize(at + 2 + MAX_MESSAGE, 0);
-        let n = write(&mut self.output[at + 2..]);
-        let n = n.inspect_err(|_| self.output.truncate(at))?;
+        let at = self.queued;
+        if self.output.len() < at + 2 + MAX_MESSAGE {
+            self.output.resize(at + 2 + MAX_MESSAGE, 0);
+        }
+        let n = write(&mut self.output[at + 2..at + 2 + MAX_MESSAGE])?;
         self.output[at..at + 2].copy_from_slice(&(n as u16).to_be_bytes());
-        self.output.truncate(at + 2 + n);
+        self.queued = at + 2 + n;
         Ok(())
+    }
+
+    /// Drops every queued frame.
+    fn clear(&mut self) {
+        self.queued = 0;
+        self.sent = 0;
     }
 }
 
@@ -326,7 +336,7 @@ impl Channel {
 
     /// Bytes queued and not written yet.
     pub(crate) fn pending(&self) -> usize {
-        self.wire.output.len() - self.wire.sent
+        self.wire.queued - self.wire.sent
     }
 
     /// Writes what the socket takes now of the queue, without waiting (see [`Channel::fd`]).
@@ -365,8 +375,7 @@ impl Channel {
     /// message as an error (a receiver sends only to stop the transfer), or the connection's
     /// end.
     pub(crate) fn heard(&mut self) -> Error {
-        self.wire.output.clear();
-        self.wire.sent = 0;
+        self.wire.clear();
         match self.receive() {
             Ok((kind, payload)) => super::unexpected(kind, payload),
             Err(e) => e,

@@ -71,6 +71,9 @@ struct Request {
     /// Leading path components to drop (see [`Unpack::strip_components`]).
     #[serde(default)]
     strip_components: usize,
+    /// The input is zstd frames.
+    #[serde(default)]
+    compressed: bool,
 }
 
 /// What a confined landing did.
@@ -113,6 +116,7 @@ impl ConfinedUnpack {
                 restore: Restore::default(),
                 allow_unconfined: false,
                 strip_components: 0,
+                compressed: false,
             },
         }
     }
@@ -146,6 +150,13 @@ impl ConfinedUnpack {
     /// Drops the first `n` components of every path (see [`Unpack::strip_components`]).
     pub fn strip_components(mut self, n: usize) -> ConfinedUnpack {
         self.request.strip_components = n;
+        self
+    }
+
+    /// The input is zstd frames (`send --compress`), which the child decompresses: the
+    /// decompressor, C code, then sees the sender's bytes confined too.
+    pub fn compressed(mut self, yes: bool) -> ConfinedUnpack {
+        self.request.compressed = yes;
         self
     }
 
@@ -333,7 +344,13 @@ fn land_confined(mut args: impl Iterator<Item = OsString>) -> Result<Landed, Fai
     let bell = unsafe { rustix::stdio::take_stdin() };
     let queue = QueueReader::open(bell)
         .map_err(|e| Failure::from(Error::os("open the input queue", TreePath::default(), e)))?;
-    let archive = Archive::from_source(queue);
+    let archive = match request.compressed {
+        true => Archive::from_reader(Decompressing(
+            zstd::stream::read::Decoder::new(queue)
+                .map_err(|e| Failure::from(Error::os("start zstd", TreePath::default(), e)))?,
+        )),
+        false => Archive::from_source(queue),
+    };
     raise_fd_limit();
     let mut destination = operation.prepare(Path::new(&dest), &archive)?;
     if let Confinement::Unavailable(reason) = &destination.confinement {
@@ -351,6 +368,15 @@ fn land_confined(mut args: impl Iterator<Item = OsString>) -> Result<Landed, Fai
         summary,
         confinement: destination.confinement.clone(),
     })
+}
+
+/// A decompressor whose errors say so.
+struct Decompressing<R>(R);
+
+impl<R: Read> Read for Decompressing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        (self.0.read(buf)).map_err(|e| std::io::Error::new(e.kind(), format!("zstd: {e}")))
+    }
 }
 
 impl Failure {

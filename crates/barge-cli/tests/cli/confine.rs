@@ -397,3 +397,51 @@ fn a_child_that_dies_is_an_error_and_a_dropped_one_is_killed_and_reaped() {
     wait_for("the staged DEST to go", || !staged());
     assert!(!dest.exists());
 }
+
+#[test]
+fn a_compressed_input_is_decompressed_in_the_child_within_its_limits() {
+    let setup = Setup::new();
+    let compressed = |archive: &[u8]| zstd::encode_all(archive, 1).unwrap();
+    let child = |name: &str| {
+        let dest = setup.work.path().join(name);
+        let landing = ConfinedUnpack::new(&dest)
+            .executable(&setup.bin)
+            .compressed(true);
+        (landing, dest)
+    };
+
+    let (landing, dest) = child("whole");
+    let archive = fs::read(&setup.archive).unwrap();
+    land(landing, &compressed(&archive)).unwrap();
+    assert_same_tree(&setup.src, &dest, umask());
+
+    // Bytes that are not zstd: the child's error, nothing landed.
+    let (landing, dest) = child("garbage");
+    let (kind, message) = confined_error(land(landing, &archive), "not zstd");
+    let want = "read archive failed: zstd: Unknown frame descriptor";
+    assert!(message.ends_with(want), "{kind}: {message}");
+    assert!(!dest.exists(), "{message}");
+
+    // A zstd stream cut short: the archive ends early, nothing landed.
+    let (landing, dest) = child("cut");
+    let whole = compressed(&archive);
+    let (kind, message) = confined_error(land(landing, &whole[..whole.len() / 2]), "cut");
+    assert!(
+        message.ends_with("zstd: incomplete frame"),
+        "{kind}: {message}"
+    );
+    assert!(!dest.exists(), "{message}");
+
+    // 64 MiB of zeros in some KiB: the limits count what the decompressor gives.
+    let (landing, dest) = child("bomb");
+    let bomb = Archive::header().file(b"zeros", &vec![0; 64 << 20]).end(1);
+    let small = compressed(&bomb);
+    assert!(small.len() < 64 << 10, "{} bytes", small.len());
+    let limits = Limits {
+        max_bytes: Some(1 << 20),
+        ..Limits::default()
+    };
+    let (kind, message) = confined_error(land(landing.limits(limits), &small), "bomb");
+    assert!(message.contains("[too-many-bytes]"), "{kind}: {message}");
+    assert!(!dest.exists(), "{message}");
+}

@@ -25,8 +25,9 @@ use rustix::event::{PollFd, PollFlags};
 
 use super::channel::{protocol, truncated, Channel, BATCH, MAX_PLAIN};
 use super::kind;
-use crate::error::{Error, NetError, Result, TreePath};
+use crate::error::{Error, NetError, Result};
 use crate::interrupt::{wait_a_slice, wait_for_any, Waited};
+use crate::sys::queue::QueueWriter;
 
 /// The bytes of a DATA message's chunk number (big-endian), before its archive bytes.
 const SEQ: usize = 8;
@@ -293,8 +294,8 @@ pub(crate) struct Transfer {
 }
 
 struct State {
-    /// The lander's input (through zstd when compressed), until the transfer ends.
-    out: Option<Box<dyn Write + Send>>,
+    /// The lander's input, until the transfer ends.
+    out: Option<QueueWriter>,
     next: u64,
     held: BTreeMap<u64, Vec<u8>>,
     written: u64,
@@ -310,11 +311,8 @@ impl State {
     /// Writes the next chunk into the lander.
     fn write(&mut self, bytes: &[u8]) -> std::result::Result<(), Stop> {
         let out = (self.out.as_mut()).ok_or_else(|| protocol("data after the end"))?;
-        out.write_all(bytes).map_err(|e| match e.kind() {
-            io::ErrorKind::BrokenPipe => Stop::Lander,
-            // A compressed stream the decoder refuses.
-            _ => Stop::Channel(Error::os("decompress", TreePath::default(), e)),
-        })?;
+        // The queue fails only when the lander has gone: its report says why.
+        out.write_all(bytes).map_err(|_| Stop::Lander)?;
         self.written += bytes.len() as u64;
         self.next += 1;
         Ok(())
@@ -324,7 +322,7 @@ impl State {
 impl Transfer {
     /// A transfer into `out` of up to `lanes` lanes.
     pub(crate) fn new(
-        out: Box<dyn Write + Send>,
+        out: QueueWriter,
         lanes: u32,
         timeout: Duration,
         interruptible: bool,
@@ -468,8 +466,8 @@ impl Transfer {
     }
 
     /// After the first lane's END: waits until all `chunks` are in the lander, checks the
-    /// byte count, and closes the lander's input (flushing zstd); returns the bytes, or
-    /// `None` when the transfer failed (see [`Transfer::failure`]).
+    /// byte count, and closes the lander's input; returns the bytes, or `None` when the
+    /// transfer failed (see [`Transfer::failure`]).
     pub(crate) fn finish(&self, chunks: u64, bytes: u64) -> Option<u64> {
         let finished = self
             .wait(|state| state.next >= chunks, chunks)
@@ -482,10 +480,8 @@ impl Transfer {
                     let e = truncated(&format!("{written} of {bytes} bytes arrived"));
                     return Err(Some(e.into()));
                 }
-                let mut out = state.out.take().expect("open until finished");
-                drop(state);
-                let flushed = out.flush();
-                flushed.map_err(|e| Some(Error::os("decompress", TreePath::default(), e).into()))
+                state.out = None;
+                Ok(())
             });
         match finished {
             Ok(()) => Some(bytes),

@@ -2,7 +2,6 @@
 //! lander child.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -400,7 +399,8 @@ impl Receive {
         }
         let landing = ConfinedUnpack::new(&self.dest)
             .limits(self.limits)
-            .restore(restore);
+            .restore(restore)
+            .compressed(hello.compress);
         let mut child = match landing.spawn() {
             Ok(child) => child,
             Err(e) => {
@@ -408,14 +408,7 @@ impl Receive {
                 return Err(e);
             }
         };
-        let input = child.take_input();
-        let out: Box<dyn Write + Send> = match hello.compress {
-            true => Box::new(
-                zstd::stream::write::Decoder::new(input)
-                    .map_err(|e| Error::os("start zstd", TreePath::default(), e))?,
-            ),
-            false => Box::new(input),
-        };
+        let out = child.take_input();
         let lanes = match announced {
             Some(_) => hello.lanes.clamp(1, MAX_LANES),
             None => 1,

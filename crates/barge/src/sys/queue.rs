@@ -315,6 +315,14 @@ impl QueueReader {
     }
 }
 
+/// For a decoder over the queue (zstd's): the queue's errors as I/O errors.
+impl io::Read for QueueReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let at = self.tail;
+        ByteSource::read(self, buf, at).map_err(io::Error::other)
+    }
+}
+
 impl ByteSource for QueueReader {
     fn read(&mut self, buf: &mut [u8], _offset: u64) -> Result<usize> {
         loop {

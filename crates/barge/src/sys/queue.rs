@@ -226,10 +226,11 @@ impl QueueWriter {
         }
     }
 
-    /// Sleeps until the reader rings; `BrokenPipe` when it has gone.
+    /// Sleeps until the reader rings; `BrokenPipe` when it has gone. As a write into a full
+    /// pipe, it waits for the reader whatever signal comes: the caller stops the reader.
     fn sleep(&self) -> io::Result<()> {
         let mut fds = [PollFd::new(&self.bell, PollFlags::IN)];
-        retry(|| poll(&mut fds, None))?;
+        rustix::io::retry_on_intr(|| poll(&mut fds, None))?;
         match take_rings(self.bell.as_fd()) {
             true => Ok(()),
             false => Err(io::ErrorKind::BrokenPipe.into()),

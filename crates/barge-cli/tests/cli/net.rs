@@ -9,7 +9,7 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -310,9 +310,9 @@ struct Harm {
     offset: u64,
     /// Ends both sides of it there instead of flipping the byte.
     cut: bool,
-    /// Forwards the first connection slowly (~30 MB/s) after its first [`FAST_START`]
-    /// bytes, so the sender must spread the data over its later connections (which open at
-    /// once) while the transfer's first chunks land.
+    /// Forwards the first connection slowly after its first [`FAST_START`] bytes (~30 MB/s),
+    /// and every connection at ~3 MB/s until all have carried data, so the sender must
+    /// spread the data over its later connections however late a loaded machine opens them.
     slow_first: bool,
     /// Holds what the first connection's sender sends after the handshake's first message
     /// (its HELLO, then data) for that long: the later connections' HELLOs come first.
@@ -327,6 +327,8 @@ struct Harm {
 
 /// What [`Harm::slow_first`] forwards at full speed.
 const FAST_START: u64 = 512 << 10;
+/// Bytes after which a later connection counts as carrying data.
+const CARRYING: u64 = 16 << 10;
 
 /// What a sender must send without a word from the receiver after the handshake, in
 /// [`Harm::hold_answer`].
@@ -356,12 +358,17 @@ fn relay(to: &str, connections: usize, harm: Harm) -> (String, JoinHandle<()>) {
     let to = to.to_string();
     let handle = std::thread::spawn(move || {
         let harmed = std::sync::Arc::new(AtomicBool::new(false));
+        let carrying = std::sync::Arc::new(AtomicUsize::new(0));
         let forwards: Vec<_> = (0..connections)
             .map(|i| {
                 let (from_sender, _) = listener.accept().unwrap();
                 let to_receiver = TcpStream::connect(&to).unwrap();
-                let harmed = harmed.clone();
-                std::thread::spawn(move || forward(from_sender, to_receiver, i, harm, &harmed))
+                let shared = Shared {
+                    harmed: harmed.clone(),
+                    carrying: carrying.clone(),
+                    others: connections - 1,
+                };
+                std::thread::spawn(move || forward(from_sender, to_receiver, i, harm, &shared))
             })
             .collect();
         for forward in forwards {
@@ -371,15 +378,19 @@ fn relay(to: &str, connections: usize, harm: Harm) -> (String, JoinHandle<()>) {
     (address, handle)
 }
 
+/// What a relay's connections share.
+struct Shared {
+    /// A connection was harmed.
+    harmed: std::sync::Arc<AtomicBool>,
+    /// Later connections that have carried a chunk of data.
+    carrying: std::sync::Arc<AtomicUsize>,
+    /// The later connections expected.
+    others: usize,
+}
+
 /// Copies one connection both ways, harming the sender's direction of connection `i` as
-/// `harm` says, unless another connection was (`harmed`).
-fn forward(
-    from_sender: TcpStream,
-    to_receiver: TcpStream,
-    i: usize,
-    harm: Harm,
-    harmed: &AtomicBool,
-) {
+/// `harm` says, unless another connection was.
+fn forward(from_sender: TcpStream, to_receiver: TcpStream, i: usize, harm: Harm, shared: &Shared) {
     let (mut a, mut b) = (
         from_sender.try_clone().unwrap(),
         to_receiver.try_clone().unwrap(),
@@ -413,8 +424,19 @@ fn forward(
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        if i == 0 && harm.slow_first && seen >= FAST_START {
-            std::thread::sleep(Duration::from_millis(2));
+        if harm.slow_first {
+            let all = shared.carrying.load(Ordering::SeqCst) >= shared.others;
+            match (i, seen) {
+                (0, FAST_START..) => {
+                    std::thread::sleep(Duration::from_millis(if all { 2 } else { 20 }))
+                }
+                (1.., CARRYING..) if !all => std::thread::sleep(Duration::from_millis(20)),
+                _ => {}
+            }
+        }
+        // Past the handshake and HELLO (some hundred bytes): a chunk of data.
+        if i > 0 && seen < CARRYING && seen + n as u64 >= CARRYING {
+            shared.carrying.fetch_add(1, Ordering::SeqCst);
         }
         // The handshake's first message came alone (the sender waits for the answer): what
         // follows is its HELLO.
@@ -423,7 +445,7 @@ fn forward(
             std::thread::sleep(hold);
         }
         let range = seen..seen + n as u64;
-        if range.contains(&offset) && !harmed.swap(true, Ordering::SeqCst) {
+        if range.contains(&offset) && !shared.harmed.swap(true, Ordering::SeqCst) {
             let at = (offset - seen) as usize;
             if harm.cut {
                 let _ = to.write_all(&buf[..at]);

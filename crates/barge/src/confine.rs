@@ -12,13 +12,12 @@
 //! The child mode is entered by [`run_child_if_requested`], which any binary embedding the
 //! library calls first thing in `main` (the `barge` command does). The protocol between the
 //! two is private to this module: argv is `[exe, marker, DEST, request as JSON]`; the
-//! archive comes through a queue in shared memory (`sys/queue.rs`: no kernel copy, where a
-//! pipe cost a tenth of a transfer's CPU) whose bell is stdin; stdout carries one JSON
-//! report (the [`Landed`] result or the error); stderr is the parent's. The child closes
-//! every fd above 2, maps the queue, opens DEST by the rules of `open_dest` (created when
-//! missing, never followed if a symlink), confines itself there and lands with [`Unpack`]
-//! streaming from the queue. Where the sandbox is unavailable it fails closed, unless the
-//! parent allowed it to land unconfined.
+//! archive comes through a queue in shared memory (`sys/queue.rs`, cheaper than a pipe)
+//! whose bell is stdin; stdout carries one JSON report (the [`Landed`] result or the error);
+//! stderr is the parent's. The child closes every fd above 2, maps the queue, opens DEST by
+//! the rules of `open_dest` (created when missing, never followed if a symlink), confines
+//! itself there and lands with [`Unpack`] streaming from the queue. Where the sandbox is
+//! unavailable it fails closed, unless the parent allowed it to land unconfined.
 
 use std::ffi::{OsStr, OsString};
 use std::io::{Read, Write};

@@ -239,10 +239,13 @@ impl Send {
     }
 
     /// Says `hello` on an authenticated `channel` and, when the receiver answers it, reads
-    /// its ACCEPT. (A plain transfer's HELLO is only queued: its first DATA goes with it.)
+    /// its ACCEPT. A plain transfer's data follows its HELLO without waiting for an answer;
+    /// the HELLO leaves at once all the same (one small write), so the receiver starts its
+    /// lander while the first batch of data is packed.
     fn start(&self, mut channel: Channel, hello: Hello) -> Result<Channel> {
         channel.send(kind::HELLO, &encode(&hello))?;
         if !hello.answered() {
+            channel.write_some()?;
             return Ok(channel);
         }
         let accept: Accept = match channel.receive()? {

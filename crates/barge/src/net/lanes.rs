@@ -416,7 +416,10 @@ impl Transfer {
             };
             state.write(&bytes)?;
         }
-        self.moved.notify_all();
+        // Only later lanes wait for the next chunk to move (a wake-up is a system call).
+        if self.joins > 0 {
+            self.moved.notify_all();
+        }
         Ok(())
     }
 

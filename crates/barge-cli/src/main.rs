@@ -532,8 +532,8 @@ fn command_line_error(e: clap::Error) -> ExitCode {
     }
     let text = e.render().to_string();
     match text.strip_prefix("error: ") {
-        Some(rest) => eprint!("barge: error: {rest}"),
-        None => eprint!("{text}"),
+        Some(rest) => report::to_stderr(&format!("barge: error: {rest}")),
+        None => report::to_stderr(&text),
     }
     Exit::Error.into()
 }

@@ -22,7 +22,9 @@ use barge::Progress;
 use serde_json::{json, Map, Value};
 
 use crate::archive::{open_pack, warn_not_restored};
-use crate::report::{human_bytes, shown_path, shows_progress, summary, warn, with_progress, Exit};
+use crate::report::{
+    human_bytes, log_line, shown_path, shows_progress, summary, warn, with_progress, Exit,
+};
 use crate::{LimitArgs, OutputArgs, RestoreArgs};
 
 /// The environment variable that may hold the key (its text form).
@@ -418,12 +420,12 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
     if made {
         let mut stdout = std::io::stdout().lock();
         writeln!(stdout, "{}", ticket.to_text()).and_then(|()| stdout.flush())?;
-        eprintln!(
+        log_line!(
             "barge: recv: listening on {local}; on the sending host run: barge send DIR TICKET \
              (the line above)"
         );
     } else {
-        eprintln!(
+        log_line!(
             "barge: recv: listening on {local}; on the sending host run: barge send DIR {} \
              --key-file FILE",
             ticket.address()
@@ -546,10 +548,11 @@ fn log(done: &Done, json: bool) -> bool {
     fields.insert("peer".into(), json!(peer.to_string()));
     let ends = match &done.result {
         Ok(Ended::DryRun(dry_run)) => {
-            eprintln!(
+            log_line!(
                 "barge: recv: {peer} ({}): dry run, told of {} entries of DEST in {seconds:.2} \
                  s, landed nothing",
-                dry_run.sender, dry_run.listed
+                dry_run.sender,
+                dry_run.listed
             );
             if let Ok(Value::Object(more)) = serde_json::to_value(dry_run) {
                 fields.extend(more);
@@ -560,7 +563,7 @@ fn log(done: &Done, json: bool) -> bool {
         }
         Ok(Ended::Landed(received)) => {
             let l = &received.landed.summary;
-            eprintln!(
+            log_line!(
                 "barge: recv: {peer} ({}): landed {} dirs, {} files, {} in {seconds:.2} s",
                 received.sender,
                 l.dirs,
@@ -587,7 +590,7 @@ fn log(done: &Done, json: bool) -> bool {
                 } => "refused",
                 _ => "failed",
             };
-            eprintln!(
+            log_line!(
                 "barge: recv: {peer}{from}: {what} after {seconds:.2} s: {}",
                 failed.error
             );

@@ -50,14 +50,29 @@ impl From<Exit> for ExitCode {
     }
 }
 
+/// Prints a line on stderr in one `write` (`eprintln!` writes each piece of its format on its
+/// own), so that the lines of concurrent connections, or of processes sharing the stream (a
+/// journal, a log file), stay whole.
+macro_rules! log_line {
+    ($($arg:tt)*) => {
+        $crate::report::to_stderr(&format!("{}\n", format_args!($($arg)*)))
+    };
+}
+pub(crate) use log_line;
+
+/// Writes `text` on stderr in one `write`; an error there has nowhere to be reported.
+pub(crate) fn to_stderr(text: &str) {
+    let _ = std::io::stderr().write_all(text.as_bytes());
+}
+
 /// Prints `barge: warning: MESSAGE` on stderr.
 pub fn warn(message: impl Display) {
-    eprintln!("barge: warning: {message}");
+    log_line!("barge: warning: {message}");
 }
 
 /// Prints `barge: error: MESSAGE` on stderr (an error chain with its causes after colons).
 pub fn error(message: impl Display) {
-    eprintln!("barge: error: {message:#}");
+    log_line!("barge: error: {message:#}");
 }
 
 /// With `--json`: the error as one JSON object, where the summary would have gone: `error`
@@ -135,8 +150,8 @@ pub fn with_progress<T>(
                 }
                 let line = progress_line(progress.entries(), progress.bytes(), total(), elapsed);
                 match terminal {
-                    true => eprint!("\r\x1b[K{line}"),
-                    false => eprintln!("{line}"),
+                    true => to_stderr(&format!("\r\x1b[K{line}")),
+                    false => log_line!("{line}"),
                 }
                 shown = true;
                 next = match terminal {
@@ -145,7 +160,7 @@ pub fn with_progress<T>(
                 };
             }
             if shown && terminal {
-                eprint!("\r\x1b[K");
+                to_stderr("\r\x1b[K");
             }
         });
         let result = work();
@@ -246,7 +261,7 @@ pub fn summary(
         fields.insert("seconds".into(), json!(elapsed.as_secs_f64()));
         print_json(&Value::Object(fields), stdout_is_data);
     } else if out.verbose {
-        eprintln!("{line} in {:.3} s", elapsed.as_secs_f64());
+        log_line!("{line} in {:.3} s", elapsed.as_secs_f64());
     }
 }
 

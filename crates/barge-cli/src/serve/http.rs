@@ -22,7 +22,7 @@ use super::quota::Quota;
 use super::token::Token;
 use super::upload::{over_limit, Refusal, Upload};
 use super::ServeArgs;
-use crate::report::human_bytes;
+use crate::report::{human_bytes, log_line};
 
 /// The upload page.
 const PAGE: &str = include_str!("page.html");
@@ -407,7 +407,7 @@ struct LogLine {
 impl LogLine {
     fn done(&mut self, status: &str, note: &str) {
         let seconds = self.start.elapsed().as_secs_f64();
-        eprintln!("{} {status} ({note}) {seconds:.3} s", self.line);
+        log_line!("{} {status} ({note}) {seconds:.3} s", self.line);
         self.done = true;
     }
 }

@@ -28,7 +28,7 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::Semaphore;
 
-use crate::report::{self, human_bytes, shown_path, Exit};
+use crate::report::{self, human_bytes, log_line, shown_path, Exit};
 use crate::{parse_limit, Limit};
 
 /// The command line of `barge serve`.
@@ -148,7 +148,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
     let quota = args.quota.0.map(|max| {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let used = crate::du::bytes_below(std::slice::from_ref(&dest), Exclude::default(), threads);
-        eprintln!(
+        log_line!(
             "barge serve: quota {}, of which DEST holds {}",
             human_bytes(max),
             human_bytes(used)
@@ -171,13 +171,13 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
             None => (token::Token::generate(), true),
         };
         match &tls {
-            Some(tls) => eprintln!(
+            Some(tls) => log_line!(
                 "barge serve: listening on {url} (TLS, HTTP/2 and HTTP/1.1; certificate \
                  SHA-256 {}), landing uploads in {}",
                 tls.fingerprint,
                 shown_path(&dest)
             ),
-            None => eprintln!(
+            None => log_line!(
                 "barge serve: listening on {url} (plain HTTP), landing uploads in {}",
                 shown_path(&dest)
             ),
@@ -283,8 +283,8 @@ async fn run(
             match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
                 Ok(Ok(stream)) => serve_connection(&builder, watcher, stream, peer, server).await,
                 // A client that does not trust the certificate, or speaks no TLS.
-                Ok(Err(e)) => eprintln!("barge serve: {peer}: TLS handshake failed: {e}"),
-                Err(_) => eprintln!("barge serve: {peer}: TLS handshake timed out"),
+                Ok(Err(e)) => log_line!("barge serve: {peer}: TLS handshake failed: {e}"),
+                Err(_) => log_line!("barge serve: {peer}: TLS handshake timed out"),
             }
         });
     };
@@ -293,7 +293,7 @@ async fn run(
     drop(listener);
     let open = graceful.count();
     if open > 0 {
-        eprintln!(
+        log_line!(
             "barge serve: stopping; waiting for {open} connection(s) (send the signal again \
              to cancel running uploads)"
         );

@@ -1,12 +1,14 @@
 //! `barge send` / `barge recv` over loopback, real processes: round trips, keys and key
 //! files, a wrong key, a relay that flips a byte or cuts the stream, every hostile archive
-//! from a malicious sender, setuid bits, `--keep` with concurrent senders, and keys never
-//! in a log.
+//! from a malicious sender, setuid bits, `--keep` with concurrent senders, log lines each
+//! written whole, and keys never in a log.
 
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -906,4 +908,53 @@ fn keep_receives_concurrent_senders_and_sigterm_ends_it() {
         );
     }
     assert!(!ended.stderr.contains(&key) && !ended.stdout.contains(&key));
+}
+
+#[test]
+fn every_line_recv_logs_is_one_write() {
+    // stderr as a datagram socket: each write(2) arrives as a datagram of its own, so a line
+    // written in pieces (which a journal, or a log file other processes write too, can split)
+    // shows as several.
+    let work = tempdir();
+    let src = work.path().join("src");
+    files(&src, 2);
+    let (log, stderr) = UnixDatagram::pair().unwrap();
+    let mut cmd = barge(["recv", "--listen", "127.0.0.1:0"]);
+    cmd.arg(work.path().join("dest"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(OwnedFd::from(stderr));
+    let mut child = cmd.spawn().unwrap();
+    drop(cmd);
+    let mut ticket = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut ticket)
+        .unwrap();
+    // A connection that says nothing, then a sender: a line each.
+    drop(TcpStream::connect(ticket.split_once('#').unwrap().0).unwrap());
+    let out = send(&[src.to_str().unwrap(), ticket.trim_end()], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ended = wait_output(child, TIMEOUT, "barge recv");
+    assert!(ended.status.success());
+    log.set_nonblocking(true).unwrap();
+    let mut writes = Vec::new();
+    let mut buf = vec![0; 1 << 16];
+    while let Ok(n) = log.recv(&mut buf) {
+        writes.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    assert_eq!(writes.len(), 3, "{writes:?}");
+    for (write, what) in
+        writes
+            .iter()
+            .zip(["listening on", "closed before", "landed 0 dirs, 2 files"])
+    {
+        assert!(
+            write.starts_with("barge: recv: ") && write.contains(what),
+            "{writes:?}"
+        );
+        assert!(
+            write.ends_with('\n') && write.matches('\n').count() == 1,
+            "{writes:?}"
+        );
+    }
 }

@@ -251,6 +251,23 @@ fn key_files_and_the_environment_carry_the_key_and_loose_files_are_refused() {
 }
 
 #[test]
+fn a_sender_with_no_receiver_says_it_could_not_connect() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    files(&src, 1);
+    // A port just closed: nothing listens there.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let ticket = format!("127.0.0.1:{port}#{}", "A".repeat(42) + "Q");
+    let out = send(&[src.to_str().unwrap(), &ticket], None);
+    let said = format!("127.0.0.1:{port}: connect failed: Connection refused");
+    assert_clean_failure(&out, &[&said], "no receiver");
+}
+
+#[test]
 fn a_wrong_key_lands_nothing_and_the_right_sender_still_gets_through() {
     let work = tempdir();
     let src = work.path().join("src");

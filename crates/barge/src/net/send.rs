@@ -322,7 +322,7 @@ impl Send {
                 ),
             ));
         }
-        Err(Error::os("connect to", shown(), last))
+        Err(Error::os("connect", shown(), last))
     }
 }
 

@@ -2,8 +2,8 @@
 //! would, with the built `barge` binary (or a shell wrapper that execs it) as the child: it
 //! lands every engine's tree while the parent keeps its root and working directory; hostile
 //! archives and destinations come back as the library's errors with nothing written outside;
-//! while it waits for input it is chrooted to DEST and holds only its input, its report and fds inside
-//! DEST, as root and as uid 65534; without user namespaces it refuses unless allowed; a
+//! while it waits for input it is chrooted to DEST and holds only its input, its report and
+//! fds inside DEST, as root and as uid 65534; without user namespaces it refuses unless allowed; a
 //! child that dies is an error and a dropped one is killed and reaped.
 
 use std::fs;

@@ -106,6 +106,11 @@ impl Recv {
     }
 }
 
+/// A well-formed key (43 characters of base64url) that no receiver of a test holds.
+fn key_nobody_holds() -> String {
+    "A".repeat(42) + "Q"
+}
+
 /// Runs `barge send ARGS` (stdin from `input`), under the hang timeout.
 fn send(args: &[&str], input: Option<&[u8]>) -> std::process::Output {
     run(barge(["send"]).args(args), input)
@@ -261,7 +266,7 @@ fn a_sender_with_no_receiver_says_it_could_not_connect() {
         .local_addr()
         .unwrap()
         .port();
-    let ticket = format!("127.0.0.1:{port}#{}", "A".repeat(42) + "Q");
+    let ticket = format!("127.0.0.1:{port}#{}", key_nobody_holds());
     let out = send(&[src.to_str().unwrap(), &ticket], None);
     let said = format!("127.0.0.1:{port}: connect failed: Connection refused");
     assert_clean_failure(&out, &[&said], "no receiver");
@@ -278,7 +283,7 @@ fn a_wrong_key_lands_nothing_and_the_right_sender_still_gets_through() {
     let (address, key) = ticket.split_once('#').unwrap();
     // A connection that says nothing (a health check) is logged as that, not as a refusal.
     drop(TcpStream::connect(address).unwrap());
-    let wrong = format!("{address}#{}", "A".repeat(42) + "Q");
+    let wrong = format!("{address}#{}", key_nobody_holds());
     // Over four connections: the later ones open only once the first authenticated.
     let out = send(&[src.to_str().unwrap(), &wrong, "--connections", "4"], None);
     assert_clean_failure(
@@ -376,17 +381,16 @@ fn relay(to: &str, connections: usize, harm: Harm) -> (String, JoinHandle<()>) {
     let address = listener.local_addr().unwrap().to_string();
     let to = to.to_string();
     let handle = std::thread::spawn(move || {
-        let harmed = std::sync::Arc::new(AtomicBool::new(false));
-        let carrying = std::sync::Arc::new(AtomicUsize::new(0));
+        let shared = std::sync::Arc::new(Shared {
+            harmed: AtomicBool::new(false),
+            carrying: AtomicUsize::new(0),
+            others: connections - 1,
+        });
         let forwards: Vec<_> = (0..connections)
             .map(|i| {
                 let (from_sender, _) = listener.accept().unwrap();
                 let to_receiver = TcpStream::connect(&to).unwrap();
-                let shared = Shared {
-                    harmed: harmed.clone(),
-                    carrying: carrying.clone(),
-                    others: connections - 1,
-                };
+                let shared = shared.clone();
                 std::thread::spawn(move || forward(from_sender, to_receiver, i, harm, &shared))
             })
             .collect();
@@ -400,9 +404,9 @@ fn relay(to: &str, connections: usize, harm: Harm) -> (String, JoinHandle<()>) {
 /// What a relay's connections share.
 struct Shared {
     /// A connection was harmed.
-    harmed: std::sync::Arc<AtomicBool>,
+    harmed: AtomicBool,
     /// Later connections that have carried a chunk of data.
-    carrying: std::sync::Arc<AtomicUsize>,
+    carrying: AtomicUsize,
     /// The later connections expected.
     others: usize,
 }

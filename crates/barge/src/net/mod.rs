@@ -22,8 +22,8 @@
 //! A plain transfer's DATA follows its HELLO without waiting for an answer (the HELLO is
 //! written at once, so the receiver starts its lander while the first data is packed): the
 //! receiver answers only to refuse, so a transfer costs the round trips of TCP and of the
-//! handshake, then one for the result. With `lanes` over 1 the sender names the transfer with a random id
-//! in its HELLO and opens up to `lanes - 1` more connections ("lanes", see
+//! handshake, then one for the result. With `lanes` over 1 the sender names the transfer
+//! with a random id in its HELLO and opens up to `lanes - 1` more connections ("lanes", see
 //! `net/lanes.rs`) as soon as the first connection's handshake showed the receiver holds
 //! the key (so a wrong key costs one connection), each with its own handshake, then
 //! `HELLO {join: transfer}` and the receiver's ACCEPT (a lane carries chunks only once

@@ -4,8 +4,9 @@
 //! wake-up on each side (perf, 2026-11-26: a tenth of the samples of a `send | recv` of many
 //! small files). Here the bytes cross with one plain copy on each side, the ring's pages are
 //! allocated once, and no system call is made while both ends keep up (a `send | recv` of
-//! the linux tree: 8% less CPU). (Written by hand: the crates for queues between processes want a
-//! named shared file or bring a framework; this is one ring of bytes and two counters.)
+//! the linux tree: 8% less CPU). (Written by hand: the crates for queues between processes
+//! want a named shared file or bring a framework; this is one ring of bytes and two
+//! counters.)
 //!
 //! The queue is a memfd mapped by both ends: a header with the writer's `head` and the
 //! reader's `tail` (bytes published and consumed since the start), then a ring of

@@ -331,7 +331,8 @@ pub fn warn_not_restored(skipped: &NotRestored) {
         ),
         (
             skipped.setid,
-            "setuid/setgid bits not restored (not root, or recv: --setid restores them)",
+            "setuid/setgid bits not restored (kept only on a file given the owner or group the \
+             archive records: pack -a records them; not root, or recv: --setid too)",
         ),
         (
             skipped.devices,

@@ -26,10 +26,11 @@ macro_rules! differences {
 Destination: DEST absent: the one SRC is copied as DEST; DEST a directory: each SRC is copied
 into DEST/NAME (NAME being the SRC's last component), merged into a directory already there.
 
-Keeps by default: modes (all 12 bits; setuid/setgid where the copy keeps the source's owner),
-modification times to the nanosecond (directories too), symlinks (never followed, also a SRC),
-hard links within the copy, fifos and sockets. -a adds owners (as root), extended attributes
-and ACLs, and devices. What the process may not restore is named in one warning per kind.
+Keeps by default: modes (all 12 bits; setuid/setgid only where the copy has the owner or
+group they grant), modification times to the nanosecond (directories too), symlinks (never
+followed, also a SRC), hard links within the copy, fifos and sockets. -a adds owners (as
+root), extended attributes and ACLs, and devices. What the process may not restore is named
+in one warning per kind.
 
 Differences from GNU cp -a:
   - an entry DEST already has is an error (the copy goes on; exit status 1), unless

@@ -176,7 +176,8 @@ pub struct RestoreArgs {
     /// exactly, as `tar -p`).
     #[arg(long)]
     no_same_permissions: bool,
-    /// Restore setuid and setgid bits also when not running as root (root always does).
+    /// Restore setuid and setgid bits also when not running as root. Root or not, a bit
+    /// lands only on a file given the owner (setuid) or group (setgid) the archive records.
     #[arg(long)]
     setid: bool,
     /// Do not restore modification times: entries get the time they are landed.

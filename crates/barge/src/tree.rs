@@ -96,6 +96,16 @@ pub struct Owner {
     pub gid: u32,
 }
 
+impl Owner {
+    /// The running process's effective ids: the owner of what it creates.
+    pub(crate) fn of_process() -> Owner {
+        Owner {
+            uid: rustix::process::geteuid().as_raw(),
+            gid: rustix::process::getegid().as_raw(),
+        }
+    }
+}
+
 /// The device number of a character or block device (0, 0 for a fifo).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Device {

@@ -25,7 +25,7 @@ use crate::land::{Driver, Land};
 use crate::root::{open_dest, Destination};
 use crate::source::{ByteSource, ByteStream, ReadSource};
 use crate::sys::map::{populate, Mapped};
-use crate::tree::Sink;
+use crate::tree::{Owner, Sink};
 use crate::Progress;
 
 /// The pipe buffer asked for when the archive comes through a pipe (the default is 64 KiB).
@@ -78,9 +78,9 @@ pub struct Unpack {
     sandbox: bool,
     region: Region,
     restore: Restore,
-    /// Running as root when the unpack was made (before any sandbox, in which anyone is
-    /// root of their own user namespace).
-    root: bool,
+    /// The process's effective ids when the unpack was made (before any sandbox, in which
+    /// anyone is root of their own user namespace).
+    me: Owner,
     strip: usize,
 }
 
@@ -98,7 +98,7 @@ impl Default for Unpack {
             sandbox: true,
             region: Region::default(),
             restore: Restore::default(),
-            root: rustix::process::geteuid().is_root(),
+            me: Owner::of_process(),
             strip: 0,
         }
     }
@@ -324,7 +324,7 @@ impl Unpack {
         progress: &Progress,
     ) -> Result<LandSummary> {
         let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let setup = Setup::new(Policy::new(self.restore, self.root));
+        let setup = Setup::new(Policy::new(self.restore, self.me));
         let decoding = Decoding {
             limits,
             strip: self.strip,

@@ -17,5 +17,6 @@ mod restore;
 mod roundtrip;
 mod sandbox;
 mod serve;
+mod setid;
 mod syscalls;
 mod vectors;

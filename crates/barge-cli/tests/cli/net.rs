@@ -844,33 +844,49 @@ fn every_hostile_archive_from_a_malicious_sender_is_refused_and_stays_inside() {
 }
 
 #[test]
-fn setid_bits_from_a_sender_land_only_when_asked_by_root() {
+fn setid_bits_from_a_sender_land_only_where_their_ids_do() {
     let work = tempdir();
     let src = work.path().join("src");
     fs::create_dir(&src).unwrap();
     file(&src.join("suid"), b"x", 0o4755);
     file(&src.join("sgid"), b"y", 0o2755);
+    file(&src.join("tool"), b"z", 0o755);
+    let root = is_root();
+    if root {
+        // A user's program, which as root's would run as root.
+        std::os::unix::fs::chown(src.join("tool"), Some(1000), Some(1000)).unwrap();
+        fs::set_permissions(src.join("tool"), fs::Permissions::from_mode(0o6755)).unwrap();
+    }
     let mode = |p: PathBuf| fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777;
-    let mut ways: Vec<(&str, &[&str], u32)> = vec![("plain", &[], 0o755)];
-    if is_root() {
-        ways.push(("--setid", &["--setid"], 0o4755));
+    // (name, recv's options, send's, modes of suid, sgid and tool)
+    type Way<'a> = (&'a str, &'a [&'a str], &'a [&'a str], [u32; 3]);
+    let mut ways: Vec<Way> = vec![("plain", &[], &[], [0o755; 3])];
+    if root {
+        ways.extend([
+            // No owners sent: no bit is where its owner is.
+            ("setid", &["--setid"][..], &[][..], [0o755; 3]),
+            // Root's own files keep theirs; the user's, landed as root's, does not.
+            ("setid-a", &["--setid"], &["-a"], [0o4755, 0o2755, 0o755]),
+            (
+                "setid-same-owner",
+                &["--setid", "--same-owner"],
+                &["-a"],
+                [0o4755, 0o2755, 0o6755],
+            ),
+        ] as [Way; 3]);
     }
-    for (name, args, want) in ways {
+    for (name, recv_args, send_args, want) in ways {
         let dest = work.path().join(name);
-        let recv = Recv::start(&dest, args, None);
-        assert!(send(&[src.to_str().unwrap(), recv.ticket()], None)
-            .status
-            .success());
-        assert!(recv.wait().status.success());
-        assert_eq!(mode(dest.join("suid")), want, "{name}");
-        assert_eq!(
-            mode(dest.join("sgid")),
-            want & !0o4000 | (want & 0o4000) >> 1,
-            "{name}"
-        );
+        let recv = Recv::start(&dest, recv_args, None);
+        let mut args = send_args.to_vec();
+        args.extend([src.to_str().unwrap(), recv.ticket()]);
+        assert!(send(&args, None).status.success(), "{name}");
+        assert!(recv.wait().status.success(), "{name}");
+        let got = ["suid", "sgid", "tool"].map(|f| mode(dest.join(f)));
+        assert_eq!(got, want, "{name}");
     }
     if is_root() {
-        // Received by nobody: never, even asked.
+        // Received by nobody, asked: root's files are not given to it with their bits.
         let dest = work.path().join("nobody");
         fs::create_dir(&dest).unwrap();
         rustix::fs::chown(&dest, Some(rustix::process::Uid::from_raw(NOBODY)), None).unwrap();
@@ -878,19 +894,20 @@ fn setid_bits_from_a_sender_land_only_when_asked_by_root() {
         let bin = copy_bin(work.path());
         let mut cmd = as_nobody();
         cmd.arg(&bin)
-            .args(["recv", "--listen", "127.0.0.1:0"])
+            .args(["recv", "--setid", "--listen", "127.0.0.1:0"])
             .arg(&dest);
         let mut child = spawn(&mut cmd, Stdio::null());
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
-        let out = send(&[src.to_str().unwrap(), line.trim_end()], None);
+        let out = send(&["-a", src.to_str().unwrap(), line.trim_end()], None);
         assert!(out.status.success(), "{}", text(&out.stderr));
         let ended = wait_output(child, TIMEOUT, "recv as nobody");
         assert!(ended.status.success(), "{}", text(&ended.stderr));
-        assert_eq!(mode(dest.join("suid")), 0o755);
-        assert!(text(&ended.stderr).contains("setuid/setgid bits not restored"));
+        let got = ["suid", "sgid", "tool"].map(|f| mode(dest.join(f)));
+        assert_eq!(got, [0o755; 3]);
+        assert!(text(&ended.stderr).contains("3 setuid/setgid bits not restored"));
     }
 }
 

@@ -84,8 +84,8 @@ fn stderr(out: &Output) -> String {
 }
 
 /// A tree of every kind with times (to the nanosecond), owners, extended attributes of
-/// several namespaces, a hard link, a device, setuid, and a directory whose time is set
-/// after its contents.
+/// several namespaces, a hard link, a device, setuid with an owner and setgid without one,
+/// and a directory whose time is set after its contents.
 fn everything() -> Vec<u8> {
     let big: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
     let mut e = Encoder::extended(Vec::new());
@@ -111,7 +111,13 @@ fn everything() -> Vec<u8> {
     e.pop().unwrap();
     e.file_with(&Entry::file(b"big", meta(0o644, day(7), None)), &big)
         .unwrap();
-    e.file_with(&Entry::file(b"suid", meta(0o4755, day(8), None)), b"#!")
+    e.file_with(
+        &Entry::file(b"suid", meta(0o4755, day(8), Some(OWNER))),
+        b"#!",
+    )
+    .unwrap();
+    // No owner recorded: its bits could make it anyone's program.
+    e.file_with(&Entry::file(b"sgid", meta(0o2755, day(9), None)), b"#!")
         .unwrap();
     e.finish().unwrap()
 }
@@ -136,7 +142,7 @@ fn metadata_lands_exactly_as_root_and_what_others_may_not_restore_is_warned_abou
         assert_eq!(ino("h"), ino("f"), "{what}: h is a hard link to f");
         assert!(fs::symlink_metadata(at("p")).unwrap().file_type().is_fifo());
         let (modes, times) = (
-            [("f", 0o640), ("p", 0o600), ("big", 0o644)],
+            [("f", 0o640), ("p", 0o600), ("big", 0o644), ("sgid", 0o755)],
             [
                 ("f", 2),
                 ("s", 3),
@@ -144,6 +150,7 @@ fn metadata_lands_exactly_as_root_and_what_others_may_not_restore_is_warned_abou
                 ("e", 6),
                 ("big", 7),
                 ("suid", 8),
+                ("sgid", 9),
             ],
         );
         for (name, want) in modes {
@@ -167,14 +174,15 @@ fn metadata_lands_exactly_as_root_and_what_others_may_not_restore_is_warned_abou
             (meta.uid(), meta.gid())
         };
         let warnings = [
-            "4 owners not restored",
+            "5 owners not restored",
             "1 devices not created",
-            "2 setuid/setgid bits not restored",
+            "3 setuid/setgid bits not restored",
             "1 extended attributes not restored",
         ];
         let err = stderr(&out);
+        let warning_lines = err.lines().filter(|l| l.contains("warning")).count();
         if root {
-            for path in [d.clone(), at("f"), at("s"), at("e")] {
+            for path in [d.clone(), at("f"), at("s"), at("e"), at("suid")] {
                 assert_eq!(owner(&path), (OWNER.uid, OWNER.gid), "{what}: {path:?}");
             }
             assert_eq!(mode(&at("e")), 0o2700, "{what}");
@@ -183,7 +191,8 @@ fn metadata_lands_exactly_as_root_and_what_others_may_not_restore_is_warned_abou
             assert!(null.file_type().is_char_device(), "{what}");
             assert_eq!(null.rdev(), libc::makedev(1, 3), "{what}");
             assert_eq!(mode(&at("suid")), 0o4755, "{what}");
-            assert!(!err.contains("warning"), "{what}: {err}");
+            assert!(err.contains("1 setuid/setgid bits not"), "{what}: {err}");
+            assert_eq!(warning_lines, 1, "{what}: only sgid's: {err}");
         } else {
             for path in [d.clone(), at("f"), at("s"), at("e")] {
                 assert_eq!(owner(&path), (NOBODY, NOBODY), "{what}: {path:?}");
@@ -192,18 +201,17 @@ fn metadata_lands_exactly_as_root_and_what_others_may_not_restore_is_warned_abou
             assert_eq!(xattr(&at("f"), "trusted.t"), None, "{what}");
             assert!(!at("null").exists(), "{what}: a device created by nobody");
             assert_eq!(mode(&at("suid")), 0o755, "{what}");
-            // Owners are recorded on d, f, s and e; setuid or setgid on suid and e.
+            // Owners are recorded on d, f, s, e and suid; setuid or setgid on suid, sgid and e.
             for warning in warnings {
                 assert!(err.contains(warning), "{what}: no {warning:?} in {err}");
             }
-            let lines = err.lines().filter(|l| l.contains("warning")).count();
-            assert_eq!(lines, warnings.len(), "{what}: one line per kind: {err}");
+            assert_eq!(warning_lines, warnings.len(), "{what}: one per kind: {err}");
         }
     }
 }
 
 #[test]
-fn touch_and_no_same_owner_turn_times_and_owners_off_silently() {
+fn touch_and_no_same_owner_turn_times_and_owners_off_and_what_they_grant() {
     if !is_root() {
         return skipped("owners can be restored only by root");
     }
@@ -214,11 +222,17 @@ fn touch_and_no_same_owner_turn_times_and_owners_off_silently() {
         let dest = dest_for(&work, way, i);
         let out = unpack(&work, way, &archive, &dest, &["-m", "--no-same-owner"]);
         assert!(out.status.success(), "{what}: {}", stderr(&out));
+        // Only the set-id bits of owners not given (e, suid) and of none (sgid) are lost.
+        let err = stderr(&out);
+        let warnings: Vec<_> = err.lines().filter(|l| l.contains("warning")).collect();
+        assert_eq!(warnings.len(), 1, "{what}: {err}");
         assert!(
-            !stderr(&out).contains("warning"),
-            "{what}: {}",
-            stderr(&out)
+            warnings[0].contains("3 setuid/setgid bits not"),
+            "{what}: {err}"
         );
+        for (name, want) in [("d/e", 0o700), ("d/suid", 0o755), ("d/sgid", 0o755)] {
+            assert_eq!(mode(&dest.join(name)), want, "{what}: {name}");
+        }
         for name in ["d", "d/f", "d/s", "d/e"] {
             let meta = fs::symlink_metadata(dest.join(name)).unwrap();
             assert_eq!(meta.uid(), 0, "{what}: {name}");
@@ -615,7 +629,9 @@ fn every_valid_vector_lands_as_its_description_says() {
                         other => panic!("{what}: kind {other}"),
                     }
                     if let Some(mode) = e["mode"].as_u64().filter(|_| kind != "symlink") {
-                        assert_eq!(meta.mode() & 0o7777, mode as u32, "{what}: mode");
+                        // Set-id bits land with an owner (setid.rs).
+                        let setid = if e.get("owner").is_some() { 0 } else { 0o6000 };
+                        assert_eq!(meta.mode() & 0o7777, mode as u32 & !setid, "{what}: mode");
                     }
                     if let Some(mtime) = e.get("mtime") {
                         let (sec, mut nsec) = (

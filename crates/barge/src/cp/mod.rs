@@ -41,7 +41,7 @@ pub use verify::Verified;
 use crate::error::{Error, Result, TreePath};
 use crate::exclude::Exclude;
 use crate::interrupt::{check, requested, retry};
-use crate::land::restore::{Apply, Existing, NotRestored, Policy, Restore, Target, SETID};
+use crate::land::restore::{Apply, Existing, NotRestored, Policy, Restore, Target};
 use crate::land::sync::{create_at, exists, replace, replace_by_dir, LinkTarget, Made};
 use crate::sys::copy::{copy_range, read_chunks};
 use crate::sys::dir::{dirent_buffer, Listing};
@@ -222,7 +222,7 @@ impl Cp {
     }
 
     /// Restores metadata and treats existing entries as `restore` says (its `setid` is
-    /// ignored: a copy keeps setuid and setgid bits where it keeps the owner).
+    /// ignored: a copy keeps setuid and setgid bits where it keeps the ids they grant).
     pub fn restore(mut self, restore: Restore) -> Cp {
         self.restore = restore;
         self
@@ -316,15 +316,17 @@ impl Cp {
         if is_dir {
             refuse_inside(&stat, parent.as_fd(), src, dest)?;
         }
-        let euid = rustix::process::geteuid().as_raw();
+        let me = Owner::of_process();
+        // Without `-a` a copy gives nothing away; with it, as far as the process may.
+        let same_owner = match self.archive {
+            true => self.restore.same_owner,
+            false => Some(false),
+        };
         let shared = Shared {
             cp: self,
-            policy: Policy::new(self.restore.setid(true), euid == 0),
-            root: euid == 0,
-            me: Owner {
-                uid: euid,
-                gid: rustix::process::getegid().as_raw(),
-            },
+            policy: Policy::new(self.restore.setid(true).same_owner(same_owner), me),
+            root: me.uid == 0,
+            me,
             report,
             progress,
             src: src_name.to_vec(),
@@ -679,30 +681,15 @@ impl<'a> Copier<'a> {
         }
     }
 
-    /// The metadata of `stat` a copy keeps: the mode (setuid and setgid only where the
-    /// copy keeps the source's owner or group: as root, or where they are the process's),
-    /// the time, and with [`Cp::archive`] the owner (left out where creating it in a
-    /// directory that is not setgid, `in_setgid`, gives it already).
-    fn meta(&mut self, stat: &Statx, in_setgid: bool) -> Meta {
-        let mut meta = Meta::of_statx(stat);
-        let owner = meta.owner.take().expect("stated");
-        if !self.shared.root {
-            let me = self.shared.me;
-            let strip = match (owner.uid == me.uid, owner.gid == me.gid) {
-                (true, true) => 0,
-                (true, false) => 0o2000,
-                (false, true) => 0o4000,
-                (false, false) => SETID,
-            };
-            if meta.mode & strip != 0 && Kind::of_mode(stat.stx_mode.into()) == Kind::File {
-                self.not_restored.setid += 1;
-            }
-            meta.mode &= !strip;
+    /// What a copy restores of the source `entry`: what the one policy decides (setuid and
+    /// setgid where the copy keeps the ids they grant), less the `chown` where creating it
+    /// in a directory that is not setgid (`in_setgid`) gives the owner already.
+    fn apply(&mut self, entry: &Entry<'_>, in_setgid: bool) -> Apply {
+        let mut apply = self.shared.policy.entry(entry, &mut self.not_restored);
+        if apply.owner == Some(self.shared.me) && !in_setgid {
+            apply.owner = None;
         }
-        if self.cp().archive && (owner != self.shared.me || in_setgid) {
-            meta.owner = Some(owner);
-        }
-        meta
+        apply
     }
 
     /// The extended attributes of the open source entry `fd` with [`Cp::archive`], in
@@ -799,9 +786,8 @@ impl<'a> Copier<'a> {
             return Ok(());
         }
         let dest = at.dest.expect("not a dry run");
-        let meta = self.meta(stat, at.setgid);
-        let entry = Entry::new(at.name, kind, meta);
-        let apply = self.shared.policy.entry(&entry, &mut self.not_restored);
+        let entry = Entry::new(at.name, kind, Meta::of_statx(stat));
+        let apply = self.apply(&entry, at.setgid);
         let replaced = match kind {
             Kind::File => self.copy_file(at, dest, stat, &apply, existing)?,
             Kind::Symlink => {
@@ -961,7 +947,7 @@ impl<'a> Copier<'a> {
         let src_path = || at.src_path(shared);
         let src = openat(at.src, at.src_name, FILE_FLAGS, Mode::empty())
             .map_err(|e| Error::io("open", src_path(), e))?;
-        let mode = Mode::from_raw_mode(apply.mode);
+        let mode = Mode::from_raw_mode(apply.create_mode());
         let path = || at.dest_path(shared);
         let made = create_at(
             dest.as_fd(),
@@ -1125,9 +1111,8 @@ impl<'a> Copier<'a> {
     ) -> Result<DestDir<'a>> {
         let shared = self.shared;
         let dest_path = || shared.dest_path(path);
-        let meta = self.meta(stat, in_setgid);
-        let entry = Entry::dir(name, meta);
-        let apply = shared.policy.entry(&entry, &mut self.not_restored);
+        let entry = Entry::dir(name, Meta::of_statx(stat));
+        let apply = self.apply(&entry, in_setgid);
         let (create, last_mode) = shared.policy.dir_modes(&apply);
         let Some(dest) = dest else {
             // A dry run below a directory that does not exist yet.

@@ -8,10 +8,11 @@
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 use rustix::fs::{
-    chownat, fchmod, fchown, fsetxattr, futimens, utimensat, AtFlags, Gid, Mode, Timespec,
+    chownat, fchmod, fchown, fsetxattr, fstat, futimens, utimensat, AtFlags, Gid, Mode, Timespec,
     Timestamps, Uid, XattrFlags, UTIME_OMIT,
 };
 use rustix::io::Errno;
+use rustix::process::getegid;
 
 use crate::error::{Error, Result, TreePath};
 use crate::root::umask;
@@ -157,8 +158,11 @@ pub(crate) struct Policy {
     /// Owners are given, devices created and `trusted.`/`security.` attributes set (root,
     /// and asked where it must be).
     owners: bool,
-    /// Setuid and setgid bits are kept.
+    /// Setuid and setgid bits are kept (where the ids they grant are the recorded ones).
     setid: bool,
+    /// The process's effective ids when the unpack was set up (outside any sandbox): the
+    /// owner of what it creates without a `chown`.
+    me: Owner,
     umask: u32,
 }
 
@@ -173,8 +177,20 @@ pub(crate) struct Apply {
     /// The modification time to give it.
     pub(crate) mtime: Option<Timestamp>,
     /// A file that needs a `fchmod` after its creation: its setuid or setgid bits do not
-    /// survive a `chown`, nor a write by anyone but root.
+    /// survive a `chown`, nor a write by anyone but root, and a setgid bit kept because the
+    /// recorded group is the process's is checked against the group the file got.
     pub(crate) chmod: bool,
+}
+
+impl Apply {
+    /// The mode to create a file with: without setuid and setgid where a `fchmod` gives
+    /// them once its owner and group are right.
+    pub(crate) fn create_mode(&self) -> u32 {
+        match self.chmod {
+            true => self.mode & !SETID,
+            false => self.mode,
+        }
+    }
 }
 
 /// Where [`Policy::restore`] applies metadata.
@@ -189,14 +205,16 @@ pub(crate) enum Target<'a> {
 }
 
 impl Policy {
-    /// The policy for `restore` in a process running as root or not.
-    pub(crate) fn new(restore: Restore, root: bool) -> Policy {
+    /// The policy for `restore` in a process whose effective ids are `me` (root or not).
+    pub(crate) fn new(restore: Restore, me: Owner) -> Policy {
+        let root = me.uid == 0;
         let unasked = root && !restore.asked_only;
         Policy {
             restore,
             root,
             owners: root && (unasked || restore.same_owner == Some(true)),
             setid: unasked || restore.setid,
+            me,
             umask: umask(),
         }
     }
@@ -218,29 +236,57 @@ impl Policy {
     /// What to restore of `entry`, counting in `skipped` what it may not.
     pub(crate) fn entry(&self, entry: &Entry<'_>, skipped: &mut NotRestored) -> Apply {
         let meta = entry.meta;
-        let mut mode = meta.mode & 0o7777;
-        let setid = mode & SETID != 0 && matches!(entry.kind, Kind::File | Kind::Dir);
-        if !setid || !self.setid {
-            // Setuid and setgid mean nothing on a special file (and could not be set on it
-            // through a descriptor).
-            skipped.setid += u64::from(setid);
-            mode &= !SETID;
-        }
         let owner = match (meta.owner, self.restore.same_owner) {
             (None, _) | (_, Some(false)) => None,
             (Some(owner), _) if self.owners => Some(owner),
-            // Root not asked to: as `Some(false)`.
-            (Some(_), _) if self.root => None,
-            (Some(_), _) => {
-                skipped.owners += 1;
+            // Root not asked to: as `Some(false)`. Others: a file of theirs already has it.
+            (Some(owner), _) => {
+                skipped.owners += u64::from(!self.root && owner != self.me);
                 None
             }
         };
+        let mut mode = meta.mode & 0o7777;
+        // Setuid and setgid mean nothing on a special file (and could not be set on it
+        // through a descriptor).
+        let setid = match entry.kind {
+            Kind::File | Kind::Dir => mode & SETID,
+            _ => 0,
+        };
+        let kept = match self.setid {
+            true => setid & self.setid_kept(meta.owner, owner),
+            false => 0,
+        };
+        skipped.setid += u64::from(setid != kept);
+        mode &= !(SETID & !kept);
         Apply {
             mode,
             owner,
             mtime: meta.mtime.filter(|_| self.restore.times),
-            chmod: entry.kind == Kind::File && mode & SETID != 0 && (owner.is_some() || !self.root),
+            chmod: entry.kind == Kind::File
+                && kept != 0
+                && (owner.is_some() || !self.root || kept & 0o2000 != 0),
+        }
+    }
+
+    /// Which of setuid and setgid an entry recorded as owned by `recorded` may keep when it
+    /// is given `owner` (or keeps the process's ids): a bit only where the id it grants is
+    /// the recorded one, so no archive or copy makes a program run as someone it did not
+    /// belong to (libarchive's rule). A setgid bit kept on a file with the process's group
+    /// is checked again after its creation (a setgid directory gives its own group).
+    fn setid_kept(&self, recorded: Option<Owner>, owner: Option<Owner>) -> u32 {
+        let bits = |uid: bool, gid: bool| match (uid, gid) {
+            (true, true) => SETID,
+            (true, false) => 0o4000,
+            (false, true) => 0o2000,
+            (false, false) => 0,
+        };
+        match (owner, recorded) {
+            // 0xffffffff: that id was not recorded, the file keeps the process's.
+            (Some(owner), _) => bits(owner.uid != u32::MAX, owner.gid != u32::MAX),
+            (None, Some(recorded)) => {
+                bits(recorded.uid == self.me.uid, recorded.gid == self.me.gid)
+            }
+            (None, None) => 0,
         }
     }
 
@@ -289,7 +335,16 @@ impl Policy {
             .map_err(|e| Error::io("chown", path(), e))?;
         }
         if let (true, Target::Fd(fd)) = (apply.chmod, target) {
-            fchmod(fd, Mode::from_raw_mode(apply.mode & !self.umask))
+            let mut mode = apply.mode;
+            if apply.owner.is_none() && mode & 0o2000 != 0 {
+                // Kept as the process's group: the file may have its directory's instead.
+                let stat = fstat(fd).map_err(|e| Error::io("fstat", path(), e))?;
+                if stat.st_gid != getegid().as_raw() {
+                    mode &= !0o2000;
+                    skipped.setid += 1;
+                }
+            }
+            fchmod(fd, Mode::from_raw_mode(mode & !self.umask))
                 .map_err(|e| Error::io("fchmod", path(), e))?;
         }
         for (name, value) in xattrs.iter() {
@@ -411,12 +466,14 @@ mod tests {
     }
 
     const OWNER: Option<Owner> = Some(Owner { uid: 7, gid: 8 });
+    const ROOT: Owner = Owner { uid: 0, gid: 0 };
+    const USER: Owner = Owner { uid: 7, gid: 9 };
 
     #[test]
-    fn root_restores_setid_and_owners_others_count_them() {
+    fn root_restores_setid_with_the_owner_others_count_them() {
         let (root, user) = (
-            Policy::new(Restore::default(), true),
-            Policy::new(Restore::default(), false),
+            Policy::new(Restore::default(), ROOT),
+            Policy::new(Restore::default(), USER),
         );
         let file = entry(Kind::File, 0o6755, OWNER);
         let mut skipped = NotRestored::default();
@@ -425,24 +482,62 @@ mod tests {
             (apply.mode, apply.owner, apply.chmod),
             (0o6755, OWNER, true)
         );
+        assert_eq!(apply.create_mode(), 0o755, "given once chowned");
         assert!(!skipped.any());
         let apply = user.entry(&file, &mut skipped);
         assert_eq!((apply.mode, apply.owner, apply.chmod), (0o755, None, false));
         assert_eq!((skipped.setid, skipped.owners), (1, 1));
-        // Root without an owner to give keeps setid through the create call alone.
-        let apply = root.entry(&entry(Kind::File, 0o4755, None), &mut skipped);
-        assert!(!apply.chmod && !root.needs_fd(&apply, Xattrs::default()));
         // Others with --setid: a write by them clears it, so it is set again by fchmod.
-        let setid = Policy::new(Restore::default().setid(true), false);
-        let apply = setid.entry(&entry(Kind::File, 0o4755, None), &mut skipped);
-        assert_eq!((apply.mode, apply.chmod), (0o4755, true));
+        let setid = Policy::new(Restore::default().setid(true), USER);
+        let apply = setid.entry(&file, &mut skipped);
+        assert_eq!((apply.mode, apply.chmod), (0o4755, true), "their uid only");
+    }
+
+    #[test]
+    fn setid_bits_land_only_where_the_ids_they_grant_are_the_recorded_ones() {
+        let landed = |policy: &Policy, owner: Option<Owner>| {
+            let mut skipped = NotRestored::default();
+            let apply = policy.entry(&entry(Kind::File, 0o6755, owner), &mut skipped);
+            assert_eq!(skipped.setid, u64::from(apply.mode & SETID != SETID));
+            assert_eq!(skipped.owners, 0, "root, or its own ids");
+            (apply.mode, apply.owner, apply.chmod)
+        };
+        let root = Policy::new(Restore::default(), ROOT);
+        let users = Some(Owner {
+            uid: 1000,
+            gid: 1000,
+        });
+        // No owner recorded (pack without -a): root would make a program root's.
+        assert_eq!(landed(&root, None), (0o755, None, false));
+        // Not given away (--no-same-owner, or not asked, or --setid asked only for bits):
+        // kept only where the file gets the recorded id anyway.
+        for restore in [
+            Restore::default().same_owner(Some(false)),
+            Restore::default().asked_only(true).setid(true),
+        ] {
+            let policy = Policy::new(restore, ROOT);
+            assert_eq!(landed(&policy, users), (0o755, None, false));
+            assert_eq!(landed(&policy, Some(ROOT)), (0o6755, None, true));
+            let group = Some(Owner { uid: 1000, gid: 0 });
+            assert_eq!(landed(&policy, group), (0o2755, None, true));
+        }
+        // An id the archive marks as unknown is not restored, so neither is its bit.
+        let unknown_uid = Some(Owner {
+            uid: u32::MAX,
+            gid: 5,
+        });
+        assert_eq!(landed(&root, unknown_uid), (0o2755, unknown_uid, true));
+        // Non-root with --setid: the same rule, with its own ids.
+        let setid = Policy::new(Restore::default().setid(true), USER);
+        assert_eq!(landed(&setid, Some(USER)), (0o6755, None, true));
+        assert_eq!(landed(&setid, None), (0o755, None, false));
     }
 
     #[test]
     fn asked_only_root_restores_owners_devices_and_setid_only_as_asked() {
         let file = entry(Kind::File, 0o6755, OWNER);
         let mut skipped = NotRestored::default();
-        let strict = Policy::new(Restore::default().asked_only(true), true);
+        let strict = Policy::new(Restore::default().asked_only(true), ROOT);
         let apply = strict.entry(&file, &mut skipped);
         assert_eq!((apply.mode, apply.owner), (0o755, None));
         assert!(!strict.devices(&mut skipped));
@@ -451,7 +546,7 @@ mod tests {
             .asked_only(true)
             .same_owner(Some(true))
             .setid(true);
-        let asked = Policy::new(asked, true);
+        let asked = Policy::new(asked, ROOT);
         let apply = asked.entry(&file, &mut skipped);
         assert_eq!((apply.mode, apply.owner), (0o6755, OWNER));
         assert!(asked.devices(&mut skipped));
@@ -461,18 +556,18 @@ mod tests {
     fn asked_off_is_silent_and_special_files_never_get_setid() {
         let policy = Policy::new(
             Restore::default().same_owner(Some(false)).times(false),
-            false,
+            USER,
         );
         let mut skipped = NotRestored::default();
         let apply = policy.entry(&entry(Kind::Dir, 0o755, OWNER), &mut skipped);
         assert_eq!((apply.owner, apply.mtime), (None, None));
         assert!(!skipped.any());
-        let root = Policy::new(Restore::default(), true);
+        let root = Policy::new(Restore::default(), ROOT);
         let apply = root.entry(&entry(Kind::Fifo, 0o4644, None), &mut skipped);
         assert_eq!(apply.mode, 0o644);
         assert!(!skipped.any(), "meaningless bits are not a loss");
         assert!(root.devices(&mut skipped) && !skipped.any());
-        assert!(!Policy::new(Restore::default(), false).devices(&mut skipped));
+        assert!(!Policy::new(Restore::default(), USER).devices(&mut skipped));
         assert_eq!(skipped.devices, 1);
     }
 
@@ -480,7 +575,7 @@ mod tests {
     fn directories_are_filled_with_owner_rwx_and_get_the_rest_after() {
         let policy = Policy {
             umask: 0o022,
-            ..Policy::new(Restore::default(), true)
+            ..Policy::new(Restore::default(), ROOT)
         };
         let modes = |mode| {
             policy.dir_modes(&Apply {

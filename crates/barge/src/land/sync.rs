@@ -354,7 +354,7 @@ impl SyncLander {
             .setup
             .policy
             .entry(file, &mut self.summary.not_restored);
-        let mode = Mode::from_raw_mode(apply.mode);
+        let mode = Mode::from_raw_mode(apply.create_mode());
         let made = self.create_at(file.name, "openat", |dir, name| {
             openat(dir, name, CREATE_FLAGS, mode)
         })?;
@@ -738,7 +738,7 @@ mod tests {
     use super::*;
     use crate::land::restore::Restore;
     use crate::land::uring::UringLander;
-    use crate::tree::Meta;
+    use crate::tree::{Meta, Owner};
 
     fn at(n: i64) -> Timestamp {
         Timestamp {
@@ -767,7 +767,10 @@ mod tests {
 
     /// A sync and a uring lander below `dest`, skipping existing entries.
     fn landers(dest: &Path) -> Vec<(&'static str, Box<dyn Land>)> {
-        let policy = Policy::new(Restore::default().existing(Existing::Skip), false);
+        let policy = Policy::new(
+            Restore::default().existing(Existing::Skip),
+            Owner::of_process(),
+        );
         let root = || OwnedFd::from(std::fs::File::open(dest).unwrap());
         vec![
             (

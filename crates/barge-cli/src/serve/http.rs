@@ -38,7 +38,8 @@ pub(super) struct Server {
     token: Token,
     limits: barge::format::Limits,
     max_body: Option<u64>,
-    idle: Duration,
+    /// `--idle-timeout`.
+    pub(super) idle: Duration,
     cors: Vec<String>,
     json: bool,
     /// One permit per upload that may land at once.

@@ -683,6 +683,164 @@ fn connections_beyond_the_limit_wait_until_one_closes() {
     assert_eq!(status, 200, "not served once a slot was free");
 }
 
+/// A TCP connection to the server on loopback from the address `from` (127.x.y.z).
+fn connect_from(from: &str, port: u16) -> TcpStream {
+    use rustix::net::{AddressFamily, SocketType};
+    let socket = rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None).unwrap();
+    let from: std::net::SocketAddr = format!("{from}:0").parse().unwrap();
+    rustix::net::bind(&socket, &from).unwrap();
+    let to: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    rustix::net::connect(&socket, &to).unwrap();
+    TcpStream::from(socket)
+}
+
+/// Whether the server closes `socket` within `within` (of silence).
+fn closed_within(socket: &mut TcpStream, within: Duration) -> bool {
+    socket.set_read_timeout(Some(within)).unwrap();
+    match socket.read_to_end(&mut Vec::new()) {
+        Ok(_) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    }
+}
+
+/// A client that speaks HTTP/2 on `stream` and asks nothing: the preface and SETTINGS,
+/// then only acknowledgements of the server's SETTINGS and PINGs. Says on `ready` when the
+/// server answered, and returns when it closed the connection: after how long, and whether
+/// it sent GOAWAY first; `None` when it is still open after 15 s.
+fn hold_http2(
+    mut stream: impl Read + Write,
+    ready: std::sync::mpsc::Sender<()>,
+) -> Option<(Duration, bool)> {
+    let start = Instant::now();
+    // The preface, and SETTINGS with none: 9-byte frame headers (length, type, flags, stream).
+    stream
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .unwrap();
+    let mut goaway = false;
+    while start.elapsed() < Duration::from_secs(15) {
+        let mut head = [0u8; 9];
+        if let Err(e) = stream.read_exact(&mut head) {
+            let open = matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            );
+            return (!open).then(|| (start.elapsed(), goaway));
+        }
+        let mut payload = vec![0; u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize];
+        if stream.read_exact(&mut payload).is_err() {
+            return Some((start.elapsed(), goaway));
+        }
+        let (kind, ack) = (head[3], head[4] & 1 == 1);
+        // (A write can fail once the server closed; the next read says so.)
+        let _ = match kind {
+            4 if !ack => {
+                let _ = ready.send(());
+                stream.write_all(&[0, 0, 0, 4, 1, 0, 0, 0, 0])
+            }
+            6 if !ack => stream.write_all(&[&[0, 0, 8, 6, 1, 0, 0, 0, 0][..], &payload].concat()),
+            7 => {
+                goaway = true;
+                Ok(())
+            }
+            _ => Ok(()),
+        };
+    }
+    None
+}
+
+/// A certificate for 127.0.0.1 in PEM files under `dir`, and a TLS client configuration
+/// (HTTP/2 only) that trusts it.
+fn tls_pair(dir: &Path) -> (PathBuf, PathBuf, Arc<rustls::ClientConfig>) {
+    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    fs::write(&cert, made.cert.pem()).unwrap();
+    fs::write(&key, made.signing_key.serialize_pem()).unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(made.cert.der().clone()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    (cert, key, Arc::new(config))
+}
+
+/// Clients that speak HTTP/2 and ask nothing (no token needed) no longer hold every slot:
+/// a connection with no request in progress is closed after --idle-timeout (GOAWAY first),
+/// over TLS and plain HTTP; one that sends nothing at all too, and over TLS a handshake
+/// that does not end within it.
+#[test]
+fn idle_connections_are_closed_after_the_idle_timeout() {
+    let work = tempdir();
+    let dest = work.path().join("dest");
+    let (cert, key, client) = tls_pair(work.path());
+    let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    for tls in [false, true] {
+        let mut args = vec!["--max-connections", "4", "--idle-timeout", "2"];
+        match tls {
+            true => args.extend(["--cert", cert, "--key", key]),
+            false => args.push("--plain-http"),
+        }
+        let server = Server::start(&dest, &args, Some(TOKEN));
+        // Four, from four addresses (as strangers would, to get past a share per address).
+        let (ready, answered) = std::sync::mpsc::channel();
+        let holders: Vec<_> = (2..6)
+            .map(|i| {
+                let socket = connect_from(&format!("127.0.0.{i}"), server.port);
+                socket
+                    .set_read_timeout(Some(Duration::from_secs(15)))
+                    .unwrap();
+                let (ready, client) = (ready.clone(), client.clone());
+                std::thread::spawn(move || match tls {
+                    true => {
+                        let name = "127.0.0.1".try_into().unwrap();
+                        let tls = rustls::ClientConnection::new(client, name).unwrap();
+                        hold_http2(rustls::StreamOwned::new(tls, socket), ready)
+                    }
+                    false => hold_http2(socket, ready),
+                })
+            })
+            .collect();
+        for _ in 0..4 {
+            answered
+                .recv_timeout(Duration::from_secs(10))
+                .expect("served");
+        }
+        let start = Instant::now();
+        let (status, _, _) = server.curl(None, &["--max-time", "15"], "/");
+        assert_eq!(
+            status, 200,
+            "tls {tls}: the page, once an idle slot was freed"
+        );
+        assert!(
+            start.elapsed() > Duration::from_millis(1500),
+            "tls {tls}: no wait"
+        );
+        for holder in holders {
+            let held = holder.join().unwrap();
+            let (after, goaway) = held.unwrap_or_else(|| panic!("tls {tls}: never closed"));
+            assert!(goaway, "tls {tls}: closed without GOAWAY");
+            assert!(
+                after > Duration::from_millis(1500) && after < Duration::from_secs(8),
+                "tls {tls}: closed after {after:?}"
+            );
+        }
+        // Nothing sent at all (plain: not even which HTTP; TLS: no handshake).
+        let mut silent = connect_from("127.0.0.2", server.port);
+        let start = Instant::now();
+        assert!(
+            closed_within(&mut silent, Duration::from_secs(6)),
+            "tls {tls}: a silent connection stayed open"
+        );
+        assert!(start.elapsed() > Duration::from_millis(1500), "tls {tls}");
+        if tls {
+            server.wait_for_log("TLS handshake timed out");
+        }
+    }
+}
+
 #[test]
 fn busy_and_stopping_servers_keep_running_uploads_whole_or_not_at_all() {
     let work = tempdir();

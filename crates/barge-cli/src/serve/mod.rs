@@ -4,9 +4,11 @@
 //!
 //! The HTTP stack (tokio, hyper, rustls with the ring provider) lives here in the front
 //! end; the library stays free of it. `tls.rs` makes the server's TLS configuration,
-//! `token.rs` the bearer token, `http.rs` answers requests and `upload.rs` lands a body.
+//! `token.rs` the bearer token, `peers.rs` shares the connections out by client address,
+//! `http.rs` answers requests and `upload.rs` lands a body.
 
 mod http;
+mod peers;
 mod quota;
 mod tls;
 mod token;
@@ -78,7 +80,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     max_uploads: u32,
     /// Keep at most N connections open at once, with or without a token (each holds an fd
-    /// and some memory); more wait in the listen queue until one closes.
+    /// and some memory); more wait in the listen queue until one closes. One client address
+    /// (an IPv6 one by its /64) may hold a quarter of them (at least one): its connections
+    /// beyond that are closed at once.
     #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     max_connections: u32,
     /// Give up on an upload whose body sends nothing for this many seconds (408; nothing is
@@ -186,8 +190,8 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
             token.print_url(&url, args.json);
         }
         let server = Arc::new(http::Server::new(&args, dest, token, quota));
-        let connections = Arc::new(Semaphore::new(args.max_connections as usize));
-        run(listener, tls.map(|t| t.acceptor), server, connections).await
+        let tls = tls.map(|t| t.acceptor);
+        run(listener, tls, server, args.max_connections).await
     })?;
     Ok(Exit::Success)
 }
@@ -223,15 +227,17 @@ const STREAM_WINDOW: u32 = 4 << 20;
 /// How long a client has for its TLS handshake (or the idle timeout, when shorter).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Accepts connections, each while `connections` has a permit for it, until SIGINT or
-/// SIGTERM, then waits for the open ones (a second signal stops waiting: the uploads still
-/// running are cancelled).
+/// Accepts connections, at most `max_connections` at once and a share of them per client
+/// address, until SIGINT or SIGTERM, then waits for the open ones (a second signal stops
+/// waiting: the uploads still running are cancelled).
 async fn run(
     listener: TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
     server: Arc<http::Server>,
-    connections: Arc<Semaphore>,
+    max_connections: u32,
 ) -> anyhow::Result<()> {
+    let connections = Arc::new(Semaphore::new(max_connections as usize));
+    let peers = peers::Peers::new(max_connections);
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
     let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -273,6 +279,13 @@ async fn run(
             _ = interrupt.recv() => break Signal::INT,
             _ = terminate.recv() => break Signal::TERM,
         };
+        let Some(place) = peers.take(peer.ip()) else {
+            log_line!(
+                "barge serve: {peer}: closed: this address holds its share of connections ({})",
+                peers.share
+            );
+            continue;
+        };
         let (builder, server, tls, stop) = (
             builder.clone(),
             server.clone(),
@@ -280,7 +293,7 @@ async fn run(
             stopping.subscribe(),
         );
         tokio::spawn(async move {
-            let _open = permit;
+            let _open = (permit, place);
             let Some(tls) = tls else {
                 return serve_connection(&builder, stop, stream, peer, server).await;
             };

@@ -670,11 +670,12 @@ fn connections_beyond_the_limit_wait_until_one_closes() {
         &["--plain-http", "--max-connections", "2"],
         Some(TOKEN),
     );
-    let address = ("127.0.0.1", server.port);
     let (status, _, _) = server.curl(None, &[], "/");
     assert_eq!(status, 200, "the page, before the slots are taken");
-    let mut idle: Vec<TcpStream> = (0..2)
-        .map(|_| TcpStream::connect(address).unwrap())
+    // From two addresses: one may hold only its share (a quarter, at least one).
+    let mut idle: Vec<TcpStream> = ["127.0.0.2", "127.0.0.3"]
+        .iter()
+        .map(|from| connect_from(from, server.port))
         .collect();
     let (status, _, _) = server.curl(None, &["--max-time", "2"], "/");
     assert_eq!(status, 0, "served beyond --max-connections");
@@ -784,7 +785,7 @@ fn idle_connections_are_closed_after_the_idle_timeout() {
             false => args.push("--plain-http"),
         }
         let server = Server::start(&dest, &args, Some(TOKEN));
-        // Four, from four addresses (as strangers would, to get past a share per address).
+        // Four, from four addresses: each may hold a quarter of the slots.
         let (ready, answered) = std::sync::mpsc::channel();
         let holders: Vec<_> = (2..6)
             .map(|i| {
@@ -839,6 +840,29 @@ fn idle_connections_are_closed_after_the_idle_timeout() {
             server.wait_for_log("TLS handshake timed out");
         }
     }
+}
+
+/// One address can hold no more than its share of --max-connections (a quarter): its
+/// connections beyond that are closed at once, while other addresses are served.
+#[test]
+fn one_address_holds_at_most_a_quarter_of_the_connections() {
+    let work = tempdir();
+    let dest = work.path().join("dest");
+    let args = ["--plain-http", "--max-connections", "8"];
+    let server = Server::start(&dest, &args, Some(TOKEN));
+    let _held: Vec<TcpStream> = (0..2)
+        .map(|_| connect_from("127.0.0.2", server.port))
+        .collect();
+    let mut third = connect_from("127.0.0.2", server.port);
+    assert!(
+        closed_within(&mut third, Duration::from_secs(3)),
+        "a third connection of 127.0.0.2 was kept"
+    );
+    assert!(server
+        .wait_for_log("closed: this address holds its share of connections (2)")
+        .contains("127.0.0.2"));
+    let (status, _, _) = server.curl(None, &["--max-time", "5"], "/");
+    assert_eq!(status, 200, "another address is served");
 }
 
 #[test]

@@ -289,6 +289,8 @@ impl Server {
         };
         let reserved = self.reserve(name)?;
         let name = String::from_utf8_lossy(&reserved.name).into_owned();
+        // The client's bytes: the log shows them escaped, as every name in a message.
+        let shown = barge::error::escape_bytes(&reserved.name);
         let upload = Upload {
             target: self.dest.join(OsStr::from_bytes(&reserved.name)),
             limits,
@@ -326,7 +328,7 @@ impl Server {
             println!("{result}");
         }
         let mut reply = json_reply(StatusCode::OK, &result);
-        reply.note = format!("{name}: {entries} entries, {}", human_bytes(summary.bytes));
+        reply.note = format!("{shown}: {entries} entries, {}", human_bytes(summary.bytes));
         Ok(reply)
     }
 

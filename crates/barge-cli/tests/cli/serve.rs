@@ -491,6 +491,28 @@ fn names_taken_bad_or_unknown_and_wrong_types_are_refused() {
     assert_eq!(names_in(&dest), ["caf\u{e9} \u{fffd}", "taken"]);
 }
 
+/// An upload's name may hold any byte but `/` and NUL; the log line shows it escaped, so a
+/// client can neither forge a log line nor send the terminal an escape sequence.
+#[test]
+fn a_name_with_control_characters_is_logged_escaped() {
+    let work = tempdir();
+    let (_, archive) = sample(work.path(), 3);
+    let dest = work.path().join("dest");
+    let server = Server::start(&dest, &["--plain-http"], Some(TOKEN));
+    let forged = "x%0abarge%20serve%3A%20forged%1b%5b2J";
+    assert_eq!(server.upload(&archive, Some(forged), &[]).0, 200);
+    assert_eq!(names_in(&dest), ["x\nbarge serve: forged\u{1b}[2J"]);
+    let (_, log) = server.stop();
+    assert!(
+        log.contains(r"(x\nbarge serve: forged\x1b[2J: "),
+        "the note, escaped: {log}"
+    );
+    assert!(
+        !log.contains('\u{1b}') && !log.lines().any(|l| l.starts_with("barge serve: forged")),
+        "{log}"
+    );
+}
+
 #[test]
 fn cors_is_answered_for_the_given_origins_only() {
     let work = tempdir();

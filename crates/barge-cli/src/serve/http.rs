@@ -75,6 +75,7 @@ impl Server {
                 max_depth: args.max_depth,
                 max_entries: args.max_entries.0,
                 max_bytes: args.max_bytes.0,
+                max_space: None,
                 zero_padding: false,
             },
             max_body: args.max_bytes.0,

@@ -20,7 +20,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use barge::exclude::Exclude;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use rustix::process::Signal;
@@ -71,9 +70,10 @@ pub struct ServeArgs {
     /// Refuse an upload nested deeper than this many directories.
     #[arg(long, value_name = "N", default_value_t = barge::format::DEFAULT_MAX_DEPTH)]
     max_depth: usize,
-    /// Let DEST hold at most N bytes of file content in all, e.g. 100G (what it holds is
-    /// counted at start, as du -sb does, then each upload as it lands): an upload that would
-    /// pass it is refused (507) and leaves nothing. 'none' (the default) for no quota.
+    /// Let DEST take at most N bytes of disk in all, e.g. 100G, every entry charged at least a
+    /// 4 KiB block (a file its content, a symlink its target, rounded up to blocks, and its
+    /// xattrs): counted at start, then each upload as it lands. An upload that would pass it
+    /// is refused (507) and leaves nothing. 'none' (the default) for no quota.
     #[arg(long, value_name = "N", default_value = "none", value_parser = parse_limit)]
     quota: Limit,
     /// Land at most N uploads at once; more are refused with 503.
@@ -150,8 +150,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
     let dest = prepare_dest(&args.dest)?;
     // Counted before serving (not on the server's threads): what DEST holds already.
     let quota = args.quota.0.map(|max| {
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let used = crate::du::bytes_below(std::slice::from_ref(&dest), Exclude::default(), threads);
+        let used = quota::space_below(&dest);
         log_line!(
             "barge serve: quota {}, of which DEST holds {}",
             human_bytes(max),

@@ -681,6 +681,49 @@ fn a_quota_bounds_what_all_uploads_land_together() {
     );
 }
 
+/// `--quota` charges every entry its disk space, at least a 4 KiB block: uploads of empty
+/// directories and long symlinks (no file content at all) fill it too, the one that would
+/// pass it is refused (507) while it lands, and a restart counts DEST the same way.
+#[test]
+fn a_quota_charges_every_entry_not_only_file_content() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    fs::create_dir(&src).unwrap();
+    let target = "t".repeat(4095);
+    for i in 0..20 {
+        fs::create_dir(src.join(format!("d{i}"))).unwrap();
+        std::os::unix::fs::symlink(&target, src.join(format!("l{i}"))).unwrap();
+    }
+    let archive = work.path().join("empty.barge");
+    run_ok(&mut pack_cmd(&src, &archive), None);
+    // An upload takes 41 blocks (its directory, 20 directories, 20 symlinks), DEST one: room
+    // for two uploads and half of a third.
+    let quota = ((1 + 2 * 41 + 20) * 4096).to_string();
+    let dest = work.path().join("dest");
+    let start = || {
+        let args = ["--plain-http", "--quota", &quota];
+        Server::start(&dest, &args, Some(TOKEN))
+    };
+    let server = start();
+    let chunked = ["-H", "Transfer-Encoding: chunked"];
+    for (name, extra) in [("a", &[][..]), ("b", &chunked[..])] {
+        let (status, body) = server.upload(&archive, Some(name), extra);
+        assert_eq!((status, field(&body, "bytes")), (200, 0.into()), "{body}");
+    }
+    for extra in [&[][..], &chunked[..]] {
+        let (status, body) = server.upload(&archive, Some("c"), extra);
+        assert_eq!(status, 507, "{extra:?}: {body}");
+        assert!(body.contains("--quota"), "{body}");
+    }
+    assert_holds(&dest, &["a", "b"], "over the quota");
+    server.stop();
+    let server = start();
+    let line = server.wait_for_log("of which DEST holds");
+    assert!(line.ends_with("DEST holds 332.0 KiB"), "83 blocks: {line}");
+    assert_eq!(server.upload(&archive, Some("c"), &[]).0, 507);
+    assert_holds(&dest, &["a", "b"], "over the quota after a restart");
+}
+
 /// Connections that send nothing (no token needed for that) take the server's connection
 /// slots: the next connection waits, unserved, until one of them closes.
 #[test]

@@ -19,6 +19,7 @@ fuzz_target!(|input: &[u8]| {
         max_depth: seed % 5,
         max_entries: Some((seed % 7) as u64),
         max_bytes: Some((seed % 64) as u64),
+        max_space: Some((seed % 8) as u64 * 4096),
         zero_padding: seed % 2 == 0,
     };
     for limits in [Limits::default(), tight] {

@@ -298,5 +298,5 @@ fn is_dir(path: &Path) -> bool {
 /// Sums the bytes below `srcs` into `total`, for the progress line's percentage.
 pub(crate) fn count(srcs: &[PathBuf], exclude: Exclude, total: &AtomicU64) {
     barge::interrupt::keep_signals_off_this_thread();
-    total.store(crate::du::bytes_below(srcs, exclude, 2), Relaxed);
+    total.store(crate::du::totals_below(srcs, exclude, 2).bytes, Relaxed);
 }

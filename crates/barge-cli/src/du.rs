@@ -11,14 +11,15 @@ use serde_json::{json, Map, Value};
 
 use crate::report::{error, exit_status, human_bytes, json_path, warn, Exit};
 
-/// The bytes of file content below `paths` (what `du -sb` counts, each inode once), on up
-/// to `threads` threads; what cannot be read counts as nothing.
-pub(crate) fn bytes_below(paths: &[PathBuf], exclude: Exclude, threads: usize) -> u64 {
+/// The totals of everything below `paths` (each inode once), on up to `threads` threads;
+/// what cannot be read counts as nothing.
+pub(crate) fn totals_below(paths: &[PathBuf], exclude: Exclude, threads: usize) -> Totals {
     let du = Du::new().threads(threads).exclude(exclude);
-    du.run(paths)
-        .filter_map(|usage| usage.ok())
-        .map(|usage| usage.totals.bytes)
-        .sum()
+    let mut all = Totals::default();
+    for usage in du.run(paths).filter_map(|usage| usage.ok()) {
+        all.add(&usage.totals);
+    }
+    all
 }
 
 /// Where `barge du` deliberately differs from GNU du (shown by `barge du --help`).

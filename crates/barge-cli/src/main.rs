@@ -139,6 +139,7 @@ impl LimitArgs {
             max_depth: self.max_depth,
             max_entries: self.max_entries.0,
             max_bytes: self.max_bytes.map_or(max_bytes, |limit| limit.0),
+            max_space: None,
             zero_padding: false,
         }
     }

@@ -24,6 +24,7 @@ use rustix::io::Errno;
 
 use crate::error::{Error, Result, TreePath};
 use crate::exclude::Exclude;
+use crate::format;
 use crate::sys::DIR_FLAGS;
 use crate::tree::{Entry, Kind};
 use crate::walk::parallel::{
@@ -47,6 +48,10 @@ pub struct Totals {
     pub bytes: u64,
     /// Sum of allocated sizes (`st_blocks * 512`).
     pub disk_bytes: u64,
+    /// What a space limit charges: each entry [`format::space`] of its size as
+    /// [`Limits::max_space`](format::Limits::max_space) charges it landing, or its allocated
+    /// size when more (blocks that hold what the walk does not read, such as xattrs).
+    pub space: u64,
     /// Regular files.
     pub files: u64,
     /// Directories, the PATH itself included.
@@ -60,6 +65,7 @@ impl Totals {
     pub fn add(&mut self, other: &Totals) {
         self.bytes += other.bytes;
         self.disk_bytes += other.disk_bytes;
+        self.space += other.space;
         self.files += other.files;
         self.dirs += other.dirs;
         self.other += other.other;
@@ -68,6 +74,7 @@ impl Totals {
     fn count(&mut self, stat: &Statx) {
         self.bytes += stat.stx_size;
         self.disk_bytes += stat.stx_blocks * 512;
+        self.space += format::space(stat.stx_size, 0).max(stat.stx_blocks * 512);
         match kind(stat) {
             FileType::RegularFile => self.files += 1,
             FileType::Directory => self.dirs += 1,

@@ -136,6 +136,7 @@ fn limits(rng: &mut Rng) -> Limits {
             max_depth: rng.below(4),
             max_entries: Some(rng.below(5) as u64),
             max_bytes: Some(rng.below(100) as u64),
+            max_space: Some(rng.below(8) as u64 * 4096),
             zero_padding: rng.below(2) == 0,
         },
         1 => Limits {

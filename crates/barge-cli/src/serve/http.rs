@@ -18,7 +18,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::{watch, Semaphore};
 
-use super::quota::Quota;
+use super::quota::{self, Quota};
 use super::token::Token;
 use super::upload::{over_limit, Refusal, Upload};
 use super::ServeArgs;
@@ -38,7 +38,8 @@ pub(super) struct Server {
     token: Token,
     limits: barge::format::Limits,
     max_body: Option<u64>,
-    idle: Duration,
+    /// `--idle-timeout`.
+    pub(super) idle: Duration,
     cors: Vec<String>,
     json: bool,
     /// One permit per upload that may land at once.
@@ -74,6 +75,7 @@ impl Server {
                 max_depth: args.max_depth,
                 max_entries: args.max_entries.0,
                 max_bytes: args.max_bytes.0,
+                max_space: None,
                 zero_padding: false,
             },
             max_body: args.max_bytes.0,
@@ -269,25 +271,29 @@ impl Server {
                 ),
             ));
         };
-        // What the quota lets this upload land: no more than its length says, if it does.
+        // What the quota lets this upload take: no more than a body of its length (or of
+        // --max-bytes) can be charged, and its own directory.
         let mut limits = self.limits;
         let mut share = match &self.quota {
             None => None,
             Some(quota) => {
-                let length = body.size_hint().exact().unwrap_or(u64::MAX);
-                let want = limits.max_bytes.unwrap_or(u64::MAX).min(length);
-                let Some(share) = quota.reserve(want) else {
+                let length = body.size_hint().exact().or(self.max_body);
+                let want = length.map_or(u64::MAX, |n| n.saturating_mul(SPACE_PER_BYTE));
+                let share = quota.reserve(want.saturating_add(UPLOAD_DIR));
+                let Some(share) = share.filter(|share| share.bytes >= UPLOAD_DIR) else {
                     return Err(Refusal::new(
                         StatusCode::INSUFFICIENT_STORAGE,
                         quota_full(quota),
                     ));
                 };
-                limits.max_bytes = Some(share.bytes);
+                limits.max_space = Some(share.bytes - UPLOAD_DIR);
                 Some(share)
             }
         };
         let reserved = self.reserve(name)?;
         let name = String::from_utf8_lossy(&reserved.name).into_owned();
+        // The client's bytes: the log shows them escaped, as every name in a message.
+        let shown = barge::error::escape_bytes(&reserved.name);
         let upload = Upload {
             target: self.dest.join(OsStr::from_bytes(&reserved.name)),
             limits,
@@ -295,23 +301,22 @@ impl Server {
             idle: self.idle,
             held: Box::new((slot, reserved)),
         };
-        let cut = |limits: barge::format::Limits| limits.max_bytes.unwrap_or(u64::MAX);
+        let target = upload.target.clone();
         let landed = match (upload.land(body, self.stop.subscribe()).await, &self.quota) {
-            // Over the share the quota left it, not over --max-bytes.
-            (Err(refused), Some(quota))
-                if refused.status == StatusCode::PAYLOAD_TOO_LARGE
-                    && cut(limits) < cut(self.limits) =>
-            {
+            // Over the share the quota left it: say how much is left once it is back.
+            (Err(refused), Some(quota)) if refused.status == StatusCode::INSUFFICIENT_STORAGE => {
                 drop(share.take());
-                return Err(Refusal::new(
-                    StatusCode::INSUFFICIENT_STORAGE,
-                    quota_full(quota),
-                ));
+                return Err(Refusal {
+                    message: quota_full(quota),
+                    ..refused
+                });
             }
             (landed, _) => landed?,
         };
-        if let Some(share) = &mut share {
-            share.keep(landed.summary.bytes);
+        if let Some(mut share) = share {
+            // What it takes, counted as a restart would count it.
+            let space = tokio::task::spawn_blocking(move || quota::space_below(&target));
+            share.keep(space.await.unwrap_or(share.bytes));
         }
         let summary = landed.summary;
         let entries =
@@ -325,7 +330,7 @@ impl Server {
             println!("{result}");
         }
         let mut reply = json_reply(StatusCode::OK, &result);
-        reply.note = format!("{name}: {entries} entries, {}", human_bytes(summary.bytes));
+        reply.note = format!("{shown}: {entries} entries, {}", human_bytes(summary.bytes));
         Ok(reply)
     }
 
@@ -383,6 +388,14 @@ fn upload_of<'p>(method: &Method, path: &'p str) -> Option<Option<&'p str>> {
         _ => None,
     }
 }
+
+/// The most disk space one byte of an archive can be charged: every entry takes at least 4
+/// bytes of it (a DIR with a one-byte name, and its POP) and is charged at most one 4 KiB
+/// block more than the content and xattr bytes it carries.
+const SPACE_PER_BYTE: u64 = 1024;
+
+/// The space an upload's own directory is charged.
+const UPLOAD_DIR: u64 = barge::format::space(0, 0);
 
 /// The answer for an upload that does not fit in what is left of `quota`.
 fn quota_full(quota: &Quota) -> String {

@@ -4,9 +4,11 @@
 //!
 //! The HTTP stack (tokio, hyper, rustls with the ring provider) lives here in the front
 //! end; the library stays free of it. `tls.rs` makes the server's TLS configuration,
-//! `token.rs` the bearer token, `http.rs` answers requests and `upload.rs` lands a body.
+//! `token.rs` the bearer token, `peers.rs` shares the connections out by client address,
+//! `http.rs` answers requests and `upload.rs` lands a body.
 
 mod http;
+mod peers;
 mod quota;
 mod tls;
 mod token;
@@ -18,15 +20,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use barge::exclude::Exclude;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use rustix::process::Signal;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
 
 use crate::report::{self, human_bytes, log_line, shown_path, Exit};
 use crate::{parse_limit, Limit};
@@ -70,20 +70,24 @@ pub struct ServeArgs {
     /// Refuse an upload nested deeper than this many directories.
     #[arg(long, value_name = "N", default_value_t = barge::format::DEFAULT_MAX_DEPTH)]
     max_depth: usize,
-    /// Let DEST hold at most N bytes of file content in all, e.g. 100G (what it holds is
-    /// counted at start, as du -sb does, then each upload as it lands): an upload that would
-    /// pass it is refused (507) and leaves nothing. 'none' (the default) for no quota.
+    /// Let DEST take at most N bytes of disk in all, e.g. 100G, every entry charged at least a
+    /// 4 KiB block (a file its content, a symlink its target, rounded up to blocks, and its
+    /// xattrs): counted at start, then each upload as it lands. An upload that would pass it
+    /// is refused (507) and leaves nothing. 'none' (the default) for no quota.
     #[arg(long, value_name = "N", default_value = "none", value_parser = parse_limit)]
     quota: Limit,
     /// Land at most N uploads at once; more are refused with 503.
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     max_uploads: u32,
     /// Keep at most N connections open at once, with or without a token (each holds an fd
-    /// and some memory); more wait in the listen queue until one closes.
+    /// and some memory); more wait in the listen queue until one closes. One client address
+    /// (an IPv6 one by its /64) may hold a quarter of them (at least one): its connections
+    /// beyond that are closed at once.
     #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     max_connections: u32,
     /// Give up on an upload whose body sends nothing for this many seconds (408; nothing is
-    /// kept).
+    /// kept), and close a connection (HTTP/1.1 or HTTP/2) with no request in progress for as
+    /// long; a TLS handshake must end within 10 s, or this when shorter.
     #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     idle_timeout: u64,
     /// Allow uploads from pages of ORIGIN (its scheme, host and port, as browsers send it in
@@ -146,8 +150,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
     let dest = prepare_dest(&args.dest)?;
     // Counted before serving (not on the server's threads): what DEST holds already.
     let quota = args.quota.0.map(|max| {
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let used = crate::du::bytes_below(std::slice::from_ref(&dest), Exclude::default(), threads);
+        let used = quota::space_below(&dest);
         log_line!(
             "barge serve: quota {}, of which DEST holds {}",
             human_bytes(max),
@@ -186,8 +189,8 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
             token.print_url(&url, args.json);
         }
         let server = Arc::new(http::Server::new(&args, dest, token, quota));
-        let connections = Arc::new(Semaphore::new(args.max_connections as usize));
-        run(listener, tls.map(|t| t.acceptor), server, connections).await
+        let tls = tls.map(|t| t.acceptor);
+        run(listener, tls, server, args.max_connections).await
     })?;
     Ok(Exit::Success)
 }
@@ -220,18 +223,20 @@ fn url_host(address: SocketAddr) -> String {
 /// How much of an HTTP/2 upload may be on its way unread.
 const STREAM_WINDOW: u32 = 4 << 20;
 
-/// How long a client has for its TLS handshake.
+/// How long a client has for its TLS handshake (or the idle timeout, when shorter).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Accepts connections, each while `connections` has a permit for it, until SIGINT or
-/// SIGTERM, then waits for the open ones (a second signal stops waiting: the uploads still
-/// running are cancelled).
+/// Accepts connections, at most `max_connections` at once and a share of them per client
+/// address, until SIGINT or SIGTERM, then waits for the open ones (a second signal stops
+/// waiting: the uploads still running are cancelled).
 async fn run(
     listener: TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
     server: Arc<http::Server>,
-    connections: Arc<Semaphore>,
+    max_connections: u32,
 ) -> anyhow::Result<()> {
+    let connections = Arc::new(Semaphore::new(max_connections as usize));
+    let peers = peers::Peers::new(max_connections);
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
     let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -249,7 +254,11 @@ async fn run(
         .initial_connection_window_size(4 * STREAM_WINDOW)
         .max_frame_size(1 << 20)
         .max_concurrent_streams(64);
-    let graceful = GracefulShutdown::new();
+    // Each connection holds a receiver; a change asks them to close once their requests are
+    // answered. (hyper-util's GracefulShutdown cannot also close a connection on its own
+    // idle timeout.)
+    let (stopping, _) = watch::channel(());
+    let handshake = HANDSHAKE_TIMEOUT.min(server.idle);
     let stop = loop {
         let permit = tokio::select! {
             permit = connections.clone().acquire_owned() => permit.expect("never closed"),
@@ -269,19 +278,26 @@ async fn run(
             _ = interrupt.recv() => break Signal::INT,
             _ = terminate.recv() => break Signal::TERM,
         };
-        let (builder, server, tls, watcher) = (
+        let Some(place) = peers.take(peer.ip()) else {
+            log_line!(
+                "barge serve: {peer}: closed: this address holds its share of connections ({})",
+                peers.share
+            );
+            continue;
+        };
+        let (builder, server, tls, stop) = (
             builder.clone(),
             server.clone(),
             tls.clone(),
-            graceful.watcher(),
+            stopping.subscribe(),
         );
         tokio::spawn(async move {
-            let _open = permit;
+            let _open = (permit, place);
             let Some(tls) = tls else {
-                return serve_connection(&builder, watcher, stream, peer, server).await;
+                return serve_connection(&builder, stop, stream, peer, server).await;
             };
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
-                Ok(Ok(stream)) => serve_connection(&builder, watcher, stream, peer, server).await,
+            match tokio::time::timeout(handshake, tls.accept(stream)).await {
+                Ok(Ok(stream)) => serve_connection(&builder, stop, stream, peer, server).await,
                 // A client that does not trust the certificate, or speaks no TLS.
                 Ok(Err(e)) => log_line!("barge serve: {peer}: TLS handshake failed: {e}"),
                 Err(_) => log_line!("barge serve: {peer}: TLS handshake timed out"),
@@ -291,14 +307,15 @@ async fn run(
     // main ends the process by this signal, as every barge command does.
     barge::interrupt::request(stop.as_raw());
     drop(listener);
-    let open = graceful.count();
+    let open = stopping.receiver_count();
     if open > 0 {
         log_line!(
             "barge serve: stopping; waiting for {open} connection(s) (send the signal again \
              to cancel running uploads)"
         );
     }
-    let shutdown = graceful.shutdown();
+    stopping.send_replace(());
+    let shutdown = stopping.closed();
     tokio::pin!(shutdown);
     tokio::select! {
         () = &mut shutdown => return Ok(()),
@@ -312,22 +329,70 @@ async fn run(
     Ok(())
 }
 
-/// Serves HTTP/1.1 or HTTP/2 (whichever the client speaks) on one connection.
+/// Serves HTTP/1.1 or HTTP/2 (whichever the client speaks) on one connection until the
+/// client closes it, `stop` changes (then once its requests are answered), or it has had no
+/// request in progress for the idle timeout (then within as long again).
 async fn serve_connection<I>(
     builder: &auto::Builder<TokioExecutor>,
-    watcher: hyper_util::server::graceful::Watcher,
+    mut stop: watch::Receiver<()>,
     stream: I,
     peer: SocketAddr,
     server: Arc<http::Server>,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let idle = server.idle;
+    // hyper has no idle timeout for HTTP/2 (a client that answers its PINGs stays
+    // forever), so the service counts the requests in progress.
+    let (requests, mut changes) = watch::channel(0usize);
     let service = hyper::service::service_fn(move |request| {
-        let server = server.clone();
-        async move { Ok::<_, std::convert::Infallible>(server.handle(peer, request).await) }
+        let (server, request_open) = (server.clone(), InProgress::new(&requests));
+        async move {
+            let _open = request_open;
+            Ok::<_, std::convert::Infallible>(server.handle(peer, request).await)
+        }
     });
     let connection = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
     // A client that goes away mid-request is the upload's concern (it says so); here it
     // is no news.
-    let _ = watcher.watch(connection.into_owned()).await;
+    tokio::select! {
+        _ = connection.as_mut() => {}
+        _ = stop.changed() => {
+            connection.as_mut().graceful_shutdown();
+            let _ = connection.await;
+        }
+        () = idle_for(&mut changes, idle) => {
+            // HTTP/2: GOAWAY, then closed once the client answers its PING.
+            connection.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(idle, connection).await;
+        }
+    }
+}
+
+/// A request in progress, counted in its connection's `requests` until dropped.
+struct InProgress(watch::Sender<usize>);
+
+impl InProgress {
+    fn new(requests: &watch::Sender<usize>) -> InProgress {
+        requests.send_modify(|n| *n += 1);
+        InProgress(requests.clone())
+    }
+}
+
+impl Drop for InProgress {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
+    }
+}
+
+/// Returns once the count `requests` watches has stayed 0 for `idle`.
+async fn idle_for(requests: &mut watch::Receiver<usize>, idle: Duration) {
+    // (An error: every sender is gone, and so is the connection.)
+    while requests.wait_for(|&n| n == 0).await.is_ok() {
+        match tokio::time::timeout(idle, requests.changed()).await {
+            Ok(Ok(())) => {} // a request came: wait for it to end
+            _ => return,
+        }
+    }
 }

@@ -1,11 +1,23 @@
-//! `serve --quota`: the bytes of file content DEST may hold, shared by the uploads landing.
+//! `serve --quota`: the disk space DEST may take, shared by the uploads landing. Every
+//! entry is charged [`barge::format::space`]: at least a 4 KiB block, more for its content
+//! and xattrs, so that empty directories and symlinks are not free.
 
+use std::path::Path;
 use std::sync::{Arc, Mutex};
+
+use barge::exclude::Exclude;
+
+/// What `path` and everything below it take, as the quota counts it (each entry charged as
+/// landing charges it, or its allocated size when more; see `barge::du::Totals::space`).
+pub(super) fn space_below(path: &Path) -> u64 {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    crate::du::totals_below(&[path.to_path_buf()], Exclude::default(), threads).space
+}
 
 /// What is left of the quota; each landing upload holds a [`Reservation`] of it.
 #[derive(Debug)]
 pub(super) struct Quota {
-    /// The quota, in bytes of file content.
+    /// The quota, in bytes.
     pub(super) max: u64,
     left: Mutex<u64>,
 }

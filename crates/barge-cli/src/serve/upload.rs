@@ -186,6 +186,11 @@ fn refusal(error: barge::Error, limits: Limits) -> Refusal {
     };
     match (kind.as_str(), errno) {
         _ if over("[too-many-bytes]") => too_large(over_limit(limits.max_bytes.unwrap_or(0))),
+        // Over its share of --quota, which the caller words.
+        _ if over("[too-much-space]") => Refusal {
+            detail: Some(error.to_string()),
+            ..Refusal::new(StatusCode::INSUFFICIENT_STORAGE, "over the quota")
+        },
         _ if over("[too-many-entries]") => too_large(format!(
             "the upload has more entries than this server's limit of {} (--max-entries)",
             limits.max_entries.unwrap_or(0)

@@ -491,6 +491,28 @@ fn names_taken_bad_or_unknown_and_wrong_types_are_refused() {
     assert_eq!(names_in(&dest), ["caf\u{e9} \u{fffd}", "taken"]);
 }
 
+/// An upload's name may hold any byte but `/` and NUL; the log line shows it escaped, so a
+/// client can neither forge a log line nor send the terminal an escape sequence.
+#[test]
+fn a_name_with_control_characters_is_logged_escaped() {
+    let work = tempdir();
+    let (_, archive) = sample(work.path(), 3);
+    let dest = work.path().join("dest");
+    let server = Server::start(&dest, &["--plain-http"], Some(TOKEN));
+    let forged = "x%0abarge%20serve%3A%20forged%1b%5b2J";
+    assert_eq!(server.upload(&archive, Some(forged), &[]).0, 200);
+    assert_eq!(names_in(&dest), ["x\nbarge serve: forged\u{1b}[2J"]);
+    let (_, log) = server.stop();
+    assert!(
+        log.contains(r"(x\nbarge serve: forged\x1b[2J: "),
+        "the note, escaped: {log}"
+    );
+    assert!(
+        !log.contains('\u{1b}') && !log.lines().any(|l| l.starts_with("barge serve: forged")),
+        "{log}"
+    );
+}
+
 #[test]
 fn cors_is_answered_for_the_given_origins_only() {
     let work = tempdir();
@@ -659,6 +681,49 @@ fn a_quota_bounds_what_all_uploads_land_together() {
     );
 }
 
+/// `--quota` charges every entry its disk space, at least a 4 KiB block: uploads of empty
+/// directories and long symlinks (no file content at all) fill it too, the one that would
+/// pass it is refused (507) while it lands, and a restart counts DEST the same way.
+#[test]
+fn a_quota_charges_every_entry_not_only_file_content() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    fs::create_dir(&src).unwrap();
+    let target = "t".repeat(4095);
+    for i in 0..20 {
+        fs::create_dir(src.join(format!("d{i}"))).unwrap();
+        std::os::unix::fs::symlink(&target, src.join(format!("l{i}"))).unwrap();
+    }
+    let archive = work.path().join("empty.barge");
+    run_ok(&mut pack_cmd(&src, &archive), None);
+    // An upload takes 41 blocks (its directory, 20 directories, 20 symlinks), DEST one: room
+    // for two uploads and half of a third.
+    let quota = ((1 + 2 * 41 + 20) * 4096).to_string();
+    let dest = work.path().join("dest");
+    let start = || {
+        let args = ["--plain-http", "--quota", &quota];
+        Server::start(&dest, &args, Some(TOKEN))
+    };
+    let server = start();
+    let chunked = ["-H", "Transfer-Encoding: chunked"];
+    for (name, extra) in [("a", &[][..]), ("b", &chunked[..])] {
+        let (status, body) = server.upload(&archive, Some(name), extra);
+        assert_eq!((status, field(&body, "bytes")), (200, 0.into()), "{body}");
+    }
+    for extra in [&[][..], &chunked[..]] {
+        let (status, body) = server.upload(&archive, Some("c"), extra);
+        assert_eq!(status, 507, "{extra:?}: {body}");
+        assert!(body.contains("--quota"), "{body}");
+    }
+    assert_holds(&dest, &["a", "b"], "over the quota");
+    server.stop();
+    let server = start();
+    let line = server.wait_for_log("of which DEST holds");
+    assert!(line.ends_with("DEST holds 332.0 KiB"), "83 blocks: {line}");
+    assert_eq!(server.upload(&archive, Some("c"), &[]).0, 507);
+    assert_holds(&dest, &["a", "b"], "over the quota after a restart");
+}
+
 /// Connections that send nothing (no token needed for that) take the server's connection
 /// slots: the next connection waits, unserved, until one of them closes.
 #[test]
@@ -670,17 +735,199 @@ fn connections_beyond_the_limit_wait_until_one_closes() {
         &["--plain-http", "--max-connections", "2"],
         Some(TOKEN),
     );
-    let address = ("127.0.0.1", server.port);
     let (status, _, _) = server.curl(None, &[], "/");
     assert_eq!(status, 200, "the page, before the slots are taken");
-    let mut idle: Vec<TcpStream> = (0..2)
-        .map(|_| TcpStream::connect(address).unwrap())
+    // From two addresses: one may hold only its share (a quarter, at least one).
+    let mut idle: Vec<TcpStream> = ["127.0.0.2", "127.0.0.3"]
+        .iter()
+        .map(|from| connect_from(from, server.port))
         .collect();
     let (status, _, _) = server.curl(None, &["--max-time", "2"], "/");
     assert_eq!(status, 0, "served beyond --max-connections");
     drop(idle.pop());
     let (status, _, _) = server.curl(None, &[], "/");
     assert_eq!(status, 200, "not served once a slot was free");
+}
+
+/// A TCP connection to the server on loopback from the address `from` (127.x.y.z).
+fn connect_from(from: &str, port: u16) -> TcpStream {
+    use rustix::net::{AddressFamily, SocketType};
+    let socket = rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None).unwrap();
+    let from: std::net::SocketAddr = format!("{from}:0").parse().unwrap();
+    rustix::net::bind(&socket, &from).unwrap();
+    let to: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    rustix::net::connect(&socket, &to).unwrap();
+    TcpStream::from(socket)
+}
+
+/// Whether the server closes `socket` within `within` (of silence).
+fn closed_within(socket: &mut TcpStream, within: Duration) -> bool {
+    socket.set_read_timeout(Some(within)).unwrap();
+    match socket.read_to_end(&mut Vec::new()) {
+        Ok(_) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    }
+}
+
+/// A client that speaks HTTP/2 on `stream` and asks nothing: the preface and SETTINGS,
+/// then only acknowledgements of the server's SETTINGS and PINGs. Says on `ready` when the
+/// server answered, and returns when it closed the connection: after how long, and whether
+/// it sent GOAWAY first; `None` when it is still open after 15 s.
+fn hold_http2(
+    mut stream: impl Read + Write,
+    ready: std::sync::mpsc::Sender<()>,
+) -> Option<(Duration, bool)> {
+    let start = Instant::now();
+    // The preface, and SETTINGS with none: 9-byte frame headers (length, type, flags, stream).
+    stream
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .unwrap();
+    let mut goaway = false;
+    while start.elapsed() < Duration::from_secs(15) {
+        let mut head = [0u8; 9];
+        if let Err(e) = stream.read_exact(&mut head) {
+            let open = matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            );
+            return (!open).then(|| (start.elapsed(), goaway));
+        }
+        let mut payload = vec![0; u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize];
+        if stream.read_exact(&mut payload).is_err() {
+            return Some((start.elapsed(), goaway));
+        }
+        let (kind, ack) = (head[3], head[4] & 1 == 1);
+        // (A write can fail once the server closed; the next read says so.)
+        let _ = match kind {
+            4 if !ack => {
+                let _ = ready.send(());
+                stream.write_all(&[0, 0, 0, 4, 1, 0, 0, 0, 0])
+            }
+            6 if !ack => stream.write_all(&[&[0, 0, 8, 6, 1, 0, 0, 0, 0][..], &payload].concat()),
+            7 => {
+                goaway = true;
+                Ok(())
+            }
+            _ => Ok(()),
+        };
+    }
+    None
+}
+
+/// A certificate for 127.0.0.1 in PEM files under `dir`, and a TLS client configuration
+/// (HTTP/2 only) that trusts it.
+fn tls_pair(dir: &Path) -> (PathBuf, PathBuf, Arc<rustls::ClientConfig>) {
+    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    fs::write(&cert, made.cert.pem()).unwrap();
+    fs::write(&key, made.signing_key.serialize_pem()).unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(made.cert.der().clone()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    (cert, key, Arc::new(config))
+}
+
+/// Clients that speak HTTP/2 and ask nothing (no token needed) no longer hold every slot:
+/// a connection with no request in progress is closed after --idle-timeout (GOAWAY first),
+/// over TLS and plain HTTP; one that sends nothing at all too, and over TLS a handshake
+/// that does not end within it.
+#[test]
+fn idle_connections_are_closed_after_the_idle_timeout() {
+    let work = tempdir();
+    let dest = work.path().join("dest");
+    let (cert, key, client) = tls_pair(work.path());
+    let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    for tls in [false, true] {
+        let mut args = vec!["--max-connections", "4", "--idle-timeout", "2"];
+        match tls {
+            true => args.extend(["--cert", cert, "--key", key]),
+            false => args.push("--plain-http"),
+        }
+        let server = Server::start(&dest, &args, Some(TOKEN));
+        // Four, from four addresses: each may hold a quarter of the slots.
+        let (ready, answered) = std::sync::mpsc::channel();
+        let holders: Vec<_> = (2..6)
+            .map(|i| {
+                let socket = connect_from(&format!("127.0.0.{i}"), server.port);
+                socket
+                    .set_read_timeout(Some(Duration::from_secs(15)))
+                    .unwrap();
+                let (ready, client) = (ready.clone(), client.clone());
+                std::thread::spawn(move || match tls {
+                    true => {
+                        let name = "127.0.0.1".try_into().unwrap();
+                        let tls = rustls::ClientConnection::new(client, name).unwrap();
+                        hold_http2(rustls::StreamOwned::new(tls, socket), ready)
+                    }
+                    false => hold_http2(socket, ready),
+                })
+            })
+            .collect();
+        for _ in 0..4 {
+            answered
+                .recv_timeout(Duration::from_secs(10))
+                .expect("served");
+        }
+        let start = Instant::now();
+        let (status, _, _) = server.curl(None, &["--max-time", "15"], "/");
+        assert_eq!(
+            status, 200,
+            "tls {tls}: the page, once an idle slot was freed"
+        );
+        assert!(
+            start.elapsed() > Duration::from_millis(1500),
+            "tls {tls}: no wait"
+        );
+        for holder in holders {
+            let held = holder.join().unwrap();
+            let (after, goaway) = held.unwrap_or_else(|| panic!("tls {tls}: never closed"));
+            assert!(goaway, "tls {tls}: closed without GOAWAY");
+            assert!(
+                after > Duration::from_millis(1500) && after < Duration::from_secs(8),
+                "tls {tls}: closed after {after:?}"
+            );
+        }
+        // Nothing sent at all (plain: not even which HTTP; TLS: no handshake).
+        let mut silent = connect_from("127.0.0.2", server.port);
+        let start = Instant::now();
+        assert!(
+            closed_within(&mut silent, Duration::from_secs(6)),
+            "tls {tls}: a silent connection stayed open"
+        );
+        assert!(start.elapsed() > Duration::from_millis(1500), "tls {tls}");
+        if tls {
+            server.wait_for_log("TLS handshake timed out");
+        }
+    }
+}
+
+/// One address can hold no more than its share of --max-connections (a quarter): its
+/// connections beyond that are closed at once, while other addresses are served.
+#[test]
+fn one_address_holds_at_most_a_quarter_of_the_connections() {
+    let work = tempdir();
+    let dest = work.path().join("dest");
+    let args = ["--plain-http", "--max-connections", "8"];
+    let server = Server::start(&dest, &args, Some(TOKEN));
+    let _held: Vec<TcpStream> = (0..2)
+        .map(|_| connect_from("127.0.0.2", server.port))
+        .collect();
+    let mut third = connect_from("127.0.0.2", server.port);
+    assert!(
+        closed_within(&mut third, Duration::from_secs(3)),
+        "a third connection of 127.0.0.2 was kept"
+    );
+    assert!(server
+        .wait_for_log("closed: this address holds its share of connections (2)")
+        .contains("127.0.0.2"));
+    let (status, _, _) = server.curl(None, &["--max-time", "5"], "/");
+    assert_eq!(status, 200, "another address is served");
 }
 
 #[test]

@@ -24,6 +24,8 @@ pub struct Limits {
     pub max_entries: Option<u64>,
     /// Most bytes of file data allowed.
     pub max_bytes: Option<u64>,
+    /// Most bytes of disk space the entries may take, each estimated by [`space`].
+    pub max_space: Option<u64>,
     /// Zero bytes may follow the end message: the archive sits in a container of a fixed
     /// size (a block device, a region of a file). Any other byte there is still
     /// `trailing-bytes`.
@@ -36,8 +38,23 @@ impl Default for Limits {
             max_depth: DEFAULT_MAX_DEPTH,
             max_entries: None,
             max_bytes: None,
+            max_space: None,
             zero_padding: false,
         }
+    }
+}
+
+/// The disk space an entry is charged against [`Limits::max_space`]: its `content` (a
+/// file's bytes, a symlink's target) and `xattrs` (their bytes in the archive) rounded up to
+/// 4 KiB blocks, and at least one block (its inode and its name in a directory), so that
+/// empty entries are not free.
+pub const fn space(content: u64, xattrs: u64) -> u64 {
+    const BLOCK: u64 = 4096;
+    let blocks = content.saturating_add(xattrs).div_ceil(BLOCK);
+    if blocks == 0 {
+        BLOCK
+    } else {
+        blocks.saturating_mul(BLOCK)
     }
 }
 
@@ -139,6 +156,8 @@ pub struct Decoder {
     linked: Vec<u64>,
     entries: u64,
     bytes: u64,
+    /// The entries' [`space`].
+    space: u64,
     /// See [`Decoder::wanted`].
     wanted: usize,
 }
@@ -541,6 +560,7 @@ impl Decoder {
             linked: Vec::new(),
             entries: 0,
             bytes: 0,
+            space: 0,
             wanted: 0,
         }
     }
@@ -753,6 +773,18 @@ impl Decoder {
                 return Err(self.error(FormatError::TooManyBytes(max), Some(name)));
             }
         }
+        let content = match fields {
+            Fields::Symlink { target } => target.len() as u64,
+            _ => size,
+        };
+        let taken = self
+            .space
+            .saturating_add(space(content, records.xattrs.len() as u64));
+        if let Some(max) = self.limits.max_space {
+            if taken > max {
+                return Err(self.error(FormatError::TooMuchSpace(max), Some(name)));
+            }
+        }
         let available = (input.len() - len) as u64;
         if available < size {
             if eof {
@@ -770,6 +802,7 @@ impl Decoder {
             .add(name);
         let number = self.entries;
         self.entries += 1;
+        self.space = taken;
         self.offset += len as u64;
         let entry = |kind, default| Entry {
             name,
@@ -862,7 +895,7 @@ pub(crate) fn decode_each<E: From<Error>>(
 
 #[cfg(test)]
 mod tests {
-    use super::{Decoder, Event, Names, Step};
+    use super::{space, Decoder, Event, Names, Step};
     use crate::format::encode::{push_end, push_file_header};
     use crate::format::{Encoder, FormatError, Limits, HEADER};
     use crate::tree::{Device, Entry, Kind, Meta, Owner, Timestamp, Xattrs};
@@ -1064,6 +1097,43 @@ mod tests {
             garbage.push(b'x');
             let at = Err((FormatError::TrailingBytes, archive.len() as u64));
             assert_eq!(run(&garbage, padded, chunk), at, "chunk {chunk}");
+        }
+    }
+
+    /// `max_space` charges every entry at least a 4 KiB block (content and xattrs rounded up
+    /// to blocks), once however the input is cut, and refuses the entry that passes it.
+    #[test]
+    fn every_entry_is_charged_its_space_once() {
+        assert_eq!(
+            [space(0, 0), space(4096, 0), space(4096, 1)],
+            [4096, 4096, 8192]
+        );
+        assert_eq!(space(u64::MAX, 1), u64::MAX, "saturates");
+        let (archive, _) = extended();
+        // d, l (4,000 bytes of target), h and null: a block each; f: its xattrs, 3 blocks.
+        let all = 7 * 4096;
+        let run = |max: u64, chunk: usize| {
+            let limits = Limits {
+                max_space: Some(max),
+                ..Limits::default()
+            };
+            let mut decoder = Decoder::new(limits);
+            let (mut pos, mut fed) = (0, chunk.min(archive.len()));
+            loop {
+                match decoder.next(&archive[pos..fed], fed == archive.len()) {
+                    Ok(Step::Done) => return Ok(()),
+                    Ok(Step::Event(_, n)) => pos += n,
+                    Ok(Step::NeedMore) => fed = (fed + chunk).min(archive.len()),
+                    Err(crate::Error::Format { path, kind, .. }) => return Err((kind, path)),
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        };
+        for chunk in [1, 100, usize::MAX] {
+            assert_eq!(run(all, chunk), Ok(()), "chunk {chunk}");
+            let (kind, path) = run(all - 1, chunk).unwrap_err();
+            assert_eq!(kind, FormatError::TooMuchSpace(all - 1));
+            assert_eq!(path.to_string(), "d/null");
         }
     }
 

@@ -7,7 +7,7 @@ mod decode;
 pub mod encode;
 
 pub(crate) use decode::decode_each;
-pub use decode::{decode_all, Decoder, Event, Limits, Step};
+pub use decode::{decode_all, space, Decoder, Event, Limits, Step};
 pub use encode::{EncodeError, Encoder};
 
 /// The 8-byte header of a version 1 archive with no flags (core tags only).
@@ -143,6 +143,9 @@ pub enum FormatError {
     /// More file bytes than the limit.
     #[error("more than {0} bytes of file data (see --max-bytes)")]
     TooManyBytes(u64),
+    /// Entries estimated to take more disk space than the limit.
+    #[error("entries taking more than {0} bytes of disk space (see --quota)")]
+    TooMuchSpace(u64),
     /// A record out of order or repeated.
     #[error("record out of order or repeated (PERM, TIME, OWNER, XATTR by name, LINKED)")]
     RecordOrder,
@@ -194,6 +197,7 @@ impl FormatError {
             FormatError::TooDeep(_) => "too-deep",
             FormatError::TooManyEntries(_) => "too-many-entries",
             FormatError::TooManyBytes(_) => "too-many-bytes",
+            FormatError::TooMuchSpace(_) => "too-much-space",
             FormatError::RecordOrder => "record-order",
             FormatError::MisplacedRecord(_) => "misplaced-record",
             FormatError::BadTime(_) => "bad-time",

@@ -450,7 +450,8 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
         // queue meanwhile. Beyond the transfers, HANDSHAKES connections may be in their
         // handshake (a later lane of a transfer among them) or wait for a transfer to end.
         let stopping = barge::interrupt::requested().is_some();
-        let event = match running >= args.max_connections + HANDSHAKES || stopping {
+        let busy = running >= args.max_connections + HANDSHAKES;
+        let event = match busy || stopping {
             true if running == 0 => break,
             true => rx.recv_timeout(Duration::from_millis(100)).ok(),
             false => rx.try_recv().ok(),
@@ -473,7 +474,7 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
             }
             continue;
         }
-        if stopping || !readable(&listener, &wake)? {
+        if busy || stopping || !readable(&listener, &wake)? {
             continue;
         }
         let (stream, peer) = match listener.accept() {
@@ -484,9 +485,8 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
                 continue;
             }
         };
-        running += 1;
         let (tx, receive, wake) = (tx.clone(), receive.clone(), wake.clone());
-        std::thread::spawn(move || {
+        let spawned = std::thread::Builder::new().spawn(move || {
             barge::interrupt::keep_signals_off_this_thread();
             let start = Instant::now();
             // Tells the loop, and wakes it.
@@ -507,11 +507,35 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
                 elapsed: start.elapsed(),
             })));
         });
+        // Out of threads (a task limit): this connection is closed, the others go on.
+        match spawned {
+            Ok(_) => running += 1,
+            Err(e) => turn_away(peer, format!("cannot start a thread: {e}"), args.out.json),
+        }
     }
     match barge::interrupt::requested() {
         Some(signal) if !args.keep => Err(barge::Error::Interrupted { signal }.into()),
         _ => Ok(Exit::Success),
     }
+}
+
+/// Logs a connection closed at once, given no thread, as any connection is logged.
+fn turn_away(peer: SocketAddr, why: String, json: bool) {
+    let error = barge::Error::Net {
+        kind: NetError::Remote,
+        message: format!("busy: {why}"),
+    };
+    let failed = Failed {
+        authenticated: false,
+        sender: None,
+        error,
+    };
+    let done = Done {
+        peer,
+        result: Err(failed),
+        elapsed: Duration::ZERO,
+    };
+    log(&done, json);
 }
 
 /// Whether a connection waits to be accepted: waits until one does, a transfer ends (`wake`,

@@ -1,12 +1,13 @@
 //! `barge send` and `barge recv`: the front ends of the library's [`barge::net`].
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{IsTerminal, Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -300,8 +301,13 @@ fn open_archive(path: &Path) -> Result<Box<dyn Read>> {
 
 /// Connections `recv` takes beyond its running transfers: in their handshake, later lanes
 /// waiting for their transfer's HELLO or slot, or connections waiting for a transfer to end
-/// (a transfer's later lanes, once joined, count as none).
-const HANDSHAKES: u32 = 16;
+/// (a transfer's later lanes, once joined, count as none). The rest wait in the listen queue.
+const HANDSHAKES: u32 = 64;
+
+/// Connections from one address that may be in their handshake at once: a quarter of
+/// [`HANDSHAKES`], so strangers at one address leave the rest to others, and room for a
+/// sender's later lanes (up to 15, opened at once). More are closed as they come.
+const SHARE: u32 = 16;
 
 /// What a connection's thread tells the accept loop.
 enum Event {
@@ -445,10 +451,12 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
             .context("cannot make an eventfd")?,
     );
     let mut running = 0;
+    let handshaking = Handshaking::default();
     loop {
         // Busy, or stopping: wait for a connection to end; connections wait in the listen
         // queue meanwhile. Beyond the transfers, HANDSHAKES connections may be in their
-        // handshake (a later lane of a transfer among them) or wait for a transfer to end.
+        // handshake (a later lane of a transfer among them; SHARE of them from one address)
+        // or wait for a transfer to end.
         let stopping = barge::interrupt::requested().is_some();
         let busy = running >= args.max_connections + HANDSHAKES;
         let event = match busy || stopping {
@@ -485,6 +493,11 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
                 continue;
             }
         };
+        let Some(place) = handshaking.enter(peer.ip()) else {
+            let why = format!("{SHARE} connections from its address are in their handshake");
+            turn_away(peer, why, args.out.json);
+            continue;
+        };
         let (tx, receive, wake) = (tx.clone(), receive.clone(), wake.clone());
         let spawned = std::thread::Builder::new().spawn(move || {
             barge::interrupt::keep_signals_off_this_thread();
@@ -494,8 +507,10 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
                 let _ = tx.send(event);
                 let _ = rustix::io::write(&*wake, &1u64.to_ne_bytes());
             };
+            // Its place among the handshakes is given back once it showed the key (or ended).
+            let authenticated = move || drop(place);
             // A later lane of a running transfer counts as no connection of its own.
-            let result = match receive.connection(stream, || tell(Event::Lane)) {
+            let result = match receive.connection(stream, authenticated, || tell(Event::Lane)) {
                 Ok(Connection::Lane) => return,
                 Ok(Connection::DryRun(dry_run)) => Ok(Ended::DryRun(dry_run)),
                 Ok(Connection::Landed(received)) => Ok(Ended::Landed(received)),
@@ -516,6 +531,52 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
     match barge::interrupt::requested() {
         Some(signal) if !args.keep => Err(barge::Error::Interrupted { signal }.into()),
         _ => Ok(Exit::Success),
+    }
+}
+
+/// Connections in their handshake, by address (IPv6: by /64, what one host usually has):
+/// each address may have [`SHARE`] of them.
+#[derive(Clone, Default)]
+struct Handshaking(Arc<Mutex<HashMap<IpAddr, u32>>>);
+
+/// A connection's place among its address's handshakes, given back when dropped.
+struct Place {
+    handshaking: Handshaking,
+    from: IpAddr,
+}
+
+impl Handshaking {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, u32>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A place for a connection from `peer`; `None` when its address has its share.
+    fn enter(&self, peer: IpAddr) -> Option<Place> {
+        let from = match peer.to_canonical() {
+            IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
+            v4 => v4,
+        };
+        let mut counts = self.lock();
+        let n = counts.entry(from).or_default();
+        if *n >= SHARE {
+            return None;
+        }
+        *n += 1;
+        Some(Place {
+            handshaking: self.clone(),
+            from,
+        })
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let mut counts = self.handshaking.lock();
+        let n = counts.get_mut(&self.from).expect("entered");
+        *n -= 1;
+        if *n == 0 {
+            counts.remove(&self.from);
+        }
     }
 }
 

@@ -239,13 +239,14 @@ impl Receive {
     }
 
     /// Authenticates the sender on `stream` and lands what it sends; a connection that
-    /// fails authentication spawns and lands nothing. The sender is told the result. A
-    /// later lane of a running transfer calls `on_lane` once it joined, then carries its
-    /// share of the transfer. A dry run is answered (with update, by the listing of DEST)
-    /// and lands nothing.
+    /// fails authentication spawns and lands nothing. `on_authenticated` is called once the
+    /// sender showed the key (its first message decrypted). A later lane of a running
+    /// transfer calls `on_lane` once it joined, then carries its share of the transfer. A
+    /// dry run is answered (with update, by the listing of DEST) and lands nothing.
     pub fn connection(
         &self,
         stream: TcpStream,
+        on_authenticated: impl FnOnce(),
         on_lane: impl FnOnce(),
     ) -> std::result::Result<Connection, Failed> {
         let handshake = self.timeout.min(HANDSHAKE_DEADLINE);
@@ -262,8 +263,13 @@ impl Receive {
             error,
         })?;
         let hello = match channel.receive() {
-            Ok((kind::HELLO, payload)) => decode::<Hello>("HELLO", payload),
-            Ok((kind, _)) => Err(protocol(format!("type {kind} where HELLO was expected"))),
+            Ok((kind, payload)) => {
+                on_authenticated();
+                match kind {
+                    kind::HELLO => decode::<Hello>("HELLO", payload),
+                    kind => Err(protocol(format!("type {kind} where HELLO was expected"))),
+                }
+            }
             Err(error) => {
                 return Err(Failed {
                     authenticated: false,

@@ -143,9 +143,14 @@ pub struct RecvArgs {
     keep: bool,
     /// Transfers landing at once, at most (with --keep); another sender waits for one to end
     /// (up to --timeout). A transfer's extra connections (send --connections) count as none.
+    /// Beyond them recv takes 64 connections at once (in their handshake, or waiting), of
+    /// which one address (an IPv6 /64) may have 16 in their handshake (more are closed at
+    /// once); the rest wait in the listen queue. A connection must show the key within 10 s
+    /// (or --timeout when shorter), however often it sends.
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     max_connections: u32,
-    /// Drop a connection whose sender sends nothing for that many seconds.
+    /// Drop a connection whose sender sends nothing for that many seconds, or has not
+    /// shown the key that long after it was taken (at most 10 s).
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     timeout: u64,
     #[command(flatten)]

@@ -11,7 +11,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use barge::error::NetError;
+use barge::error::{escape_bytes, NetError};
 use barge::exclude::Exclude;
 use barge::net::recv::{prepare_dest, DryRun, Failed};
 use barge::net::{
@@ -634,6 +634,8 @@ fn readable(listener: &TcpListener, wake: &OwnedFd) -> Result<bool> {
 fn log(done: &Done, json: bool) -> bool {
     let peer = done.peer;
     let seconds = done.elapsed.as_secs_f64();
+    // The name the sender gives itself: any bytes, escaped as every name from outside.
+    let shown = |name: &str| escape_bytes(name.as_bytes());
     let mut fields = Map::new();
     fields.insert("peer".into(), json!(peer.to_string()));
     let ends = match &done.result {
@@ -641,7 +643,7 @@ fn log(done: &Done, json: bool) -> bool {
             log_line!(
                 "barge: recv: {peer} ({}): dry run, told of {} entries of DEST in {seconds:.2} \
                  s, landed nothing",
-                dry_run.sender,
+                shown(&dry_run.sender),
                 dry_run.listed
             );
             if let Ok(Value::Object(more)) = serde_json::to_value(dry_run) {
@@ -655,7 +657,7 @@ fn log(done: &Done, json: bool) -> bool {
             let l = &received.landed.summary;
             log_line!(
                 "barge: recv: {peer} ({}): landed {} dirs, {} files, {} in {seconds:.2} s",
-                received.sender,
+                shown(&received.sender),
                 l.dirs,
                 l.files,
                 human_bytes(l.bytes)
@@ -672,7 +674,7 @@ fn log(done: &Done, json: bool) -> bool {
             let from = failed
                 .sender
                 .as_ref()
-                .map_or(String::new(), |name| format!(" ({name})"));
+                .map_or(String::new(), |name| format!(" ({})", shown(name)));
             let what = match &failed.error {
                 barge::Error::Net {
                     kind: NetError::Authentication,

@@ -2,7 +2,7 @@
 //! files, a wrong key, a relay that flips a byte or cuts the stream, every hostile archive
 //! from a malicious sender, setuid bits, `--keep` with concurrent senders, strangers
 //! flooding recv (its connection limits, the handshake's deadline, a task limit), log lines
-//! each written whole, and keys never in a log.
+//! each written whole (a sender's name escaped), and keys never in a log.
 
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -1189,4 +1189,35 @@ fn a_thread_recv_cannot_start_turns_one_connection_away_and_recv_goes_on() {
     assert!(refused >= 30, "{refused} refused: {}", ended.stderr);
     assert_whole_files(&src, &dest, "under a task limit");
     assert_eq!(names_in(&dest), names_in(&src));
+}
+
+#[test]
+fn a_sender_name_that_forges_log_lines_is_escaped() {
+    if !is_root() {
+        return skipped("needs root to give a sender a host name of its own (unshare --uts)");
+    }
+    // A sender with the key names itself in its HELLO by its host name, which any bytes can
+    // make: here a line break, a forged log line and a terminal escape.
+    let work = tempdir();
+    let src = work.path().join("src");
+    files(&src, 1);
+    let dest = work.path().join("dest");
+    let recv = Recv::start(&dest, &["--json"], None);
+    let rename = "import os, socket, sys; socket.sethostname(sys.argv[1].encode()); \
+                  os.execv(sys.argv[2], sys.argv[2:])";
+    let name = "a\nbarge: recv: 10.0.0.1:1: forged\x1b[2J";
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--uts", "python3", "-c", rename, name])
+        .arg(bin())
+        .args(["send", src.to_str().unwrap(), recv.ticket()]);
+    let out = run(&mut cmd, None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ended = recv.wait();
+    assert!(ended.status.success(), "{}", ended.stderr);
+    let shown = "(a\\nbarge: recv: 10.0.0.1:1: forged\\x1b[2J): landed 0 dirs, 1 files";
+    assert!(ended.stderr.contains(shown), "{}", ended.stderr);
+    assert_eq!(ended.stderr.lines().count(), 2, "{}", ended.stderr);
+    // The JSON line carries the name as it came, in JSON's own escapes.
+    let logged: serde_json::Value = serde_json::from_str(&ended.stdout).unwrap();
+    assert_eq!(logged["sender"], name, "{}", ended.stdout);
 }

@@ -1,16 +1,17 @@
 //! `barge send` and `barge recv`: the front ends of the library's [`barge::net`].
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{IsTerminal, Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use barge::error::NetError;
+use barge::error::{escape_bytes, NetError};
 use barge::exclude::Exclude;
 use barge::net::recv::{prepare_dest, DryRun, Failed};
 use barge::net::{
@@ -142,9 +143,14 @@ pub struct RecvArgs {
     keep: bool,
     /// Transfers landing at once, at most (with --keep); another sender waits for one to end
     /// (up to --timeout). A transfer's extra connections (send --connections) count as none.
+    /// Beyond them recv takes 64 connections at once (in their handshake, or waiting), of
+    /// which one address (an IPv6 /64) may have 16 in their handshake (more are closed at
+    /// once); the rest wait in the listen queue. A connection must show the key within 10 s
+    /// (or --timeout when shorter), however often it sends.
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     max_connections: u32,
-    /// Drop a connection whose sender sends nothing for that many seconds.
+    /// Drop a connection whose sender sends nothing for that many seconds, or has not
+    /// shown the key that long after it was taken (at most 10 s).
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     timeout: u64,
     #[command(flatten)]
@@ -300,8 +306,13 @@ fn open_archive(path: &Path) -> Result<Box<dyn Read>> {
 
 /// Connections `recv` takes beyond its running transfers: in their handshake, later lanes
 /// waiting for their transfer's HELLO or slot, or connections waiting for a transfer to end
-/// (a transfer's later lanes, once joined, count as none).
-const HANDSHAKES: u32 = 16;
+/// (a transfer's later lanes, once joined, count as none). The rest wait in the listen queue.
+const HANDSHAKES: u32 = 64;
+
+/// Connections from one address that may be in their handshake at once: a quarter of
+/// [`HANDSHAKES`], so strangers at one address leave the rest to others, and room for a
+/// sender's later lanes (up to 15, opened at once). More are closed as they come.
+const SHARE: u32 = 16;
 
 /// What a connection's thread tells the accept loop.
 enum Event {
@@ -445,12 +456,15 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
             .context("cannot make an eventfd")?,
     );
     let mut running = 0;
+    let handshaking = Handshaking::default();
     loop {
         // Busy, or stopping: wait for a connection to end; connections wait in the listen
         // queue meanwhile. Beyond the transfers, HANDSHAKES connections may be in their
-        // handshake (a later lane of a transfer among them) or wait for a transfer to end.
+        // handshake (a later lane of a transfer among them; SHARE of them from one address)
+        // or wait for a transfer to end.
         let stopping = barge::interrupt::requested().is_some();
-        let event = match running >= args.max_connections + HANDSHAKES || stopping {
+        let busy = running >= args.max_connections + HANDSHAKES;
+        let event = match busy || stopping {
             true if running == 0 => break,
             true => rx.recv_timeout(Duration::from_millis(100)).ok(),
             false => rx.try_recv().ok(),
@@ -473,7 +487,7 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
             }
             continue;
         }
-        if stopping || !readable(&listener, &wake)? {
+        if busy || stopping || !readable(&listener, &wake)? {
             continue;
         }
         let (stream, peer) = match listener.accept() {
@@ -484,9 +498,13 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
                 continue;
             }
         };
-        running += 1;
+        let Some(place) = handshaking.enter(peer.ip()) else {
+            let why = format!("{SHARE} connections from its address are in their handshake");
+            turn_away(peer, why, args.out.json);
+            continue;
+        };
         let (tx, receive, wake) = (tx.clone(), receive.clone(), wake.clone());
-        std::thread::spawn(move || {
+        let spawned = std::thread::Builder::new().spawn(move || {
             barge::interrupt::keep_signals_off_this_thread();
             let start = Instant::now();
             // Tells the loop, and wakes it.
@@ -494,8 +512,10 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
                 let _ = tx.send(event);
                 let _ = rustix::io::write(&*wake, &1u64.to_ne_bytes());
             };
+            // Its place among the handshakes is given back once it showed the key (or ended).
+            let authenticated = move || drop(place);
             // A later lane of a running transfer counts as no connection of its own.
-            let result = match receive.connection(stream, || tell(Event::Lane)) {
+            let result = match receive.connection(stream, authenticated, || tell(Event::Lane)) {
                 Ok(Connection::Lane) => return,
                 Ok(Connection::DryRun(dry_run)) => Ok(Ended::DryRun(dry_run)),
                 Ok(Connection::Landed(received)) => Ok(Ended::Landed(received)),
@@ -507,11 +527,81 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
                 elapsed: start.elapsed(),
             })));
         });
+        // Out of threads (a task limit): this connection is closed, the others go on.
+        match spawned {
+            Ok(_) => running += 1,
+            Err(e) => turn_away(peer, format!("cannot start a thread: {e}"), args.out.json),
+        }
     }
     match barge::interrupt::requested() {
         Some(signal) if !args.keep => Err(barge::Error::Interrupted { signal }.into()),
         _ => Ok(Exit::Success),
     }
+}
+
+/// Connections in their handshake, by address (IPv6: by /64, what one host usually has):
+/// each address may have [`SHARE`] of them.
+#[derive(Clone, Default)]
+struct Handshaking(Arc<Mutex<HashMap<IpAddr, u32>>>);
+
+/// A connection's place among its address's handshakes, given back when dropped.
+struct Place {
+    handshaking: Handshaking,
+    from: IpAddr,
+}
+
+impl Handshaking {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, u32>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A place for a connection from `peer`; `None` when its address has its share.
+    fn enter(&self, peer: IpAddr) -> Option<Place> {
+        let from = match peer.to_canonical() {
+            IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
+            v4 => v4,
+        };
+        let mut counts = self.lock();
+        let n = counts.entry(from).or_default();
+        if *n >= SHARE {
+            return None;
+        }
+        *n += 1;
+        Some(Place {
+            handshaking: self.clone(),
+            from,
+        })
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let mut counts = self.handshaking.lock();
+        let n = counts.get_mut(&self.from).expect("entered");
+        *n -= 1;
+        if *n == 0 {
+            counts.remove(&self.from);
+        }
+    }
+}
+
+/// Logs a connection closed at once, given no thread, as any connection is logged.
+fn turn_away(peer: SocketAddr, why: String, json: bool) {
+    let error = barge::Error::Net {
+        kind: NetError::Remote,
+        message: format!("busy: {why}"),
+    };
+    let failed = Failed {
+        authenticated: false,
+        sender: None,
+        error,
+    };
+    let done = Done {
+        peer,
+        result: Err(failed),
+        elapsed: Duration::ZERO,
+    };
+    log(&done, json);
 }
 
 /// Whether a connection waits to be accepted: waits until one does, a transfer ends (`wake`,
@@ -544,6 +634,8 @@ fn readable(listener: &TcpListener, wake: &OwnedFd) -> Result<bool> {
 fn log(done: &Done, json: bool) -> bool {
     let peer = done.peer;
     let seconds = done.elapsed.as_secs_f64();
+    // The name the sender gives itself: any bytes, escaped as every name from outside.
+    let shown = |name: &str| escape_bytes(name.as_bytes());
     let mut fields = Map::new();
     fields.insert("peer".into(), json!(peer.to_string()));
     let ends = match &done.result {
@@ -551,7 +643,7 @@ fn log(done: &Done, json: bool) -> bool {
             log_line!(
                 "barge: recv: {peer} ({}): dry run, told of {} entries of DEST in {seconds:.2} \
                  s, landed nothing",
-                dry_run.sender,
+                shown(&dry_run.sender),
                 dry_run.listed
             );
             if let Ok(Value::Object(more)) = serde_json::to_value(dry_run) {
@@ -565,7 +657,7 @@ fn log(done: &Done, json: bool) -> bool {
             let l = &received.landed.summary;
             log_line!(
                 "barge: recv: {peer} ({}): landed {} dirs, {} files, {} in {seconds:.2} s",
-                received.sender,
+                shown(&received.sender),
                 l.dirs,
                 l.files,
                 human_bytes(l.bytes)
@@ -582,7 +674,7 @@ fn log(done: &Done, json: bool) -> bool {
             let from = failed
                 .sender
                 .as_ref()
-                .map_or(String::new(), |name| format!(" ({name})"));
+                .map_or(String::new(), |name| format!(" ({})", shown(name)));
             let what = match &failed.error {
                 barge::Error::Net {
                     kind: NetError::Authentication,

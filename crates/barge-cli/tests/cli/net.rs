@@ -1,7 +1,8 @@
 //! `barge send` / `barge recv` over loopback, real processes: round trips, keys and key
 //! files, a wrong key, a relay that flips a byte or cuts the stream, every hostile archive
-//! from a malicious sender, setuid bits, `--keep` with concurrent senders, log lines each
-//! written whole, and keys never in a log.
+//! from a malicious sender, setuid bits, `--keep` with concurrent senders, strangers
+//! flooding recv (its connection limits, the handshake's deadline, a task limit), log lines
+//! each written whole (a sender's name escaped), and keys never in a log.
 
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -10,7 +11,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -42,6 +43,12 @@ impl Recv {
         if let Some(key) = env_key {
             cmd.env("BARGE_KEY", key);
         }
+        Recv::run(cmd, env_key.is_none() && !args.contains(&"--key-file"))
+    }
+
+    /// Starts the `barge recv` that `cmd` runs (listening on 127.0.0.1) and reads its first
+    /// lines, the ticket among them when it prints one.
+    fn run(mut cmd: Command, ticket: bool) -> Recv {
         let mut child = spawn(&mut cmd, Stdio::null());
         let mut err = BufReader::new(child.stderr.take().unwrap());
         let mut first = String::new();
@@ -53,7 +60,7 @@ impl Recv {
             .unwrap_or_else(|| panic!("no address in {first:?}"))
             .to_string();
         let mut out = BufReader::new(child.stdout.take().unwrap());
-        let ticket = (env_key.is_none() && !args.contains(&"--key-file")).then(|| {
+        let ticket = ticket.then(|| {
             let mut line = String::new();
             out.read_line(&mut line).unwrap();
             line.trim_end().to_string()
@@ -995,4 +1002,239 @@ fn every_line_recv_logs_is_one_write() {
             "{writes:?}"
         );
     }
+}
+
+/// How often a stranger sends a byte: well within any timeout, so only a deadline ends it.
+const TRICKLE: Duration = Duration::from_millis(500);
+
+/// Strangers' connections that never finish the handshake and never fall silent (the red
+/// team's trickle): each sends the first two bytes of a frame length (65,535, so the frame
+/// never ends), then a byte every [`TRICKLE`].
+struct Strangers {
+    /// When the receiver closed each connection, from the start, if it did.
+    trickle: JoinHandle<Vec<Option<Duration>>>,
+}
+
+impl Strangers {
+    /// Opens `each` connections to `to` from each of the loopback addresses `from`, in that
+    /// order, and trickles on them for at most `limit`, less once the receiver closed all.
+    fn start(to: &str, from: &[[u8; 4]], each: usize, limit: Duration) -> Strangers {
+        use rustix::net::{AddressFamily, SocketType};
+        let to: std::net::SocketAddr = to.parse().unwrap();
+        let start = Instant::now();
+        let sources = from.iter().flat_map(|&ip| std::iter::repeat_n(ip, each));
+        let streams: Vec<TcpStream> = sources
+            .map(|ip| {
+                let socket =
+                    rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None).unwrap();
+                rustix::net::bind(&socket, &std::net::SocketAddrV4::new(ip.into(), 0)).unwrap();
+                rustix::net::connect(&socket, &to).unwrap();
+                let mut stream = TcpStream::from(socket);
+                stream.write_all(&[0xff, 0xff]).unwrap();
+                stream.set_nonblocking(true).unwrap();
+                stream
+            })
+            .collect();
+        let trickle = std::thread::spawn(move || {
+            let mut closed = vec![None; streams.len()];
+            let mut sent = Instant::now();
+            while start.elapsed() < limit && closed.contains(&None) {
+                let byte = sent.elapsed() >= TRICKLE;
+                if byte {
+                    sent = Instant::now();
+                }
+                let open = streams.iter().zip(&mut closed).filter(|(_, c)| c.is_none());
+                for (mut stream, closed) in open {
+                    let gone = match stream.read(&mut [0; 64]) {
+                        Ok(0) => true,
+                        Ok(_) => false,
+                        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+                    };
+                    if gone || byte && stream.write(&[0]).is_err() {
+                        *closed = Some(start.elapsed());
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            closed
+        });
+        Strangers { trickle }
+    }
+
+    /// When the receiver closed each connection, once it closed all or the limit passed.
+    fn closed(self) -> Vec<Option<Duration>> {
+        self.trickle.join().unwrap()
+    }
+}
+
+/// The most threads process `pid` has in the next `window` (or until it ends), sampled
+/// every 5 ms. (A thread that ended its connection may live a moment longer, so a window
+/// where none ends shows how many connections had one.)
+fn peak_threads(pid: u32, window: Duration) -> JoinHandle<usize> {
+    let start = Instant::now();
+    std::thread::spawn(move || {
+        let mut most = 0;
+        while start.elapsed() < window {
+            let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
+                break;
+            };
+            let threads = status.lines().find_map(|l| l.strip_prefix("Threads:"));
+            most = most.max(threads.map_or(0, |n| n.trim().parse().unwrap()));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        most
+    })
+}
+
+#[test]
+fn strangers_at_one_address_get_a_share_of_the_handshakes_and_a_keyed_sender_gets_through() {
+    // 120 trickling strangers at 127.0.0.2: 16 get a thread, the rest are closed at once, and
+    // a sender with the key (at 127.0.0.1) lands well before their handshakes' deadline.
+    let work = tempdir();
+    let src = work.path().join("src");
+    files(&src, 2);
+    let dest = work.path().join("dest");
+    let recv = Recv::start(&dest, &["--max-connections", "1"], None);
+    let peak = peak_threads(recv.child.id(), TIMEOUT);
+    let strangers = Strangers::start(&recv.address, &[[127, 0, 0, 2]], 120, TIMEOUT);
+    let start = Instant::now();
+    let out = send(&[src.to_str().unwrap(), recv.ticket()], None);
+    let took = start.elapsed();
+    let ended = recv.wait();
+    let most = peak.join().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(ended.status.success(), "{}", ended.stderr);
+    // Its main thread, the strangers' share, the sender's.
+    assert!(most <= 1 + 16 + 1, "recv had {most} threads");
+    assert!(took < Duration::from_secs(5), "the sender took {took:?}");
+    let busy = "busy: 16 connections from its address are in their handshake";
+    assert_eq!(ended.stderr.matches(busy).count(), 104, "{}", ended.stderr);
+    let closed = strangers.closed();
+    assert!(closed.iter().all(Option::is_some), "{closed:?}");
+    assert_equal_trees(&src, &dest, "past strangers");
+}
+
+#[test]
+fn strangers_beyond_the_cap_wait_in_the_listen_queue_and_each_handshake_has_a_deadline() {
+    // 96 trickling strangers at six addresses (16 each) against --max-connections 1: 65 get
+    // a thread, the rest wait in the listen queue with the sender behind them; with
+    // --timeout 3 every handshake ends 3 s after it began, though no stranger falls silent.
+    let work = tempdir();
+    let src = work.path().join("src");
+    files(&src, 2);
+    let dest = work.path().join("dest");
+    let args = ["--keep", "--max-connections", "1", "--timeout", "3"];
+    let recv = Recv::start(&dest, &args, None);
+    // Until the first handshakes end: no thread ends meanwhile.
+    let peak = peak_threads(recv.child.id(), Duration::from_millis(2500));
+    let from: Vec<[u8; 4]> = (3..9).map(|i| [127, 0, 0, i]).collect();
+    let strangers = Strangers::start(&recv.address, &from, 16, Duration::from_secs(15));
+    let start = Instant::now();
+    let out = send(&[src.to_str().unwrap(), recv.ticket()], None);
+    let landed = start.elapsed();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let closed = strangers.closed();
+    let most = peak.join().unwrap();
+    let ended = recv.stop();
+    // Its main thread, one transfer and 64 more connections.
+    assert!(most <= 1 + 1 + 64, "recv had {most} threads");
+    // Accepted only once the first strangers' handshakes ended.
+    assert!(
+        landed >= Duration::from_millis(2500),
+        "landed after {landed:?}"
+    );
+    // Each stranger was cut by the deadline: the first 65 after 3 s, the rest 3 s later.
+    let cut: Vec<Duration> = closed.iter().map(|c| c.expect("never cut")).collect();
+    let (first, last) = (cut.iter().min().unwrap(), cut.iter().max().unwrap());
+    assert!(*first >= Duration::from_millis(2900), "cut after {first:?}");
+    assert!(*last < Duration::from_secs(9), "cut after {last:?}");
+    let deadline = "did not finish the handshake within 3 s";
+    assert_eq!(
+        ended.stderr.matches(deadline).count(),
+        96,
+        "{}",
+        ended.stderr
+    );
+    assert_equal_trees(&src, &dest, "behind strangers");
+}
+
+#[test]
+fn a_thread_recv_cannot_start_turns_one_connection_away_and_recv_goes_on() {
+    if !is_root() {
+        return skipped("needs root to run recv as a user of its own under a task limit");
+    }
+    // recv as a uid of its own (no other process counts against its task limit) with 8
+    // tasks at most: most of 40 trickling strangers (within the address share and the cap)
+    // find no thread, and are closed; once the others' handshakes ended, a sender lands.
+    let work = tempdir();
+    fs::set_permissions(work.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = copy_bin(work.path());
+    let src = work.path().join("src");
+    files(&src, 2);
+    let dest = work.path().join("dest");
+    fs::create_dir(&dest).unwrap();
+    let uid = 100_000 + std::process::id();
+    rustix::fs::chown(&dest, Some(rustix::process::Uid::from_raw(uid)), None).unwrap();
+    let uid = uid.to_string();
+    let mut cmd = Command::new("prlimit");
+    cmd.args([
+        "--nproc=8",
+        "setpriv",
+        "--reuid",
+        &uid,
+        "--regid",
+        &uid,
+        "--clear-groups",
+    ])
+    .arg(&bin)
+    .args(["recv", "--listen", "127.0.0.1:0", "--timeout", "2"])
+    .arg(&dest);
+    let mut recv = Recv::run(cmd, true);
+    let from: Vec<[u8; 4]> = (2..6).map(|i| [127, 0, 0, i]).collect();
+    let closed = Strangers::start(&recv.address, &from, 10, Duration::from_secs(10)).closed();
+    assert!(closed.iter().all(Option::is_some), "{closed:?}");
+    assert!(recv.child.try_wait().unwrap().is_none(), "recv ended");
+    let pid = recv.child.id();
+    wait_for("the strangers' threads to end", || {
+        fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| s.contains("Threads:\t1\n"))
+    });
+    let out = send(&[src.to_str().unwrap(), recv.ticket()], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ended = recv.wait();
+    assert!(ended.status.success(), "{}", ended.stderr);
+    let refused = ended.stderr.matches("busy: cannot start a thread").count();
+    assert!(refused >= 30, "{refused} refused: {}", ended.stderr);
+    assert_whole_files(&src, &dest, "under a task limit");
+    assert_eq!(names_in(&dest), names_in(&src));
+}
+
+#[test]
+fn a_sender_name_that_forges_log_lines_is_escaped() {
+    if !is_root() {
+        return skipped("needs root to give a sender a host name of its own (unshare --uts)");
+    }
+    // A sender with the key names itself in its HELLO by its host name, which any bytes can
+    // make: here a line break, a forged log line and a terminal escape.
+    let work = tempdir();
+    let src = work.path().join("src");
+    files(&src, 1);
+    let dest = work.path().join("dest");
+    let recv = Recv::start(&dest, &["--json"], None);
+    let rename = "import os, socket, sys; socket.sethostname(sys.argv[1].encode()); \
+                  os.execv(sys.argv[2], sys.argv[2:])";
+    let name = "a\nbarge: recv: 10.0.0.1:1: forged\x1b[2J";
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--uts", "python3", "-c", rename, name])
+        .arg(bin())
+        .args(["send", src.to_str().unwrap(), recv.ticket()]);
+    let out = run(&mut cmd, None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ended = recv.wait();
+    assert!(ended.status.success(), "{}", ended.stderr);
+    let shown = "(a\\nbarge: recv: 10.0.0.1:1: forged\\x1b[2J): landed 0 dirs, 1 files";
+    assert!(ended.stderr.contains(shown), "{}", ended.stderr);
+    assert_eq!(ended.stderr.lines().count(), 2, "{}", ended.stderr);
+    // The JSON line carries the name as it came, in JSON's own escapes.
+    let logged: serde_json::Value = serde_json::from_str(&ended.stdout).unwrap();
+    assert_eq!(logged["sender"], name, "{}", ended.stdout);
 }

@@ -9,7 +9,7 @@ use std::net::TcpStream;
 use std::os::fd::AsFd;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags};
 use snow::{Builder, TransportState};
@@ -56,6 +56,9 @@ struct Wire {
     sent: usize,
     /// Once set, waits fail (another lane of the transfer failed).
     cancel: Option<Arc<AtomicBool>>,
+    /// A receiver's handshake must end by then (when it began, how long it may take), however
+    /// often the peer speaks; `None` once the peer showed the key.
+    deadline: Option<(Instant, Duration)>,
 }
 
 /// What a wait for the socket found.
@@ -95,6 +98,7 @@ impl Wire {
             queued: 0,
             sent: 0,
             cancel: None,
+            deadline: None,
         })
     }
 
@@ -189,13 +193,29 @@ impl Wire {
     fn wait(&self, flags: PollFlags) -> Result<Ready> {
         let mut fds = [PollFd::new(&self.stream, flags)];
         let cancelled = self.cancel.as_deref();
-        match wait_for_any(&mut fds, Some(self.timeout), self.interruptible, cancelled)? {
+        // Up to the timeout, or the handshake's deadline where that comes first.
+        let left = self
+            .deadline
+            .map(|(start, limit)| limit.saturating_sub(start.elapsed()));
+        let late = left.filter(|&left| left < self.timeout);
+        let wait = late.unwrap_or(self.timeout);
+        match wait_for_any(&mut fds, Some(wait), self.interruptible, cancelled)? {
             Waited::Ready => {}
             Waited::Cancelled => {
                 return Err(Error::net(
                     NetError::Remote,
                     "the transfer failed on another connection",
                 ))
+            }
+            Waited::TimedOut if late.is_some() => {
+                let limit = self.deadline.map_or(0, |(_, limit)| limit.as_secs());
+                return Err(Error::net(
+                    NetError::Timeout,
+                    format!(
+                        "{} did not finish the handshake within {limit} s",
+                        self.peer
+                    ),
+                ));
             }
             Waited::TimedOut => {
                 let what = match flags == PollFlags::IN {
@@ -276,14 +296,17 @@ impl Channel {
     }
 
     /// Runs the receiver's side of the handshake over `stream`. The sender is known to
-    /// hold the key only once its first message decrypts ([`Channel::receive`]).
+    /// hold the key only once its first message decrypts ([`Channel::receive`]), which must
+    /// come within `handshake` from now, however often the peer sends a byte.
     pub(crate) fn accept(
         stream: TcpStream,
         key: &Key,
         timeout: Duration,
+        handshake: Duration,
         interruptible: bool,
     ) -> Result<Channel> {
         let mut wire = Wire::new(stream, timeout, interruptible, false)?;
+        wire.deadline = Some((Instant::now(), handshake));
         let mut noise = builder(key).build_responder().expect("valid parameters");
         // -> e: anyone can send one; a malformed one is no barge sender.
         let body = wire.read_frame(false)?;
@@ -405,6 +428,7 @@ impl Channel {
             }
         };
         self.authenticated = true;
+        self.wire.deadline = None;
         match self.plain[..n].split_first() {
             Some((&kind, payload)) => Ok((kind, payload)),
             None => Err(protocol("an empty message")),

@@ -17,6 +17,11 @@ use crate::interrupt::wait_a_slice;
 use crate::listing::{self, Listing};
 use crate::unpack::{Existing, Restore};
 
+/// How long a connection may take, at most, to show the key (the Noise handshake and the
+/// HELLO, about two round trips of small messages) however often it sends a byte: a stranger
+/// holds its thread no longer. Shorter when the timeout is.
+const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
+
 /// How connections are received into DEST: `Receive::new(dest, key).limits(..)`, then
 /// [`Receive::connection`] for each accepted stream (from any thread).
 #[derive(Clone, Debug)]
@@ -219,7 +224,8 @@ impl Receive {
         self
     }
 
-    /// Fails a connection whose sender sends nothing (or takes nothing) for that long.
+    /// Fails a connection whose sender sends nothing (or takes nothing) for that long, or
+    /// has not shown the key that long after it began (at most 10 s).
     pub fn timeout(mut self, timeout: Duration) -> Receive {
         self.timeout = timeout;
         self
@@ -233,24 +239,37 @@ impl Receive {
     }
 
     /// Authenticates the sender on `stream` and lands what it sends; a connection that
-    /// fails authentication spawns and lands nothing. The sender is told the result. A
-    /// later lane of a running transfer calls `on_lane` once it joined, then carries its
-    /// share of the transfer. A dry run is answered (with update, by the listing of DEST)
-    /// and lands nothing.
+    /// fails authentication spawns and lands nothing. `on_authenticated` is called once the
+    /// sender showed the key (its first message decrypted). A later lane of a running
+    /// transfer calls `on_lane` once it joined, then carries its share of the transfer. A
+    /// dry run is answered (with update, by the listing of DEST) and lands nothing.
     pub fn connection(
         &self,
         stream: TcpStream,
+        on_authenticated: impl FnOnce(),
         on_lane: impl FnOnce(),
     ) -> std::result::Result<Connection, Failed> {
-        let mut channel = Channel::accept(stream, &self.key, self.timeout, self.interruptible)
-            .map_err(|error| Failed {
-                authenticated: false,
-                sender: None,
-                error,
-            })?;
+        let handshake = self.timeout.min(HANDSHAKE_DEADLINE);
+        let accepted = Channel::accept(
+            stream,
+            &self.key,
+            self.timeout,
+            handshake,
+            self.interruptible,
+        );
+        let mut channel = accepted.map_err(|error| Failed {
+            authenticated: false,
+            sender: None,
+            error,
+        })?;
         let hello = match channel.receive() {
-            Ok((kind::HELLO, payload)) => decode::<Hello>("HELLO", payload),
-            Ok((kind, _)) => Err(protocol(format!("type {kind} where HELLO was expected"))),
+            Ok((kind, payload)) => {
+                on_authenticated();
+                match kind {
+                    kind::HELLO => decode::<Hello>("HELLO", payload),
+                    kind => Err(protocol(format!("type {kind} where HELLO was expected"))),
+                }
+            }
             Err(error) => {
                 return Err(Failed {
                     authenticated: false,

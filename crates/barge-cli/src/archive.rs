@@ -347,6 +347,10 @@ pub fn warn_not_restored(skipped: &NotRestored) {
             skipped.links,
             "hard links not made (their file existed in DEST and was skipped)",
         ),
+        (
+            skipped.merged_dirs,
+            "directories in DEST kept their own mode or time (--overwrite: not their owner)",
+        ),
     ] {
         if n > 0 {
             warn(format_args!("{n} {what}"));

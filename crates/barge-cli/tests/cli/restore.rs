@@ -404,6 +404,47 @@ fn existing_directories_get_the_archives_mode_and_time_only_with_overwrite() {
 }
 
 #[test]
+fn overwrite_lands_into_a_directory_it_does_not_own_with_a_warning() {
+    if !is_root() {
+        return skipped("needs a directory of root's in a DEST of nobody's");
+    }
+    let work = Work::new();
+    // `shared/` as DEST has it (1777), then files; an empty one with another mode.
+    let mut e = Encoder::extended(Vec::new());
+    e.dir_with(&Entry::dir(b"shared", meta(0o1777, day(1), None)))
+        .unwrap();
+    e.file(b"f", 0o644, b"f").unwrap();
+    e.pop().unwrap();
+    e.dir_with(&Entry::dir(b"other", meta(0o700, day(2), None)))
+        .unwrap();
+    e.pop().unwrap();
+    e.file(b"after", 0o644, b"a").unwrap();
+    let archive = work.archive("a.barge", &e.finish().unwrap());
+    for (i, way) in ways().iter().filter(|w| w.nobody).enumerate() {
+        let what = format!("{way:?}");
+        let dest = dest_for(&work, way, i);
+        for dir in ["shared", "other"] {
+            fs::create_dir(dest.join(dir)).unwrap();
+            fs::set_permissions(dest.join(dir), fs::Permissions::from_mode(0o1777)).unwrap();
+        }
+        let before = [mtime(&dest.join("shared")), mtime(&dest.join("other"))];
+        let out = unpack(&work, way, &archive, &dest, &["--overwrite"]);
+        assert!(out.status.success(), "{what}: {}", stderr(&out));
+        assert_eq!(fs::read(dest.join("shared/f")).unwrap(), b"f", "{what}");
+        assert_eq!(fs::read(dest.join("after")).unwrap(), b"a", "{what}");
+        // Root's directories keep their own mode and time, with one warning for both.
+        assert_eq!(mode(&dest.join("other")), 0o1777, "{what}");
+        assert_eq!(mtime(&dest.join("other")), before[1], "{what}");
+        let err = stderr(&out);
+        assert!(
+            err.contains("2 directories in DEST kept their own mode or time"),
+            "{what}: {err}"
+        );
+        make_removable(&dest);
+    }
+}
+
+#[test]
 fn overwrite_puts_a_directory_in_place_of_a_file_or_symlink_but_never_a_file_over_a_directory() {
     let work = Work::new();
     let dir_over_file = Archive::header().dir(b"f").file(b"in", b"new").pop();

@@ -28,9 +28,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use rustix::fs::{fchmod, openat, Mode};
+use rustix::fs::{openat, Mode};
 
-use super::restore::{Apply, Policy, Target};
+use super::restore::{NotRestored, Policy, Target};
 use super::sync::{Links, Setup};
 use super::{Feed, Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
@@ -550,8 +550,10 @@ impl<'r> Shared<'r> {
             return Err(failures.swap_remove(i).1);
         }
         let entered = self.entered.into_inner().expect("no panics");
-        plan.deferred.apply(self.root, entered, &plan.policy)?;
         let mut summary = plan.summary;
+        let skipped = &mut summary.not_restored;
+        plan.deferred
+            .apply(self.root, entered, &plan.policy, skipped)?;
         summary.add_entries(&self.landed.into_inner().expect("no panics"));
         Ok(summary)
     }
@@ -1253,7 +1255,13 @@ impl Deferred {
     /// symlinks, reusing the directories opened for the previous one; a mode is changed
     /// with `fchmod` on the directory's own fd, a time by `utimensat` relative to its
     /// parent's, without following, so a name swapped for a symlink redirects neither.
-    fn apply(&self, root: &OwnedFd, entered: Vec<(usize, bool)>, policy: &Policy) -> Result<()> {
+    fn apply(
+        &self,
+        root: &OwnedFd,
+        entered: Vec<(usize, bool)>,
+        policy: &Policy,
+        skipped: &mut NotRestored,
+    ) -> Result<()> {
         let mut made = vec![None; self.nodes.len()];
         // Several landers enter a directory whose entries are in several batches: one of
         // them created it, or none.
@@ -1263,9 +1271,9 @@ impl Deferred {
         // The open directories (node, fd) from depth 1 down to the last one's parent.
         let mut chain: Vec<(usize, OwnedFd)> = Vec::new();
         for &(node, last) in &self.order {
-            let mode = match made[node] {
-                Some(true) => last.created,
-                Some(false) if last.merged.is_some() => last.merged,
+            let (mode, merged) = match made[node] {
+                Some(true) => (last.created, false),
+                Some(false) if last.merged.is_some() => (last.merged, true),
                 _ => continue,
             };
             let mtime = last.mtime;
@@ -1301,22 +1309,16 @@ impl Deferred {
             }
             let dir = chain.last().map_or(root.as_fd(), |(_, fd)| fd.as_fd());
             let name = &self.nodes[node].2[..];
-            let times = Apply {
-                mtime,
-                ..Apply::default()
-            };
-            let mut skipped = Default::default();
             let fd;
             let target = match mode {
-                Some(mode) => {
+                Some(_) => {
                     fd = openat(dir, name, DIR_FLAGS, Mode::empty())
                         .map_err(|e| error("open directory", e))?;
-                    fchmod(&fd, Mode::from_raw_mode(mode)).map_err(|e| error("fchmod", e))?;
                     Target::Fd(fd.as_fd())
                 }
                 None => Target::At(dir, name),
             };
-            policy.restore(target, &times, Xattrs::default(), &mut skipped, path)?;
+            policy.finish_dir(target, (mode, mtime), merged, skipped, path)?;
         }
         Ok(())
     }

@@ -8,8 +8,8 @@
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 use rustix::fs::{
-    chownat, fchmod, fchown, fsetxattr, fstat, futimens, utimensat, AtFlags, Gid, Mode, Timespec,
-    Timestamps, Uid, XattrFlags, UTIME_OMIT,
+    chownat, fchmod, fchown, fsetxattr, fstat, futimens, statat, utimensat, AtFlags, Gid, Mode,
+    Timespec, Timestamps, Uid, XattrFlags, UTIME_OMIT,
 };
 use rustix::io::Errno;
 use rustix::process::getegid;
@@ -130,6 +130,10 @@ pub struct NotRestored {
     pub xattrs: u64,
     /// Hard links not made because the file they name was skipped (it existed).
     pub links: u64,
+    /// Directories that were there and kept their own mode or time where `--overwrite`
+    /// would give them the archive's: the process is not their owner.
+    #[serde(default)]
+    pub merged_dirs: u64,
 }
 
 impl NotRestored {
@@ -145,6 +149,7 @@ impl NotRestored {
         self.devices += other.devices;
         self.xattrs += other.xattrs;
         self.links += other.links;
+        self.merged_dirs += other.merged_dirs;
     }
 }
 
@@ -379,24 +384,71 @@ impl Policy {
             }
         }
         if let Some(mtime) = apply.mtime {
-            let times = Timestamps {
-                last_access: Timespec {
-                    tv_sec: 0,
-                    tv_nsec: UTIME_OMIT,
-                },
-                last_modification: Timespec {
-                    tv_sec: mtime.sec,
-                    tv_nsec: mtime.nsec.into(),
-                },
-            };
-            match target {
-                Target::Fd(fd) => futimens(fd, &times),
-                Target::Handle(fd) => utimensat(fd, "", &times, AtFlags::EMPTY_PATH),
-                Target::At(dir, name) => utimensat(dir, name, &times, AtFlags::SYMLINK_NOFOLLOW),
-            }
-            .map_err(|e| Error::io("utimensat", path(), e))?;
+            set_time(target, mtime).map_err(|e| Error::io("utimensat", path(), e))?;
         }
         Ok(())
+    }
+
+    /// Gives a filled directory its final `mode` (through `target` when it is a
+    /// [`Target::Fd`]) and `mtime`. One that was there (`merged`, with `--overwrite`) gets
+    /// only what differs, and what it refuses to a process that is not its owner (EPERM)
+    /// is counted in `skipped`, not an error: tar warns and goes on.
+    pub(crate) fn finish_dir(
+        &self,
+        target: Target<'_>,
+        (mode, mtime): (Option<u32>, Option<Timestamp>),
+        merged: bool,
+        skipped: &mut NotRestored,
+        path: impl Fn() -> TreePath,
+    ) -> Result<()> {
+        let (mut mode, mut mtime) = (mode, mtime);
+        if merged {
+            let there = match target {
+                Target::Fd(fd) | Target::Handle(fd) => fstat(fd),
+                Target::At(dir, name) => statat(dir, name, AtFlags::SYMLINK_NOFOLLOW),
+            }
+            .map_err(|e| Error::io("fstat", path(), e))?;
+            mode = mode.filter(|&mode| there.st_mode & 0o7777 != mode);
+            let time = |t: &Timestamp| (t.sec, u64::from(t.nsec));
+            mtime = mtime.filter(|t| time(t) != (there.st_mtime, there.st_mtime_nsec));
+        }
+        let chmod = match (mode, target) {
+            (Some(mode), Target::Fd(fd)) => {
+                fchmod(fd, Mode::from_raw_mode(mode)).map_err(|e| ("fchmod", e))
+            }
+            _ => Ok(()),
+        };
+        let done = chmod.and_then(|()| match mtime {
+            Some(mtime) => set_time(target, mtime).map_err(|e| ("utimensat", e)),
+            None => Ok(()),
+        });
+        match done {
+            Ok(()) => Ok(()),
+            Err((_, Errno::PERM)) if merged => {
+                skipped.merged_dirs += 1;
+                Ok(())
+            }
+            Err((op, e)) => Err(Error::io(op, path(), e)),
+        }
+    }
+}
+
+/// Sets the modification time of `target` (not its access time).
+fn set_time(target: Target<'_>, mtime: Timestamp) -> rustix::io::Result<()> {
+    let times = Timestamps {
+        last_access: Timespec {
+            tv_sec: 0,
+            tv_nsec: UTIME_OMIT,
+        },
+        last_modification: Timespec {
+            tv_sec: mtime.sec,
+            tv_nsec: mtime.nsec.into(),
+        },
+    };
+    match target {
+        Target::Fd(fd) => futimens(fd, &times),
+        Target::Handle(fd) => utimensat(fd, "", &times, AtFlags::EMPTY_PATH),
+        Target::At(dir, name) => utimensat(dir, name, &times, AtFlags::SYMLINK_NOFOLLOW),
     }
 }
 

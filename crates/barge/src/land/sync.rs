@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use rustix::fs::{
-    fchmod, linkat, makedev, mkdirat, mknodat, openat, renameat, renameat_with, statat, symlinkat,
+    linkat, makedev, mkdirat, mknodat, openat, renameat, renameat_with, statat, symlinkat,
     unlinkat, AtFlags, FileType, Mode, RenameFlags,
 };
 use rustix::io::{write, Errno};
@@ -67,7 +67,9 @@ struct OpenDir {
     name: Box<[u8]>,
     /// For a directory this lander created: the mode (when it lacks owner rwx or has
     /// setuid or setgid, see [`Policy::dir_modes`]) and time to give it when leaving.
+    /// For one that was there, with `--overwrite`, the archive's (`merged`).
     last: Option<(Option<u32>, Option<Timestamp>)>,
+    merged: bool,
 }
 
 /// The file being written; its name is in [`SyncLander::file_name`].
@@ -468,6 +470,7 @@ impl SyncLander {
             fd: Arc::new(fd),
             name: name.into(),
             last,
+            merged: !created,
         });
         self.summary.dirs += 1;
         Ok(created)
@@ -573,19 +576,15 @@ impl Sink for SyncLander {
 
     fn leave_dir(&mut self) -> Result<()> {
         let dir = self.dirs.pop().expect("the decoder never pops the root");
-        if let Some((mode, mtime)) = dir.last {
-            if let Some(mode) = mode {
-                fchmod(&*dir.fd, Mode::from_raw_mode(mode))
-                    .map_err(|e| Error::io("fchmod", self.path(&dir.name), e))?;
-            }
-            let times = Apply {
-                mtime,
-                ..Apply::default()
+        if let Some(last) = dir.last {
+            // Opened for real where it gets a mode.
+            let target = match last.0 {
+                Some(_) => Target::Fd(dir.fd.as_fd()),
+                None => Target::Handle(dir.fd.as_fd()),
             };
             let path = || path_in(&self.dirs, &dir.name);
             let skipped = &mut self.summary.not_restored;
-            let target = Target::Handle(dir.fd.as_fd());
-            (self.setup.policy).restore(target, &times, Xattrs::default(), skipped, path)?;
+            (self.setup.policy).finish_dir(target, last, dir.merged, skipped, path)?;
         }
         // A directory holding files that hard links may name stays open for them.
         if let Ok(fd) = Arc::try_unwrap(dir.fd) {

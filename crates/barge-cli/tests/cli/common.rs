@@ -539,3 +539,42 @@ pub fn set_mtime(path: &Path, sec: i64, nsec: i64) {
     let flags = rustix::fs::AtFlags::SYMLINK_NOFOLLOW;
     rustix::fs::utimensat(rustix::fs::CWD, path, &times, flags).unwrap();
 }
+
+/// A file system mounted at `path` (created) for as long as it lives (root only).
+pub struct Mount(PathBuf);
+
+impl Mount {
+    /// A tmpfs of `size` (as mount's `size=` takes it).
+    pub fn tmpfs(path: &Path, size: &str) -> Option<Mount> {
+        fs::create_dir(path).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o"])
+            .arg(format!("size={size}"))
+            .arg("tmpfs")
+            .arg(path)
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| Mount(path.to_path_buf()))
+    }
+
+    /// An ext4 of `mib` MiB made by mkfs.ext4 in the image file `image`, as Debian makes
+    /// one (extended attributes in one block, no `ea_inode`), mounted through a loop device.
+    pub fn ext4(image: &Path, path: &Path, mib: u64) -> Option<Mount> {
+        fs::File::create(image).unwrap().set_len(mib << 20).unwrap();
+        fs::create_dir(path).unwrap();
+        let ok = |cmd: &mut Command| cmd.status().is_ok_and(|s| s.success());
+        let made = ok(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(image));
+        (made
+            && ok(Command::new("mount")
+                .args(["-o", "loop"])
+                .arg(image)
+                .arg(path)))
+        .then(|| Mount(path.to_path_buf()))
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}

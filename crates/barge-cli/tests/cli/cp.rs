@@ -790,29 +790,6 @@ fn unreadable_entries_are_named_and_the_rest_is_copied() {
     assert_ne!(kind(&dest.join("closed/inside")), "file");
 }
 
-/// A tmpfs of `size` mounted at `path` for as long as it lives.
-struct Mount(PathBuf);
-
-impl Mount {
-    fn tmpfs(path: &Path, size: &str) -> Option<Mount> {
-        fs::create_dir(path).unwrap();
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o"])
-            .arg(format!("size={size}"))
-            .arg("tmpfs")
-            .arg(path)
-            .status()
-            .is_ok_and(|s| s.success());
-        ok.then(|| Mount(path.to_path_buf()))
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
 #[test]
 fn a_full_file_system_is_a_clear_error() {
     if !is_root() {

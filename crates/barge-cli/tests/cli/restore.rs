@@ -445,6 +445,67 @@ fn overwrite_lands_into_a_directory_it_does_not_own_with_a_warning() {
 }
 
 #[test]
+fn an_xattr_the_file_system_cannot_hold_is_a_warning_for_unpack_and_cp() {
+    if !is_root() {
+        return skipped("needs root to mount an ext4 image");
+    }
+    let work = Work::new();
+    let Some(_ext4) = Mount::ext4(&work.path("ext4.img"), &work.path("ext4"), 32) else {
+        return skipped("cannot make or mount an ext4 image");
+    };
+    // 8,000 bytes: more than the one block ext4 gives a file's attributes (ENOSPC).
+    let value = "x".repeat(8000);
+    let (big, small) = (xattrs(&[("user.big", &value)]), xattrs(&[("user.k", "v")]));
+    let mut e = Encoder::extended(Vec::new());
+    for (name, xattrs) in [(&b"big"[..], &big), (b"small", &small)] {
+        let mut f = Entry::file(name, meta(0o644, day(1), None));
+        f.xattrs = Xattrs(xattrs);
+        e.file_with(&f, name).unwrap();
+    }
+    e.file(b"after", 0o644, b"after").unwrap();
+    let archive = work.archive("a.barge", &e.finish().unwrap());
+    let landed = |dest: &Path, out: &Output, what: &str| {
+        assert!(out.status.success(), "{what}: {}", stderr(out));
+        for name in ["big", "small", "after"] {
+            assert_eq!(
+                fs::read(dest.join(name)).unwrap(),
+                name.as_bytes(),
+                "{what}"
+            );
+        }
+        assert_eq!(
+            xattr(&dest.join("small"), "user.k").as_deref(),
+            Some(&b"v"[..])
+        );
+        assert_eq!(xattr(&dest.join("big"), "user.big"), None, "{what}");
+        let err = stderr(out);
+        assert!(err.contains("1 extended attributes not"), "{what}: {err}");
+    };
+    for (i, way) in ways().iter().enumerate() {
+        let what = format!("{way:?}");
+        let dest = work.path(&format!("ext4/u{i}"));
+        fs::create_dir(&dest).unwrap();
+        std::os::unix::fs::chown(&dest, Some(way.uid()), Some(way.uid())).unwrap();
+        landed(&dest, &unpack(&work, way, &archive, &dest, &[]), &what);
+    }
+    // cp -a from a tmpfs, which holds it, to the ext4.
+    let src = work.path("src");
+    fs::create_dir(&src).unwrap();
+    for name in ["big", "small", "after"] {
+        file(&src.join(name), name.as_bytes(), 0o644);
+    }
+    let set = |name: &str, attribute: &str, value: &[u8]| {
+        let flags = rustix::fs::XattrFlags::empty();
+        rustix::fs::setxattr(src.join(name), attribute, value, flags).unwrap();
+    };
+    set("big", "user.big", value.as_bytes());
+    set("small", "user.k", b"v");
+    let dest = work.path("ext4/cp");
+    let out = run(barge(["cp", "-a"]).arg(&src).arg(&dest), None);
+    landed(&dest, &out, "cp -a");
+}
+
+#[test]
 fn overwrite_puts_a_directory_in_place_of_a_file_or_symlink_but_never_a_file_over_a_directory() {
     let work = Work::new();
     let dir_over_file = Archive::header().dir(b"f").file(b"in", b"new").pop();

@@ -8,8 +8,8 @@
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 use rustix::fs::{
-    chownat, fchmod, fchown, fsetxattr, fstat, futimens, statat, utimensat, AtFlags, Gid, Mode,
-    Timespec, Timestamps, Uid, XattrFlags, UTIME_OMIT,
+    chownat, fchmod, fchown, fsetxattr, fstat, fstatvfs, futimens, statat, utimensat, AtFlags, Gid,
+    Mode, Timespec, Timestamps, Uid, XattrFlags, UTIME_OMIT,
 };
 use rustix::io::Errno;
 use rustix::process::getegid;
@@ -370,7 +370,8 @@ impl Policy {
                 Ok(()) => {}
                 // Not allowed here (user.* on a symlink or special file), not supported by
                 // the filesystem or the kernel, an unknown namespace, a value the
-                // filesystem rejects (a malformed ACL) or cannot hold.
+                // filesystem rejects (a malformed ACL) or cannot hold (ext4 keeps them in
+                // one block: ENOSPC with room left on the disk).
                 Err(
                     Errno::PERM
                     | Errno::ACCESS
@@ -380,6 +381,7 @@ impl Policy {
                     | Errno::RANGE
                     | Errno::TOOBIG,
                 ) => skipped.xattrs += 1,
+                Err(Errno::NOSPC) if !disk_full(target) => skipped.xattrs += 1,
                 Err(e) => return Err(Error::io("setxattr", path(), e)),
             }
         }
@@ -431,6 +433,13 @@ impl Policy {
             Err((op, e)) => Err(Error::io(op, path(), e)),
         }
     }
+}
+
+/// Whether the filesystem of `target` has no block left for its user (then ENOSPC means a
+/// full disk, not an attribute too large for the room the filesystem gives attributes).
+fn disk_full(target: Target<'_>) -> bool {
+    let (Target::Fd(fd) | Target::Handle(fd) | Target::At(fd, _)) = target;
+    fstatvfs(fd).is_ok_and(|fs| fs.f_bavail == 0)
 }
 
 /// Sets the modification time of `target` (not its access time).

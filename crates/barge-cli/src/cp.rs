@@ -154,7 +154,9 @@ pub fn cp(args: CpArgs) -> Result<Exit> {
     let mut failed = 0;
     let (result, elapsed) = std::thread::scope(|scope| {
         if shows_progress(args.out) {
-            scope.spawn(|| count(srcs, exclude, &total));
+            // Without a thread to be had, progress has no total.
+            let _ =
+                std::thread::Builder::new().spawn_scoped(scope, || count(srcs, exclude, &total));
         }
         let known = || Some(total.load(Relaxed)).filter(|&t| t > 0);
         with_progress(args.out, &progress, known, || {

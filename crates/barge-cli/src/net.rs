@@ -242,7 +242,9 @@ pub fn send(args: SendArgs) -> Result<Exit> {
     let (result, elapsed) = std::thread::scope(|scope| {
         if args.archive.is_none() && shows_progress(args.out) {
             let exclude = exclude.clone();
-            scope.spawn(|| crate::cp::count(dirs, exclude, &total));
+            // Without a thread to be had, progress has no total.
+            let counting = || crate::cp::count(dirs, exclude, &total);
+            let _ = std::thread::Builder::new().spawn_scoped(scope, counting);
         }
         let known = || Some(total.load(Relaxed)).filter(|&t| t > 0);
         with_progress(args.out, &progress, known, || -> Result<Sent> {

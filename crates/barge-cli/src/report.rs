@@ -138,7 +138,8 @@ pub fn with_progress<T>(
     let terminal = std::io::stderr().is_terminal();
     let done = AtomicBool::new(false);
     let result = std::thread::scope(|scope| {
-        scope.spawn(|| {
+        // Without a thread to be had (a task limit), the work goes on without the line.
+        let _ = std::thread::Builder::new().spawn_scoped(scope, || {
             barge::interrupt::keep_signals_off_this_thread();
             let mut shown = false;
             let mut next = Duration::from_secs(1);

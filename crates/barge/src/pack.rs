@@ -340,7 +340,8 @@ fn encode<W: ArchiveWriter>(
         let queued = &queued;
         let written = spawn_elsewhere(scope, move || {
             writer(&mut out, rx, spare_tx, queued, progress)
-        });
+        })
+        .map_err(|e| Error::os("start the archive writer's thread", TreePath::default(), e))?;
         let packed = source(&mut packer);
         drop(packer.tx);
         written.join().expect("the writer does not panic")?;

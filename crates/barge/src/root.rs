@@ -383,7 +383,11 @@ impl Keeper {
     fn spawn(staged: Staged, dest: &TreePath) -> Result<Keeper> {
         let fail = |e| {
             let _ = staged.remove();
-            Error::io("start the keeper of", dest.clone(), e)
+            Error::io(
+                "fork its keeper (which removes a cut-off DEST)",
+                dest.clone(),
+                e,
+            )
         };
         let (orders, tell) = pipe_with(PipeFlags::CLOEXEC).map_err(fail)?;
         let (answer, reply) = pipe_with(PipeFlags::CLOEXEC).map_err(fail)?;

@@ -8,6 +8,7 @@ mod du;
 mod engines;
 mod fidelity;
 mod hostile;
+mod limits;
 mod list;
 mod net;
 mod offset;

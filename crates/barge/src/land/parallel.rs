@@ -497,9 +497,7 @@ impl<'r> Shared<'r> {
                     Err(e) => self.fail((0, e)),
                 }
             };
-            let spawn = || {
-                spawn_elsewhere(scope, helper);
-            };
+            let spawn = || spawn_elsewhere(scope, helper).is_ok();
             // Without a lander of its own (it failed, so nothing more lands), this thread
             // drops what it would land.
             let own = match self.dup().and_then(make) {
@@ -596,16 +594,15 @@ struct Here<'a, 's, L: Land> {
     own: Option<Worker<'s, L>>,
     /// Helper threads started.
     helpers: usize,
-    spawn: &'s dyn Fn(),
+    /// Starts one; false when no thread can be had.
+    spawn: &'s dyn Fn() -> bool,
 }
 
 impl<'a, L: Land> Here<'a, '_, L> {
-    /// Starts `n` helper threads, which land queued batches until the queue closes.
+    /// Starts `n` helper threads, which land queued batches until the queue closes; as
+    /// many as can be had (with none, this thread lands every batch).
     fn start_helpers(&mut self, n: usize) {
-        for _ in 0..n {
-            (self.spawn)();
-        }
-        self.helpers += n;
+        self.helpers += (0..n).take_while(|_| (self.spawn)()).count();
     }
 
     /// Queues `batch` for a helper, or lands it here when the queue is full or there are

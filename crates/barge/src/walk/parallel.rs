@@ -409,9 +409,16 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
         self.workers.fetch_add(1, Relaxed);
         queue.active += 1;
         drop(queue);
-        spawn_elsewhere(scope, move || {
+        let started = spawn_elsewhere(scope, move || {
             self.work(scope, Scratch::default(), self.build());
         });
+        if started.is_err() {
+            // No thread to be had: the walk goes on with those it has.
+            let mut queue = self.queue.lock().expect("no panics");
+            self.workers.fetch_sub(1, Relaxed);
+            queue.active -= 1;
+            return false;
+        }
         true
     }
 

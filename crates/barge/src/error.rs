@@ -53,11 +53,21 @@ impl fmt::Display for TreePath {
 /// invisible and bidirectional formatting characters (which could make a name look like
 /// another) and backslashes; everything else becomes `\xNN` (or `\u{NNNN}`).
 pub fn escape_bytes(bytes: &[u8]) -> String {
+    escape(bytes, true)
+}
+
+/// Renders a peer's message (a receiver's refusal or error) for humans as [`escape_bytes`]
+/// does, but with its backslashes as they are: its paths come escaped already.
+pub(crate) fn escape_message(text: &str) -> String {
+    escape(text.as_bytes(), false)
+}
+
+fn escape(bytes: &[u8], backslashes: bool) -> String {
     let mut out = String::with_capacity(bytes.len());
     for chunk in bytes.utf8_chunks() {
         for c in chunk.valid().chars() {
             match c {
-                '\\' => out.push_str("\\\\"),
+                '\\' if backslashes => out.push_str("\\\\"),
                 '\n' => out.push_str("\\n"),
                 '\t' => out.push_str("\\t"),
                 c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),

@@ -48,7 +48,7 @@ pub use recv::{Connection, Receive, Received};
 pub use send::{Payload, Planned, Send, Sent};
 
 use crate::confine::Landed;
-use crate::error::{Error, NetError, Result};
+use crate::error::{escape_message, Error, NetError, Result};
 use channel::{protocol, Channel, MAX_PAYLOAD};
 
 /// The version of the protocol a HELLO names.
@@ -147,7 +147,7 @@ fn unexpected(kind: u8, payload: &[u8]) -> Error {
         kind::REFUSE => match decode::<Refuse>("REFUSE", payload) {
             Ok(refuse) => Error::net(
                 NetError::Remote,
-                format!("the receiver refused: {}", refuse.reason),
+                format!("the receiver refused: {}", escape_message(&refuse.reason)),
             ),
             Err(e) => e,
         },
@@ -162,7 +162,7 @@ fn unexpected(kind: u8, payload: &[u8]) -> Error {
                 .into_iter()
                 .find(|k| k.name() == kind)
                 .unwrap_or(NetError::Remote);
-                Error::net(kind, format!("the receiver: {message}"))
+                Error::net(kind, format!("the receiver: {}", escape_message(&message)))
             }
             Ok(Outcome::Landed(_)) => protocol("a result before the end of the data"),
             Err(e) => e,
@@ -239,5 +239,29 @@ impl Write for Messages<'_> {
 
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_receivers_words_are_shown_escaped() {
+        let forged = "no\nbarge: send: done\u{1b}[2J \\x41";
+        let refused = encode(&Refuse {
+            reason: forged.into(),
+        });
+        let failed = encode(&Outcome::Error {
+            kind: "remote".into(),
+            message: forged.into(),
+        });
+        for (kind, payload) in [(kind::REFUSE, refused), (kind::RESULT, failed)] {
+            let shown = unexpected(kind, &payload).to_string();
+            assert!(
+                shown.ends_with("no\\nbarge: send: done\\x1b[2J \\x41"),
+                "{shown}"
+            );
+        }
     }
 }

@@ -411,9 +411,18 @@ export async function* unpack(input: ArchiveSource, options: UnpackOptions = {})
         ...fields,
         chunks: data,
         async bytes() {
-          const out = new Uint8Array(size);
+          // Grown (doubling, up to size) as the content arrives: a size the input does not
+          // hold ends as truncated, never as an allocation of that size.
+          let out = new Uint8Array(0);
           let o = 0;
-          for await (const c of data()) out.set(c, o), (o += c.length);
+          for await (const c of data()) {
+            if (o + c.length > out.length) {
+              const grown = new Uint8Array(Math.min(size, Math.max(2 * out.length, o + c.length)));
+              grown.set(out.subarray(0, o));
+              out = grown;
+            }
+            out.set(c, o), (o += c.length);
+          }
           return out;
         },
       } as DecodedEntry;

@@ -453,6 +453,9 @@ INVALID = [
      "truncated", [HDR, At(file_msg(b"f", b"", 0xFFFFFFFF)), end_msg(1)], None),
     ("truncated-in-data64", "FILE64 of size 2^32 with 2 data bytes",
      "truncated", [HDR, At(file64_msg(b"f", b"ab", 1 << 32))], None),
+    ("truncated-size64-max-after-file", "a 2-byte FILE, then a FILE64 claiming 2^64-1 bytes followed by an "
+     "END: the file bytes add up past 2^64, which a decoder must not overflow (found by fuzzing)",
+     "truncated", [HDR, file_msg(b"a", b"hi"), At(file64_msg(b"b", b"", (1 << 64) - 1)), end_msg(2)], None),
     ("truncated-in-count", "END with 4 of its 8 count bytes", "truncated", [HDR, At(b"\x00\x00\x00\x00\x00")], None),
     ("truncated-in-perm", "PERM with 1 of its 2 mode bytes", "truncated", [HDR, At(b"\x05\xed")], None),
     ("bad-version-2", "version 2", "bad-version", [At(header(version=2)), end_msg(0)], None),

@@ -155,8 +155,9 @@ pub struct Decoder {
     /// Entry numbers of the files that carried `LINKED`, ascending.
     linked: Vec<u64>,
     entries: u64,
+    /// The file sizes announced so far (saturating).
     bytes: u64,
-    /// The entries' [`space`].
+    /// The entries' [`space`] (saturating).
     space: u64,
     /// See [`Decoder::wanted`].
     wanted: usize,
@@ -465,7 +466,7 @@ fn record<'a>(
             } else {
                 at
             };
-            let total = c.pos - start + size;
+            let total = (c.pos - start).saturating_add(size);
             let fits = size <= MAX_XATTR_VALUE && total <= MAX_XATTRS;
             check(fits, FormatError::XattrTooLarge)?;
             c.take(size, at)?;
@@ -768,8 +769,11 @@ impl Decoder {
             Fields::File { size } => size,
             _ => 0,
         };
+        // Sizes are announced before their data, up to 2^64-1 each, so the totals saturate
+        // (they only meet the limits); data the input does not hold is `truncated` later.
+        let bytes = self.bytes.saturating_add(size);
         if let Some(max) = self.limits.max_bytes {
-            if self.bytes.saturating_add(size) > max {
+            if bytes > max {
                 return Err(self.error(FormatError::TooManyBytes(max), Some(name)));
             }
         }
@@ -802,6 +806,7 @@ impl Decoder {
             .add(name);
         let number = self.entries;
         self.entries += 1;
+        self.bytes = bytes;
         self.space = taken;
         self.offset += len as u64;
         let entry = |kind, default| Entry {
@@ -823,7 +828,6 @@ impl Decoder {
                 Event::Dir(entry(Kind::Dir, DEFAULT_DIR_MODE))
             }
             Fields::File { size } => {
-                self.bytes += size;
                 let take = size.min(available) as usize;
                 self.state = State::Data { remaining: size };
                 self.skip_data(take as u64);

@@ -14,7 +14,15 @@ export interface UnpackOptions {
   maxEntries?: number;
   /** Most file content bytes allowed in total. Default: no limit. */
   maxBytes?: number;
+  /**
+   * Most disk space allowed in total, each entry charged its content (a symlink's target)
+   * and XATTR bytes in 4 KiB blocks, at least one (docs/FORMAT.md rule 13). Default: no limit.
+   */
+  maxSpace?: number;
 }
+
+/** The disk space an entry is charged against `maxSpace`. */
+const space = (content: number, xattrs: number) => Math.max(1, Math.ceil((content + xattrs) / 4096)) * 4096;
 
 /** Anything an archive can be read from. */
 export type ArchiveSource = DataSource | Uint8Array | ArrayBuffer | Blob;
@@ -220,7 +228,7 @@ const noRecords = (): Records => ({ seen: 0, top: 0, xattrBytes: 0 });
  * iteration early cancels the input.
  */
 export async function* unpack(input: ArchiveSource, options: UnpackOptions = {}): AsyncGenerator<DecodedEntry> {
-  const { maxDepth = 1024, maxEntries = Infinity, maxBytes = Infinity } = options;
+  const { maxDepth = 1024, maxEntries = Infinity, maxBytes = Infinity, maxSpace = Infinity } = options;
   const inp = new Input(
     read(
       input instanceof Uint8Array
@@ -238,6 +246,7 @@ export async function* unpack(input: ArchiveSource, options: UnpackOptions = {})
   const linked = new Map<number, Uint8Array>();
   let count = 0;
   let total = 0;
+  let taken = 0;
   let rec = noRecords();
   let at = 0;
   let path = dirs[0].path;
@@ -342,6 +351,8 @@ export async function* unpack(input: ArchiveSource, options: UnpackOptions = {})
       if (len < 3 && name.every((c) => c == 46)) throw fail("dot-name", "name is '.' or '..'");
       let head = len + 2;
       let size = 0;
+      /** what maxSpace charges besides XATTRs: a file's size or a symlink's target */
+      let content = 0;
       let fields: object = {};
       if (tag == 1 || tag == 4) {
         const width = tag == 1 ? 4 : 8;
@@ -357,6 +368,7 @@ export async function* unpack(input: ArchiveSource, options: UnpackOptions = {})
         const target = inp.slice(head + 2, head + 2 + n);
         if (target.includes(0)) throw fail("bad-symlink", "symlink target contains NUL");
         fields = { target: utf8.decode(target), targetBytes: target };
+        content = n;
         head += 2 + n;
       } else if (tag == 11) {
         await need(head + 8, "a hard link");
@@ -377,9 +389,12 @@ export async function* unpack(input: ArchiveSource, options: UnpackOptions = {})
       if (tag == 2 && dirs.length > maxDepth) throw fail("too-deep", `directories nested deeper than ${maxDepth}`);
       if (count >= maxEntries) throw fail("too-many-entries", `more than ${maxEntries} entries`);
       if (total + size > maxBytes) throw fail("too-many-bytes", `more than ${maxBytes} bytes of file content`);
+      const charged = taken + space(size + content, rec.xattrBytes);
+      if (charged > maxSpace) throw fail("too-much-space", `more than ${maxSpace} bytes of disk space`);
       dir.names.add(key);
       const index = count++;
       total += size;
+      taken = charged;
       inp.pos += head;
 
       let left = size;

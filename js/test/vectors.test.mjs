@@ -18,7 +18,12 @@ const strip = (entries) => entries.map(({ path, ...rest }) => rest);
 const packOptions = (meta) => ({ times: meta.extended === true });
 
 const limits = (options) =>
-  options && { maxDepth: options.max_depth, maxEntries: options.max_entries, maxBytes: options.max_bytes };
+  options && {
+    maxDepth: options.max_depth,
+    maxEntries: options.max_entries,
+    maxBytes: options.max_bytes,
+    maxSpace: options.max_space,
+  };
 
 async function decodeError(input, options) {
   try {

@@ -536,6 +536,9 @@ INVALID = [
      [HDR, file_msg(b"a", b"1234567"), At(file_msg(b"b", b"1234")), end_msg(2)], {"max_bytes": 10}),
     ("too-many-bytes-before-truncated", "size past the end and over max_bytes: too-many-bytes is checked first",
      "too-many-bytes", [HDR, At(file_msg(b"a", b"", 0xFFFFFFFF))], {"max_bytes": 1 << 20}),
+    ("too-much-space", "an empty dir, an empty file and a 1-byte file (a 4 KiB block each) with max_space 8192",
+     "too-much-space", [HDR, dir_msg(b"a"), POP, file_msg(b"b"), At(file_msg(b"c", b"1")), end_msg(3)],
+     {"max_space": 8192}),
 ]
 
 # Invalid extended archives (header flag 1 unless the name says otherwise).

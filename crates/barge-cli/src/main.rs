@@ -48,6 +48,11 @@ pub struct LimitArgs {
     /// except for recv: the space free on DEST's filesystem when it starts).
     #[arg(long, value_name = "N", value_parser = parse_limit)]
     max_bytes: Option<Limit>,
+    /// Refuse archives that would take more than N of disk space, each entry charged its
+    /// content (a symlink its target) and extended attributes in 4 KiB blocks, and at least
+    /// one block: empty files and directories are not free ('none', the default: no limit).
+    #[arg(long, value_name = "N", default_value = "none", value_parser = parse_limit)]
+    max_space: Limit,
 }
 
 /// Where in the input the archive is: for an archive stored in a block device or inside a
@@ -139,7 +144,7 @@ impl LimitArgs {
             max_depth: self.max_depth,
             max_entries: self.max_entries.0,
             max_bytes: self.max_bytes.map_or(max_bytes, |limit| limit.0),
-            max_space: None,
+            max_space: self.max_space.0,
             zero_padding: false,
         }
     }

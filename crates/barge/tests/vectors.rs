@@ -34,6 +34,7 @@ fn limits_of(json: &Value) -> Limits {
     }
     limits.max_entries = option("max_entries");
     limits.max_bytes = option("max_bytes");
+    limits.max_space = option("max_space");
     limits
 }
 

@@ -171,6 +171,7 @@ fn message_of(code: &str) -> &'static str {
         "too-deep" => "deeper than the limit",
         "too-many-entries" => "--max-entries",
         "too-many-bytes" => "--max-bytes",
+        "too-much-space" => "--max-space",
         "record-order" => "record out of order or repeated",
         "misplaced-record" => "record on an entry that may not carry one",
         "bad-time" => "nanoseconds",

@@ -144,7 +144,7 @@ pub enum FormatError {
     #[error("more than {0} bytes of file data (see --max-bytes)")]
     TooManyBytes(u64),
     /// Entries estimated to take more disk space than the limit.
-    #[error("entries taking more than {0} bytes of disk space (see --quota)")]
+    #[error("entries taking more than {0} bytes of disk space (--max-space; serve's --quota)")]
     TooMuchSpace(u64),
     /// A record out of order or repeated.
     #[error("record out of order or repeated (PERM, TIME, OWNER, XATTR by name, LINKED)")]

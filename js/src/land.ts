@@ -19,6 +19,8 @@ export interface LandOptions {
   maxEntries?: number | string;
   /** `--max-bytes`: bytes of file content, e.g. `500_000_000`, `"500M"`, `"2GiB"` (barge's default: `"none"`). */
   maxBytes?: number | string;
+  /** `--max-space`: disk space, each entry charged at least a 4 KiB block (barge's default: `"none"`). */
+  maxSpace?: number | string;
   /**
    * Entries whose name exists in DIR: `"keep"` fails (the default), `"skip"`
    * leaves them, `"overwrite"` replaces them by rename. Existing directories
@@ -63,7 +65,7 @@ export interface LandSummary {
   /** Existing entries skipped (`existing: "skip"`). */
   kept: number;
   /** What the archive held but barge could not restore (each also a warning). */
-  not_restored: { owners: number; setid: number; devices: number; xattrs: number; links: number };
+  not_restored: { owners: number; setid: number; devices: number; xattrs: number; links: number; merged_dirs: number };
   /** Whether the landing ran in the user-namespace chroot. */
   sandboxed: boolean;
   seconds: number;
@@ -117,6 +119,7 @@ function flags(options: LandOptions): string[] {
   count("maxDepth", "--max-depth", options.maxDepth, false);
   count("maxEntries", "--max-entries", options.maxEntries, true);
   count("maxBytes", "--max-bytes", options.maxBytes, true);
+  count("maxSpace", "--max-space", options.maxSpace, true);
   count("stripComponents", "--strip-components", options.stripComponents, false);
   choice("existing", options.existing);
   if (options.existing === "skip") out.push("--skip-old-files");

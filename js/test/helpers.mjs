@@ -245,6 +245,12 @@ const deviceOf = (rdev) => ({
   minor: Number((rdev & 0xffn) | ((rdev >> 12n) & ~0xffn)),
 });
 
+/**
+ * A tree as barge lands it from an archive without owners (the JS packer's): no
+ * setuid or setgid bit, as the set-id rule of docs/SECURITY.md says.
+ */
+export const withoutSetId = (tree) => tree.map((e) => (e.mode === undefined ? e : { ...e, mode: e.mode & ~0o6000 }));
+
 /** The readTree() listing a spec should produce (with `times`, its mtimes). */
 export function expectedTree(spec, { times = false } = {}) {
   const byKey = new Map(spec.map((e) => [hex(Buffer.from(e.path)), e]));

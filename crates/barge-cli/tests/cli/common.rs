@@ -186,6 +186,22 @@ pub fn as_nobody() -> Command {
     cmd
 }
 
+/// `setpriv` as `uid` and its group, under a task limit of `tasks` (threads count as tasks):
+/// for a uid of the test's own, no other process counts against it.
+pub fn with_task_limit(uid: u32, tasks: u32) -> Command {
+    let uid = uid.to_string();
+    let mut cmd = Command::new("prlimit");
+    cmd.arg(format!("--nproc={tasks}")).args([
+        "setpriv",
+        "--reuid",
+        &uid,
+        "--regid",
+        &uid,
+        "--clear-groups",
+    ]);
+    cmd
+}
+
 /// The command `barge pack SRC -o OUT` (OUT may be `-`).
 pub fn pack_cmd(src: impl AsRef<OsStr>, out: impl AsRef<OsStr>) -> Command {
     barge(["pack".as_ref(), src.as_ref(), "-o".as_ref(), out.as_ref()])

@@ -4,20 +4,14 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use crate::common::*;
 
 /// `barge ARGS` as a uid of its own (no other process counts against its task limit) that
 /// may have one task: itself, and no thread more.
 fn alone(bin: &Path, uid: u32, args: &[&std::ffi::OsStr]) -> Output {
-    let uid = uid.to_string();
-    let mut cmd = Command::new("prlimit");
-    cmd.args(["--nproc=1", "setpriv", "--reuid", &uid, "--regid", &uid])
-        .args(["--clear-groups"])
-        .arg(bin)
-        .args(args);
-    run(&mut cmd, None)
+    run(with_task_limit(uid, 1).arg(bin).args(args), None)
 }
 
 #[test]

@@ -1175,20 +1175,10 @@ fn a_thread_recv_cannot_start_turns_one_connection_away_and_recv_goes_on() {
     fs::create_dir(&dest).unwrap();
     let uid = 100_000 + std::process::id();
     rustix::fs::chown(&dest, Some(rustix::process::Uid::from_raw(uid)), None).unwrap();
-    let uid = uid.to_string();
-    let mut cmd = Command::new("prlimit");
-    cmd.args([
-        "--nproc=8",
-        "setpriv",
-        "--reuid",
-        &uid,
-        "--regid",
-        &uid,
-        "--clear-groups",
-    ])
-    .arg(&bin)
-    .args(["recv", "--listen", "127.0.0.1:0", "--timeout", "2"])
-    .arg(&dest);
+    let mut cmd = with_task_limit(uid, 8);
+    cmd.arg(&bin)
+        .args(["recv", "--listen", "127.0.0.1:0", "--timeout", "2"])
+        .arg(&dest);
     let mut recv = Recv::run(cmd, true);
     let from: Vec<[u8; 4]> = (2..6).map(|i| [127, 0, 0, i]).collect();
     let closed = Strangers::start(&recv.address, &from, 10, Duration::from_secs(10)).closed();

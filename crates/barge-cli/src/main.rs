@@ -7,6 +7,7 @@ mod cp;
 mod du;
 mod list;
 mod net;
+mod peers;
 mod report;
 mod serve;
 

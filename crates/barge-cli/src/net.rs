@@ -1,13 +1,12 @@
 //! `barge send` and `barge recv`: the front ends of the library's [`barge::net`].
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::{IsTerminal, Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -23,6 +22,7 @@ use barge::Progress;
 use serde_json::{json, Map, Value};
 
 use crate::archive::{open_pack, warn_not_restored};
+use crate::peers::Peers;
 use crate::report::{
     human_bytes, log_line, shown_path, shows_progress, summary, warn, with_progress, Exit,
 };
@@ -458,7 +458,7 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
             .context("cannot make an eventfd")?,
     );
     let mut running = 0;
-    let handshaking = Handshaking::default();
+    let handshaking = Peers::new(SHARE as usize);
     loop {
         // Busy, or stopping: wait for a connection to end; connections wait in the listen
         // queue meanwhile. Beyond the transfers, HANDSHAKES connections may be in their
@@ -500,7 +500,7 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
                 continue;
             }
         };
-        let Some(place) = handshaking.enter(peer.ip()) else {
+        let Some(place) = handshaking.take(peer.ip()) else {
             let why = format!("{SHARE} connections from its address are in their handshake");
             turn_away(peer, why, args.out.json);
             continue;
@@ -538,52 +538,6 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
     match barge::interrupt::requested() {
         Some(signal) if !args.keep => Err(barge::Error::Interrupted { signal }.into()),
         _ => Ok(Exit::Success),
-    }
-}
-
-/// Connections in their handshake, by address (IPv6: by /64, what one host usually has):
-/// each address may have [`SHARE`] of them.
-#[derive(Clone, Default)]
-struct Handshaking(Arc<Mutex<HashMap<IpAddr, u32>>>);
-
-/// A connection's place among its address's handshakes, given back when dropped.
-struct Place {
-    handshaking: Handshaking,
-    from: IpAddr,
-}
-
-impl Handshaking {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, u32>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// A place for a connection from `peer`; `None` when its address has its share.
-    fn enter(&self, peer: IpAddr) -> Option<Place> {
-        let from = match peer.to_canonical() {
-            IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
-            v4 => v4,
-        };
-        let mut counts = self.lock();
-        let n = counts.entry(from).or_default();
-        if *n >= SHARE {
-            return None;
-        }
-        *n += 1;
-        Some(Place {
-            handshaking: self.clone(),
-            from,
-        })
-    }
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        let mut counts = self.handshaking.lock();
-        let n = counts.get_mut(&self.from).expect("entered");
-        *n -= 1;
-        if *n == 0 {
-            counts.remove(&self.from);
-        }
     }
 }
 

@@ -4,11 +4,10 @@
 //!
 //! The HTTP stack (tokio, hyper, rustls with the ring provider) lives here in the front
 //! end; the library stays free of it. `tls.rs` makes the server's TLS configuration,
-//! `token.rs` the bearer token, `peers.rs` shares the connections out by client address,
+//! `token.rs` the bearer token, `crate::peers` shares the connections out by client address,
 //! `http.rs` answers requests and `upload.rs` lands a body.
 
 mod http;
-mod peers;
 mod quota;
 mod tls;
 mod token;
@@ -236,7 +235,8 @@ async fn run(
     max_connections: u32,
 ) -> anyhow::Result<()> {
     let connections = Arc::new(Semaphore::new(max_connections as usize));
-    let peers = peers::Peers::new(max_connections);
+    // Each address may hold a quarter of the connections, at least one.
+    let peers = crate::peers::Peers::new((max_connections as usize / 4).max(1));
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
     let mut builder = auto::Builder::new(TokioExecutor::new());

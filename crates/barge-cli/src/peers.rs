@@ -1,4 +1,5 @@
-//! `--max-connections` shared out by client address: no address can take every slot.
+//! Connections shared out by client address, so that no address can take every slot:
+//! serve's `--max-connections`, recv's handshakes.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -6,23 +7,23 @@ use std::sync::{Arc, Mutex};
 
 /// The connections open per client address (an IPv6 client by its /64 network, which one
 /// subscriber usually holds whole).
-pub(super) struct Peers {
+pub(crate) struct Peers {
     /// The most one address may hold.
-    pub(super) share: usize,
+    pub(crate) share: usize,
     open: Mutex<HashMap<IpAddr, usize>>,
 }
 
 impl Peers {
-    /// Each address may hold a quarter of `max_connections`, at least one.
-    pub(super) fn new(max_connections: u32) -> Arc<Peers> {
+    /// Each address may hold `share` connections.
+    pub(crate) fn new(share: usize) -> Arc<Peers> {
         Arc::new(Peers {
-            share: (max_connections as usize / 4).max(1),
+            share,
             open: Mutex::default(),
         })
     }
 
     /// A slot for one more connection from `ip`; `None` when its address holds its share.
-    pub(super) fn take(self: &Arc<Peers>, ip: IpAddr) -> Option<PeerSlot> {
+    pub(crate) fn take(self: &Arc<Peers>, ip: IpAddr) -> Option<PeerSlot> {
         let address = match ip.to_canonical() {
             IpAddr::V6(ip) => IpAddr::V6((u128::from(ip) & u128::MAX << 64).into()),
             ip => ip,
@@ -41,7 +42,7 @@ impl Peers {
 }
 
 /// One connection's place in its address's share, given back when dropped.
-pub(super) struct PeerSlot {
+pub(crate) struct PeerSlot {
     peers: Arc<Peers>,
     address: IpAddr,
 }

@@ -22,6 +22,11 @@ impl Peers {
         })
     }
 
+    /// Each address may hold a quarter of `max_connections`, at least one.
+    pub(crate) fn quarter_of(max_connections: u32) -> Arc<Peers> {
+        Peers::new((max_connections as usize / 4).max(1))
+    }
+
     /// A slot for one more connection from `ip`; `None` when its address holds its share.
     pub(crate) fn take(self: &Arc<Peers>, ip: IpAddr) -> Option<PeerSlot> {
         let address = match ip.to_canonical() {
@@ -65,7 +70,7 @@ mod tests {
 
     #[test]
     fn an_address_holds_at_most_its_share() {
-        let peers = Peers::new(8);
+        let peers = Peers::quarter_of(8);
         let ip = |text: &str| text.parse::<IpAddr>().unwrap();
         let two: Vec<_> = (0..2)
             .map(|_| peers.take(ip("10.0.0.1")).unwrap())
@@ -83,6 +88,6 @@ mod tests {
         let _b = peers.take(ip("2001:db8::ffff:2")).unwrap();
         assert!(peers.take(ip("2001:db8::3")).is_none());
         assert!(peers.take(ip("2001:db8:0:1::1")).is_some());
-        assert_eq!(Peers::new(3).share, 1, "at least one");
+        assert_eq!(Peers::quarter_of(3).share, 1, "at least one");
     }
 }

@@ -235,8 +235,7 @@ async fn run(
     max_connections: u32,
 ) -> anyhow::Result<()> {
     let connections = Arc::new(Semaphore::new(max_connections as usize));
-    // Each address may hold a quarter of the connections, at least one.
-    let peers = crate::peers::Peers::new((max_connections as usize / 4).max(1));
+    let peers = crate::peers::Peers::quarter_of(max_connections);
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
     let mut builder = auto::Builder::new(TokioExecutor::new());

@@ -458,7 +458,7 @@ INVALID = [
      "truncated", [HDR, file_msg(b"a", b"hi"), At(file64_msg(b"b", b"", (1 << 64) - 1)), end_msg(2)], None),
     ("truncated-in-count", "END with 4 of its 8 count bytes", "truncated", [HDR, At(b"\x00\x00\x00\x00\x00")], None),
     ("truncated-in-perm", "PERM with 1 of its 2 mode bytes", "truncated", [HDR, At(b"\x05\xed")], None),
-    ("bad-version-2", "version 2", "bad-version", [At(header(version=2)), end_msg(0)], None),
+    ("bad-version-3", "version 3 (versions 1 and 2 exist)", "bad-version", [At(header(version=3)), end_msg(0)], None),
     ("bad-version-0", "version 0", "bad-version", [At(header(version=0)), end_msg(0)], None),
     ("bad-flags", "flags 0x02", "bad-flags", [At(header(flags=2)), end_msg(0)], None),
     ("bad-flags-ff", "flags 0xff", "bad-flags", [At(header(flags=0xFF)), end_msg(0)], None),

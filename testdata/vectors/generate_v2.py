@@ -59,13 +59,32 @@ def frame_head(tag, codec, stored, body, dig):
     return bytes([tag, codec]) + struct.pack("<IIQ", stored, body, dig)
 
 
+def runs(body):
+    """`body` as zstd blocks: runs of 16 or more equal bytes as RLE blocks, the rest raw."""
+    blocks, i, raw = [], 0, 0
+    while i < len(body):
+        j = i
+        while j < len(body) and body[j] == body[i] and j - i < 65536:
+            j += 1
+        if j - i >= 16:
+            if raw < i:
+                blocks.append((0, i - raw, body[raw:i]))
+            blocks.append((1, j - i, body[i:i + 1]))
+            raw = i = j
+        else:
+            i += 1
+    if raw < len(body) or not blocks:
+        blocks.append((0, len(body) - raw, body[raw:]))
+    return blocks
+
+
 def zstd_frame(body, window_exp=7, blocks=None):
-    """One zstd frame (RFC 8878) of raw blocks holding `body`, or of the given
+    """One zstd frame (RFC 8878) holding `body` in raw and RLE blocks, or of the given
     (type, size, payload) blocks; no content size, no checksum. The window is
     2^(10 + window_exp) bytes; blocks are at most 128 KiB."""
     out = bytearray(struct.pack("<I", 0xFD2FB528)) + bytes([0x00, window_exp << 3])
     if blocks is None:
-        blocks = [(0, len(body[i:i + 65536]), body[i:i + 65536]) for i in range(0, len(body), 65536)] or [(0, 0, b"")]
+        blocks = runs(body)
     for i, (kind, size, payload) in enumerate(blocks):
         last = 1 if i == len(blocks) - 1 else 0
         out += struct.pack("<I", last | kind << 1 | size << 3)[:3] + payload
@@ -211,6 +230,7 @@ class Archive:
         stored = self.tamper.get("stored", {}).get(i, stored)
         head = frame_head(0x20, codec, len(stored), self.tamper.get("body_len", {}).get(i, len(body)), dig)
         self.at["seg%d" % i] = len(self.out)
+        self.at["start%d" % i] = len(self.out) + 18
         self.segs.append((len(self.out), len(stored), len(body), self.seg_first, dig))
         self.out += head + stored
 
@@ -355,8 +375,8 @@ VALID = [
      [D(b"bin", mtime=T0), F(b"sh", b"#!", 0o755, mtime=T0, linked=True), S(b"shell", b"sh"), P,
       D(b"dev"), X("char", b"null", 1, 3, 0o666), X("fifo", b"pipe"), P, H(b"rsh", 1),
       F(b"z", b"z", xattrs=[(b"user.a", b"1")])], ROOT, {}),
-    ("zstd-segment", "a zstd segment (one frame of raw blocks) then a raw one",
-     [F(b"a", b"compressible " * 10), CUT, F(b"b", b"raw")], None, {"codecs": (1, 0)}),
+    ("zstd-segment", "a zstd segment (one frame of raw and RLE blocks) then a raw one",
+     [F(b"a", b"x" * 1000), CUT, F(b"b", b"raw")], None, {"codecs": (1, 0)}),
 ]
 
 
@@ -384,11 +404,11 @@ INVALID = [
         [F(b"a", b"x")], tamper={"seg_digest": {0: 1}}),
     bad("extent-digest", "an extent's digest does not match", "bad-digest", "e",
         [XF(b"x", 8, 1), L(EXT(0, b"abcd"), "e") | {"digest": 7}]),
-    bad("start-first", "the second START states the wrong first entry", "bad-start", "seg1",
+    bad("start-first", "the second START states the wrong first entry", "bad-start", "start1",
         [F(b"a"), CUT, F(b"b")], tamper={"start": {1: (0, NONE, [])}}),
-    bad("start-path", "the second START restates another directory", "bad-start", "seg1",
+    bad("start-path", "the second START restates another directory", "bad-start", "start1",
         [D(b"d"), F(b"a"), CUT, F(b"b"), P], tamper={"start": {1: (2, NONE, [b"e"])}}),
-    bad("start-open", "the second START omits the open EXTFILE", "bad-start", "seg1",
+    bad("start-open", "the second START omits the open EXTFILE", "bad-start", "start1",
         [XF(b"x", 8, 2), EXT(0, b"ab"), CUT, EXT(4, b"cd")], tamper={"start": {1: (1, NONE, [])}}),
     bad("root-not-first", "ROOT after an entry", "misplaced-root", "r", [F(b"a")]),
     bad("unsorted", "a name below its predecessor", "unsorted", "b", [F(b"b"), L(F(b"a"), "b")]),
@@ -414,10 +434,11 @@ INVALID = [
         tamper={"footer": lambda f: [f[0], f[1], f[2] - 1]}),
     bad("footer-digest", "the footer digest does not match", "bad-digest", "footer", [F(b"a")],
         tamper={"footer_digest": 3}),
-    bad("zstd-window", "a zstd frame asking for a 2^28-byte window", "bad-zstd", "seg0", [F(b"a", b"x")],
+    bad("zstd-window", "a zstd frame asking for a 2^28-byte window", "bad-zstd", "seg0", [F(b"a", b"x" * 64)]),
+    bad("zstd-bomb", "a zstd frame of RLE blocks producing 75 MiB for a 4096-byte body", "bad-zstd", "seg0",
+        [F(b"a", b"x")]),
+    bad("zstd-not-smaller", "a zstd frame no smaller than its body", "bad-frame", "seg0", [F(b"a", b"xy")],
         codecs=(1,)),
-    bad("zstd-bomb", "a zstd frame of RLE blocks producing 75 MiB for a 40-byte body", "bad-zstd", "seg0",
-        [F(b"a", b"x")], codecs=(1,)),
     bad("end-inside-dir", "the last segment ends inside a directory", "end-inside-dir", "index", [D(b"d"), F(b"a")]),
     bad("truncated-no-index", "the archive ends after its segment", "truncated", "index", [F(b"a")]),
 ]
@@ -446,7 +467,7 @@ def build_invalid(name, ops, root, kw):
         arch.at["r"] = 8 + 18 + len(body) - 1
         data = data[:8] + frame_head(0x20, 0, len(body), len(body), digest(skeleton)) + body
     elif name in ("zstd-window", "zstd-bomb"):
-        body_len = arch.segs[0][2]
+        body_len = arch.segs[0][2] if name == "zstd-window" else 4096
         frame = zstd_frame(b"", window_exp=18, blocks=[(1, body_len, b"\x00")]) if name == "zstd-window" \
             else zstd_frame(b"", blocks=RLE_BOMB)
         data = data[:8] + frame_head(0x20, 1, len(frame), body_len, arch.segs[0][4]) + frame

@@ -11,7 +11,7 @@ use std::time::Duration;
 use rustix::io::read;
 
 use crate::error::{Error, Result, TreePath};
-use crate::format::{Decoder, Event, Limits, Step};
+use crate::format::{inflated_events, Decoder, Event, FormatError, Limits, Step};
 use crate::interrupt::{retry, wait_readable};
 
 /// Bytes that arrive in order.
@@ -192,6 +192,33 @@ pub fn read_events<E: From<Error>>(
                 }
             }
             Step::Done => return Ok(ended.expect("Done only after the end")),
+            Step::Inflate {
+                consumed,
+                stored,
+                body: len,
+            } => {
+                // A zstd frame (version 2): its bytes, then its body, decoded whole.
+                start += consumed;
+                let mut frame = Vec::with_capacity(stored as usize);
+                let held = (end - start).min(stored as usize);
+                frame.extend_from_slice(&buf[start..start + held]);
+                start += held;
+                while frame.len() < stored as usize {
+                    let want = (stored as usize - frame.len()).min(buf.len());
+                    let n = input.read(&mut buf[..want], decoder.offset())?;
+                    if n == 0 {
+                        return Err(decoder.frame_error(FormatError::Truncated).into());
+                    }
+                    frame.extend_from_slice(&buf[..n]);
+                    (start, end) = (0, 0);
+                }
+                let mut body = Vec::new();
+                let inflated = crate::format::inflate(&frame, len, &mut body);
+                inflated.map_err(|kind| decoder.frame_error(kind))?;
+                inflated_events(&mut decoder, &body, |decoder, event| {
+                    on_event(decoder, event)
+                })?;
+            }
         }
     }
 }

@@ -314,6 +314,18 @@ pub trait Sink {
         Ok(())
     }
 
+    /// `len` zero bytes of that file that need not be written (a hole of a sparse file); by
+    /// default passed to [`Sink::data`] as zeros.
+    fn hole(&mut self, mut len: u64) -> Result<(), Self::Error> {
+        static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+        while len > 0 {
+            let n = len.min(ZEROS.len() as u64) as usize;
+            self.data(&ZEROS[..n])?;
+            len -= n as u64;
+        }
+        Ok(())
+    }
+
     /// A symbolic link to `target` (1 to 4095 bytes, no NUL; never followed by anyone);
     /// ignored by default.
     fn symlink(&mut self, _entry: &Entry<'_>, _target: &[u8]) -> Result<(), Self::Error> {
@@ -373,6 +385,9 @@ impl<S: Sink + ?Sized> Sink for &mut S {
     }
     fn data(&mut self, data: &[u8]) -> Result<(), S::Error> {
         (**self).data(data)
+    }
+    fn hole(&mut self, len: u64) -> Result<(), S::Error> {
+        (**self).hole(len)
     }
     fn symlink(&mut self, entry: &Entry<'_>, target: &[u8]) -> Result<(), S::Error> {
         (**self).symlink(entry, target)

@@ -308,6 +308,8 @@ impl Unpack {
     /// The engine that lands `archive`.
     fn resolve(&self, archive: &Archive) -> Engine {
         match (self.engine, &archive.input) {
+            // Version 2 lands on one thread until its segments are landed in parallel.
+            (_, Input::Mapped(m)) if m.bytes().get(6) == Some(&2) => Engine::Sync,
             (Engine::Auto, Input::Mapped(m)) if (m.bytes().len() as u64) < THREADS_FROM => {
                 Engine::Sync
             }

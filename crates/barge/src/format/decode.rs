@@ -1,16 +1,19 @@
 //! The pure decoder: bytes in, events out, no I/O. It validates everything the format
 //! promises (names, nesting, records, links, counts, limits) before an event reaches a sink.
 
-use std::hash::{BuildHasher, RandomState};
+use std::hash::{BuildHasher, Hasher, RandomState};
 
 use hashbrown::HashTable;
+use twox_hash::XxHash3_64;
 
+use super::v2::{self, Expect, Head, IndexCheck, OpenFile, INDEX_COUNTS};
 use super::{
-    FormatError, DEFAULT_DIR_MODE, DEFAULT_FILE_MODE, DEFAULT_MAX_DEPTH, DEFAULT_SPECIAL_MODE,
-    FLAG_EXTENDED, HEADER, MAX_NAME, MAX_SYMLINK, MAX_XATTRS, MAX_XATTR_VALUE, PERM_MASK,
-    SPECIAL_BLOCK, SPECIAL_CHAR, SPECIAL_FIFO, TAG_DIR, TAG_END, TAG_FILE, TAG_FILE64,
-    TAG_HARDLINK, TAG_LINKED, TAG_OWNER, TAG_PERM, TAG_POP, TAG_SPECIAL, TAG_SYMLINK, TAG_TIME,
-    TAG_XATTR,
+    FormatError, CODEC_ZSTD, DEFAULT_DIR_MODE, DEFAULT_FILE_MODE, DEFAULT_MAX_DEPTH,
+    DEFAULT_SPECIAL_MODE, FLAG_EXTENDED, FOOTER, FRAME_HEAD, HEADER, MAX_NAME, MAX_SYMLINK,
+    MAX_XATTRS, MAX_XATTR_VALUE, NO_FILE, PERM_MASK, SPECIAL_BLOCK, SPECIAL_CHAR, SPECIAL_FIFO,
+    TAG_DIR, TAG_END, TAG_EXTENT, TAG_EXTFILE, TAG_FILE, TAG_FILE64, TAG_HARDLINK, TAG_INDEX,
+    TAG_LINKED, TAG_OWNER, TAG_PERM, TAG_POP, TAG_ROOT, TAG_SEGMENT, TAG_SPECIAL, TAG_START,
+    TAG_SYMLINK, TAG_TIME, TAG_XATTR,
 };
 use crate::error::{Error, TreePath};
 use crate::tree::{Device, Entry, Kind, Meta, Owner, Timestamp, Xattrs};
@@ -111,6 +114,37 @@ pub enum Event<'a> {
     },
     /// Zero bytes after the end, allowed by [`Limits::zero_padding`].
     Padding,
+    /// Version 2: the root directory's metadata, for a destination the lander creates.
+    Root {
+        /// Its mode (all twelve bits, or 0o755), time and owner as recorded.
+        meta: Meta,
+        /// Its extended attributes.
+        xattrs: Xattrs<'a>,
+    },
+    /// Version 2: create regular file `entry` of `size` bytes, zeros except where its
+    /// `extents` [`Event::Extent`]s (and the [`Event::Data`] after each) put data.
+    SparseFile {
+        /// The file (kind [`Kind::File`]).
+        entry: Entry<'a>,
+        /// Its length.
+        size: u64,
+        /// How many extents follow.
+        extents: u32,
+    },
+    /// Version 2: the next extent of the current sparse file: `len` bytes at offset `at`,
+    /// `data` the first of them; the rest follows as [`Event::Data`].
+    Extent {
+        /// Where in the file.
+        at: u64,
+        /// How many bytes.
+        len: u64,
+        /// The first bytes.
+        data: &'a [u8],
+    },
+    /// Version 2: a segment begins (its `START` checked); nothing to land.
+    Segment,
+    /// Version 2: bytes of the index, which the decoder checks; nothing to land.
+    Index(&'a [u8]),
 }
 
 /// What [`Decoder::next`] found. (Deliberately exhaustive: a caller handles exactly these three answers; another would
@@ -123,14 +157,92 @@ pub enum Step<'a> {
     NeedMore,
     /// The archive ended and nothing follows it.
     Done,
+    /// Version 2: a zstd frame of `stored` bytes follows the `consumed` bytes (its head):
+    /// the caller decompresses them (see [`super::inflate`]) into a `body` of exactly that
+    /// many bytes and passes it to [`Decoder::next`] (with `eof`) while
+    /// [`Decoder::inflating`] says so, then goes on with the archive after the frame.
+    Inflate {
+        /// Bytes of the input the frame head took.
+        consumed: usize,
+        /// Bytes of the zstd frame after it.
+        stored: u32,
+        /// Bytes it decompresses to.
+        body: u32,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
     Header,
     Messages,
-    Data { remaining: u64 },
+    Data {
+        remaining: u64,
+    },
+    /// Version 2: between frames (after the index: before the footer).
+    Frames,
+    /// Version 2: inside the index body.
+    Index {
+        left: u64,
+    },
     Ended,
+}
+
+/// What a [`Decoder`] keeps for a version 2 archive.
+#[derive(Default)]
+struct Segments {
+    /// The current frame's head and where it is.
+    head: Option<Head>,
+    frame_at: u64,
+    /// The body comes decompressed: errors are placed at the frame, and the archive goes on
+    /// at `resume_at`.
+    inflated: bool,
+    resume_at: u64,
+    /// Bytes of the body not yet decoded, and bytes decoded.
+    body_left: u64,
+    body_pos: u64,
+    /// An inflated body's `START` is still to come.
+    at_start: bool,
+    /// Digest of the body without file data, and of the current file's or extent's data.
+    skeleton: XxHash3_64,
+    data: XxHash3_64,
+    /// The `FILE` or `EXTENT` whose data is coming: where, its entry's name, which kind.
+    data_at: u64,
+    data_name: Vec<u8>,
+    extent: bool,
+    /// The `EXTFILE` whose extents are still to come.
+    open: Option<OpenFile>,
+    segments: u32,
+    /// No group came yet (`ROOT` may come).
+    first_group: bool,
+    /// The index frame: where, and its check once its counts came.
+    index_at: Option<u64>,
+    index: Option<IndexCheck>,
+    expect: Expect,
+    /// The user and group names of the last entry's `OWNER`.
+    names: (Vec<u8>, Vec<u8>),
+    /// The digest bytes the last group's data ended with (0 or 8).
+    tail: usize,
+}
+
+impl std::fmt::Debug for Segments {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segments")
+            .field("segments", &self.segments)
+            .field("frame_at", &self.frame_at)
+            .field("body_left", &self.body_left)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Of `remaining` bytes of data and their 8-byte digest, with `available` bytes there: how
+/// many to pass on now and whether that completes them (with the digest there too). The
+/// last byte waits for the digest, so that no sink sees a file whole before it is checked.
+fn data_take(available: u64, remaining: u64) -> (u64, bool) {
+    if available >= remaining.saturating_add(8) {
+        return (remaining, true);
+    }
+    let take = available.min(remaining);
+    (take - u64::from(take == remaining && take > 0), false)
 }
 
 /// A streaming, validating decoder of barge archives. Feed it the unconsumed input each
@@ -161,6 +273,8 @@ pub struct Decoder {
     space: u64,
     /// See [`Decoder::wanted`].
     wanted: usize,
+    /// Set for a version 2 archive.
+    v2: Option<Box<Segments>>,
 }
 
 /// The names used in one directory, one after another in one buffer. While they arrive in
@@ -270,14 +384,16 @@ struct Records<'a> {
     /// Name of the last `XATTR`.
     xattr_name: &'a [u8],
     linked: bool,
+    /// Version 2 `OWNER`'s user and group names.
+    names: (&'a [u8], &'a [u8]),
 }
 
 impl Records<'_> {
     /// The first record (in tag order) that an entry with `tag` may not carry.
     fn misplaced(&self, tag: u8) -> Option<&'static str> {
         let (perm, meta, linked) = match tag {
-            TAG_FILE | TAG_FILE64 => (true, true, true),
-            TAG_DIR | TAG_SPECIAL => (true, true, false),
+            TAG_FILE | TAG_FILE64 | TAG_EXTFILE => (true, true, true),
+            TAG_DIR | TAG_SPECIAL | TAG_ROOT => (true, true, false),
             TAG_SYMLINK => (false, true, false),
             _ => (false, false, false),
         };
@@ -295,9 +411,18 @@ impl Records<'_> {
 
 /// The message a group ends with.
 enum Message<'a> {
-    End { count: u64 },
+    End {
+        count: u64,
+    },
     Pop,
     Entry(Parsed<'a>),
+    /// Version 2.
+    Root(Records<'a>, usize),
+    Extent {
+        at: u64,
+        len: u64,
+        head: usize,
+    },
 }
 
 /// A whole entry group, checked as far as its bytes alone tell.
@@ -313,6 +438,7 @@ struct Parsed<'a> {
 enum Fields<'a> {
     Dir,
     File { size: u64 },
+    ExtFile { size: u64, extents: u32 },
     Symlink { target: &'a [u8] },
     HardLink { target: u64 },
     Special { kind: Kind, device: Device },
@@ -368,25 +494,52 @@ impl<'a> Cursor<'a> {
     }
 }
 
+/// Which messages a group may hold.
+#[derive(Clone, Copy)]
+struct Grammar {
+    /// Version 1 with the extended flag: tags up to `SPECIAL`.
+    extended: bool,
+    /// Version 2: body messages, `FILE64` and `END` excluded.
+    v2: bool,
+    /// Version 2: an `EXTFILE`'s extents are pending, so only an `EXTENT` may come.
+    extent_due: bool,
+}
+
+impl Grammar {
+    fn knows(self, tag: u8) -> bool {
+        match (self.v2, self.extended) {
+            (true, _) => matches!(tag, 0x01..=0x03 | 0x05..=0x0E | TAG_START | TAG_ROOT),
+            (false, true) => tag <= TAG_SPECIAL,
+            (false, false) => tag <= TAG_PERM,
+        }
+    }
+}
+
 /// Parses the group at the start of `input`; `linked` holds the entry numbers of the files
 /// hard links may name, ascending.
-fn parse_group<'a>(input: &'a [u8], extended: bool, linked: &[u64]) -> Result<Group<'a>, Stop<'a>> {
+fn parse_group<'a>(
+    input: &'a [u8],
+    grammar: Grammar,
+    linked: &[u64],
+) -> Result<Group<'a>, Stop<'a>> {
     let mut c = Cursor { input, pos: 0 };
     let mut records = Records::default();
-    let last_tag = if extended { TAG_SPECIAL } else { TAG_PERM };
     let (tag, at) = loop {
         let at = c.pos;
         let [tag] = c.array(at)?;
-        if tag > last_tag {
+        if !grammar.knows(tag) {
             return Err(invalid(FormatError::UnknownTag(tag), at));
+        }
+        if grammar.extent_due && tag != TAG_EXTENT {
+            return Err(invalid(FormatError::BadExtent, at));
         }
         if !(TAG_PERM..=TAG_LINKED).contains(&tag) {
             break (tag, at);
         }
-        record(&mut c, &mut records, tag, at)?;
+        record(&mut c, &mut records, tag, at, grammar.v2)?;
     };
     if records.last != 0 {
-        if matches!(tag, TAG_END | TAG_POP) {
+        if matches!(tag, TAG_END | TAG_POP | TAG_START | TAG_EXTENT) {
             return Err(invalid(FormatError::DanglingPerm, at));
         }
         if let Some(record) = records.misplaced(tag) {
@@ -398,6 +551,19 @@ fn parse_group<'a>(input: &'a [u8], extended: bool, linked: &[u64]) -> Result<Gr
             count: u64::from_le_bytes(c.array(at)?),
         },
         TAG_POP => Message::Pop,
+        TAG_START => return Err(invalid(FormatError::BadStart, at)),
+        TAG_ROOT => Message::Root(records, c.pos),
+        TAG_EXTENT => {
+            if !grammar.extent_due {
+                return Err(invalid(FormatError::BadExtent, at));
+            }
+            let [a0, a1, a2, a3, a4, a5, a6, a7, l0, l1, l2, l3] = c.array(at)?;
+            Message::Extent {
+                at: u64::from_le_bytes([a0, a1, a2, a3, a4, a5, a6, a7]),
+                len: u64::from(u32::from_le_bytes([l0, l1, l2, l3])),
+                head: c.pos,
+            }
+        }
         _ => {
             let name = parse_name(&mut c, at)?;
             let fields = match parse_fields(&mut c, tag, at, linked) {
@@ -424,6 +590,7 @@ fn record<'a>(
     records: &mut Records<'a>,
     tag: u8,
     at: usize,
+    v2: bool,
 ) -> Result<(), Stop<'a>> {
     let check = |ok: bool, kind| if ok { Ok(()) } else { Err(invalid(kind, at)) };
     let xattr_again = tag == TAG_XATTR && records.last == TAG_XATTR;
@@ -448,6 +615,12 @@ fn record<'a>(
                 uid: u32::from_le_bytes(uid),
                 gid: u32::from_le_bytes(gid),
             });
+            if v2 {
+                let [len] = c.array(at)?;
+                let user = c.take(usize::from(len), at)?;
+                let [len] = c.array(at)?;
+                records.names = (user, c.take(usize::from(len), at)?);
+            }
         }
         TAG_XATTR => {
             let [len] = c.array(at)?;
@@ -516,6 +689,13 @@ fn parse_fields<'a>(
             check(size >= 1 << 32, FormatError::NoncanonicalFile64)?;
             Fields::File { size }
         }
+        TAG_EXTFILE => {
+            let [s0, s1, s2, s3, s4, s5, s6, s7, e0, e1, e2, e3] = c.array(at)?;
+            Fields::ExtFile {
+                size: u64::from_le_bytes([s0, s1, s2, s3, s4, s5, s6, s7]),
+                extents: u32::from_le_bytes([e0, e1, e2, e3]),
+            }
+        }
         TAG_SYMLINK => {
             let len = usize::from(u16::from_le_bytes(c.array(at)?));
             check((1..=MAX_SYMLINK).contains(&len), FormatError::BadSymlink)?;
@@ -563,6 +743,26 @@ impl Decoder {
             bytes: 0,
             space: 0,
             wanted: 0,
+            v2: None,
+        }
+    }
+
+    /// True while the body of a zstd frame is to be passed in (see [`Step::Inflate`]).
+    pub fn inflating(&self) -> bool {
+        self.v2.as_ref().is_some_and(|v2| v2.inflated)
+    }
+
+    /// The error `kind` (`truncated`, or what [`super::inflate`] found) at the zstd frame
+    /// whose [`Step::Inflate`] came last.
+    pub fn frame_error(&self, kind: FormatError) -> Error {
+        self.error(kind, None)
+    }
+
+    /// The user and group names of the last entry's `OWNER` (version 2; empty when none).
+    pub fn owner_names(&self) -> (&[u8], &[u8]) {
+        match &self.v2 {
+            Some(v2) => (&v2.names.0, &v2.names.1),
+            None => (&[], &[]),
         }
     }
 
@@ -625,7 +825,14 @@ impl Decoder {
         self.wanted = 0;
         match self.state {
             State::Header => self.header(input, eof, whole),
+            State::Messages if self.v2.is_some() => self.body(input, eof, whole),
             State::Messages => self.message(input, eof, whole),
+            State::Data { remaining } if self.v2.is_some() => {
+                let (input, eof) = self.in_body(input, eof);
+                self.data(input, eof, remaining)
+            }
+            State::Frames => self.frame(input, eof),
+            State::Index { left } => self.index(input, eof, left),
             State::Data { remaining } => {
                 if input.is_empty() {
                     return self.need_more(eof, &[]);
@@ -659,6 +866,12 @@ impl Decoder {
         if input.len() < HEADER.len() {
             return self.need_more(eof, &[]);
         }
+        if input[6] == 2 {
+            if input[7] != 0 {
+                return Err(self.error(FormatError::BadFlags(input[7]), None));
+            }
+            return self.header_v2(input, eof);
+        }
         if input[6] != HEADER[6] {
             return Err(self.error(FormatError::BadVersion(input[6]), None));
         }
@@ -682,6 +895,366 @@ impl Decoder {
         }
     }
 
+    /// The version 2 header at the start of `input`, with the first frame head after it.
+    fn header_v2<'a>(&mut self, input: &'a [u8], eof: bool) -> Result<Step<'a>, Error> {
+        let n = HEADER.len();
+        self.v2 = Some(Box::new(Segments {
+            first_group: true,
+            ..Segments::default()
+        }));
+        (self.offset, self.state) = (n as u64, State::Frames);
+        let step = self.frame(&input[n..], eof);
+        match step {
+            Ok(Step::Event(event, m)) => Ok(Step::Event(event, m + n)),
+            Ok(Step::Inflate {
+                consumed,
+                stored,
+                body,
+            }) => Ok(Step::Inflate {
+                consumed: consumed + n,
+                stored,
+                body,
+            }),
+            Ok(_) => {
+                (self.offset, self.state, self.v2) = (0, State::Header, None);
+                if self.wanted > 0 {
+                    self.wanted = self.wanted.saturating_add(n);
+                }
+                Ok(Step::NeedMore)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn v2(&mut self) -> &mut Segments {
+        self.v2.as_mut().expect("a version 2 archive")
+    }
+
+    /// `input` cut at the end of the current body, and whether the body ends in it.
+    fn in_body<'a>(&self, input: &'a [u8], eof: bool) -> (&'a [u8], bool) {
+        let left = self.v2.as_ref().expect("a version 2 archive").body_left;
+        match usize::try_from(left) {
+            Ok(left) if left <= input.len() => (&input[..left], true),
+            _ => (input, eof),
+        }
+    }
+
+    /// A frame head (and a raw segment's `START`), or the footer.
+    fn frame<'a>(&mut self, input: &'a [u8], eof: bool) -> Result<Step<'a>, Error> {
+        self.message_offset = self.offset;
+        let Some(&tag) = input.first() else {
+            return self.need_more(eof, &[]);
+        };
+        let index_seen = self.v2().index_at.is_some();
+        match tag {
+            TAG_SEGMENT | TAG_INDEX if !index_seen => {}
+            TAG_END if index_seen => return self.footer(input, eof),
+            _ => return Err(self.error(FormatError::UnknownTag(tag), None)),
+        }
+        let Some(bytes) = input.get(..FRAME_HEAD) else {
+            self.wanted = FRAME_HEAD;
+            return self.need_more(eof, &[]);
+        };
+        let head = v2::head(bytes.try_into().expect("a frame head"));
+        let head = head.map_err(|kind| self.error(kind, None))?;
+        if tag == TAG_INDEX {
+            if !self.path.is_empty() {
+                return Err(self.error(FormatError::EndInsideDir(self.path.len()), None));
+            }
+            if self.v2().open.is_some() || head.body < INDEX_COUNTS as u32 {
+                let kind = match self.v2().open {
+                    Some(_) => FormatError::BadExtent,
+                    None => FormatError::BadIndex,
+                };
+                return Err(self.error(kind, None));
+            }
+            let at = self.offset;
+            self.v2().index_at = Some(at);
+            self.state = State::Index {
+                left: u64::from(head.body),
+            };
+            return Ok(self.begin_frame(head, Event::Index(&[])));
+        }
+        if head.codec == CODEC_ZSTD {
+            return Ok(self.begin_frame(head, Event::Segment));
+        }
+        // A raw segment: its head and START are one step.
+        let end = FRAME_HEAD + head.body as usize;
+        let (body, body_eof) = match input.get(FRAME_HEAD..end) {
+            Some(body) => (body, true),
+            None => (&input[FRAME_HEAD..], eof),
+        };
+        let start = match self.parse_start(body) {
+            Ok(n) => n,
+            Err(Stop::Short { at, wanted }) => {
+                self.message_offset = self.offset + (FRAME_HEAD + at) as u64;
+                self.wanted = FRAME_HEAD + wanted;
+                return self.need_more(body_eof, &[]);
+            }
+            Err(Stop::Invalid { kind, at, .. }) => {
+                self.message_offset = self.offset + (FRAME_HEAD + at) as u64;
+                return Err(self.error(kind, None));
+            }
+        };
+        let Step::Event(event, _) = self.begin_frame(head, Event::Segment) else {
+            unreachable!("a raw frame")
+        };
+        self.start(&body[..start])?;
+        Ok(Step::Event(event, FRAME_HEAD + start))
+    }
+
+    /// Enters the frame whose head `self.offset` is at: a segment's body or the index.
+    fn begin_frame<'a>(&mut self, head: Head, event: Event<'a>) -> Step<'a> {
+        let (at, entries) = (self.offset, self.entries);
+        let segment = head.tag == TAG_SEGMENT;
+        let v2 = self.v2();
+        v2.head = Some(head);
+        v2.frame_at = at;
+        v2.body_left = u64::from(head.body);
+        v2.body_pos = 0;
+        v2.skeleton = XxHash3_64::default();
+        if segment {
+            v2.expect.segment(at, &head, entries);
+            v2.segments += 1;
+            self.state = State::Messages;
+        }
+        self.offset += FRAME_HEAD as u64;
+        if head.codec != CODEC_ZSTD {
+            return Step::Event(event, FRAME_HEAD);
+        }
+        let v2 = self.v2();
+        v2.inflated = true;
+        v2.at_start = segment;
+        v2.resume_at = at + (FRAME_HEAD as u64) + u64::from(head.stored);
+        Step::Inflate {
+            consumed: FRAME_HEAD,
+            stored: head.stored,
+            body: head.body,
+        }
+    }
+
+    /// Checks the `START` at the start of `body` against where the archive is; its length.
+    fn parse_start<'a>(&self, body: &'a [u8]) -> Result<usize, Stop<'a>> {
+        let mut c = Cursor {
+            input: body,
+            pos: 0,
+        };
+        let bad = || invalid(FormatError::BadStart, 0);
+        let [tag] = c.array(0)?;
+        if tag != TAG_START {
+            return Err(bad());
+        }
+        let [f0, f1, f2, f3, f4, f5, f6, f7, o0, o1, o2, o3, o4, o5, o6, o7, d0, d1] =
+            c.array(0)?;
+        let first = u64::from_le_bytes([f0, f1, f2, f3, f4, f5, f6, f7]);
+        let open = u64::from_le_bytes([o0, o1, o2, o3, o4, o5, o6, o7]);
+        let depth = usize::from(u16::from_le_bytes([d0, d1]));
+        let v2 = self.v2.as_ref().expect("a version 2 archive");
+        let now_open = v2.open.map_or(NO_FILE, |file| file.number);
+        if first != self.entries || open != now_open || depth != self.path.len() {
+            return Err(bad());
+        }
+        for dir in &self.path {
+            let rest = &body[c.pos..];
+            let window = &rest[..rest.len().min(MAX_NAME + 1)];
+            match window.iter().position(|&b| b == 0) {
+                Some(len) if rest[..len] == **dir => c.pos += len + 1,
+                Some(_) => return Err(bad()),
+                None if window.len() > MAX_NAME => return Err(bad()),
+                None => {
+                    let wanted = c.pos + window.len() + 1;
+                    return Err(Stop::Short { at: 0, wanted });
+                }
+            }
+        }
+        Ok(c.pos)
+    }
+
+    /// Takes in the checked `START` bytes of the current body.
+    fn start(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        self.v2().at_start = false;
+        self.offset += bytes.len() as u64;
+        self.consumed(bytes, bytes.len())
+    }
+
+    /// `bytes` of the current body were decoded (`skeleton` of them go into its digest):
+    /// at the end of the body its digest is checked and the frames go on.
+    fn consumed(&mut self, skeleton: &[u8], n: usize) -> Result<(), Error> {
+        let v2 = self.v2();
+        v2.skeleton.write(skeleton);
+        v2.body_left -= n as u64;
+        v2.body_pos += n as u64;
+        if v2.body_left > 0 {
+            return Ok(());
+        }
+        let stated = v2.head.expect("inside a frame").digest;
+        let (digest, frame_at) = (v2.skeleton.finish(), v2.frame_at);
+        if v2::differs(digest, stated) {
+            self.message_offset = frame_at;
+            return Err(self.error(FormatError::BadDigest("segment"), None));
+        }
+        self.end_frame();
+        self.state = State::Frames;
+        Ok(())
+    }
+
+    /// Leaves the body of the current frame.
+    fn end_frame(&mut self) {
+        let v2 = self.v2();
+        if std::mem::take(&mut v2.inflated) {
+            let resume = v2.resume_at;
+            self.offset = resume;
+        }
+    }
+
+    /// The next message of a segment body (an inflated body's `START` first).
+    fn body<'a>(&mut self, input: &'a [u8], eof: bool, whole: bool) -> Result<Step<'a>, Error> {
+        let (input, eof) = self.in_body(input, eof);
+        if self.v2().at_start {
+            self.message_offset = self.offset;
+            let start = match self.parse_start(input) {
+                Ok(n) => n,
+                Err(Stop::Short { wanted, .. }) => {
+                    self.wanted = wanted;
+                    return self.need_more(eof, &[]);
+                }
+                Err(Stop::Invalid { kind, .. }) => return Err(self.error(kind, None)),
+            };
+            self.start(&input[..start])?;
+            return Ok(Step::Event(Event::Segment, start));
+        }
+        let step = self.message(input, eof, whole)?;
+        if let Step::Event(event, n) = &step {
+            let n = *n;
+            let data = match event {
+                Event::File { data, .. } | Event::Extent { data, .. } => data.len(),
+                _ => 0,
+            };
+            // The skeleton: the group without the data, with the digest after it if it came.
+            let v2 = self.v2();
+            let tail = std::mem::take(&mut v2.tail);
+            v2.skeleton.write(&input[..n - data - tail]);
+            v2.first_group = false;
+            self.consumed(&input[n - tail..n], n)?;
+        }
+        Ok(step)
+    }
+
+    /// A `FILE`'s or `EXTENT`'s data in the state `Data`: passed on whole only with its
+    /// digest, which is checked first; else all but its last byte.
+    fn data<'a>(&mut self, input: &'a [u8], eof: bool, remaining: u64) -> Result<Step<'a>, Error> {
+        let (take, complete) = data_take(input.len() as u64, remaining);
+        if take == 0 && !complete {
+            self.wanted = (remaining + 8) as usize;
+            return self.need_more(eof, &[]);
+        }
+        let data = &input[..take as usize];
+        self.v2().data.write(data);
+        let n = take as usize + if complete { 8 } else { 0 };
+        self.offset += n as u64;
+        if complete {
+            self.check_data(&input[data.len()..n])?;
+            self.state = State::Messages;
+        } else {
+            self.state = State::Data {
+                remaining: remaining - take,
+            };
+        }
+        self.consumed(&input[data.len()..n], n)?;
+        Ok(Step::Event(Event::Data(data), n))
+    }
+
+    /// Compares the data digest so far with the 8 bytes `stated`, and ends the data.
+    fn check_data(&mut self, stated: &[u8]) -> Result<(), Error> {
+        let v2 = self.v2();
+        let stated = u64::from_le_bytes(stated.try_into().expect("8 digest bytes"));
+        let ok = !v2::differs(v2.data.finish(), stated);
+        let what = if v2.extent { "extent" } else { "file" };
+        if v2.extent {
+            let open = v2.open.as_mut().expect("an extent of an open file");
+            open.left -= 1;
+            if open.left == 0 {
+                v2.open = None;
+            }
+        }
+        if ok {
+            return Ok(());
+        }
+        self.message_offset = v2.data_at;
+        let name = std::mem::take(&mut self.v2().data_name);
+        Err(self.error(FormatError::BadDigest(what), Some(&name)))
+    }
+
+    /// The index body (its counts whole first), checked at its end.
+    fn index<'a>(&mut self, input: &'a [u8], eof: bool, left: u64) -> Result<Step<'a>, Error> {
+        let v2 = self.v2.as_mut().expect("a version 2 archive");
+        let (at, segments, entries) = (
+            v2.index_at.expect("in the index"),
+            v2.segments,
+            self.entries,
+        );
+        let (input, eof) = match usize::try_from(left) {
+            Ok(left) if left <= input.len() => (&input[..left], true),
+            _ => (input, eof),
+        };
+        self.message_offset = at;
+        let n = match &mut v2.index {
+            Some(_) if input.is_empty() => return self.need_more(eof, &[]),
+            Some(check) => {
+                check.feed(input);
+                input.len()
+            }
+            None => {
+                let Some(counts) = input.get(..INDEX_COUNTS) else {
+                    self.wanted = INDEX_COUNTS;
+                    return self.need_more(eof, &[]);
+                };
+                let head = v2.head.expect("the index head");
+                let counts = counts.try_into().expect("12 bytes");
+                let check = IndexCheck::new(&head, counts, segments, entries);
+                let check = check.map_err(|kind| self.error(kind, None))?;
+                self.v2().index = Some(check);
+                INDEX_COUNTS
+            }
+        };
+        let v2 = self.v2.as_mut().expect("a version 2 archive");
+        v2.body_pos += n as u64;
+        let left = left - n as u64;
+        if !v2.inflated {
+            self.offset += n as u64;
+        }
+        self.state = State::Index { left };
+        if left == 0 {
+            let v2 = self.v2.as_ref().expect("a version 2 archive");
+            let checked = v2.index.as_ref().expect("counts read").finish(&v2.expect);
+            checked.map_err(|kind| self.error(kind, None))?;
+            self.end_frame();
+            self.state = State::Frames;
+        }
+        Ok(Step::Event(Event::Index(&input[..n]), n))
+    }
+
+    /// The footer at the start of `input`.
+    fn footer<'a>(&mut self, input: &'a [u8], eof: bool) -> Result<Step<'a>, Error> {
+        let Some(bytes) = input.get(..FOOTER) else {
+            self.wanted = FOOTER;
+            return self.need_more(eof, &[]);
+        };
+        let footer = v2::footer(bytes.try_into().expect("a footer"));
+        let footer = footer.map_err(|kind| self.error(kind, None))?;
+        let v2 = self.v2.as_ref().expect("a version 2 archive");
+        let agrees = footer.entries == self.entries
+            && footer.segments == v2.segments
+            && Some(footer.index_at) == v2.index_at;
+        if !agrees {
+            return Err(self.error(FormatError::BadFooter, None));
+        }
+        self.offset += FOOTER as u64;
+        self.state = State::Ended;
+        let entries = self.entries;
+        Ok(Step::Event(Event::End { entries }, FOOTER))
+    }
+
     fn need_more<'a>(&self, eof: bool, name: &[u8]) -> Result<Step<'a>, Error> {
         if eof {
             Err(self.error(FormatError::Truncated, Some(name)))
@@ -693,7 +1266,12 @@ impl Decoder {
     /// Decodes the group at the input's start whole (nothing is consumed before), with a
     /// file's data as far as it is there.
     fn message<'a>(&mut self, input: &'a [u8], eof: bool, whole: bool) -> Result<Step<'a>, Error> {
-        let group = match parse_group(input, self.extended, &self.linked) {
+        let grammar = Grammar {
+            extended: self.extended,
+            v2: self.v2.is_some(),
+            extent_due: self.v2.as_ref().is_some_and(|v2| v2.open.is_some()),
+        };
+        let group = match parse_group(input, grammar, &self.linked) {
             Ok(group) => group,
             Err(Stop::Short { at, wanted }) => {
                 self.message_offset = self.offset + at as u64;
@@ -734,7 +1312,103 @@ impl Decoder {
                 Ok(Step::Event(Event::Pop, 1))
             }
             Message::Entry(parsed) => self.entry(input, eof, whole, parsed),
+            Message::Root(records, len) => {
+                if !self.v2().first_group {
+                    return Err(self.error(FormatError::MisplacedRoot, None));
+                }
+                self.v2().names = (records.names.0.to_vec(), records.names.1.to_vec());
+                self.offset += len as u64;
+                let meta = Meta {
+                    mode: records.perm.unwrap_or(DEFAULT_DIR_MODE),
+                    mtime: records.mtime,
+                    owner: records.owner,
+                };
+                let xattrs = Xattrs(&input[records.xattrs]);
+                Ok(Step::Event(Event::Root { meta, xattrs }, len))
+            }
+            Message::Extent { at, len, head } => self.extent(input, eof, whole, (at, len), head),
         }
+    }
+
+    /// An `EXTENT` of `len` bytes at `at` of the open `EXTFILE`, whose fields end at `head`.
+    fn extent<'a>(
+        &mut self,
+        input: &'a [u8],
+        eof: bool,
+        whole: bool,
+        (at, len): (u64, u64),
+        head: usize,
+    ) -> Result<Step<'a>, Error> {
+        let open = self.v2().open.expect("an extent is due");
+        let inside = at.checked_add(len).is_some_and(|end| end <= open.size);
+        let name = std::mem::take(&mut self.v2().data_name);
+        if len == 0 || at < open.end || !inside {
+            return Err(self.error(FormatError::BadExtent, Some(&name)));
+        }
+        let bytes = self.bytes.saturating_add(len);
+        if let Some(max) = self.limits.max_bytes.filter(|&max| bytes > max) {
+            return Err(self.error(FormatError::TooManyBytes(max), Some(&name)));
+        }
+        let taken = (self.space).saturating_add(len.div_ceil(4096).saturating_mul(4096));
+        if let Some(max) = self.limits.max_space.filter(|&max| taken > max) {
+            return Err(self.error(FormatError::TooMuchSpace(max), Some(&name)));
+        }
+        self.v2().data_name = name;
+        let Some((take, n)) = self.first_data(input, eof, whole, head, len, true)? else {
+            return Ok(Step::NeedMore);
+        };
+        (self.bytes, self.space) = (bytes, taken);
+        if let Some(open) = &mut self.v2().open {
+            open.end = at + len;
+        }
+        let data = &input[head..head + take];
+        Ok(Step::Event(Event::Extent { at, len, data }, n))
+    }
+
+    /// The first data of a `FILE` or `EXTENT` of `size` bytes, after `head` bytes of its group
+    /// at the start of `input`: how many bytes of data to pass on and of input to consume,
+    /// or `None` to wait for more input. Whole data comes only with its digest, checked.
+    fn first_data(
+        &mut self,
+        input: &[u8],
+        eof: bool,
+        whole: bool,
+        head: usize,
+        size: u64,
+        extent: bool,
+    ) -> Result<Option<(usize, usize)>, Error> {
+        let available = (input.len() - head) as u64;
+        if available < size.saturating_add(8) {
+            if eof {
+                let name = self.v2().data_name.clone();
+                return Err(self.error(FormatError::Truncated, Some(&name)));
+            }
+            if whole || size == 0 {
+                let wanted = (head as u64).saturating_add(size).saturating_add(8);
+                self.wanted = usize::try_from(wanted).unwrap_or(usize::MAX);
+                return Ok(None);
+            }
+        }
+        let (take, complete) = data_take(available, size);
+        let take = take as usize;
+        let at = self.message_offset;
+        let v2 = self.v2();
+        (v2.extent, v2.data_at) = (extent, at);
+        v2.data = XxHash3_64::default();
+        v2.data.write(&input[head..head + take]);
+        let mut n = head + take;
+        if complete {
+            self.check_data(&input[n..n + 8])?;
+            self.v2().tail = 8;
+            n += 8;
+            self.state = State::Messages;
+        } else {
+            self.state = State::Data {
+                remaining: size - take as u64,
+            };
+        }
+        self.offset += n as u64;
+        Ok(Some((take, n)))
     }
 
     /// Checks an entry against the tree and the limits (steps 10 to 14 of the decoding
@@ -753,7 +1427,17 @@ impl Decoder {
             len,
         } = parsed;
         let seen = self.seen.last_mut().expect("root set always present");
-        if seen.contains(name) {
+        if self.v2.is_some() {
+            match seen.last() {
+                Some(last) if name == last => {
+                    return Err(self.error(FormatError::DuplicateName, Some(name)))
+                }
+                Some(last) if name < last => {
+                    return Err(self.error(FormatError::Unsorted, Some(name)))
+                }
+                _ => {}
+            }
+        } else if seen.contains(name) {
             return Err(self.error(FormatError::DuplicateName, Some(name)));
         }
         let dir = matches!(fields, Fields::Dir);
@@ -769,6 +1453,7 @@ impl Decoder {
             Fields::File { size } => size,
             _ => 0,
         };
+        let v2 = self.v2.is_some();
         // Sizes are announced before their data, up to 2^64-1 each, so the totals saturate
         // (they only meet the limits); data the input does not hold is `truncated` later.
         let bytes = self.bytes.saturating_add(size);
@@ -790,7 +1475,7 @@ impl Decoder {
             }
         }
         let available = (input.len() - len) as u64;
-        if available < size {
+        if available < size && !v2 {
             if eof {
                 return Err(self.error(FormatError::Truncated, Some(name)));
             }
@@ -800,6 +1485,16 @@ impl Decoder {
                 return Ok(Step::NeedMore);
             }
         }
+        // Version 2: whole data comes only with its digest (see `first_data`).
+        let file_v2 = v2 && matches!(fields, Fields::File { .. });
+        if file_v2 && available < size.saturating_add(8) && (eof || whole || size == 0) {
+            if eof {
+                return Err(self.error(FormatError::Truncated, Some(name)));
+            }
+            let wanted = (len as u64).saturating_add(size).saturating_add(8);
+            self.wanted = usize::try_from(wanted).unwrap_or(usize::MAX);
+            return Ok(Step::NeedMore);
+        }
         self.seen
             .last_mut()
             .expect("root set always present")
@@ -808,6 +1503,9 @@ impl Decoder {
         self.entries += 1;
         self.bytes = bytes;
         self.space = taken;
+        if v2 {
+            self.row(name, &fields, records.linked, records.names);
+        }
         self.offset += len as u64;
         let entry = |kind, default| Entry {
             name,
@@ -828,16 +1526,44 @@ impl Decoder {
                 Event::Dir(entry(Kind::Dir, DEFAULT_DIR_MODE))
             }
             Fields::File { size } => {
-                let take = size.min(available) as usize;
-                self.state = State::Data { remaining: size };
-                self.skip_data(take as u64);
                 let mut entry = entry(Kind::File, DEFAULT_FILE_MODE);
                 if records.linked {
                     entry.link_id = Some(number);
                     self.linked.push(number);
                 }
+                if v2 {
+                    self.offset -= len as u64;
+                    self.v2().data_name = name.to_vec();
+                    let (take, n) = (self.first_data(input, eof, whole, len, size, false)?)
+                        .expect("the digest's bytes were awaited above");
+                    let data = &input[len..len + take];
+                    return Ok(Step::Event(Event::File { entry, size, data }, n));
+                }
+                let take = size.min(available) as usize;
+                self.state = State::Data { remaining: size };
+                self.skip_data(take as u64);
                 let data = &input[len..len + take];
                 return Ok(Step::Event(Event::File { entry, size, data }, len + take));
+            }
+            Fields::ExtFile { size, extents } => {
+                let mut entry = entry(Kind::File, DEFAULT_FILE_MODE);
+                if records.linked {
+                    entry.link_id = Some(number);
+                    self.linked.push(number);
+                }
+                let v2 = self.v2();
+                v2.data_name = name.to_vec();
+                v2.open = (extents > 0).then_some(OpenFile {
+                    number,
+                    left: extents,
+                    end: 0,
+                    size,
+                });
+                Event::SparseFile {
+                    entry,
+                    size,
+                    extents,
+                }
             }
             Fields::Symlink { target } => Event::Symlink {
                 entry: entry(Kind::Symlink, SYMLINK_MODE),
@@ -855,9 +1581,31 @@ impl Decoder {
         Ok(Step::Event(event, len))
     }
 
+    /// Adds the index row of the entry `name` (its group at the body's current position).
+    fn row(&mut self, name: &[u8], fields: &Fields<'_>, linked: bool, names: (&[u8], &[u8])) {
+        let kind = match *fields {
+            Fields::Dir => (v2::KIND_DIR, 0),
+            Fields::File { size } => (v2::KIND_FILE, size),
+            Fields::ExtFile { size, .. } => (v2::KIND_EXTFILE, size),
+            Fields::Symlink { target } => (v2::KIND_SYMLINK, target.len() as u64),
+            Fields::HardLink { target } => (v2::KIND_HARDLINK, target),
+            Fields::Special { kind, .. } => (v2::kind_special(kind), 0),
+        };
+        let kind = (kind.0 | if linked { v2::KIND_LINKED } else { 0 }, kind.1);
+        let v2 = self.v2.as_mut().expect("a version 2 archive");
+        let place = (u64::from(v2.segments - 1), v2.body_pos);
+        let dirs = self.path.iter().map(|dir| &dir[..]);
+        v2.expect.row(dirs, name, kind, place);
+        v2.names.0.clear();
+        v2.names.0.extend_from_slice(names.0);
+        v2.names.1.clear();
+        v2.names.1.extend_from_slice(names.1);
+    }
+
     fn error(&self, kind: FormatError, name: Option<&[u8]>) -> Error {
+        let inflated = self.v2.as_ref().filter(|v2| v2.inflated);
         Error::Format {
-            offset: self.message_offset,
+            offset: inflated.map_or(self.message_offset, |v2| v2.frame_at),
             path: TreePath::join(self.dir_names(), name.unwrap_or_default()),
             kind,
         }
@@ -880,7 +1628,7 @@ pub(crate) fn decode_each<E: From<Error>>(
     mut on_event: impl FnMut(&Decoder, Event<'_>) -> Result<(), E>,
 ) -> Result<u64, E> {
     let mut decoder = Decoder::new(limits);
-    let (mut pos, mut ended) = (0, None);
+    let (mut pos, mut ended, mut body) = (0, None, Vec::new());
     loop {
         match decoder.next(&input[pos..], true)? {
             Step::Event(event, n) => {
@@ -893,8 +1641,43 @@ pub(crate) fn decode_each<E: From<Error>>(
             }
             Step::Done => return Ok(ended.expect("Done only after the end")),
             Step::NeedMore => unreachable!("eof input never needs more"),
+            Step::Inflate {
+                consumed,
+                stored,
+                body: len,
+            } => {
+                pos += consumed;
+                let frame = input.get(pos..pos + stored as usize);
+                let frame = frame.ok_or_else(|| decoder.frame_error(FormatError::Truncated))?;
+                let inflated = super::inflate(frame, len, &mut body);
+                inflated.map_err(|kind| decoder.frame_error(kind))?;
+                pos += frame.len();
+                inflated_events(&mut decoder, &body, |decoder, event| {
+                    on_event(decoder, event)
+                })?;
+            }
         }
     }
+}
+
+/// Decodes the inflated `body` of the frame a [`Step::Inflate`] announced, calling
+/// `on_event` for each event.
+pub(crate) fn inflated_events<E: From<Error>>(
+    decoder: &mut Decoder,
+    body: &[u8],
+    mut on_event: impl FnMut(&Decoder, Event<'_>) -> Result<(), E>,
+) -> Result<(), E> {
+    let mut pos = 0;
+    while decoder.inflating() {
+        match decoder.next(&body[pos..], true)? {
+            Step::Event(event, n) => {
+                pos += n;
+                on_event(decoder, event)?;
+            }
+            _ => unreachable!("a whole body decodes to events"),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -1090,6 +1873,7 @@ mod tests {
                     Ok(Step::NeedMore) => fed = (fed + chunk).min(input.len()),
                     Err(crate::Error::Format { offset, kind, .. }) => return Err((kind, offset)),
                     Err(e) => panic!("{e}"),
+                    Ok(Step::Inflate { .. }) => unreachable!("version 1"),
                 }
             }
         };
@@ -1130,6 +1914,7 @@ mod tests {
                     Ok(Step::NeedMore) => fed = (fed + chunk).min(archive.len()),
                     Err(crate::Error::Format { path, kind, .. }) => return Err((kind, path)),
                     Err(e) => panic!("{e}"),
+                    Ok(Step::Inflate { .. }) => unreachable!("version 1"),
                 }
             }
         };

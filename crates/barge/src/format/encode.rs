@@ -16,6 +16,16 @@ use crate::tree::{Device, Entry, Kind, Meta, Owner, Timestamp};
 /// and `LINKED` as far as it has them. Only an archive with the extended header flag may
 /// hold more than `PERM`.
 pub(crate) fn push_records(buf: &mut Vec<u8>, entry: &Entry<'_>, default: u32) {
+    push_records_named(buf, entry, default, None);
+}
+
+/// [`push_records`], with a version 2 `OWNER` when `names` (user and group) are given.
+pub(super) fn push_records_named(
+    buf: &mut Vec<u8>,
+    entry: &Entry<'_>,
+    default: u32,
+    names: Option<(&[u8], &[u8])>,
+) {
     let mode = entry.meta.mode & PERM_MASK;
     if mode != default {
         buf.push(TAG_PERM);
@@ -30,6 +40,13 @@ pub(crate) fn push_records(buf: &mut Vec<u8>, entry: &Entry<'_>, default: u32) {
         buf.push(TAG_OWNER);
         buf.extend_from_slice(&uid.to_le_bytes());
         buf.extend_from_slice(&gid.to_le_bytes());
+        if let Some((user, group)) = names {
+            for name in [user, group] {
+                let name = &name[..name.len().min(255)];
+                buf.push(name.len() as u8);
+                buf.extend_from_slice(name);
+            }
+        }
     }
     buf.extend_from_slice(entry.xattrs.0);
     if entry.link_id.is_some() {
@@ -38,7 +55,7 @@ pub(crate) fn push_records(buf: &mut Vec<u8>, entry: &Entry<'_>, default: u32) {
 }
 
 /// Appends a tag, a name and its NUL.
-fn push_named(buf: &mut Vec<u8>, tag: u8, name: &[u8]) {
+pub(super) fn push_named(buf: &mut Vec<u8>, tag: u8, name: &[u8]) {
     buf.push(tag);
     buf.extend_from_slice(name);
     buf.push(0);
@@ -68,16 +85,25 @@ pub(crate) fn push_file_header(buf: &mut Vec<u8>, entry: &Entry<'_>, size: u64) 
 /// Appends a `SYMLINK` with its records (`PERM` never: a symlink has no mode of its own).
 /// The target must be 1 to 4095 bytes without NUL.
 pub(crate) fn push_symlink(buf: &mut Vec<u8>, entry: &Entry<'_>, target: &[u8]) {
-    let entry = Entry {
+    push_records(buf, &symlink_records(entry), DEFAULT_FILE_MODE);
+    push_symlink_message(buf, entry.name, target);
+}
+
+/// What of `entry` a symlink's records hold: no mode, no link.
+pub(super) fn symlink_records<'a>(entry: &Entry<'a>) -> Entry<'a> {
+    Entry {
         meta: Meta {
             mode: DEFAULT_FILE_MODE,
             ..entry.meta
         },
         link_id: None,
         ..*entry
-    };
-    push_records(buf, &entry, DEFAULT_FILE_MODE);
-    push_named(buf, TAG_SYMLINK, entry.name);
+    }
+}
+
+/// Appends a `SYMLINK` message (its records written before).
+pub(super) fn push_symlink_message(buf: &mut Vec<u8>, name: &[u8], target: &[u8]) {
+    push_named(buf, TAG_SYMLINK, name);
     buf.extend_from_slice(&(target.len() as u16).to_le_bytes());
     buf.extend_from_slice(target);
 }
@@ -92,6 +118,11 @@ pub(crate) fn push_hard_link(buf: &mut Vec<u8>, name: &[u8], target: u64) {
 /// records.
 pub(crate) fn push_special(buf: &mut Vec<u8>, entry: &Entry<'_>, device: Device) {
     push_records(buf, entry, DEFAULT_SPECIAL_MODE);
+    push_special_message(buf, entry, device);
+}
+
+/// Appends a `SPECIAL` message (its records written before).
+pub(super) fn push_special_message(buf: &mut Vec<u8>, entry: &Entry<'_>, device: Device) {
     push_named(buf, TAG_SPECIAL, entry.name);
     buf.push(match entry.kind {
         Kind::Fifo => SPECIAL_FIFO,

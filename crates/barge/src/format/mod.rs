@@ -1,14 +1,20 @@
-//! The barge archive format v1 (see docs/FORMAT.md): a header, a depth-first stream of
-//! entries (`DIR`/`FILE`/`FILE64`, and with the extended flag `SYMLINK`/`HARDLINK`/`SPECIAL`)
-//! and `POP`s, records qualifying the entry after them (`PERM`; extended: `TIME`, `OWNER`,
-//! `XATTR`, `LINKED`), and an `END` count.
+//! The barge archive format (see docs/FORMAT.md). Version 1: a header, a depth-first stream
+//! of entries (`DIR`/`FILE`/`FILE64`, and with the extended flag `SYMLINK`/`HARDLINK`/
+//! `SPECIAL`) and `POP`s, records qualifying the entry after them (`PERM`; extended: `TIME`,
+//! `OWNER`, `XATTR`, `LINKED`), and an `END` count. Version 2: the same messages in segments
+//! (raw or zstd) that each restate where they start, with digests, sparse and chunked files
+//! (`EXTFILE`, `EXTENT`), a `ROOT` record, an index and a footer.
 
 mod decode;
 pub mod encode;
+mod segments;
+mod v2;
 
-pub(crate) use decode::decode_each;
 pub use decode::{decode_all, space, Decoder, Event, Limits, Step};
+pub(crate) use decode::{decode_each, inflated_events};
 pub use encode::{EncodeError, Encoder};
+pub use segments::{SegmentEncoder, CHUNK, SEGMENT_TARGET};
+pub use v2::inflate;
 
 /// The 8-byte header of a version 1 archive with no flags (core tags only).
 pub const HEADER: [u8; 8] = *b"BARGE\0\x01\x00";
@@ -16,6 +22,40 @@ pub const HEADER: [u8; 8] = *b"BARGE\0\x01\x00";
 pub const FLAG_EXTENDED: u8 = 0x01;
 /// The 8-byte header of a version 1 archive that may hold extended records.
 pub const HEADER_EXTENDED: [u8; 8] = *b"BARGE\0\x01\x01";
+/// The 8-byte header of a version 2 archive.
+pub const HEADER_V2: [u8; 8] = *b"BARGE\0\x02\x00";
+/// Tag of a sparse or chunked file, whose data comes in `EXTENT`s (version 2).
+pub const TAG_EXTFILE: u8 = 0x0D;
+/// Tag of one data extent of the open `EXTFILE` (version 2).
+pub const TAG_EXTENT: u8 = 0x0E;
+/// Tag of the message that begins every segment body (version 2).
+pub const TAG_START: u8 = 0x10;
+/// Tag of the root directory's record group (version 2).
+pub const TAG_ROOT: u8 = 0x11;
+/// Frame tag of a segment (version 2).
+pub const TAG_SEGMENT: u8 = 0x20;
+/// Frame tag of the index (version 2).
+pub const TAG_INDEX: u8 = 0x21;
+/// A frame stored as it is.
+pub const CODEC_RAW: u8 = 0;
+/// A frame stored as one zstd frame.
+pub const CODEC_ZSTD: u8 = 1;
+/// Largest body of a version 2 frame.
+pub const MAX_BODY: u32 = 1 << 26;
+/// Largest zstd window (log2) a version 2 frame may need.
+pub const MAX_WINDOW_LOG: u32 = 27;
+/// Bytes of a version 2 frame head: tag, codec, stored, body, digest.
+pub const FRAME_HEAD: usize = 18;
+/// Bytes of the version 2 footer.
+pub const FOOTER: usize = 37;
+/// `START`'s `open` when no `EXTFILE` is open.
+pub const NO_FILE: u64 = u64::MAX;
+
+/// The format's digest (XXH3-64, seed 0) of `bytes`.
+pub fn digest(bytes: &[u8]) -> u64 {
+    twox_hash::XxHash3_64::oneshot(bytes)
+}
+
 /// Tag of the end message.
 pub const TAG_END: u8 = 0x00;
 /// Tag of a file whose size fits in 32 bits.
@@ -79,9 +119,9 @@ pub enum FormatError {
     #[error("not a barge archive (bad magic)")]
     BadMagic,
     /// Unsupported format version.
-    #[error("unsupported format version {0} (this barge reads version 1)")]
+    #[error("unsupported format version {0} (this barge reads versions 1 and 2)")]
     BadVersion(u8),
-    /// Header flags must be 0 or 1.
+    /// Header flags must be 0 or 1 (version 1), 0 (version 2).
     #[error("unsupported header flags {0:#04x}")]
     BadFlags(u8),
     /// The input ends inside a message or before the end message.
@@ -170,6 +210,36 @@ pub enum FormatError {
     /// A `SPECIAL` of an unknown type, or a fifo with a device number.
     #[error("special file of unknown type or a fifo with a device number")]
     BadSpecial,
+    /// A frame head with an unknown codec or impossible lengths.
+    #[error("segment or index frame with an unknown codec or bad lengths")]
+    BadFrame,
+    /// A zstd frame that is not one frame decompressing to exactly its body.
+    #[error("zstd frame does not decompress to its stated body ({0})")]
+    BadZstd(String),
+    /// A zstd frame given to a decoder without zstd.
+    #[error("zstd-compressed segment, which this decoder cannot read")]
+    UnsupportedCodec,
+    /// A digest that does not match the bytes it covers.
+    #[error("{0} digest does not match its bytes: the archive is corrupt")]
+    BadDigest(&'static str),
+    /// A segment's `START` that does not restate where the archive is.
+    #[error("segment start does not restate where the archive is")]
+    BadStart,
+    /// `ROOT` anywhere but as the first group of the first segment.
+    #[error("root record anywhere but first")]
+    MisplacedRoot,
+    /// A name below the previous name of its directory (version 2 sorts them).
+    #[error("name below the previous one in this directory")]
+    Unsorted,
+    /// An `EXTENT` out of order, empty, past its file, without a file, or missing.
+    #[error("file extent out of order, empty, past the file's size, unexpected or missing")]
+    BadExtent,
+    /// An index that is malformed or disagrees with the segments.
+    #[error("index malformed or disagreeing with the segments")]
+    BadIndex,
+    /// A footer whose counts or index offset disagree with the archive.
+    #[error("footer disagrees with the archive")]
+    BadFooter,
 }
 
 impl FormatError {
@@ -206,6 +276,16 @@ impl FormatError {
             FormatError::BadSymlink => "bad-symlink",
             FormatError::BadLink(_) => "bad-link",
             FormatError::BadSpecial => "bad-special",
+            FormatError::BadFrame => "bad-frame",
+            FormatError::BadZstd(_) => "bad-zstd",
+            FormatError::UnsupportedCodec => "unsupported-codec",
+            FormatError::BadDigest(_) => "bad-digest",
+            FormatError::BadStart => "bad-start",
+            FormatError::MisplacedRoot => "misplaced-root",
+            FormatError::Unsorted => "unsorted",
+            FormatError::BadExtent => "bad-extent",
+            FormatError::BadIndex => "bad-index",
+            FormatError::BadFooter => "bad-footer",
         }
     }
 }

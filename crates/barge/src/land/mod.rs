@@ -94,6 +94,31 @@ pub(crate) struct Feed {
     dropping: bool,
     /// Archive paths of the dropped files that hard links may name, by link id.
     dropped_links: Vec<(u64, TreePath)>,
+    /// The sparse file being passed on, as [`Sink::data`] and [`Sink::hole`]s.
+    sparse: Sparse,
+}
+
+/// Where a sparse file (version 2) is: what is left of its size, extents and current
+/// extent's data, and where the last extent ended.
+#[derive(Default)]
+struct Sparse {
+    size: u64,
+    extents: u32,
+    data_left: u64,
+    end: u64,
+}
+
+impl Sparse {
+    /// `len` bytes of data came: at the end of the last extent, the hole after it.
+    fn data<S: Sink>(&mut self, len: u64, sink: &mut S) -> std::result::Result<(), S::Error> {
+        self.data_left -= len;
+        if self.data_left == 0 && self.extents == 0 && self.size > self.end {
+            let tail = self.size - self.end;
+            self.size = 0;
+            return sink.hole(tail);
+        }
+        Ok(())
+    }
 }
 
 impl Feed {
@@ -154,7 +179,42 @@ impl Feed {
                 self.enter_held(sink)?;
                 sink.file(&entry, content(size, data))
             }
-            Event::Data(data) => sink.data(data),
+            Event::Data(data) => {
+                sink.data(data)?;
+                if self.sparse.data_left > 0 {
+                    self.sparse.data(data.len() as u64, sink)?;
+                }
+                Ok(())
+            }
+            Event::SparseFile {
+                entry,
+                size,
+                extents,
+            } => {
+                self.enter_held(sink)?;
+                sink.file(&entry, Content::Stream { size, first: &[] })?;
+                self.sparse = Sparse {
+                    size,
+                    extents,
+                    data_left: 0,
+                    end: 0,
+                };
+                if extents == 0 && size > 0 {
+                    sink.hole(size)?;
+                }
+                Ok(())
+            }
+            Event::Extent { at, len, data } => {
+                let sparse = &mut self.sparse;
+                let gap = at - sparse.end;
+                (sparse.extents, sparse.data_left, sparse.end) =
+                    (sparse.extents - 1, len, at + len);
+                if gap > 0 {
+                    sink.hole(gap)?;
+                }
+                sink.data(data)?;
+                self.sparse.data(data.len() as u64, sink)
+            }
             Event::Symlink { entry, target } => {
                 self.enter_held(sink)?;
                 sink.symlink(&entry, target)
@@ -167,7 +227,9 @@ impl Feed {
                 self.enter_held(sink)?;
                 sink.special(&entry, device)
             }
-            Event::End { .. } | Event::Padding => Ok(()),
+            // The root's records land with the destination (not yet: DEST keeps its own).
+            Event::Root { .. } => Ok(()),
+            Event::End { .. } | Event::Padding | Event::Segment | Event::Index(_) => Ok(()),
         }
     }
 
@@ -175,8 +237,12 @@ impl Feed {
     /// a dropped file is an error.
     fn dropped(&mut self, event: &Event<'_>) -> Result<bool> {
         let entry = match event {
-            Event::Data(_) => return Ok(self.dropping),
-            Event::End { .. } | Event::Padding => return Ok(false),
+            Event::Data(_) | Event::Extent { .. } => return Ok(self.dropping),
+            Event::End { .. }
+            | Event::Padding
+            | Event::Root { .. }
+            | Event::Segment
+            | Event::Index(_) => return Ok(false),
             Event::Pop => {
                 self.depth -= 1;
                 self.path.leave();
@@ -184,18 +250,19 @@ impl Feed {
             }
             Event::Dir(entry)
             | Event::File { entry, .. }
+            | Event::SparseFile { entry, .. }
             | Event::Symlink { entry, .. }
             | Event::HardLink { entry, .. }
             | Event::Special { entry, .. } => entry,
         };
         let dropped = self.depth < self.strip;
-        self.dropping = dropped && matches!(event, Event::File { .. });
+        self.dropping = dropped && matches!(event, Event::File { .. } | Event::SparseFile { .. });
         match event {
             Event::Dir(_) => {
                 self.depth += 1;
                 self.path.enter(entry.name);
             }
-            Event::File { .. } if dropped => {
+            Event::File { .. } | Event::SparseFile { .. } if dropped => {
                 if let Some(id) = entry.link_id {
                     self.dropped_links.push((id, self.path.join(entry.name)));
                 }
@@ -245,12 +312,20 @@ impl<'p, S: Sink> Driver<'p, S> {
     fn event(&mut self, event: Event<'_>) -> std::result::Result<(), S::Error> {
         match event {
             Event::File { data, .. } => self.progress.add_entry(data.len() as u64),
-            Event::Data(data) => self.progress.add_bytes(data.len() as u64),
+            Event::Data(data) | Event::Extent { data, .. } => {
+                self.progress.add_bytes(data.len() as u64)
+            }
             Event::Dir(_)
+            | Event::SparseFile { .. }
             | Event::Symlink { .. }
             | Event::HardLink { .. }
             | Event::Special { .. } => self.progress.add_entry(0),
-            Event::Pop | Event::End { .. } | Event::Padding => {}
+            Event::Pop
+            | Event::End { .. }
+            | Event::Padding
+            | Event::Root { .. }
+            | Event::Segment
+            | Event::Index(_) => {}
         }
         self.feed.event(event, &mut self.sink)
     }

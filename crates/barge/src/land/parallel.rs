@@ -34,7 +34,7 @@ use super::restore::{NotRestored, Policy, Target};
 use super::sync::{Links, Setup};
 use super::{Feed, Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
-use crate::format::{Decoder, Event, Limits, Step};
+use crate::format::{Decoder, Event, FormatError, Limits, Step};
 use crate::source::ByteStream;
 use crate::sys::map::populate;
 use crate::sys::thread::{go_solo, spawn_elsewhere};
@@ -771,6 +771,12 @@ impl Parser {
             let (event, n) = match self.decoder.next_whole(&input[pos..], false) {
                 Ok(Step::Event(event, n)) => (event, n),
                 Ok(Step::NeedMore | Step::Done) => break Parsed::NeedMore(pos),
+                // Mapped version 2 archives land on one thread (`Unpack::resolve`); a zstd
+                // frame in a stream is not landed by this engine yet.
+                Ok(Step::Inflate { .. }) => {
+                    let error = self.decoder.frame_error(FormatError::UnsupportedCodec);
+                    return Err((decoded, error));
+                }
                 Err(e) => return Err((decoded, e)),
             };
             pos += n;

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use barge::format::{decode_all, Decoder, Event, Limits, Step};
+use barge::format::{decode_all, inflate, Decoder, Event, FormatError, Limits, Step};
 use barge::tree::{self, Kind};
 use barge::{Error, TreePath};
 
@@ -35,6 +35,11 @@ pub struct Entry {
     pub link_index: Option<u64>,
     /// Character or block device: (major, minor).
     pub device: Option<(u32, u32)>,
+    /// Version 2: the owner's user and group names (empty when none).
+    pub names: (Vec<u8>, Vec<u8>),
+    /// Version 2 sparse file: its size and extents (offset, data) instead of `data`.
+    pub size: Option<u64>,
+    pub extents: Vec<(u64, Vec<u8>)>,
 }
 
 /// What decoding produced: the entries, or the stable error code and offset.
@@ -98,8 +103,28 @@ impl Entry {
 }
 
 fn record(entries: &mut Vec<Entry>, decoder: &Decoder, event: Event<'_>) {
-    let number = entries.len() as u64;
+    let number = entries.iter().filter(|e| e.kind != "root").count() as u64;
+    let names = decoder.owner_names();
+    let names = (names.0.to_vec(), names.1.to_vec());
     let entry = match event {
+        Event::Root { meta, xattrs } => Entry {
+            kind: "root",
+            mode: Some(meta.mode),
+            mtime: meta.mtime.map(|t| (t.sec, t.nsec)),
+            owner: meta.owner.map(|o| (o.uid, o.gid)),
+            xattrs: (xattrs.iter())
+                .map(|(n, v)| (n.to_vec(), v.to_vec()))
+                .collect(),
+            ..Entry::default()
+        },
+        Event::SparseFile { entry, size, .. } => Entry {
+            size: Some(size),
+            ..common(decoder, &entry, number)
+        },
+        Event::Extent { at, data, .. } => {
+            let file = entries.last_mut().expect("an extent follows a sparse file");
+            return file.extents.push((at, data.to_vec()));
+        }
         Event::Dir(dir) => Entry {
             // The decoder has entered it already.
             path: TreePath::join(decoder.dir_names(), b"").0,
@@ -126,12 +151,22 @@ fn record(entries: &mut Vec<Entry>, decoder: &Decoder, event: Event<'_>) {
         },
         Event::Data(data) => {
             let file = entries.last_mut().expect("data follows a file");
-            return file.data.extend_from_slice(data);
+            return match file.extents.last_mut() {
+                Some((_, extent)) => extent.extend_from_slice(data),
+                None => file.data.extend_from_slice(data),
+            };
         }
-        Event::Pop | Event::End { .. } | Event::Padding => return,
+        Event::Pop | Event::End { .. } | Event::Padding | Event::Segment | Event::Index(_) => {
+            return
+        }
         other => panic!("an event this test does not know: {other:?}"),
     };
-    entries.push(entry);
+    let names = if entry.owner.is_some() {
+        names
+    } else {
+        Default::default()
+    };
+    entries.push(Entry { names, ..entry });
 }
 
 /// The stable code and offset of a decoder error; any other error kind is a bug.
@@ -182,6 +217,36 @@ fn decode_fed(
             Step::Event(event, n) => {
                 start += n;
                 record(&mut entries, &decoder, event);
+            }
+            Step::Inflate {
+                consumed,
+                stored,
+                body,
+            } => {
+                // The frame's bytes, from what was fed and the rest of the input.
+                start += consumed;
+                let stored = stored as usize;
+                while buf.len() - start < stored && fed < input.len() {
+                    let n = chunk().clamp(1, input.len() - fed);
+                    buf.extend_from_slice(&input[fed..fed + n]);
+                    fed += n;
+                }
+                let Some(frame) = buf.get(start..start + stored) else {
+                    return Err(code_offset(decoder.frame_error(FormatError::Truncated)));
+                };
+                let mut inflated = Vec::new();
+                let made = inflate(frame, body, &mut inflated);
+                made.map_err(|kind| code_offset(decoder.frame_error(kind)))?;
+                start += stored;
+                let mut pos = 0;
+                while decoder.inflating() {
+                    let step = next(&mut decoder, &inflated[pos..], true).map_err(code_offset)?;
+                    let Step::Event(event, n) = step else {
+                        panic!("a whole body decodes to events, not {step:?}")
+                    };
+                    pos += n;
+                    record(&mut entries, &decoder, event);
+                }
             }
             Step::NeedMore => {
                 assert!(!eof, "decoder asked for more input after end of input");

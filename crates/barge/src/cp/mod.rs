@@ -38,6 +38,7 @@ use rustix::io::{pwrite, Errno};
 
 pub use verify::Verified;
 
+use crate::compare::{inode_key, Facts, Rule, STATX_MASK};
 use crate::error::{Error, Result, TreePath};
 use crate::exclude::Exclude;
 use crate::interrupt::{check, requested, retry};
@@ -52,17 +53,6 @@ use crate::walk::parallel::{
     Dir, ParallelVisitor, ParallelVisitorBuilder, WalkParallel, WalkState,
 };
 use crate::Progress;
-
-/// What every `statx` of a source entry asks for.
-const MASK: StatxFlags = StatxFlags::TYPE
-    .union(StatxFlags::MODE)
-    .union(StatxFlags::SIZE)
-    .union(StatxFlags::BLOCKS)
-    .union(StatxFlags::MTIME)
-    .union(StatxFlags::UID)
-    .union(StatxFlags::GID)
-    .union(StatxFlags::INO)
-    .union(StatxFlags::NLINK);
 
 /// The buffer of a copy through memory.
 const BUFFER: usize = 1 << 20;
@@ -300,13 +290,13 @@ impl Cp {
     ) -> Result<CpSummary> {
         let src_name = src.as_os_str().as_bytes();
         let dest_name = dest.as_os_str().as_bytes();
-        let stat = statx(CWD, src, AtFlags::SYMLINK_NOFOLLOW, MASK)
+        let stat = statx(CWD, src, AtFlags::SYMLINK_NOFOLLOW, STATX_MASK)
             .map_err(|e| Error::io("statx", TreePath(src_name.to_vec()), e))?;
         let (parent, name) = split(dest)?;
         let parent = open_parent(parent, dest_name)?;
         // `cp DIR/sub DIR`, `cp f f`: a copy onto itself would rewrite its source.
         let there = statx(&parent, name, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::INO);
-        if there.is_ok_and(|there| key(&there) == key(&stat)) {
+        if there.is_ok_and(|there| inode_key(&there) == inode_key(&stat)) {
             return Err(Error::Argument {
                 arg: dest.display().to_string(),
                 problem: format!("is {} itself: nothing to copy", src.display()),
@@ -348,7 +338,6 @@ impl Cp {
             drop(copier);
             WalkParallel::new(fd, src_name)
                 .threads(self.threads)
-                .stat_mask(MASK)
                 .exclude(self.exclude.clone())
                 .visit(&mut Builder(&shared), root);
         } else {
@@ -397,21 +386,15 @@ fn open_parent(dir: &Path, path: &[u8]) -> Result<OwnedFd> {
         .map_err(|e| Error::io("open directory", TreePath(path.to_vec()), e))
 }
 
-/// Device and inode.
-fn key(stat: &Statx) -> (u64, u64) {
-    let dev = (u64::from(stat.stx_dev_major) << 32) | u64::from(stat.stx_dev_minor);
-    (dev, stat.stx_ino)
-}
-
 /// Refuses a copy of the directory `src` (stated as `stat`) into `parent` or any directory
 /// below it: climbs from `parent` by `..` to the root, comparing device and inode.
 fn refuse_inside(stat: &Statx, parent: BorrowedFd<'_>, src: &Path, dest: &Path) -> Result<()> {
-    let id = key(stat);
+    let id = inode_key(stat);
     let mut dir = rustix::io::dup(parent).map_err(|e| Error::io("dup", TreePath::default(), e))?;
     loop {
         let here = statx(&dir, "", AtFlags::EMPTY_PATH, StatxFlags::INO)
             .map_err(|e| Error::io("statx", TreePath(dest.as_os_str().as_bytes().into()), e))?;
-        if key(&here) == id {
+        if inode_key(&here) == id {
             return Err(Error::Argument {
                 arg: dest.display().to_string(),
                 problem: format!(
@@ -424,7 +407,7 @@ fn refuse_inside(stat: &Statx, parent: BorrowedFd<'_>, src: &Path, dest: &Path) 
             .map_err(|e| Error::io("open directory", TreePath(b"..".to_vec()), e))?;
         let above = statx(&up, "", AtFlags::EMPTY_PATH, StatxFlags::INO)
             .map_err(|e| Error::io("statx", TreePath(b"..".to_vec()), e))?;
-        if key(&above) == key(&here) {
+        if inode_key(&above) == inode_key(&here) {
             return Ok(());
         }
         dir = up;
@@ -709,21 +692,16 @@ impl<'a> Copier<'a> {
         let Some(dest) = at.dest else {
             return Ok(Found::Nothing);
         };
-        match statx(&**dest, at.name, AtFlags::SYMLINK_NOFOLLOW, MASK) {
+        match statx(&**dest, at.name, AtFlags::SYMLINK_NOFOLLOW, STATX_MASK) {
             Ok(there) => {
                 let there_kind = Kind::of_mode(there.stx_mode.into());
-                let same_time = there.stx_mtime.tv_sec == stat.stx_mtime.tv_sec
-                    && there.stx_mtime.tv_nsec == stat.stx_mtime.tv_nsec;
-                // A change of permission bits (or, where root keeps them, owners) since
-                // the last copy is copied too (setuid and setgid are left out: what the
-                // copy may keep of them depends on the owner).
-                let same_mode = (there.stx_mode ^ stat.stx_mode) & 0o1777 == 0;
-                let same_owner = !(self.cp().archive && self.shared.root)
-                    || (there.stx_uid, there.stx_gid) == (stat.stx_uid, stat.stx_gid);
-                let same = there.stx_size == stat.stx_size && same_time && same_mode && same_owner;
+                let rule = Rule {
+                    owners: self.cp().archive && self.shared.root,
+                };
+                let same = rule.unchanged(&Facts::of_statx(stat), &Facts::of_statx(&there));
                 Ok(if there_kind == Kind::Dir && kind != Kind::Dir {
                     Found::Dir
-                } else if there_kind == kind && same {
+                } else if same {
                     Found::Same
                 } else {
                     Found::Other
@@ -913,7 +891,7 @@ impl<'a> Copier<'a> {
     fn note_link(&self, stat: &Statx, dest: &Arc<OwnedFd>, name: &[u8]) {
         let mut links = self.shared.links.lock().expect("no panics");
         links
-            .entry(key(stat))
+            .entry(inode_key(stat))
             .or_insert((dest.clone(), name.into()));
     }
 
@@ -933,7 +911,7 @@ impl<'a> Copier<'a> {
         let links = (stat.stx_nlink > 1).then(|| shared.links.lock().expect("no panics"));
         if let Some(earlier) = links
             .as_ref()
-            .and_then(|links| links.get(&key(stat)).cloned())
+            .and_then(|links| links.get(&inode_key(stat)).cloned())
         {
             drop(links);
             let (dir, name) = earlier;
@@ -986,7 +964,7 @@ impl<'a> Copier<'a> {
             replace(dest.as_fd(), &self.temp, at.name, path)?;
         }
         if let Some(mut links) = links {
-            links.insert(key(stat), (dest.clone(), at.name.into()));
+            links.insert(inode_key(stat), (dest.clone(), at.name.into()));
         }
         self.counts.files += 1;
         self.counts.bytes += copied;
@@ -1229,7 +1207,7 @@ impl<'a> Copier<'a> {
         self.delete_missing(src, &fd, path)?;
         self.count(Kind::Dir, 0);
         if path.is_empty() {
-            *shared.target.lock().expect("no panics") = Some(key(&there));
+            *shared.target.lock().expect("no panics") = Some(inode_key(&there));
         }
         let umask = crate::root::umask();
         let last = Last {
@@ -1327,7 +1305,7 @@ impl<'a> ParallelVisitor for Copier<'a> {
             return Err(WalkState::Quit);
         }
         let path = parent.relative(Some(entry.name));
-        if *self.shared.target.lock().expect("no panics") == Some(key(stat)) {
+        if *self.shared.target.lock().expect("no panics") == Some(inode_key(stat)) {
             let error = Error::Argument {
                 arg: parent.path(Some(entry.name)).to_string(),
                 problem: "is the copy itself (DEST is inside SRC); not copied into itself".into(),
@@ -1351,20 +1329,11 @@ impl<'a> ParallelVisitor for Copier<'a> {
         &mut self,
         dir: &Dir<DestDir<'a>>,
         fd: BorrowedFd<'_>,
-        entry: &mut Entry<'_>,
+        entry: &Entry<'_>,
+        stat: &Statx,
     ) -> WalkState {
         if requested().is_some() {
             return WalkState::Quit;
-        }
-        let stat = match statx(fd, entry.name, AtFlags::SYMLINK_NOFOLLOW, MASK) {
-            Ok(stat) => stat,
-            // Gone since the listing.
-            Err(Errno::NOENT) => return WalkState::Continue,
-            Err(e) => return self.failed(Error::io("statx", dir.path(Some(entry.name)), e)),
-        };
-        if Kind::of_mode(stat.stx_mode.into()) == Kind::Dir {
-            entry.kind = Kind::Dir;
-            return WalkState::Continue;
         }
         let path = || dir.relative(Some(entry.name));
         let at = Pair {
@@ -1375,7 +1344,7 @@ impl<'a> ParallelVisitor for Copier<'a> {
             setgid: dir.state().setgid,
             path: &path,
         };
-        match self.copy(&at, &stat) {
+        match self.copy(&at, stat) {
             Ok(()) => WalkState::Continue,
             Err(e) => self.failed(e),
         }

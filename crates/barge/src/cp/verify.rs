@@ -7,10 +7,11 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use rustix::fs::{openat, readlinkat, statx, AtFlags, Mode, Statx, StatxFlags, CWD};
+use rustix::fs::{openat, readlinkat, statx, AtFlags, Mode, Statx, CWD};
 use rustix::io::{pread, Errno};
 
 use super::{open_parent, split, Cp, CpReport};
+use crate::compare::STATX_MASK;
 use crate::error::{Error, Result, TreePath};
 use crate::interrupt::retry;
 use crate::sys::{DIR_FLAGS, FILE_FLAGS};
@@ -21,8 +22,6 @@ use crate::walk::parallel::{
 
 /// What each read compares.
 const BLOCK: usize = 1 << 20;
-
-const MASK: StatxFlags = StatxFlags::TYPE.union(StatxFlags::SIZE);
 
 /// What a verification compared.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -42,7 +41,7 @@ pub(super) fn verify(cp: &Cp, src: &Path, dest: &Path, report: &dyn CpReport) ->
         openat(CWD, path, flags, Mode::empty())
             .map_err(|e| Error::io("open", TreePath(path.as_os_str().as_bytes().into()), e))
     };
-    let stat = statx(CWD, src, AtFlags::SYMLINK_NOFOLLOW, MASK)
+    let stat = statx(CWD, src, AtFlags::SYMLINK_NOFOLLOW, STATX_MASK)
         .map_err(|e| Error::io("statx", TreePath(src_name.to_vec()), e))?;
     let shared = Shared {
         report,
@@ -136,7 +135,7 @@ impl<'a> Checker<'a> {
         path: &[u8],
     ) {
         let kind = Kind::of_mode(stat.stx_mode.into());
-        let copy = match statx(dest, dest_name, AtFlags::SYMLINK_NOFOLLOW, MASK) {
+        let copy = match statx(dest, dest_name, AtFlags::SYMLINK_NOFOLLOW, STATX_MASK) {
             Ok(copy) => copy,
             Err(e) => return self.differs(path, format!("not in the copy ({e})")),
         };
@@ -244,23 +243,20 @@ impl<'a> ParallelVisitor for Checker<'a> {
         &mut self,
         dir: &Dir<Option<OwnedFd>>,
         fd: BorrowedFd<'_>,
-        entry: &mut Entry<'_>,
+        entry: &Entry<'_>,
+        stat: &Statx,
     ) -> WalkState {
-        let Some(dest) = dir.state() else {
-            return WalkState::Continue;
-        };
-        match statx(fd, entry.name, AtFlags::SYMLINK_NOFOLLOW, MASK) {
-            Ok(stat) if Kind::of_mode(stat.stx_mode.into()) == Kind::Dir => entry.kind = Kind::Dir,
-            Ok(stat) => {
-                let path = dir.relative(Some(entry.name));
-                self.check(fd, entry.name, dest.as_fd(), entry.name, &stat, &path);
-            }
-            // Gone from SRC since the copy: nothing to compare.
-            Err(Errno::NOENT) => {}
-            Err(e) => self.differs(
-                &dir.relative(Some(entry.name)),
-                format!("statx in SRC: {e}"),
-            ),
+        if let Some(dest) = dir.state() {
+            let path = dir.relative(Some(entry.name));
+            self.check(fd, entry.name, dest.as_fd(), entry.name, stat, &path);
+        }
+        WalkState::Continue
+    }
+
+    /// Gone from SRC since the copy: nothing to compare.
+    fn unstated(&mut self, dir: &Dir<Option<OwnedFd>>, name: &[u8], cause: Errno) -> WalkState {
+        if cause != Errno::NOENT {
+            self.differs(&dir.relative(Some(name)), format!("statx in SRC: {cause}"));
         }
         WalkState::Continue
     }

@@ -21,8 +21,6 @@
 //! `futimens` + two `close`s, and `-a` adds `flistxattr` (and `fchown` where creating the
 //! copy does not give it its owner already): 7 and 8 calls, where GNU `cp -a` makes 17.
 
-mod verify;
-
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -36,9 +34,9 @@ use rustix::fs::{
 };
 use rustix::io::{pwrite, Errno};
 
-pub use verify::Verified;
+pub use crate::compare::Verified;
 
-use crate::compare::{inode_key, Facts, Rule, STATX_MASK};
+use crate::compare::{inode_key, Compare, Facts, Rule, STATX_MASK};
 use crate::error::{Error, Result, TreePath};
 use crate::exclude::Exclude;
 use crate::interrupt::{check, requested, retry};
@@ -361,12 +359,15 @@ impl Cp {
     /// Reads back every regular file of the copy of `src` at `dest` and compares it with
     /// its source, byte for byte; a difference or a missing file goes to `report`.
     pub fn verify(&self, src: &Path, dest: &Path, report: &dyn CpReport) -> Result<Verified> {
-        verify::verify(self, src, dest, report)
+        Compare::new()
+            .threads(self.threads)
+            .exclude(self.exclude.clone())
+            .run(src, dest, &|e| report.error(e))
     }
 }
 
 /// The directory part of `path` and its last component (`.` and `..` have none).
-fn split(path: &Path) -> Result<(&Path, &[u8])> {
+pub(crate) fn split(path: &Path) -> Result<(&Path, &[u8])> {
     let name = path.file_name().ok_or_else(|| Error::Argument {
         arg: path.display().to_string(),
         problem: "names no entry (a copy needs a last path component)".into(),
@@ -380,7 +381,7 @@ fn split(path: &Path) -> Result<(&Path, &[u8])> {
 
 /// Opens the directory `dir` that holds SRC or DEST (`path` in errors), following symlinks:
 /// it is above the roots, as the user named it.
-fn open_parent(dir: &Path, path: &[u8]) -> Result<OwnedFd> {
+pub(crate) fn open_parent(dir: &Path, path: &[u8]) -> Result<OwnedFd> {
     let flags = OFlags::DIRECTORY | OFlags::CLOEXEC;
     openat(CWD, dir, flags, Mode::empty())
         .map_err(|e| Error::io("open directory", TreePath(path.to_vec()), e))

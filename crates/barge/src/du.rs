@@ -1,6 +1,6 @@
 //! Tree sizes like `du -sb`: a counting visitor on the [`WalkParallel`] walker, every entry
-//! measured with one `statx` relative to its directory's fd, and [`Du`], the operation a
-//! front end runs.
+//! measured from the one `statx` the walker makes relative to its directory's fd, and
+//! [`Du`], the operation a front end runs.
 //!
 //! Directories are measured with the `statx` the walker makes on the fd opened to read them,
 //! so every entry costs exactly one stat (du needs the size of directories too, so none can

@@ -8,8 +8,8 @@
 //!
 //! What is restored is the landers' one policy (`land/restore.rs`); existing entries are
 //! kept, skipped or replaced by rename as unpack does (`land::sync::create_at`), and with
-//! [`Cp::update`] an entry whose type, size, mtime and permission bits (owner too, as root
-//! with `-a`) match DEST's is left alone. A file's
+//! [`Cp::update`] an entry that `compare.rs`'s unchanged rule finds as DEST has it (type,
+//! size, mtime, all twelve permission bits; owner too, as root with `-a`) is left alone. A file's
 //! time is set last, after its content, so a copy cut short is seen as different by the
 //! next `--update`. A directory gets its mode, extended attributes and time when the walker
 //! drops its state, which is after everything below it (its subdirectories hold it).
@@ -17,7 +17,7 @@
 //! Small files go by `copy_file_range` too: `read` + `write` instead cost the same CPU time
 //! per file on tmpfs (11.6 us against 11.6 us for a 100-byte file, 12.0 against 12.1 for
 //! 4 KB: open, copy, close on both sides, 20,000 files), and a 30 KB file costs more (29
-//! against 28 us). A file costs `statx` + `openat` + `openat(O_EXCL)` + the copy +
+//! against 28 us). A file costs the walker's `statx` + `openat` + `openat(O_EXCL)` + the copy +
 //! `futimens` + two `close`s, and `-a` adds `flistxattr` (and `fchown` where creating the
 //! copy does not give it its owner already): 7 and 8 calls, where GNU `cp -a` makes 17.
 
@@ -216,8 +216,8 @@ impl Cp {
         self
     }
 
-    /// Copies only entries whose type, size, mtime or permission bits (as root with
-    /// [`Cp::archive`], owner) differ from DEST's, replacing those
+    /// Copies only entries whose type, size, mtime or permission bits (all twelve; as root
+    /// with [`Cp::archive`], owner) differ from DEST's, replacing those
     /// by rename.
     pub fn update(mut self, yes: bool) -> Cp {
         self.update = yes;

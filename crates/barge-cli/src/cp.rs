@@ -54,8 +54,8 @@ pub struct CpArgs {
     /// Also keep owners (as root), extended attributes and ACLs, and devices, as `cp -a`.
     #[arg(short, long)]
     archive: bool,
-    /// Copy only entries whose type, size, modification time or permissions (as root with
-    /// -a, owner) differ from DEST's, each replaced by rename (a copy cut short is finished by running it again with --update).
+    /// Copy only entries whose type, size, modification time or permissions (all twelve
+    /// bits; as root with -a, owner) differ from DEST's, each replaced by rename (a copy cut short is finished by running it again with --update).
     #[arg(short, long)]
     update: bool,
     /// With --update, also remove what DEST has and SRC lacks (not excluded entries).

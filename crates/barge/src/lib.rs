@@ -11,6 +11,7 @@
 
 #![warn(missing_docs)]
 
+pub mod compare;
 pub mod confine;
 pub mod cp;
 pub mod du;

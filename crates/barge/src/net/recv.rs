@@ -14,7 +14,9 @@ use crate::confine::{ConfinedUnpack, Landed};
 use crate::error::{Error, NetError, Result, TreePath};
 use crate::format::Limits;
 use crate::interrupt::wait_a_slice;
+use crate::land::restore::Policy;
 use crate::listing::{self, Listing};
+use crate::tree::Owner;
 use crate::unpack::{Existing, Restore};
 
 /// How long a connection may take, at most, to show the key (the Noise handshake and the
@@ -393,7 +395,9 @@ impl Receive {
             | rustix::fs::OFlags::CLOEXEC;
         let root = rustix::fs::open(&self.dest, flags, rustix::fs::Mode::empty())
             .map_err(|e| Error::io("open destination", shown(), e))?;
-        let listing = Listing::of_dir(root, listing::THREADS);
+        // Owners are compared where this receiver restores them.
+        let owners = Policy::new(self.restore, Owner::of_process()).owners();
+        let listing = Listing::of_dir(root, listing::THREADS, owners);
         let mut out = Messages::new(channel, kind::LIST);
         let written = listing.write_to(&mut out);
         if let Some(e) = out.failed.take() {

@@ -200,32 +200,6 @@ fn progress_line(entries: u64, bytes: u64, total: Option<u64>, elapsed: Duration
     line
 }
 
-/// What a file that is not a barge archive looks like, from its first bytes: the name of
-/// its format, and the tool that reads it.
-pub fn looks_like(head: &[u8]) -> Option<(&'static str, &'static str)> {
-    const MAGIC: [(&[u8], &str, &str); 7] = [
-        (b"\x1f\x8b", "a gzip-compressed file", "tar -xzf or gunzip"),
-        (
-            b"\x28\xb5\x2f\xfd",
-            "a zstd-compressed file",
-            "tar --zstd -xf or unzstd",
-        ),
-        (b"\xfd7zXZ\0", "an xz-compressed file", "tar -xJf or unxz"),
-        (b"BZh", "a bzip2-compressed file", "tar -xjf or bunzip2"),
-        (b"\x04\x22\x4d\x18", "an lz4-compressed file", "lz4 -d"),
-        (b"PK\x03\x04", "a zip archive", "unzip"),
-        (b"7z\xbc\xaf\x27\x1c", "a 7z archive", "7z x"),
-    ];
-    let tar = head.get(257..262) == Some(b"ustar");
-    if tar {
-        return Some(("a tar archive", "tar -xf"));
-    }
-    MAGIC
-        .iter()
-        .find(|(magic, ..)| head.starts_with(magic))
-        .map(|&(_, what, tool)| (what, tool))
-}
-
 /// Formats a byte count with binary units (`1.5 MiB`).
 pub fn human_bytes(bytes: u64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];

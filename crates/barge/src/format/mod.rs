@@ -5,6 +5,7 @@
 
 mod decode;
 pub mod encode;
+pub mod sniff;
 
 pub(crate) use decode::decode_each;
 pub use decode::{decode_all, space, Decoder, Event, Limits, Step};

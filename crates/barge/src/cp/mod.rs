@@ -21,6 +21,7 @@
 //! `futimens` + two `close`s, and `-a` adds `flistxattr` (and `fchown` where creating the
 //! copy does not give it its owner already): 7 and 8 calls, where GNU `cp -a` makes 17.
 
+mod dest;
 mod verify;
 
 use std::collections::HashMap;
@@ -36,6 +37,7 @@ use rustix::fs::{
 };
 use rustix::io::{pwrite, Errno};
 
+pub use dest::targets;
 pub use verify::Verified;
 
 use crate::error::{Error, Result, TreePath};

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use barge::error::{escape_bytes, NetError};
 use barge::exclude::Exclude;
-use barge::net::recv::{prepare_dest, DryRun, Failed};
+use barge::net::recv::{DryRun, Failed};
 use barge::net::{
     Connection, Key, Payload, Planned, Receive, Received, Send, Sent, Ticket, DEFAULT_PORT,
 };
@@ -411,7 +411,8 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
         barge::root::exact_modes();
     }
     let shown = shown_path(&args.dest);
-    let free = prepare_dest(&args.dest).with_context(|| format!("cannot prepare {shown}"))?;
+    let prepared = barge::root::prepare_dest(&args.dest);
+    let dest = prepared.with_context(|| format!("cannot prepare {shown}"))?;
     let (key, made) = match given_key(args.key_file.as_deref())? {
         Some(key) => (key, false),
         None => (Key::generate()?, true),
@@ -444,8 +445,8 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
             ticket.address()
         );
     }
-    let receive = Receive::new(&args.dest, key)
-        .limits(args.limits.limits_or(Some(free)))
+    let receive = Receive::new(dest.path, key)
+        .limits(args.limits.limits_or(Some(dest.free)))
         .restore(args.restore.restore())
         .timeout(Duration::from_secs(args.timeout))
         .interruptible(!args.keep)

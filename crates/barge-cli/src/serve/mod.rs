@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use rustix::process::Signal;
@@ -146,7 +146,11 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
         (false, Some(cert), Some(key)) => Some(tls::Tls::from_files(cert, key)?),
         (false, ..) => Some(tls::Tls::generated(args.listen.ip())?),
     };
-    let dest = prepare_dest(&args.dest)?;
+    let shown = shown_path(&args.dest);
+    let prepared = barge::root::prepare_dest(&args.dest);
+    let dest = prepared
+        .with_context(|| format!("cannot prepare {shown}"))?
+        .path;
     // Counted before serving (not on the server's threads): what DEST holds already.
     let quota = args.quota.0.map(|max| {
         let used = quota::space_below(&dest);
@@ -192,20 +196,6 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
         run(listener, tls, server, args.max_connections).await
     })?;
     Ok(Exit::Success)
-}
-
-/// DEST, created when missing, as an absolute path; refused when it is not a directory.
-fn prepare_dest(dest: &std::path::Path) -> anyhow::Result<PathBuf> {
-    let shown = shown_path(dest);
-    match std::fs::symlink_metadata(dest) {
-        Ok(meta) if meta.is_dir() => {}
-        Ok(_) => bail!("{shown} is not a directory"),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(dest).with_context(|| format!("cannot create {shown}"))?
-        }
-        Err(e) => return Err(e).with_context(|| format!("cannot use {shown}")),
-    }
-    std::path::absolute(dest).with_context(|| format!("cannot resolve {shown}"))
 }
 
 /// The host part of a URL for `address` (an IPv6 address in brackets, the unspecified

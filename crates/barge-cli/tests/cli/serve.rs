@@ -397,6 +397,27 @@ fn a_limit_only_the_confined_child_sees_is_answered_as_that_limit() {
 }
 
 #[test]
+fn dest_is_the_directory_prepared_whatever_a_symlink_in_its_parents_says_later() {
+    // DEST's parent is a symlink when serve starts; repointed later, it must not move where
+    // uploads land: serve resolves DEST once, to the directory it created and opened.
+    let work = tempdir();
+    let (_, archive) = sample(work.path(), 3);
+    let (real, other) = (work.path().join("real"), work.path().join("other"));
+    fs::create_dir_all(other.join("dest")).unwrap();
+    fs::create_dir(&real).unwrap();
+    let link = work.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let server = Server::start(&link.join("dest"), &["--plain-http"], Some(TOKEN));
+    assert_holds(&real, &["dest"], "DEST made through the link");
+    fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(&other, &link).unwrap();
+    let (status, body) = server.upload(&archive, Some("up"), &[]);
+    assert_eq!(status, 200, "{body}");
+    assert_holds(&real.join("dest"), &["up"], "the prepared DEST");
+    assert_holds(&other.join("dest"), &[], "where the link points now");
+}
+
+#[test]
 fn hostile_archives_are_400_and_leave_nothing() {
     let work = tempdir();
     let dest = work.path().join("dest");

@@ -15,7 +15,8 @@ use serde_json::{json, Map};
 
 use crate::archive::warn_not_restored;
 use crate::report::{
-    error, exit_status, human_bytes, shown_path, shows_progress, summary, warn, with_progress, Exit,
+    count_total, error, exit_status, human_bytes, shown_path, shows_progress, summary, warn,
+    with_progress, Exit,
 };
 use crate::OutputArgs;
 
@@ -151,8 +152,8 @@ pub fn cp(args: CpArgs) -> Result<Exit> {
     let (result, elapsed) = std::thread::scope(|scope| {
         if shows_progress(args.out) {
             // Without a thread to be had, progress has no total.
-            let _ =
-                std::thread::Builder::new().spawn_scoped(scope, || count(srcs, exclude, &total));
+            let _ = std::thread::Builder::new()
+                .spawn_scoped(scope, || count_total(srcs, exclude, &total));
         }
         let known = || Some(total.load(Relaxed)).filter(|&t| t > 0);
         with_progress(args.out, &progress, known, || {
@@ -253,10 +254,4 @@ pub fn cp(args: CpArgs) -> Result<Exit> {
     // Metadata the process may not restore is warned about, as by unpack: the entries are
     // all there.
     Ok(Exit::Success)
-}
-
-/// Sums the bytes below `srcs` into `total`, for the progress line's percentage.
-pub(crate) fn count(srcs: &[PathBuf], exclude: Exclude, total: &AtomicU64) {
-    barge::interrupt::keep_signals_off_this_thread();
-    total.store(crate::du::totals_below(srcs, exclude, 2).bytes, Relaxed);
 }

@@ -7,7 +7,6 @@ mod cp;
 mod du;
 mod list;
 mod net;
-mod peers;
 mod report;
 mod serve;
 

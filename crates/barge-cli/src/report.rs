@@ -4,9 +4,10 @@
 use std::fmt::Display;
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use barge::exclude::Exclude;
 use barge::Progress;
 use serde_json::{json, Map, Value};
 
@@ -75,26 +76,51 @@ pub fn error(message: impl Display) {
     log_line!("barge: error: {message:#}");
 }
 
-/// With `--json`: the error as one JSON object, where the summary would have gone: `error`
-/// (the message), and from the library's error its `kind` (`io`, `format`, `exists`, ...),
-/// the `code` and archive `offset` of a format error, the `errno` of an OS error.
+/// With `--json`: the error as one JSON object (see [`error_fields`]), where the summary
+/// would have gone.
 pub fn json_error(error: &anyhow::Error, stdout_is_data: bool) {
-    let mut fields = Map::new();
-    fields.insert("error".into(), json!(format!("{error:#}")));
-    if let Some(cause) = error.chain().find_map(|c| c.downcast_ref::<barge::Error>()) {
-        fields.insert("kind".into(), json!(cause.kind()));
-        match cause {
-            barge::Error::Format { offset, kind, .. } => {
-                fields.insert("code".into(), json!(kind.code()));
-                fields.insert("offset".into(), json!(offset));
-            }
-            barge::Error::Io { cause, .. } => {
-                fields.insert("errno".into(), json!(cause.raw_os_error()));
-            }
-            _ => {}
-        }
-    }
+    let cause = error.chain().find_map(|c| c.downcast_ref::<barge::Error>());
+    let fields = error_fields(&format!("{error:#}"), cause);
     print_json(&Value::Object(fields), stdout_is_data);
+}
+
+/// The one shape of a JSON error, in every command's output: `error` (the message), and
+/// from the library's error its `kind` (`io`, `format`, `exists`, ...), the `code` and
+/// archive `offset` of a format error, the `errno` of an OS error (a confined lander's
+/// too, with the `path` of its entry).
+pub fn error_fields(message: &str, cause: Option<&barge::Error>) -> Map<String, Value> {
+    let mut fields = Map::new();
+    fields.insert("error".into(), json!(message));
+    let Some(cause) = cause else {
+        return fields;
+    };
+    fields.insert("kind".into(), json!(cause.kind()));
+    match cause {
+        barge::Error::Format { offset, kind, .. } => {
+            fields.insert("code".into(), json!(kind.code()));
+            fields.insert("offset".into(), json!(offset));
+        }
+        barge::Error::Io { cause, .. } => {
+            fields.insert("errno".into(), json!(cause.raw_os_error()));
+        }
+        barge::Error::Confined(confined) => {
+            let given = [
+                ("code", confined.code.as_ref().map(|code| json!(code))),
+                ("offset", confined.offset.map(|offset| json!(offset))),
+                ("errno", confined.errno.map(|errno| json!(errno))),
+            ];
+            for (key, value) in given {
+                if let Some(value) = value {
+                    fields.insert(key.into(), value);
+                }
+            }
+            if let Some(path) = &confined.path {
+                json_path(&mut fields, "path", &path.0);
+            }
+        }
+        _ => {}
+    }
+    fields
 }
 
 /// Prints one JSON value as a line on stdout, or on stderr when stdout carries an archive.
@@ -169,6 +195,16 @@ pub fn with_progress<T>(
         result
     });
     (result, start.elapsed())
+}
+
+/// Sums the bytes below `srcs` into `total`: the progress line's total for cp and send,
+/// counted on a thread of its own while they work.
+pub fn count_total(srcs: &[std::path::PathBuf], exclude: Exclude, total: &AtomicU64) {
+    barge::interrupt::keep_signals_off_this_thread();
+    total.store(
+        crate::du::totals_below(srcs, exclude, 2).bytes,
+        Ordering::Relaxed,
+    );
 }
 
 /// Whether [`with_progress`] shows a progress line.

@@ -225,7 +225,7 @@ async fn run(
     max_connections: u32,
 ) -> anyhow::Result<()> {
     let connections = Arc::new(Semaphore::new(max_connections as usize));
-    let peers = crate::peers::Peers::quarter_of(max_connections);
+    let peers = barge::net::peers::Peers::quarter_of(max_connections);
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
     let mut builder = auto::Builder::new(TokioExecutor::new());

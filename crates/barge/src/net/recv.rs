@@ -211,6 +211,11 @@ impl Receive {
         self
     }
 
+    /// The transfers it lands at once, at most.
+    pub(crate) fn transfers_at_once(&self) -> usize {
+        self.slots.max
+    }
+
     /// Refuses archives beyond `limits`.
     pub fn limits(mut self, limits: Limits) -> Receive {
         self.limits = limits;

@@ -159,7 +159,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
             human_bytes(max),
             human_bytes(used)
         );
-        quota::Quota::new(max, used)
+        barge::uploads::Quota::new(max, used)
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -84,17 +84,21 @@ pub fn json_error(error: &anyhow::Error, stdout_is_data: bool) {
     print_json(&Value::Object(fields), stdout_is_data);
 }
 
-/// The one shape of a JSON error, in every command's output: `error` (the message), and
-/// from the library's error its `kind` (`io`, `format`, `exists`, ...), the `code` and
-/// archive `offset` of a format error, the `errno` of an OS error (a confined lander's
-/// too, with the `path` of its entry).
+/// The one shape of a JSON error, in every command's output and serve's answers: `error`
+/// (the message), and from the library's error its `kind` (`io`, `format`, `exists`, ...;
+/// a confined lander's error by its own), the `code` and archive `offset` of a format
+/// error, the `errno` of an OS error, and a confined lander's entry as `path`.
 pub fn error_fields(message: &str, cause: Option<&barge::Error>) -> Map<String, Value> {
     let mut fields = Map::new();
     fields.insert("error".into(), json!(message));
     let Some(cause) = cause else {
         return fields;
     };
-    fields.insert("kind".into(), json!(cause.kind()));
+    let kind = match cause {
+        barge::Error::Confined(confined) => json!(confined.kind),
+        cause => json!(cause.kind()),
+    };
+    fields.insert("kind".into(), kind);
     match cause {
         barge::Error::Format { offset, kind, .. } => {
             fields.insert("code".into(), json!(kind.code()));

@@ -20,7 +20,7 @@ use super::quota;
 use super::token::Token;
 use super::upload::{over_limit, Refusal, Upload};
 use super::ServeArgs;
-use crate::report::{human_bytes, log_line};
+use crate::report::{error_fields, human_bytes, log_line};
 
 /// The upload page.
 const PAGE: &str = include_str!("page.html");
@@ -197,7 +197,9 @@ impl Server {
         match landed {
             Ok(reply) => reply,
             Err(refusal) => {
-                let mut reply = error(refusal.status, &refusal.message);
+                let fields = error_fields(&refusal.message, refusal.cause.as_ref());
+                let mut reply = json_reply(refusal.status, &Value::Object(fields.clone()));
+                reply.note = refusal.message.clone();
                 if let Some(detail) = refusal.detail {
                     reply.note = detail;
                 }
@@ -209,10 +211,9 @@ impl Server {
                         .insert(header::WWW_AUTHENTICATE, challenge);
                 }
                 if self.json {
-                    println!(
-                        "{}",
-                        json!({"status": refusal.status.as_u16(), "error": refusal.message})
-                    );
+                    let mut line = fields;
+                    line.insert("status".into(), json!(refusal.status.as_u16()));
+                    println!("{}", Value::Object(line));
                 }
                 reply
             }

@@ -95,8 +95,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ORIGIN")]
     cors_origin: Vec<String>,
     /// Print each upload's result as one JSON line on stdout (and the page's address as
-    /// {"url": ...} when the token is generated); an upload whose client closed the
-    /// connection before the answer gets {"status": 499, "error": ...}.
+    /// {"url": ...} when the token is generated): the answer's body, and for a refused
+    /// upload its "status" too; one whose client closed the connection before the answer
+    /// gets {"status": 499, "error": ...}.
     #[arg(long)]
     json: bool,
 }
@@ -114,7 +115,9 @@ the new directory NAME (one path component; 409 when it exists).
 Answers are JSON: {\"name\", \"entries\", \"files\", \"bytes\", \"seconds\"}, or {\"error\"} with
 400 (a bad archive: the decoder's message), 401 (no or a wrong token), 404, 408 (the body
 stalled), 409, 413 (over --max-bytes), 415, 503 (--max-uploads reached, or stopping), 507
-(over --quota), 500.
+(over --quota), 500. An error the archive caused (400, 413, 507 found while landing) adds
+the fields of barge's JSON errors: \"kind\", the decoder's \"code\", the archive \"offset\" and
+the entry's \"path\" in the upload.
 An upload that fails leaves nothing under DEST.
 
 Each upload lands in a child process confined to its new directory (a user namespace

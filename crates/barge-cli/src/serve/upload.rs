@@ -20,11 +20,13 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::report::human_bytes;
 
 /// Why an upload was not landed: the answer's status and message (which name no server
-/// path), and for the log what the client is not told.
+/// path), the archive's error when the archive is at fault (its kind, code and offset go
+/// into the answer), and for the log what the client is not told.
 #[derive(Debug)]
 pub(super) struct Refusal {
     pub(super) status: StatusCode,
     pub(super) message: String,
+    pub(super) cause: Option<barge::Error>,
     pub(super) detail: Option<String>,
 }
 
@@ -33,6 +35,7 @@ impl Refusal {
         Refusal {
             status,
             message: message.into(),
+            cause: None,
             detail: None,
         }
     }
@@ -179,7 +182,7 @@ fn refusal(error: barge::Error, limits: Limits) -> Refusal {
         ..Refusal::new(StatusCode::PAYLOAD_TOO_LARGE, message)
     };
     let message = &confined.message;
-    match (confined.kind, confined.limit, confined.errno) {
+    let refusal = match (confined.kind, confined.limit, confined.errno) {
         (_, Some(Limit::Bytes), _) => too_large(over_limit(limits.max_bytes.unwrap_or(0))),
         // Over its share of --quota, which the caller words.
         (_, Some(Limit::Space), _) => Refusal {
@@ -205,5 +208,11 @@ fn refusal(error: barge::Error, limits: Limits) -> Refusal {
             detail: Some(message.clone()),
             ..Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, CANNOT_LAND)
         },
+    };
+    // The archive's fault: the client may see what the decoder said of it.
+    let archive = [400, 413, 507].contains(&refusal.status.as_u16());
+    Refusal {
+        cause: archive.then_some(error),
+        ..refusal
     }
 }

@@ -383,6 +383,12 @@ fn a_limit_only_the_confined_child_sees_is_answered_as_that_limit() {
             .contains("limit of 1.0 MiB (--max-bytes)"),
         "{body}"
     );
+    // The answer has the error's fields, as every JSON error of barge: the child's typed
+    // kind, the decoder's code, the archive offset and the entry.
+    assert_eq!(field(&body, "kind"), "format", "{body}");
+    assert_eq!(field(&body, "code"), "too-many-bytes", "{body}");
+    assert_eq!(field(&body, "path"), "big", "{body}");
+    assert!(field(&body, "offset").is_u64(), "{body}");
     // The log has the child's own words: its entry and the decoder's code.
     let line = server.wait_for_log("PUT /upload/cut 413");
     assert!(
@@ -394,6 +400,7 @@ fn a_limit_only_the_confined_child_sees_is_answered_as_that_limit() {
     let json: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
     assert_eq!(json["status"], 413, "{out}");
     assert_eq!(json["error"], error, "{out}");
+    assert_eq!(json["code"], "too-many-bytes", "{out}");
 }
 
 #[test]

@@ -29,6 +29,7 @@ pub(crate) mod source;
 pub mod sys;
 pub mod tree;
 pub mod unpack;
+pub mod uploads;
 pub mod walk;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

@@ -21,6 +21,8 @@
 //! `futimens` + two `close`s, and `-a` adds `flistxattr` (and `fchown` where creating the
 //! copy does not give it its owner already): 7 and 8 calls, where GNU `cp -a` makes 17.
 
+mod dest;
+
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -35,6 +37,7 @@ use rustix::fs::{
 use rustix::io::{pwrite, Errno};
 
 pub use crate::compare::Verified;
+pub use dest::targets;
 
 use crate::compare::{inode_key, Compare, Facts, Rule, STATX_MASK};
 use crate::error::{Error, Result, TreePath};

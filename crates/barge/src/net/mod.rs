@@ -36,8 +36,10 @@
 pub(crate) mod channel;
 pub mod key;
 pub(crate) mod lanes;
+pub mod peers;
 pub mod recv;
 pub mod send;
+pub mod server;
 
 use std::io::{self, Write};
 
@@ -46,6 +48,7 @@ use serde::{Deserialize, Serialize};
 pub use key::{open_private, Key, Ticket};
 pub use recv::{Connection, Receive, Received};
 pub use send::{Payload, Planned, Send, Sent};
+pub use server::Receiver;
 
 use crate::confine::Landed;
 use crate::error::{escape_message, Error, NetError, Result};

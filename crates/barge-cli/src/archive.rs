@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use barge::exclude::Exclude;
+use barge::format::sniff::{sniff, Foreign};
 use barge::format::FormatError;
 use barge::output::{Kind, Output};
 use barge::pack::Pack;
@@ -18,7 +19,7 @@ use rustix::fs::{open, openat, Mode, OFlags, CWD};
 use serde_json::{json, Map};
 
 use crate::list::{Format, Printer};
-use crate::report::{human_bytes, looks_like, shown_path, summary, warn, with_progress, Exit};
+use crate::report::{human_bytes, shown_path, summary, warn, with_progress, Exit};
 use crate::OutputArgs;
 
 /// How inputs are opened: directories, following a symlink the user named.
@@ -301,8 +302,8 @@ fn explain(error: barge::Error, input: &Archive, path: Option<&Path>) -> anyhow:
             ..
         }
     );
-    match looks_like(&input.head()).filter(|_| bad_magic) {
-        Some((what, tool)) => {
+    match sniff(&input.head()).filter(|_| bad_magic) {
+        Some(Foreign { what, tool }) => {
             let name = path
                 .filter(|p| !is_stdio(Some(p)))
                 .map_or("stdin".into(), shown_path);

@@ -2,20 +2,21 @@
 //! progress line whose total comes from a concurrent `du` of the sources.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use anyhow::{bail, Result};
 use barge::cp::{Change, Cp, CpReport, CpSummary, Linked, Reflink, Verified};
 use barge::exclude::Exclude;
 use barge::sys::fds::raise_fd_limit;
-use barge::unpack::{Existing, Restore};
+use barge::unpack::Restore;
 use barge::{Error, Progress, TreePath};
 use serde_json::{json, Map};
 
 use crate::archive::warn_not_restored;
 use crate::report::{
-    error, exit_status, human_bytes, shown_path, shows_progress, summary, warn, with_progress, Exit,
+    count_total, error, exit_status, human_bytes, shown_path, shows_progress, summary, warn,
+    with_progress, Exit,
 };
 use crate::OutputArgs;
 
@@ -54,8 +55,8 @@ pub struct CpArgs {
     /// Also keep owners (as root), extended attributes and ACLs, and devices, as `cp -a`.
     #[arg(short, long)]
     archive: bool,
-    /// Copy only entries whose type, size, modification time or permissions (as root with
-    /// -a, owner) differ from DEST's, each replaced by rename (a copy cut short is finished by running it again with --update).
+    /// Copy only entries whose type, size, modification time or permissions (all twelve
+    /// bits; as root with -a, owner) differ from DEST's, each replaced by rename (a copy cut short is finished by running it again with --update).
     #[arg(short, long)]
     update: bool,
     /// With --update, also remove what DEST has and SRC lacks (not excluded entries).
@@ -122,12 +123,8 @@ pub fn cp(args: CpArgs) -> Result<Exit> {
     barge::root::exact_modes();
     raise_fd_limit();
     let (dest, srcs) = args.paths.split_last().expect("clap asks for two");
-    let targets = targets(srcs, dest)?;
-    let existing = match (args.skip_old_files, args.overwrite) {
-        (true, _) => Existing::Skip,
-        (_, true) => Existing::Overwrite,
-        _ => Existing::Keep,
-    };
+    let targets = barge::cp::targets(srcs, dest)?;
+    let existing = crate::existing(args.skip_old_files, args.overwrite);
     let reflink = match args.reflink.as_str() {
         "always" => Reflink::Always,
         "never" => Reflink::Never,
@@ -155,8 +152,8 @@ pub fn cp(args: CpArgs) -> Result<Exit> {
     let (result, elapsed) = std::thread::scope(|scope| {
         if shows_progress(args.out) {
             // Without a thread to be had, progress has no total.
-            let _ =
-                std::thread::Builder::new().spawn_scoped(scope, || count(srcs, exclude, &total));
+            let _ = std::thread::Builder::new()
+                .spawn_scoped(scope, || count_total(srcs, exclude, &total));
         }
         let known = || Some(total.load(Relaxed)).filter(|&t| t > 0);
         with_progress(args.out, &progress, known, || {
@@ -257,48 +254,4 @@ pub fn cp(args: CpArgs) -> Result<Exit> {
     // Metadata the process may not restore is warned about, as by unpack: the entries are
     // all there.
     Ok(Exit::Success)
-}
-
-/// Each SRC and what it is copied as, by GNU cp's rules.
-fn targets(srcs: &[PathBuf], dest: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
-    let shown = shown_path(dest);
-    match rustix::fs::stat(dest) {
-        Ok(st) if barge::tree::Kind::of_mode(st.st_mode) == barge::tree::Kind::Dir => Ok(srcs
-            .iter()
-            .map(|src| {
-                // `DIR/.`, `..` and `/` name no entry: their content is merged into DEST.
-                let raw = src.as_os_str().as_encoded_bytes();
-                let target = match src.file_name() {
-                    Some(name) if !(raw == b"." || raw.ends_with(b"/.")) => dest.join(name),
-                    // Merged into DEST, which the copy needs by a name (`.` has none).
-                    _ => std::fs::canonicalize(dest).unwrap_or_else(|_| dest.to_path_buf()),
-                };
-                (src.clone(), target)
-            })
-            .collect()),
-        Ok(_) if srcs.len() > 1 => {
-            bail!("{shown} is not a directory: several SRCs are copied into a directory")
-        }
-        Ok(_) if is_dir(&srcs[0]) => bail!(
-            "{shown} is not a directory: cannot replace it with the directory {}",
-            shown_path(&srcs[0])
-        ),
-        Err(rustix::io::Errno::NOENT) if srcs.len() > 1 => {
-            bail!("{shown} does not exist: several SRCs are copied into an existing directory")
-        }
-        Ok(_) | Err(rustix::io::Errno::NOENT) => Ok(vec![(srcs[0].clone(), dest.to_path_buf())]),
-        Err(e) => bail!("{shown}: {e}"),
-    }
-}
-
-/// Whether `path` is a directory (not following a symlink).
-fn is_dir(path: &Path) -> bool {
-    rustix::fs::lstat(path)
-        .is_ok_and(|st| barge::tree::Kind::of_mode(st.st_mode) == barge::tree::Kind::Dir)
-}
-
-/// Sums the bytes below `srcs` into `total`, for the progress line's percentage.
-pub(crate) fn count(srcs: &[PathBuf], exclude: Exclude, total: &AtomicU64) {
-    barge::interrupt::keep_signals_off_this_thread();
-    total.store(crate::du::totals_below(srcs, exclude, 2).bytes, Relaxed);
 }

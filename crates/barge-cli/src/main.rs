@@ -7,7 +7,6 @@ mod cp;
 mod du;
 mod list;
 mod net;
-mod peers;
 mod report;
 mod serve;
 
@@ -194,12 +193,7 @@ pub struct RestoreArgs {
 
 impl RestoreArgs {
     fn restore(self) -> barge::unpack::Restore {
-        use barge::unpack::Existing;
-        let existing = match (self.skip_old_files, self.overwrite) {
-            (true, _) => Existing::Skip,
-            (_, true) => Existing::Overwrite,
-            _ => Existing::Keep,
-        };
+        let existing = existing(self.skip_old_files, self.overwrite);
         let same_owner = match (self.same_owner, self.no_same_owner) {
             (true, _) => Some(true),
             (_, true) => Some(false),
@@ -210,6 +204,17 @@ impl RestoreArgs {
             .setid(self.setid)
             .times(!self.touch)
             .existing(existing)
+    }
+}
+
+/// What `--skip-old-files` and `--overwrite` (unpack, recv, cp) ask for existing entries:
+/// by default, an error.
+fn existing(skip: bool, overwrite: bool) -> barge::unpack::Existing {
+    use barge::unpack::Existing;
+    match (skip, overwrite) {
+        (true, _) => Existing::Skip,
+        (_, true) => Existing::Overwrite,
+        _ => Existing::Keep,
     }
 }
 

@@ -3,28 +3,24 @@
 use std::fs::File;
 use std::io::{IsTerminal, Read, Write};
 use std::net::{SocketAddr, TcpListener};
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use barge::error::{escape_bytes, NetError};
 use barge::exclude::Exclude;
-use barge::net::recv::{prepare_dest, DryRun, Failed};
-use barge::net::{
-    Connection, Key, Payload, Planned, Receive, Received, Send, Sent, Ticket, DEFAULT_PORT,
-};
+use barge::net::server::{Done, Ended, Report};
+use barge::net::{Key, Payload, Planned, Receive, Receiver, Send, Sent, Ticket, DEFAULT_PORT};
 use barge::sys::fds::raise_fd_limit;
 use barge::tree::Kind;
 use barge::Progress;
 use serde_json::{json, Map, Value};
 
 use crate::archive::{open_pack, warn_not_restored};
-use crate::peers::Peers;
 use crate::report::{
-    human_bytes, log_line, shown_path, shows_progress, summary, warn, with_progress, Exit,
+    count_total, error_fields, human_bytes, log_line, shown_path, shows_progress, summary, warn,
+    with_progress, Exit,
 };
 use crate::{LimitArgs, OutputArgs, RestoreArgs};
 
@@ -243,7 +239,7 @@ pub fn send(args: SendArgs) -> Result<Exit> {
         if args.archive.is_none() && shows_progress(args.out) {
             let exclude = exclude.clone();
             // Without a thread to be had, progress has no total.
-            let counting = || crate::cp::count(dirs, exclude, &total);
+            let counting = || count_total(dirs, exclude, &total);
             let _ = std::thread::Builder::new().spawn_scoped(scope, counting);
         }
         let known = || Some(total.load(Relaxed)).filter(|&t| t > 0);
@@ -304,39 +300,6 @@ fn open_archive(path: &Path) -> Result<Box<dyn Read>> {
     }
     let file = File::open(path).with_context(|| format!("cannot open {}", shown_path(path)))?;
     Ok(Box::new(file))
-}
-
-/// Connections `recv` takes beyond its running transfers: in their handshake, later lanes
-/// waiting for their transfer's HELLO or slot, or connections waiting for a transfer to end
-/// (a transfer's later lanes, once joined, count as none). The rest wait in the listen queue.
-const HANDSHAKES: u32 = 64;
-
-/// Connections from one address that may be in their handshake at once: a quarter of
-/// [`HANDSHAKES`], so strangers at one address leave the rest to others, and room for a
-/// sender's later lanes (up to 15, opened at once). More are closed as they come.
-const SHARE: u32 = 16;
-
-/// What a connection's thread tells the accept loop.
-enum Event {
-    /// The connection joined a running transfer as a later lane (no connection of its own).
-    Lane,
-    /// A connection (not a later lane) ended.
-    Done(Box<Done>),
-}
-
-/// How one connection ended.
-struct Done {
-    peer: SocketAddr,
-    result: std::result::Result<Ended, Failed>,
-    elapsed: Duration,
-}
-
-/// What an authenticated connection did.
-enum Ended {
-    /// A transfer landed.
-    Landed(Received),
-    /// A sender's dry run: nothing landed (it ends no one-shot receiver).
-    DryRun(DryRun),
 }
 
 /// `barge send --dry-run`: what the transfer would send, printed (without --json), and its
@@ -411,7 +374,8 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
         barge::root::exact_modes();
     }
     let shown = shown_path(&args.dest);
-    let free = prepare_dest(&args.dest).with_context(|| format!("cannot prepare {shown}"))?;
+    let prepared = barge::root::prepare_dest(&args.dest);
+    let dest = prepared.with_context(|| format!("cannot prepare {shown}"))?;
     let (key, made) = match given_key(args.key_file.as_deref())? {
         Some(key) => (key, false),
         None => (Key::generate()?, true),
@@ -419,7 +383,6 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
     let listener = TcpListener::bind(args.listen)
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let local = listener.local_addr()?;
-    listener.set_nonblocking(true)?;
     let host = match (&args.advertise, local.ip()) {
         (Some(host), _) => host.clone(),
         (None, ip) if ip.is_unspecified() => barge::net::host_name(),
@@ -444,157 +407,32 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
             ticket.address()
         );
     }
-    let receive = Receive::new(&args.dest, key)
-        .limits(args.limits.limits_or(Some(free)))
+    let receive = Receive::new(dest.path, key)
+        .limits(args.limits.limits_or(Some(dest.free)))
         .restore(args.restore.restore())
         .timeout(Duration::from_secs(args.timeout))
         .interruptible(!args.keep)
         .max_transfers(args.max_connections as usize);
-    let (tx, rx) = mpsc::channel::<Event>();
-    // A transfer that ends wakes the loop at once (one-shot recv exits then, not at the next
-    // poll timeout).
-    let wake = std::sync::Arc::new(
-        rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC)
-            .context("cannot make an eventfd")?,
-    );
-    let mut running = 0;
-    let handshaking = Peers::new(SHARE as usize);
-    loop {
-        // Busy, or stopping: wait for a connection to end; connections wait in the listen
-        // queue meanwhile. Beyond the transfers, HANDSHAKES connections may be in their
-        // handshake (a later lane of a transfer among them; SHARE of them from one address)
-        // or wait for a transfer to end.
-        let stopping = barge::interrupt::requested().is_some();
-        let busy = running >= args.max_connections + HANDSHAKES;
-        let event = match busy || stopping {
-            true if running == 0 => break,
-            true => rx.recv_timeout(Duration::from_millis(100)).ok(),
-            false => rx.try_recv().ok(),
-        };
-        if let Some(event) = event {
-            match event {
-                Event::Lane => running -= 1,
-                Event::Done(done) => {
-                    running -= 1;
-                    // One-shot ends with the first sender that authenticated (and made
-                    // no dry run); strangers still in their handshake are dropped with the
-                    // process.
-                    if log(&done, args.out.json) && !args.keep {
-                        return Ok(match done.result {
-                            Ok(_) => Exit::Success,
-                            Err(_) => Exit::Error,
-                        });
-                    }
-                }
-            }
-            continue;
-        }
-        if busy || stopping || !readable(&listener, &wake)? {
-            continue;
-        }
-        let (stream, peer) = match listener.accept() {
-            Ok(accepted) => accepted,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-            Err(e) => {
-                warn(format_args!("recv: accept failed: {e}"));
-                continue;
-            }
-        };
-        let Some(place) = handshaking.take(peer.ip()) else {
-            let why = format!("{SHARE} connections from its address are in their handshake");
-            turn_away(peer, why, args.out.json);
-            continue;
-        };
-        let (tx, receive, wake) = (tx.clone(), receive.clone(), wake.clone());
-        let spawned = std::thread::Builder::new().spawn(move || {
-            barge::interrupt::keep_signals_off_this_thread();
-            let start = Instant::now();
-            // Tells the loop, and wakes it.
-            let tell = |event| {
-                let _ = tx.send(event);
-                let _ = rustix::io::write(&*wake, &1u64.to_ne_bytes());
-            };
-            // Its place among the handshakes is given back once it showed the key (or ended).
-            let authenticated = move || drop(place);
-            // A later lane of a running transfer counts as no connection of its own.
-            let result = match receive.connection(stream, authenticated, || tell(Event::Lane)) {
-                Ok(Connection::Lane) => return,
-                Ok(Connection::DryRun(dry_run)) => Ok(Ended::DryRun(dry_run)),
-                Ok(Connection::Landed(received)) => Ok(Ended::Landed(received)),
-                Err(failed) => Err(failed),
-            };
-            tell(Event::Done(Box::new(Done {
-                peer,
-                result,
-                elapsed: start.elapsed(),
-            })));
-        });
-        // Out of threads (a task limit): this connection is closed, the others go on.
-        match spawned {
-            Ok(_) => running += 1,
-            Err(e) => turn_away(peer, format!("cannot start a thread: {e}"), args.out.json),
-        }
-    }
-    match barge::interrupt::requested() {
-        Some(signal) if !args.keep => Err(barge::Error::Interrupted { signal }.into()),
-        _ => Ok(Exit::Success),
-    }
+    let receiver = Receiver::new(listener, receive).keep(args.keep);
+    let ended = receiver.run(|report| match report {
+        Report::Ended(done) => log(done, args.out.json),
+        Report::AcceptFailed(e) => warn(format_args!("recv: accept failed: {e}")),
+    })?;
+    Ok(match ended.map(|done| done.result) {
+        Some(Err(_)) => Exit::Error,
+        Some(Ok(_)) | None => Exit::Success,
+    })
 }
 
-/// Logs a connection closed at once, given no thread, as any connection is logged.
-fn turn_away(peer: SocketAddr, why: String, json: bool) {
-    let error = barge::Error::Net {
-        kind: NetError::Remote,
-        message: format!("busy: {why}"),
-    };
-    let failed = Failed {
-        authenticated: false,
-        sender: None,
-        error,
-    };
-    let done = Done {
-        peer,
-        result: Err(failed),
-        elapsed: Duration::ZERO,
-    };
-    log(&done, json);
-}
-
-/// Whether a connection waits to be accepted: waits until one does, a transfer ends (`wake`,
-/// read here) or 100 ms have passed (a stop is seen then).
-fn readable(listener: &TcpListener, wake: &OwnedFd) -> Result<bool> {
-    use rustix::event::{poll, PollFd, PollFlags, Timespec};
-    let mut fds = [
-        PollFd::new(listener, PollFlags::IN),
-        PollFd::new(wake, PollFlags::IN),
-    ];
-    let wait = Timespec {
-        tv_sec: 0,
-        tv_nsec: 100_000_000,
-    };
-    match poll(&mut fds, Some(&wait)) {
-        Ok(_) => {
-            if !fds[1].revents().is_empty() {
-                let _ = rustix::io::read(wake, &mut [0u8; 8]);
-            }
-            Ok(!fds[0].revents().is_empty())
-        }
-        Err(rustix::io::Errno::INTR) => Ok(false),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Logs how a connection ended (one line on stderr, and with `json` one object on stdout);
-/// returns whether it ends a one-shot receiver: a sender that had shown the key, unless it
-/// made a dry run.
-fn log(done: &Done, json: bool) -> bool {
+/// Logs how a connection ended: one line on stderr, and with `json` one object on stdout.
+fn log(done: &Done, json: bool) {
     let peer = done.peer;
     let seconds = done.elapsed.as_secs_f64();
     // The name the sender gives itself: any bytes, escaped as every name from outside.
     let shown = |name: &str| escape_bytes(name.as_bytes());
     let mut fields = Map::new();
     fields.insert("peer".into(), json!(peer.to_string()));
-    let ends = match &done.result {
+    match &done.result {
         Ok(Ended::DryRun(dry_run)) => {
             log_line!(
                 "barge: recv: {peer} ({}): dry run, told of {} entries of DEST in {seconds:.2} \
@@ -607,7 +445,6 @@ fn log(done: &Done, json: bool) -> bool {
             }
             fields.insert("dry_run".into(), json!(true));
             fields.insert("ok".into(), json!(true));
-            false
         }
         Ok(Ended::Landed(received)) => {
             let l = &received.landed.summary;
@@ -623,10 +460,8 @@ fn log(done: &Done, json: bool) -> bool {
                 fields.extend(more);
             }
             fields.insert("ok".into(), json!(true));
-            true
         }
         Err(failed) => {
-            let kind = failed.error.kind();
             let from = failed
                 .sender
                 .as_ref()
@@ -644,17 +479,14 @@ fn log(done: &Done, json: bool) -> bool {
             );
             fields.insert("ok".into(), json!(false));
             fields.insert("authenticated".into(), json!(failed.authenticated));
-            fields.insert("kind".into(), json!(kind));
-            fields.insert("error".into(), json!(failed.error.to_string()));
+            fields.extend(error_fields(&failed.error.to_string(), Some(&failed.error)));
             if let Some(name) = &failed.sender {
                 fields.insert("sender".into(), json!(name));
             }
-            failed.authenticated
         }
-    };
+    }
     if json {
         fields.insert("seconds".into(), json!(seconds));
         let _ = writeln!(std::io::stdout().lock(), "{}", Value::Object(fields));
     }
-    ends
 }

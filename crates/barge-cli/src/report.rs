@@ -4,9 +4,10 @@
 use std::fmt::Display;
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use barge::exclude::Exclude;
 use barge::Progress;
 use serde_json::{json, Map, Value};
 
@@ -75,26 +76,55 @@ pub fn error(message: impl Display) {
     log_line!("barge: error: {message:#}");
 }
 
-/// With `--json`: the error as one JSON object, where the summary would have gone: `error`
-/// (the message), and from the library's error its `kind` (`io`, `format`, `exists`, ...),
-/// the `code` and archive `offset` of a format error, the `errno` of an OS error.
+/// With `--json`: the error as one JSON object (see [`error_fields`]), where the summary
+/// would have gone.
 pub fn json_error(error: &anyhow::Error, stdout_is_data: bool) {
-    let mut fields = Map::new();
-    fields.insert("error".into(), json!(format!("{error:#}")));
-    if let Some(cause) = error.chain().find_map(|c| c.downcast_ref::<barge::Error>()) {
-        fields.insert("kind".into(), json!(cause.kind()));
-        match cause {
-            barge::Error::Format { offset, kind, .. } => {
-                fields.insert("code".into(), json!(kind.code()));
-                fields.insert("offset".into(), json!(offset));
-            }
-            barge::Error::Io { cause, .. } => {
-                fields.insert("errno".into(), json!(cause.raw_os_error()));
-            }
-            _ => {}
-        }
-    }
+    let cause = error.chain().find_map(|c| c.downcast_ref::<barge::Error>());
+    let fields = error_fields(&format!("{error:#}"), cause);
     print_json(&Value::Object(fields), stdout_is_data);
+}
+
+/// The one shape of a JSON error, in every command's output and serve's answers: `error`
+/// (the message), and from the library's error its `kind` (`io`, `format`, `exists`, ...;
+/// a confined lander's error by its own), the `code` and archive `offset` of a format
+/// error, the `errno` of an OS error, and a confined lander's entry as `path`.
+pub fn error_fields(message: &str, cause: Option<&barge::Error>) -> Map<String, Value> {
+    let mut fields = Map::new();
+    fields.insert("error".into(), json!(message));
+    let Some(cause) = cause else {
+        return fields;
+    };
+    let kind = match cause {
+        barge::Error::Confined(confined) => json!(confined.kind),
+        cause => json!(cause.kind()),
+    };
+    fields.insert("kind".into(), kind);
+    match cause {
+        barge::Error::Format { offset, kind, .. } => {
+            fields.insert("code".into(), json!(kind.code()));
+            fields.insert("offset".into(), json!(offset));
+        }
+        barge::Error::Io { cause, .. } => {
+            fields.insert("errno".into(), json!(cause.raw_os_error()));
+        }
+        barge::Error::Confined(confined) => {
+            let given = [
+                ("code", confined.code.as_ref().map(|code| json!(code))),
+                ("offset", confined.offset.map(|offset| json!(offset))),
+                ("errno", confined.errno.map(|errno| json!(errno))),
+            ];
+            for (key, value) in given {
+                if let Some(value) = value {
+                    fields.insert(key.into(), value);
+                }
+            }
+            if let Some(path) = &confined.path {
+                json_path(&mut fields, "path", &path.0);
+            }
+        }
+        _ => {}
+    }
+    fields
 }
 
 /// Prints one JSON value as a line on stdout, or on stderr when stdout carries an archive.
@@ -171,6 +201,16 @@ pub fn with_progress<T>(
     (result, start.elapsed())
 }
 
+/// Sums the bytes below `srcs` into `total`: the progress line's total for cp and send,
+/// counted on a thread of its own while they work.
+pub fn count_total(srcs: &[std::path::PathBuf], exclude: Exclude, total: &AtomicU64) {
+    barge::interrupt::keep_signals_off_this_thread();
+    total.store(
+        crate::du::totals_below(srcs, exclude, 2).bytes,
+        Ordering::Relaxed,
+    );
+}
+
 /// Whether [`with_progress`] shows a progress line.
 pub fn shows_progress(out: OutputArgs) -> bool {
     !(out.quiet || out.no_progress) && (out.progress || std::io::stderr().is_terminal())
@@ -198,32 +238,6 @@ fn progress_line(entries: u64, bytes: u64, total: Option<u64>, elapsed: Duration
         line = format!("{percent:>2}% {line}, {left}");
     }
     line
-}
-
-/// What a file that is not a barge archive looks like, from its first bytes: the name of
-/// its format, and the tool that reads it.
-pub fn looks_like(head: &[u8]) -> Option<(&'static str, &'static str)> {
-    const MAGIC: [(&[u8], &str, &str); 7] = [
-        (b"\x1f\x8b", "a gzip-compressed file", "tar -xzf or gunzip"),
-        (
-            b"\x28\xb5\x2f\xfd",
-            "a zstd-compressed file",
-            "tar --zstd -xf or unzstd",
-        ),
-        (b"\xfd7zXZ\0", "an xz-compressed file", "tar -xJf or unxz"),
-        (b"BZh", "a bzip2-compressed file", "tar -xjf or bunzip2"),
-        (b"\x04\x22\x4d\x18", "an lz4-compressed file", "lz4 -d"),
-        (b"PK\x03\x04", "a zip archive", "unzip"),
-        (b"7z\xbc\xaf\x27\x1c", "a 7z archive", "7z x"),
-    ];
-    let tar = head.get(257..262) == Some(b"ustar");
-    if tar {
-        return Some(("a tar archive", "tar -xf"));
-    }
-    MAGIC
-        .iter()
-        .find(|(magic, ..)| head.starts_with(magic))
-        .map(|&(_, what, tool)| (what, tool))
 }
 
 /// Formats a byte count with binary units (`1.5 MiB`).

@@ -28,7 +28,7 @@ use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result, TreePath};
+use crate::error::{Confined, ConfinedKind, Error, Result, TreePath};
 use crate::format::Limits;
 use crate::land::LandSummary;
 use crate::root::Confinement;
@@ -88,20 +88,13 @@ pub struct Landed {
     pub confinement: Confinement,
 }
 
-/// The error a child reports: what becomes [`Error::Confined`] in the parent.
-#[derive(Debug, Serialize, Deserialize)]
-struct Failure {
-    kind: String,
-    errno: Option<i32>,
-    message: String,
-}
-
 /// The child's one line on stdout.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum Report {
     Landed(Landed),
-    Failed(Failure),
+    /// The error, typed, that becomes [`Error::Confined`] in the parent.
+    Failed(Confined),
 }
 
 impl ConfinedUnpack {
@@ -262,24 +255,18 @@ impl ConfinedChild {
         read.map_err(|e| Error::os("read the report of", shown(), e))?;
         match serde_json::from_slice(&report) {
             Ok(Report::Landed(landed)) => Ok(landed),
-            Ok(Report::Failed(Failure {
-                kind,
-                errno,
-                message,
-            })) => Err(Error::Confined {
-                kind,
-                errno,
-                message,
-            }),
-            Err(_) => Err(Error::Confined {
-                kind: "died".into(),
-                errno: None,
-                message: format!(
+            Ok(Report::Failed(confined)) => Err(Error::Confined(Box::new(confined))),
+            Err(_) => {
+                let message = format!(
                     "the confined lander (pid {}) {} without reporting a result",
                     self.child.id(),
                     ended(status)
-                ),
-            }),
+                );
+                Err(Error::Confined(Box::new(Confined::new(
+                    ConfinedKind::Died,
+                    message,
+                ))))
+            }
         }
     }
 }
@@ -326,11 +313,11 @@ pub fn run_child_if_requested() {
 
 /// Lands the archive of the input queue into the DEST of `args` (DEST, then the request),
 /// confined.
-fn land_confined(mut args: impl Iterator<Item = OsString>) -> Result<Landed, Failure> {
+fn land_confined(mut args: impl Iterator<Item = OsString>) -> Result<Landed, Confined> {
     let (Some(dest), Some(request), None) = (args.next(), args.next(), args.next()) else {
-        return Err(Failure::request("want DEST and a request"));
+        return Err(bad_request("want DEST and a request"));
     };
-    let request: Request = serde_json::from_slice(request.as_bytes()).map_err(Failure::request)?;
+    let request: Request = serde_json::from_slice(request.as_bytes()).map_err(bad_request)?;
     crate::interrupt::catch_signals();
     // Whatever the parent leaked (a fd without close-on-exec) goes before any input is
     // read. The sandbox closes again and fails where this fails.
@@ -345,11 +332,11 @@ fn land_confined(mut args: impl Iterator<Item = OsString>) -> Result<Landed, Fai
     // SAFETY: nothing else in the child mode uses stdin, the queue's bell.
     let bell = unsafe { rustix::stdio::take_stdin() };
     let queue = QueueReader::open(bell)
-        .map_err(|e| Failure::from(Error::os("open the input queue", TreePath::default(), e)))?;
+        .map_err(|e| Error::os("open the input queue", TreePath::default(), e))?;
     let archive = match request.compressed {
         true => Archive::from_reader(Decompressing(
             zstd::stream::read::Decoder::new(queue)
-                .map_err(|e| Failure::from(Error::os("start zstd", TreePath::default(), e)))?,
+                .map_err(|e| Error::os("start zstd", TreePath::default(), e))?,
         )),
         false => Archive::from_source(queue),
     };
@@ -358,11 +345,8 @@ fn land_confined(mut args: impl Iterator<Item = OsString>) -> Result<Landed, Fai
     if let Confinement::Unavailable(reason) = &destination.confinement {
         if !request.allow_unconfined {
             // Dropped, the destination removes what it created.
-            return Err(Failure {
-                kind: "unconfined".into(),
-                errno: None,
-                message: format!("sandbox unavailable ({reason}); refusing to land unconfined"),
-            });
+            let why = format!("sandbox unavailable ({reason}); refusing to land unconfined");
+            return Err(Confined::new(ConfinedKind::Unconfined, why));
         }
     }
     let summary = operation.land(&archive, &mut destination, &Progress::default())?;
@@ -381,30 +365,10 @@ impl<R: Read> Read for Decompressing<R> {
     }
 }
 
-impl Failure {
-    /// A request the child does not understand (a parent of another version).
-    fn request(why: impl std::fmt::Display) -> Failure {
-        Failure {
-            kind: "request".into(),
-            errno: None,
-            message: format!("the confined lander's request is invalid: {why}"),
-        }
-    }
-}
-
-impl From<Error> for Failure {
-    fn from(error: Error) -> Failure {
-        let errno = match &error {
-            Error::Io { cause, .. } => cause.raw_os_error(),
-            Error::Confined { errno, .. } => *errno,
-            _ => None,
-        };
-        Failure {
-            kind: error.kind().into(),
-            errno,
-            message: error.to_string(),
-        }
-    }
+/// A request the child does not understand (a parent of another version).
+fn bad_request(why: impl std::fmt::Display) -> Confined {
+    let message = format!("the confined lander's request is invalid: {why}");
+    Confined::new(ConfinedKind::Request, message)
 }
 
 #[cfg(test)]
@@ -413,7 +377,7 @@ mod tests {
     use crate::unpack::NotRestored;
 
     /// The report as the parent reads it back.
-    fn round_trip(error: Error) -> Failure {
+    fn round_trip(error: Error) -> Confined {
         let text = serde_json::to_string(&Report::Failed(error.into())).unwrap();
         match serde_json::from_str(&text).unwrap() {
             Report::Failed(failure) => failure,
@@ -430,15 +394,40 @@ mod tests {
         );
         let message = error.to_string();
         let failure = round_trip(error);
-        assert_eq!(failure.kind, "io");
+        assert_eq!(failure.kind, ConfinedKind::Io);
         assert_eq!(failure.errno, Some(libc::ENOSPC));
+        assert_eq!(failure.path, Some(TreePath(b"a/\xff".to_vec())));
         assert_eq!(failure.message, message);
         assert!(message.starts_with("a/\\xff: openat failed"), "{message}");
         let failure = round_trip(Error::Interrupted {
             signal: libc::SIGTERM,
         });
-        assert_eq!((&*failure.kind, failure.errno), ("interrupted", None));
+        assert_eq!(
+            (failure.kind, failure.errno),
+            (ConfinedKind::Interrupted, None)
+        );
         assert_eq!(failure.message, "interrupted by SIGTERM");
+    }
+
+    #[test]
+    fn a_broken_limit_comes_back_typed_with_its_entry_and_offset() {
+        let error = Error::Format {
+            offset: 4096,
+            path: TreePath(b"d/big".to_vec()),
+            kind: crate::format::FormatError::TooManyBytes(10),
+        };
+        let failure = round_trip(error);
+        assert_eq!(failure.kind, ConfinedKind::Format);
+        assert_eq!(failure.limit, Some(crate::format::Limit::Bytes));
+        assert_eq!(failure.code.as_deref(), Some("too-many-bytes"));
+        assert_eq!(failure.offset, Some(4096));
+        assert_eq!(failure.path, Some(TreePath(b"d/big".to_vec())));
+        let bad = round_trip(Error::Format {
+            offset: 0,
+            path: TreePath::default(),
+            kind: crate::format::FormatError::BadMagic,
+        });
+        assert_eq!((bad.limit, bad.code.as_deref()), (None, Some("bad-magic")));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Tree sizes like `du -sb`: a counting visitor on the [`WalkParallel`] walker, every entry
-//! measured with one `statx` relative to its directory's fd, and [`Du`], the operation a
-//! front end runs.
+//! measured from the one `statx` the walker makes relative to its directory's fd, and
+//! [`Du`], the operation a front end runs.
 //!
 //! Directories are measured with the `statx` the walker makes on the fd opened to read them,
 //! so every entry costs exactly one stat (du needs the size of directories too, so none can
@@ -19,24 +19,18 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Mutex;
 
-use rustix::fs::{openat, statx, AtFlags, FileType, Mode, Statx, StatxFlags, CWD};
+use rustix::fs::{openat, statx, AtFlags, FileType, Mode, Statx, CWD};
 use rustix::io::Errno;
 
+use crate::compare::{inode_key, InodeKey, STATX_MASK};
 use crate::error::{Error, Result, TreePath};
 use crate::exclude::Exclude;
 use crate::format;
 use crate::sys::DIR_FLAGS;
-use crate::tree::{Entry, Kind};
+use crate::tree::Entry;
 use crate::walk::parallel::{
     Dir, ParallelVisitor, ParallelVisitorBuilder, WalkParallel, WalkState,
 };
-
-/// What every `statx` asks for.
-const MASK: StatxFlags = StatxFlags::TYPE
-    .union(StatxFlags::SIZE)
-    .union(StatxFlags::BLOCKS)
-    .union(StatxFlags::INO)
-    .union(StatxFlags::NLINK);
 
 /// How many errors a [`Usage`] keeps in full (the others are only counted).
 pub const NAMED_ERRORS: usize = 8;
@@ -180,26 +174,26 @@ impl Du {
         let whole = |e| Error::io("statx", TreePath(name.to_vec()), e);
         let count = match openat(CWD, path, DIR_FLAGS, Mode::empty()) {
             Ok(fd) => {
-                let stat = statx(&fd, "", AtFlags::EMPTY_PATH, MASK).map_err(whole)?;
+                let stat = statx(&fd, "", AtFlags::EMPTY_PATH, STATX_MASK).map_err(whole)?;
                 let count = Count::new(self, seen, &stat);
-                if seen.counts_dir(key(&stat)) {
+                if seen.counts_dir(inode_key(&stat)) {
                     let slot = count.slot(0, name.to_vec());
                     let mut totals = Totals::default();
                     totals.count(&stat);
                     count.add(slot, &totals);
                     WalkParallel::new(fd, name)
                         .threads(self.threads)
-                        .stat_mask(MASK)
                         .exclude(self.exclude.clone())
                         .visit(&mut &count, slot);
                 }
                 count
             }
             Err(open) => {
-                let stat = statx(CWD, path, AtFlags::SYMLINK_NOFOLLOW, MASK).map_err(whole)?;
+                let stat =
+                    statx(CWD, path, AtFlags::SYMLINK_NOFOLLOW, STATX_MASK).map_err(whole)?;
                 let count = Count::new(self, seen, &stat);
                 let mut totals = Totals::default();
-                count.count(&mut totals, &[(key(&stat), stat)]);
+                count.count(&mut totals, &[(inode_key(&stat), stat)]);
                 count.add(count.slot(0, name.to_vec()), &totals);
                 if kind(&stat) == FileType::Directory {
                     count.error(Error::io("open directory", TreePath(name.to_vec()), open));
@@ -223,25 +217,19 @@ impl Du {
 struct Seen {
     /// Every inode is remembered (several PATHs), not only those with several links.
     all: bool,
-    inodes: Mutex<HashSet<(u64, u64)>>,
+    inodes: Mutex<HashSet<InodeKey>>,
 }
 
 impl Seen {
     /// True when the directory `key` is to be measured: always with one PATH, the first
     /// time it is seen with several.
-    fn counts_dir(&self, key: (u64, u64)) -> bool {
+    fn counts_dir(&self, key: InodeKey) -> bool {
         !self.all || self.inodes.lock().expect("no panics").insert(key)
     }
 }
 
 fn kind(stat: &Statx) -> FileType {
     FileType::from_raw_mode(stat.stx_mode.into())
-}
-
-/// Device and inode.
-fn key(stat: &Statx) -> (u64, u64) {
-    let dev = (u64::from(stat.stx_dev_major) << 32) | u64::from(stat.stx_dev_minor);
-    (dev, stat.stx_ino)
 }
 
 /// A subtotal being summed: its parent slot, its path and what was counted directly in it.
@@ -266,7 +254,7 @@ impl<'a> Count<'a> {
         Count {
             du,
             seen,
-            root_dev: key(root).0,
+            root_dev: inode_key(root).0,
             slots: Mutex::default(),
             errors: Mutex::default(),
         }
@@ -274,11 +262,11 @@ impl<'a> Count<'a> {
 
     /// True when `-x` excludes the entry.
     fn excluded(&self, stat: &Statx) -> bool {
-        self.du.one_file_system && key(stat).0 != self.root_dev
+        self.du.one_file_system && inode_key(stat).0 != self.root_dev
     }
 
     /// Counts `linked` entries whose inode was not seen before.
-    fn count(&self, totals: &mut Totals, linked: &[((u64, u64), Statx)]) {
+    fn count(&self, totals: &mut Totals, linked: &[(InodeKey, Statx)]) {
         if linked.is_empty() {
             return;
         }
@@ -366,7 +354,7 @@ struct Counter<'a> {
     count: &'a Count<'a>,
     totals: Totals,
     /// Entries that may be hard links to something already counted.
-    linked: Vec<((u64, u64), Statx)>,
+    linked: Vec<(InodeKey, Statx)>,
 }
 
 impl ParallelVisitor for Counter<'_> {
@@ -380,7 +368,7 @@ impl ParallelVisitor for Counter<'_> {
         _fd: BorrowedFd<'_>,
         stat: &Statx,
     ) -> Result<usize, WalkState> {
-        if self.count.excluded(stat) || !self.count.seen.counts_dir(key(stat)) {
+        if self.count.excluded(stat) || !self.count.seen.counts_dir(inode_key(stat)) {
             return Err(WalkState::Skip);
         }
         let slot = self.count.own_slot(parent, entry.name);
@@ -388,18 +376,27 @@ impl ParallelVisitor for Counter<'_> {
         Ok(slot)
     }
 
-    fn entry(&mut self, dir: &Dir<usize>, fd: BorrowedFd<'_>, entry: &mut Entry<'_>) -> WalkState {
-        match statx(fd, entry.name, AtFlags::SYMLINK_NOFOLLOW, MASK) {
-            Err(e) => self
-                .count
-                .error(Error::io("statx", dir.path(Some(entry.name)), e)),
-            // A directory without a d_type, or swapped in since the listing.
-            Ok(st) if kind(&st) == FileType::Directory => entry.kind = Kind::Dir,
-            Ok(st) if self.count.excluded(&st) => {}
-            Ok(st) if st.stx_nlink > 1 || self.count.seen.all => self.linked.push((key(&st), st)),
-            Ok(st) => self.totals.count(&st),
+    fn entry(
+        &mut self,
+        _dir: &Dir<usize>,
+        _fd: BorrowedFd<'_>,
+        _entry: &Entry<'_>,
+        st: &Statx,
+    ) -> WalkState {
+        if self.count.excluded(st) {
+            return WalkState::Continue;
+        }
+        if st.stx_nlink > 1 || self.count.seen.all {
+            self.linked.push((inode_key(st), *st));
+        } else {
+            self.totals.count(st);
         }
         WalkState::Continue
+    }
+
+    /// Reported, as every error of the walk: du counts what it cannot state.
+    fn unstated(&mut self, dir: &Dir<usize>, name: &[u8], cause: Errno) -> WalkState {
+        self.error(Error::io("statx", dir.path(Some(name)), cause))
     }
 
     fn listed(&mut self, dir: &Dir<usize>) {
@@ -413,23 +410,23 @@ impl ParallelVisitor for Counter<'_> {
     fn unopened(
         &mut self,
         parent: &Dir<usize>,
-        fd: BorrowedFd<'_>,
         name: &[u8],
+        stat: Option<&Statx>,
         cause: Errno,
     ) -> WalkState {
         let mut totals = Totals::default();
-        match statx(fd, name, AtFlags::SYMLINK_NOFOLLOW, MASK) {
-            Ok(stat) if !self.count.excluded(&stat) => {
-                self.count.count(&mut totals, &[(key(&stat), stat)]);
-                if kind(&stat) == FileType::Directory {
+        match stat {
+            Some(stat) if !self.count.excluded(stat) => {
+                self.count.count(&mut totals, &[(inode_key(stat), *stat)]);
+                if kind(stat) == FileType::Directory {
                     let path = parent.path(Some(name));
                     self.count.error(Error::io("open directory", path, cause));
                 }
             }
-            Ok(_) => {}
-            Err(e) => self
+            Some(_) => {}
+            None => self
                 .count
-                .error(Error::io("statx", parent.path(Some(name)), e)),
+                .error(Error::io("open directory", parent.path(Some(name)), cause)),
         }
         if totals.dirs > 0 {
             self.count.add(self.count.own_slot(parent, name), &totals);

@@ -3,10 +3,12 @@
 use std::fmt;
 use std::io;
 
-use crate::format::FormatError;
+use serde::{Deserialize, Serialize};
+
+use crate::format::{FormatError, Limit};
 
 /// A path inside a tree, kept as raw bytes and shown with non-UTF-8 bytes escaped.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TreePath(pub Vec<u8>);
 
 impl TreePath {
@@ -196,18 +198,8 @@ pub enum Error {
     },
     /// The confined lander (see [`crate::confine`]) failed with this error of its own, or
     /// died without reporting one.
-    #[error("{message}")]
-    Confined {
-        /// What failed: `io`, `format`, `exists`, `not-a-directory`, `argument`,
-        /// `input-too-short`, `changed`, `interrupted`, `short`, `stripped-link`, `unconfined`
-        /// (the sandbox was unavailable),
-        /// `request` (the child did not understand its arguments), or `died`.
-        kind: String,
-        /// The OS error number of an `io` error.
-        errno: Option<i32>,
-        /// The child's message, as the variant it came from shows it.
-        message: String,
-    },
+    #[error("{}", .0.message)]
+    Confined(Box<Confined>),
     /// A transfer over the network failed (see [`crate::net`]).
     #[error("{message}")]
     Net {
@@ -216,6 +208,125 @@ pub enum Error {
         /// What happened, for people; never a key.
         message: String,
     },
+}
+
+/// A confined lander's error, as it crossed the process boundary: its kind and the fields a
+/// caller decides on, typed, and its message as the child's error showed it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Confined {
+    /// What failed.
+    pub kind: ConfinedKind,
+    /// The OS error number, of an `io` error.
+    pub errno: Option<i32>,
+    /// The entry concerned, where the error names one.
+    pub path: Option<TreePath>,
+    /// The archive offset of a format error or a short file.
+    pub offset: Option<u64>,
+    /// A format error's stable code (see [`FormatError::code`]).
+    pub code: Option<String>,
+    /// The limit a format error says the archive broke.
+    pub limit: Option<Limit>,
+    /// The child's message, as its error shows it.
+    pub message: String,
+}
+
+/// What a confined lander's error was: the [`Error`] variant it came from (as
+/// [`Error::kind`] names it), or a failure of the child itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum ConfinedKind {
+    /// [`Error::Io`].
+    Io,
+    /// [`Error::Format`].
+    Format,
+    /// [`Error::Exists`].
+    Exists,
+    /// [`Error::NotADirectory`].
+    NotADirectory,
+    /// [`Error::Argument`].
+    Argument,
+    /// [`Error::InputTooShort`].
+    InputTooShort,
+    /// [`Error::Changed`].
+    Changed,
+    /// [`Error::Interrupted`].
+    Interrupted,
+    /// [`Error::Short`].
+    Short,
+    /// [`Error::StrippedLink`].
+    StrippedLink,
+    /// [`Error::Listing`].
+    Listing,
+    /// [`Error::Net`] (a lander has no network: a bug if ever seen).
+    Net,
+    /// The sandbox was unavailable, and landing unconfined was not allowed.
+    Unconfined,
+    /// The child did not understand its arguments (a parent of another version).
+    Request,
+    /// The child ended without a report (a crash, a kill).
+    Died,
+}
+
+impl Confined {
+    /// An error of the child itself, with no entry, offset or errno.
+    pub(crate) fn new(kind: ConfinedKind, message: String) -> Confined {
+        Confined {
+            kind,
+            errno: None,
+            path: None,
+            offset: None,
+            code: None,
+            limit: None,
+            message,
+        }
+    }
+}
+
+impl From<Error> for Confined {
+    /// What the child reports of its error.
+    fn from(error: Error) -> Confined {
+        if let Error::Confined(confined) = error {
+            return *confined;
+        }
+        let kind = match &error {
+            Error::Io { .. } => ConfinedKind::Io,
+            Error::Format { .. } => ConfinedKind::Format,
+            Error::Exists { .. } => ConfinedKind::Exists,
+            Error::NotADirectory { .. } => ConfinedKind::NotADirectory,
+            Error::Argument { .. } => ConfinedKind::Argument,
+            Error::InputTooShort { .. } => ConfinedKind::InputTooShort,
+            Error::Changed { .. } => ConfinedKind::Changed,
+            Error::Interrupted { .. } => ConfinedKind::Interrupted,
+            Error::Short { .. } => ConfinedKind::Short,
+            Error::StrippedLink { .. } => ConfinedKind::StrippedLink,
+            Error::Listing { .. } => ConfinedKind::Listing,
+            Error::Confined(_) | Error::Net { .. } => ConfinedKind::Net,
+        };
+        let mut confined = Confined::new(kind, error.to_string());
+        match error {
+            Error::Io { path, cause, .. } => {
+                confined.errno = cause.raw_os_error();
+                confined.path = Some(path);
+            }
+            Error::Format { offset, path, kind } => {
+                confined.offset = Some(offset);
+                confined.path = Some(path);
+                confined.code = Some(kind.code().into());
+                confined.limit = kind.limit();
+            }
+            Error::Short { offset, path, .. } => {
+                confined.offset = Some(offset);
+                confined.path = Some(path);
+            }
+            Error::Exists { path, .. }
+            | Error::NotADirectory { path, .. }
+            | Error::Changed { path, .. }
+            | Error::StrippedLink { path, .. } => confined.path = Some(path),
+            _ => {}
+        }
+        confined
+    }
 }
 
 /// How a network transfer failed.
@@ -296,7 +407,7 @@ impl Error {
             Error::Short { .. } => "short",
             Error::StrippedLink { .. } => "stripped-link",
             Error::Listing { .. } => "listing",
-            Error::Confined { .. } => "confined",
+            Error::Confined(_) => "confined",
             Error::Net { kind, .. } => kind.name(),
         }
     }

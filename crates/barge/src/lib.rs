@@ -11,6 +11,7 @@
 
 #![warn(missing_docs)]
 
+pub mod compare;
 pub mod confine;
 pub mod cp;
 pub mod du;
@@ -28,6 +29,7 @@ pub(crate) mod source;
 pub mod sys;
 pub mod tree;
 pub mod unpack;
+pub mod uploads;
 pub mod walk;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

@@ -16,19 +16,23 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Mutex;
 
-use rustix::fs::{makedev, openat, statx, AtFlags, FileType, Mode, Statx, StatxFlags};
+use rustix::fs::{openat, statx, AtFlags, Mode, Statx};
+use rustix::io::Errno;
 
+use crate::compare::{inode_key, Facts, InodeKey, Rule, STATX_MASK};
 use crate::error::{Error, Result, TreePath};
 use crate::exclude::Exclude;
 use crate::format::{check_name, MAX_NAME, MAX_SYMLINK};
 use crate::sys::DIR_FLAGS;
-use crate::tree::{Entry, Kind, Meta, Timestamp};
+use crate::tree::{Entry, Kind, Meta, Owner, Timestamp};
 use crate::walk::parallel::{
     Dir, ParallelVisitor, ParallelVisitorBuilder, WalkParallel, WalkState,
 };
 
-/// The first bytes of a listing: its magic and version 2.
-const HEADER: [u8; 8] = *b"BLIST\x00\x02\x00";
+/// The first bytes of a listing: its magic and version 3; the last byte is its flags.
+const HEADER: [u8; 8] = *b"BLIST\x00\x03\x00";
+/// The flag that says the lister keeps owners (they are then compared).
+const OWNERS_KEPT: u8 = 0x01;
 /// Tag of a directory's record.
 const DIR: u8 = 0x01;
 /// Tag of the end record.
@@ -41,20 +45,8 @@ pub(crate) const THREADS: usize = 4;
 /// [`ListingLimits::max_path`].
 const MAX_PATH: usize = 4096;
 /// Bytes of an item besides its name: kind, name length, size, seconds, nanoseconds, mode,
-/// links, link group.
-const ITEM: usize = 1 + 1 + 8 + 8 + 4 + 2 + 4 + 4;
-
-/// What `statx` asks of each entry.
-const MASK: StatxFlags = StatxFlags::TYPE
-    .union(StatxFlags::MODE)
-    .union(StatxFlags::SIZE)
-    .union(StatxFlags::MTIME)
-    .union(StatxFlags::NLINK)
-    .union(StatxFlags::INO);
-/// What `statx` asks of each directory.
-const DIR_MASK: StatxFlags = StatxFlags::TYPE
-    .union(StatxFlags::MODE)
-    .union(StatxFlags::MTIME);
+/// links, link group, uid, gid.
+const ITEM: usize = 1 + 1 + 8 + 8 + 4 + 2 + 4 + 4 + 4 + 4;
 
 /// A regular file or symlink as a listing describes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,34 +65,52 @@ pub struct Item {
     /// 0 for a file with one link; else a number shared by the names in the listing of one
     /// inode and no other.
     pub group: u32,
+    /// Numeric owner.
+    pub owner: Owner,
 }
 
 impl Item {
-    /// True when this is the regular file or symlink `st` describes, by kind, size,
-    /// modification time and (of a file) permission bits; links are not compared.
-    pub(crate) fn matches(&self, st: &Statx) -> bool {
-        listed_as(st) == Some((self.kind, self.mode, self.mtime)) && self.size == st.stx_size
+    /// The regular file or symlink `st` describes, as listed (with no link group yet);
+    /// `None` for any other kind.
+    fn of_statx(st: &Statx) -> Option<Item> {
+        let meta = Meta::of_statx(st);
+        let (kind, mode, links) = match Kind::of_mode(st.stx_mode.into()) {
+            Kind::File => (Kind::File, meta.mode, st.stx_nlink),
+            Kind::Symlink => (Kind::Symlink, 0, 0),
+            _ => return None,
+        };
+        Some(Item {
+            kind,
+            size: st.stx_size,
+            mtime: meta.mtime.unwrap_or_default(),
+            mode,
+            links,
+            group: 0,
+            owner: meta.owner.unwrap_or_default(),
+        })
+    }
+
+    /// True when this is still the regular file or symlink `st` describes, by `rule`
+    /// (links are the caller's to compare).
+    pub(crate) fn matches(&self, st: &Statx, rule: Rule) -> bool {
+        let listed = Facts {
+            kind: self.kind,
+            size: self.size,
+            meta: Meta {
+                mode: self.mode,
+                mtime: Some(self.mtime),
+                owner: Some(self.owner),
+            },
+        };
+        rule.unchanged(&Facts::of_statx(st), &listed)
     }
 }
 
-/// The kind, permission bits (0 for a symlink) and modification time a listing gives the
-/// regular file or symlink `st` describes; `None` for any other kind.
-fn listed_as(st: &Statx) -> Option<(Kind, u32, Timestamp)> {
-    let meta = Meta::of_statx(st);
-    let mtime = meta.mtime?;
-    match FileType::from_raw_mode(u32::from(st.stx_mode)) {
-        FileType::RegularFile => Some((Kind::File, meta.mode, mtime)),
-        FileType::Symlink => Some((Kind::Symlink, 0, mtime)),
-        _ => None,
-    }
-}
-
-/// A directory as a listing describes it: its own permission bits and modification time,
-/// and its files and symlinks.
+/// A directory as a listing describes it: its own permission bits, modification time and
+/// owner, and its files and symlinks.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct ListedDir {
-    mode: u32,
-    mtime: Timestamp,
+    meta: DirMeta,
     names: Names,
 }
 
@@ -110,6 +120,8 @@ struct ListedDir {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Listing {
     dirs: HashMap<Box<[u8]>, ListedDir>,
+    /// The lister keeps owners: they are compared where the sender sends them.
+    owners: bool,
     entries: u64,
     /// Entries that could not be listed (left out).
     unlisted: u64,
@@ -146,22 +158,37 @@ impl Listing {
     /// Lists the tree below the directory `root` on up to `threads` threads: each entry
     /// `statx`ed once, relative to its directory's fd, never followed. Entries that cannot
     /// be listed are left out (a sender then sends them) and counted in
-    /// [`Listing::unlisted`].
-    pub fn of_dir(root: OwnedFd, threads: usize) -> Listing {
+    /// [`Listing::unlisted`]. `owners`: the lister restores owners (see
+    /// [`Listing::owners`]).
+    pub fn of_dir(root: OwnedFd, threads: usize, owners: bool) -> Listing {
         let gather = Gather::default();
-        let Ok(stat) = statx(&root, "", AtFlags::EMPTY_PATH, DIR_MASK) else {
+        let Ok(stat) = statx(&root, "", AtFlags::EMPTY_PATH, STATX_MASK) else {
             return Listing {
                 unlisted: 1,
+                owners,
                 ..Listing::default()
             };
         };
         WalkParallel::new(root, b"")
             .threads(threads)
-            .stat_mask(DIR_MASK)
-            .visit(&mut &gather, dir_meta(&stat));
+            .visit(&mut &gather, Meta::of_statx(&stat));
         let mut listing = gather.listing.into_inner().expect("no panics");
         listing.unlisted += gather.unlisted.into_inner().expect("no panics");
+        listing.owners = owners;
         listing
+    }
+
+    /// True when the lister keeps owners: a sender that sends them (archive mode) then
+    /// counts an owner change as a change.
+    pub fn owners(&self) -> bool {
+        self.owners
+    }
+
+    /// The unchanged rule of a sender with `archive` (owners sent) against this listing.
+    pub(crate) fn rule(&self, archive: bool) -> Rule {
+        Rule {
+            owners: archive && self.owners,
+        }
     }
 
     /// Files and symlinks listed.
@@ -206,7 +233,7 @@ impl Listing {
     /// that are as listed, with everything in and below them. Such a directory is listed
     /// with the same permission bits and modification time, and each of its entries is a
     /// directory of the same kind or a file or symlink of one link that the listing shows
-    /// as it is here (see [`Item::matches`]). Anything else (a special file, a file with
+    /// as it is here (by `rule`, see [`Item::matches`]). Anything else (a special file, a file with
     /// several links, which the pack decides in order, an entry that cannot be stated, a
     /// directory the listing lacks, which is not looked into) makes its directory and those
     /// above it changed; a failure of the walk itself finds nothing unchanged.
@@ -215,27 +242,28 @@ impl Listing {
         roots: &[(Vec<u8>, OwnedFd)],
         exclude: &Exclude,
         threads: usize,
+        rule: Rule,
     ) -> Unchanged {
         let check = Check {
             listing: self,
+            rule,
             dirs: Mutex::default(),
             failed: AtomicBool::new(false),
         };
         for (name, fd) in roots {
             // Opened anew: a duplicate would share the position the pack's listing reads from.
             let root = openat(fd, c".", DIR_FLAGS, Mode::empty())
-                .and_then(|fd| Ok((statx(&fd, "", AtFlags::EMPTY_PATH, DIR_MASK)?, fd)));
+                .and_then(|fd| Ok((statx(&fd, "", AtFlags::EMPTY_PATH, STATX_MASK)?, fd)));
             let Ok((stat, root)) = root else {
                 return Unchanged::default();
             };
             // An unnamed root is no entry: its own mode and time are not sent.
-            let stat = (!name.is_empty()).then_some(&stat);
-            let Some(state) = check.state(name, stat) else {
+            let meta = (!name.is_empty()).then(|| Meta::of_statx(&stat));
+            let Some(state) = check.state(name, meta) else {
                 continue;
             };
             WalkParallel::new(root, name)
                 .threads(threads)
-                .stat_mask(DIR_MASK)
                 .exclude(exclude.clone())
                 .visit(&mut &check, state);
         }
@@ -270,7 +298,9 @@ impl Listing {
     /// leaving out directories whose path is longer than 4096 bytes.
     pub fn write_to(&self, out: impl Write) -> io::Result<()> {
         let mut out = BufWriter::with_capacity(64 << 10, out);
-        out.write_all(&HEADER)?;
+        let flags = if self.owners { OWNERS_KEPT } else { 0 };
+        out.write_all(&HEADER[..7])?;
+        out.write_all(&[flags])?;
         let mut item = Vec::with_capacity(ITEM + MAX_NAME);
         let (mut dirs, mut entries) = (0u64, 0u64);
         for (path, dir) in self.dirs.iter().filter(|(p, _)| p.len() <= MAX_PATH) {
@@ -279,9 +309,13 @@ impl Listing {
             out.write_all(&[DIR])?;
             out.write_all(&(path.len() as u16).to_le_bytes())?;
             out.write_all(path)?;
-            out.write_all(&(dir.mode as u16).to_le_bytes())?;
-            out.write_all(&dir.mtime.sec.to_le_bytes())?;
-            out.write_all(&dir.mtime.nsec.to_le_bytes())?;
+            let (mode, mtime) = (dir.meta.mode, dir.meta.mtime.unwrap_or_default());
+            let owner = dir.meta.owner.unwrap_or_default();
+            out.write_all(&(mode as u16).to_le_bytes())?;
+            out.write_all(&mtime.sec.to_le_bytes())?;
+            out.write_all(&mtime.nsec.to_le_bytes())?;
+            out.write_all(&owner.uid.to_le_bytes())?;
+            out.write_all(&owner.gid.to_le_bytes())?;
             out.write_all(&(dir.names.len() as u32).to_le_bytes())?;
             for (name, e) in &dir.names {
                 item.clear();
@@ -294,6 +328,8 @@ impl Listing {
                 item.extend_from_slice(&(e.mode as u16).to_le_bytes());
                 item.extend_from_slice(&e.links.to_le_bytes());
                 item.extend_from_slice(&e.group.to_le_bytes());
+                item.extend_from_slice(&e.owner.uid.to_le_bytes());
+                item.extend_from_slice(&e.owner.gid.to_le_bytes());
                 out.write_all(&item)?;
             }
         }
@@ -339,11 +375,14 @@ impl<'b> Reader<'b> {
         if header[..6] != HEADER[..6] {
             return Err(bad(0, "not an update listing (bad magic)".into()));
         }
-        if header[6..] != HEADER[6..] {
+        if header[6] != HEADER[6] || header[7] & !OWNERS_KEPT != 0 {
             let problem = format!("unsupported listing version {}.{}", header[6], header[7]);
             return Err(bad(0, problem));
         }
-        let mut listing = Listing::default();
+        let mut listing = Listing {
+            owners: header[7] & OWNERS_KEPT != 0,
+            ..Listing::default()
+        };
         loop {
             let at = self.offset;
             match self.u8()? {
@@ -388,6 +427,7 @@ impl<'b> Reader<'b> {
             let mode = u32::from(self.u16()?);
             let sec = self.u64()? as i64;
             let nsec = self.u32()?;
+            let owner = self.owner()?;
             if let Some(problem) = bad_time_or_mode(nsec, mode) {
                 let problem = format!("directory {}: {problem}", TreePath(path.to_vec()));
                 return Err(bad(at, problem));
@@ -409,8 +449,11 @@ impl<'b> Reader<'b> {
                 }
             }
             let dir = ListedDir {
-                mode,
-                mtime: Timestamp { sec, nsec },
+                meta: Meta {
+                    mode,
+                    mtime: Some(Timestamp { sec, nsec }),
+                    owner: Some(owner),
+                },
                 names,
             };
             listing.add_dir(path.into(), dir);
@@ -437,6 +480,7 @@ impl<'b> Reader<'b> {
         let mode = u32::from(self.u16()?);
         let links = self.u32()?;
         let group = self.u32()?;
+        let owner = self.owner()?;
         let problem = if let Some(problem) = bad_time_or_mode(nsec, mode) {
             Some(problem)
         } else if kind == Kind::Symlink && !(1..=MAX_SYMLINK as u64).contains(&size) {
@@ -460,6 +504,7 @@ impl<'b> Reader<'b> {
             mode,
             links,
             group,
+            owner,
         };
         Ok((name, listed))
     }
@@ -498,6 +543,13 @@ impl<'b> Reader<'b> {
     fn u64(&mut self) -> Result<u64> {
         self.array().map(u64::from_le_bytes)
     }
+
+    fn owner(&mut self) -> Result<Owner> {
+        Ok(Owner {
+            uid: self.u32()?,
+            gid: self.u32()?,
+        })
+    }
 }
 
 /// What is wrong with nanoseconds `nsec` and permission bits `mode` read from a listing.
@@ -520,8 +572,8 @@ fn bad(offset: u64, problem: String) -> Error {
 #[derive(Default)]
 struct Gather {
     listing: Mutex<Listing>,
-    /// The link group of each inode with several links met so far, by device and inode.
-    groups: Mutex<HashMap<(u64, u64), u32>>,
+    /// The link group of each inode with several links met so far.
+    groups: Mutex<HashMap<InodeKey, u32>>,
     unlisted: Mutex<u64>,
 }
 
@@ -531,13 +583,9 @@ impl Gather {
         if stat.stx_nlink < 2 {
             return 0;
         }
-        let key = (
-            makedev(stat.stx_dev_major, stat.stx_dev_minor),
-            stat.stx_ino,
-        );
         let mut groups = self.groups.lock().expect("no panics");
         let next = groups.len() as u32 + 1;
-        *groups.entry(key).or_insert(next)
+        *groups.entry(inode_key(stat)).or_insert(next)
     }
 }
 
@@ -558,13 +606,16 @@ struct Lister<'a> {
     names: Names,
 }
 
-/// A directory's permission bits and modification time.
-type DirMeta = (u32, Timestamp);
+/// A directory's permission bits, modification time and owner.
+type DirMeta = Meta;
 
-/// The [`DirMeta`] of the directory `st` describes.
-fn dir_meta(st: &Statx) -> DirMeta {
-    let meta = Meta::of_statx(st);
-    (meta.mode, meta.mtime.unwrap_or_default())
+/// What the unchanged rule compares of a directory with `meta`.
+fn dir_facts(meta: Meta) -> Facts {
+    Facts {
+        kind: Kind::Dir,
+        size: 0,
+        meta,
+    }
 }
 
 impl ParallelVisitor for Lister<'_> {
@@ -573,58 +624,37 @@ impl ParallelVisitor for Lister<'_> {
     fn enter_dir(
         &mut self,
         _parent: &Dir<DirMeta>,
-        _entry: &Entry<'_>,
+        entry: &Entry<'_>,
         _fd: BorrowedFd<'_>,
-        stat: &Statx,
+        _stat: &Statx,
     ) -> Result<DirMeta, WalkState> {
-        Ok(dir_meta(stat))
+        Ok(entry.meta)
     }
 
     fn entry(
         &mut self,
         _dir: &Dir<DirMeta>,
-        fd: BorrowedFd<'_>,
-        entry: &mut Entry<'_>,
+        _fd: BorrowedFd<'_>,
+        entry: &Entry<'_>,
+        stat: &Statx,
     ) -> WalkState {
-        if !matches!(entry.kind, Kind::File | Kind::Symlink | Kind::Unknown) {
-            return WalkState::Continue;
-        }
-        let stat = match statx(fd, entry.name, AtFlags::SYMLINK_NOFOLLOW, MASK) {
-            Ok(stat) => stat,
-            Err(_) => {
-                *self.gather.unlisted.lock().expect("no panics") += 1;
-                return WalkState::Continue;
+        if let Some(mut listed) = Item::of_statx(stat) {
+            if listed.kind == Kind::File {
+                listed.group = self.gather.group(stat);
             }
-        };
-        // A directory without a d_type, or swapped in since the listing.
-        if FileType::from_raw_mode(u32::from(stat.stx_mode)) == FileType::Directory {
-            entry.kind = Kind::Dir;
-            return WalkState::Continue;
+            self.names.insert(entry.name.into(), listed);
         }
-        let Some((kind, mode, mtime)) = listed_as(&stat) else {
-            return WalkState::Continue;
-        };
-        let (links, group) = match kind {
-            Kind::File => (stat.stx_nlink, self.gather.group(&stat)),
-            _ => (0, 0),
-        };
-        let listed = Item {
-            kind,
-            size: stat.stx_size,
-            mtime,
-            mode,
-            links,
-            group,
-        };
-        self.names.insert(entry.name.into(), listed);
+        WalkState::Continue
+    }
+
+    fn unstated(&mut self, _dir: &Dir<DirMeta>, _name: &[u8], _cause: Errno) -> WalkState {
+        *self.gather.unlisted.lock().expect("no panics") += 1;
         WalkState::Continue
     }
 
     fn listed(&mut self, dir: &Dir<DirMeta>) {
-        let (mode, mtime) = *dir.state();
         let listed = ListedDir {
-            mode,
-            mtime,
+            meta: *dir.state(),
             names: std::mem::take(&mut self.names),
         };
         let path = dir.relative(None).into_boxed_slice();
@@ -639,9 +669,9 @@ impl ParallelVisitor for Lister<'_> {
     fn unopened(
         &mut self,
         _parent: &Dir<DirMeta>,
-        _fd: BorrowedFd<'_>,
         _name: &[u8],
-        _cause: rustix::io::Errno,
+        _stat: Option<&Statx>,
+        _cause: Errno,
     ) -> WalkState {
         *self.gather.unlisted.lock().expect("no panics") += 1;
         WalkState::Continue
@@ -671,6 +701,8 @@ type Found = Option<(u64, u64)>;
 /// A check of trees against a listing under way, shared by the walking threads.
 struct Check<'a> {
     listing: &'a Listing,
+    /// What counts as unchanged.
+    rule: Rule,
     /// Each directory checked, by path, with what was found in it.
     dirs: Mutex<Vec<(Box<[u8]>, Found)>>,
     /// The walk itself failed somewhere.
@@ -678,11 +710,14 @@ struct Check<'a> {
 }
 
 impl<'a> Check<'a> {
-    /// The state of the directory `path` (`stat` its own, when it is an entry), or `None`
+    /// The state of the directory `path` (`meta` its own, when it is an entry), or `None`
     /// when the listing lacks it (and so, from a sound listing, all below it).
-    fn state(&self, path: &[u8], stat: Option<&Statx>) -> Option<Checked<'a>> {
+    fn state(&self, path: &[u8], meta: Option<Meta>) -> Option<Checked<'a>> {
         let listed = self.listing.dirs.get(path)?;
-        let same = stat.is_none_or(|st| dir_meta(st) == (listed.mode, listed.mtime));
+        let same = meta.is_none_or(|meta| {
+            let listed = dir_facts(listed.meta);
+            self.rule.unchanged(&dir_facts(meta), &listed)
+        });
         Some(Checked {
             names: same.then_some(&listed.names),
         })
@@ -723,8 +758,9 @@ impl Checker<'_, '_> {
     /// the directory changed.
     fn count(&mut self, names: Option<&Names>, name: &[u8], st: &Statx) {
         let item = names.and_then(|n| n.get(name));
-        let as_listed =
-            item.is_some_and(|i| i.matches(st) && (i.kind == Kind::Symlink || st.stx_nlink == 1));
+        let rule = self.check.rule;
+        let as_listed = item
+            .is_some_and(|i| i.matches(st, rule) && (i.kind == Kind::Symlink || st.stx_nlink == 1));
         let bytes = match item {
             Some(i) if i.kind == Kind::File => st.stx_size,
             _ => 0,
@@ -744,11 +780,11 @@ impl<'a> ParallelVisitor for Checker<'_, 'a> {
         parent: &Dir<Checked<'a>>,
         entry: &Entry<'_>,
         _fd: BorrowedFd<'_>,
-        stat: &Statx,
+        _stat: &Statx,
     ) -> Result<Checked<'a>, WalkState> {
         match self
             .check
-            .state(&parent.path(Some(entry.name)).0, Some(stat))
+            .state(&parent.path(Some(entry.name)).0, Some(entry.meta))
         {
             Some(state) => Ok(state),
             // Not listed: sent whole, without a look inside, and so is its parent.
@@ -762,20 +798,19 @@ impl<'a> ParallelVisitor for Checker<'_, 'a> {
     fn entry(
         &mut self,
         dir: &Dir<Checked<'a>>,
-        fd: BorrowedFd<'_>,
-        entry: &mut Entry<'_>,
+        _fd: BorrowedFd<'_>,
+        entry: &Entry<'_>,
+        stat: &Statx,
     ) -> WalkState {
-        if !matches!(entry.kind, Kind::File | Kind::Symlink | Kind::Unknown) {
-            self.found = None;
-            return WalkState::Continue;
+        match entry.kind {
+            Kind::File | Kind::Symlink => self.count(dir.state().names, entry.name, stat),
+            _ => self.found = None,
         }
-        match statx(fd, entry.name, AtFlags::SYMLINK_NOFOLLOW, MASK) {
-            Ok(st) if FileType::from_raw_mode(u32::from(st.stx_mode)) == FileType::Directory => {
-                entry.kind = Kind::Dir;
-            }
-            Ok(st) => self.count(dir.state().names, entry.name, &st),
-            Err(_) => self.found = None,
-        }
+        WalkState::Continue
+    }
+
+    fn unstated(&mut self, _dir: &Dir<Checked<'a>>, _name: &[u8], _cause: Errno) -> WalkState {
+        self.found = None;
         WalkState::Continue
     }
 
@@ -789,9 +824,9 @@ impl<'a> ParallelVisitor for Checker<'_, 'a> {
     fn unopened(
         &mut self,
         parent: &Dir<Checked<'a>>,
-        _fd: BorrowedFd<'_>,
         _name: &[u8],
-        _cause: rustix::io::Errno,
+        _stat: Option<&Statx>,
+        _cause: Errno,
     ) -> WalkState {
         self.check.found(parent, None);
         WalkState::Continue
@@ -811,7 +846,7 @@ mod tests {
     use std::path::Path;
     use std::process::Command;
 
-    use rustix::fs::{Mode, OFlags};
+    use rustix::fs::{FileType, Mode, OFlags};
 
     use super::*;
     use crate::format::{decode_all, Event, Limits};
@@ -823,7 +858,7 @@ mod tests {
     }
 
     fn list(path: &Path) -> Listing {
-        let listing = Listing::of_dir(open(path), 4);
+        let listing = Listing::of_dir(open(path), 4, false);
         assert_eq!(listing.unlisted(), 0);
         listing
     }
@@ -1203,6 +1238,7 @@ mod tests {
         b.extend_from_slice(&mode.to_le_bytes());
         b.extend_from_slice(&links.to_le_bytes());
         b.extend_from_slice(&group.to_le_bytes());
+        b.extend_from_slice(&[0; 8]);
         b
     }
 
@@ -1219,6 +1255,7 @@ mod tests {
         b.extend_from_slice(&mode.to_le_bytes());
         b.extend_from_slice(&5i64.to_le_bytes());
         b.extend_from_slice(&nsec.to_le_bytes());
+        b.extend_from_slice(&[0; 8]);
         b.extend_from_slice(&count.to_le_bytes());
         b
     }
@@ -1284,7 +1321,7 @@ mod tests {
             (wire(&[&dir(b"a/..", 0)]), 8, "directory path a/..: "),
             (
                 wire(&[&dir(b"a", 0), &dir(b"a", 0)]),
-                30,
+                38,
                 "directory a listed twice",
             ),
             (
@@ -1297,10 +1334,10 @@ mod tests {
                 8,
                 "directory a: nanoseconds",
             ),
-            (wire(&[&d, &file(b"")]), 29, ": "),
-            (wire(&[&d, &file(b"a/b")]), 29, "a/b: "),
-            (wire(&[&d, &file(b"..")]), 29, "..: "),
-            (wire(&[&d, &file(b"n\x00")]), 29, "n\\x00: "),
+            (wire(&[&d, &file(b"")]), 37, ": "),
+            (wire(&[&d, &file(b"a/b")]), 37, "a/b: "),
+            (wire(&[&d, &file(b"..")]), 37, "..: "),
+            (wire(&[&d, &file(b"n\x00")]), 37, "n\\x00: "),
             (
                 wire(&[&dir(b"", 2), &file(b"x"), &file(b"x")]),
                 8,
@@ -1308,58 +1345,58 @@ mod tests {
             ),
             (
                 wire(&[&d, &item(3, b"x", 0, 0, 0, 0, 0)]),
-                29,
+                37,
                 "unknown entry kind 3",
             ),
             (
                 wire(&[&d, &item(1, b"x", 0, 1_000_000_000, 0, 1, 0)]),
-                29,
+                37,
                 "x: nanoseconds",
             ),
             (
                 wire(&[&d, &item(1, b"x", 0, 0, 0o10000, 1, 0)]),
-                29,
+                37,
                 "x: mode 0o10000",
             ),
-            (wire(&[&d, &item(1, b"x", 0, 0, 0, 0, 0)]), 29, "x: 0 links"),
+            (wire(&[&d, &item(1, b"x", 0, 0, 0, 0, 0)]), 37, "x: 0 links"),
             (
                 wire(&[&d, &item(1, b"x", 0, 0, 0, 2, 0)]),
-                29,
+                37,
                 "x: 2 links in link group 0",
             ),
             (
                 wire(&[&d, &item(1, b"x", 0, 0, 0, 1, 4)]),
-                29,
+                37,
                 "x: 1 links in link group 4",
             ),
             (
                 wire(&[&d, &item(2, b"x", 0, 0, 0, 0, 0)]),
-                29,
+                37,
                 "x: a symlink target of 0",
             ),
             (
                 wire(&[&d, &item(2, b"x", 4096, 0, 0, 0, 0)]),
-                29,
+                37,
                 "x: a symlink target of 4096",
             ),
             (
                 wire(&[&d, &item(2, b"x", 1, 0, 0o777, 0, 0)]),
-                29,
+                37,
                 "x: a symlink with a mode",
             ),
             (
                 wire(&[&d, &file(b"x"), &end(1, 2)]),
-                62,
+                78,
                 "the end record counts 1 directories and 2",
             ),
             (
                 wire(&[&d, &file(b"x"), &end(2, 1)]),
-                62,
+                78,
                 "the end record counts 2",
             ),
             (
                 wire(&[&d, &file(b"x"), &ends, &ends]),
-                79,
+                95,
                 "17 bytes after the end record",
             ),
         ];
@@ -1397,7 +1434,7 @@ mod tests {
             ..limits
         };
         let (at, what) = problem(&good, small);
-        assert_eq!((at, &what[..]), (35, "longer than the limit of 40 bytes"));
+        assert_eq!((at, &what[..]), (40, "longer than the limit of 40 bytes"));
         // A count of 4 billion with nothing after it: an early end, not 4 billion slots.
         let (_, what) = problem(
             &wire(&[&dir(b"", u32::MAX)]),

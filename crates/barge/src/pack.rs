@@ -27,11 +27,10 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 use io_uring::{opcode, squeue::Flags, types};
-use rustix::fs::{
-    fstat, makedev, openat, statx, AtFlags, FileType, Mode, OFlags, Stat, Statx, StatxFlags,
-};
+use rustix::fs::{fstat, openat, statx, AtFlags, FileType, Mode, OFlags, Stat, Statx};
 use rustix::io::{fcntl_dupfd_cloexec, pread, read, Errno};
 
+use crate::compare::{inode_key, STATX_MASK};
 use crate::error::{Error, Result, TreePath};
 use crate::exclude::Exclude;
 use crate::format::encode::{
@@ -270,7 +269,10 @@ impl<'a> Pack<'a> {
         let itself = [archive, self.replaced];
         // Whole directories as listed are left out before the ordered walk starts.
         let unchanged = match self.unchanged {
-            Some(listing) => listing.unchanged_dirs(&self.roots, &self.exclude, THREADS),
+            Some(listing) => {
+                let rule = listing.rule(self.archive);
+                listing.unchanged_dirs(&self.roots, &self.exclude, THREADS, rule)
+            }
             None => Unchanged::default(),
         };
         encode(
@@ -420,14 +422,6 @@ struct Listed {
     /// It has several links, and this is the first name of it packed.
     linked: bool,
 }
-
-/// What `statx` asks of a listed file.
-const STATX_MASK: StatxFlags = StatxFlags::TYPE
-    .union(StatxFlags::MODE)
-    .union(StatxFlags::SIZE)
-    .union(StatxFlags::INO)
-    .union(StatxFlags::NLINK)
-    .union(StatxFlags::MTIME);
 
 /// Longest header of a file read by the ring, without its name: `PERM`, `TIME`, `LINKED`,
 /// and `FILE` with its NUL and size.
@@ -581,12 +575,16 @@ impl<'a> Packer<'a> {
     /// True when `there` (what the listing shows at the name) is the regular file `st`
     /// describes, under the rules of [`Pack::unchanged`]: it is left out, and counted.
     fn unchanged_file(&mut self, there: Option<&Item>, st: &Statx) -> bool {
-        let Some(there) = there.filter(|t| t.matches(st)) else {
+        let rule = self
+            .listing
+            .map(|l| l.rule(self.archive))
+            .unwrap_or_default();
+        let Some(there) = there.filter(|t| t.matches(st, rule)) else {
             return false;
         };
         let same_links = there.links == st.stx_nlink
             && if st.stx_nlink > 1 {
-                let key = (makedev(st.stx_dev_major, st.stx_dev_minor), st.stx_ino);
+                let key = inode_key(st);
                 // A name of an inode packed already becomes a hard link to it.
                 !self.links.contains_key(&key)
                     && there.group != 0
@@ -716,7 +714,7 @@ impl<'a> Packer<'a> {
                 }
             };
             let kind = FileType::from_raw_mode(u32::from(st.stx_mode));
-            let key = (makedev(st.stx_dev_major, st.stx_dev_minor), st.stx_ino);
+            let key = inode_key(&st);
             if kind != FileType::RegularFile {
                 // Replaced since the listing.
                 self.ignore(path(), Kind::of(kind));

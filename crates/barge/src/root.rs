@@ -549,3 +549,35 @@ pub fn umask() -> u32 {
         old.bits()
     })
 }
+
+/// A directory a server lands into, prepared once at its start (see [`prepare_dest`]).
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    /// DEST as an absolute path without symlinks: the directory opened, whatever a symlink
+    /// among its parents points to later.
+    pub path: std::path::PathBuf,
+    /// Bytes free on its filesystem for unprivileged users.
+    pub free: u64,
+}
+
+/// Prepares the DEST of a server (recv, serve): created when missing as unpack creates it
+/// (the missing part, parents included, staged hidden and renamed into place; a symlink at
+/// DEST refused; nothing created followed), then named by the directory opened, so later
+/// landings go there even when a symlink in DEST's parents changes. Unlike unpack's, a DEST
+/// made here stays, so that a cut-off transfer keeps what landed.
+pub fn prepare_dest(dest: &Path) -> Result<Prepared> {
+    let mut destination = open_dest(dest, false, None)?;
+    let root = destination.root()?;
+    destination.finish(true)?;
+    let fs = rustix::fs::fstatvfs(&root).map_err(|e| Error::io("statvfs", path_of(dest), e))?;
+    // The kernel's name for the fd; without /proc, the path as given, made absolute.
+    let opened = fs::read_link(format!("/proc/self/fd/{}", root.as_raw_fd()));
+    let path = match opened {
+        Ok(path) if path.is_absolute() && fs::metadata(&path).is_ok() => path,
+        _ => std::path::absolute(dest).map_err(|e| Error::os("resolve", path_of(dest), e))?,
+    };
+    Ok(Prepared {
+        path,
+        free: fs.f_bavail.saturating_mul(fs.f_frsize),
+    })
+}

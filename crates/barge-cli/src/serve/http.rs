@@ -1,13 +1,11 @@
 //! Answering requests: the page, the browser bundle, uploads, CORS, and the log line.
 
-use std::collections::HashSet;
-use std::ffi::OsStr;
 use std::net::SocketAddr;
-use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use barge::uploads::{one_component, Quota, Refused, Uploads};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -18,11 +16,11 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::{watch, Semaphore};
 
-use super::quota::{self, Quota};
+use super::quota;
 use super::token::Token;
 use super::upload::{over_limit, Refusal, Upload};
 use super::ServeArgs;
-use crate::report::{human_bytes, log_line};
+use crate::report::{error_fields, human_bytes, log_line};
 
 /// The upload page.
 const PAGE: &str = include_str!("page.html");
@@ -34,7 +32,8 @@ const BUNDLE: &str = include_str!("barge-archive.js");
 
 /// The server's state, shared by every connection.
 pub(super) struct Server {
-    dest: PathBuf,
+    /// The names of uploads under DEST.
+    uploads: Uploads,
     token: Token,
     limits: barge::format::Limits,
     max_body: Option<u64>,
@@ -47,10 +46,6 @@ pub(super) struct Server {
     max_uploads: u32,
     /// `--quota`: what DEST may still take.
     quota: Option<Arc<Quota>>,
-    /// Names of the uploads landing now (their directories do not exist yet).
-    landing: Arc<Mutex<HashSet<Vec<u8>>>>,
-    /// The number in the last name the server chose.
-    named: AtomicU64,
     /// Turns true to cancel the uploads still running.
     stop: watch::Sender<bool>,
 }
@@ -69,7 +64,7 @@ impl Server {
         quota: Option<Arc<Quota>>,
     ) -> Server {
         Server {
-            dest,
+            uploads: Uploads::new(dest),
             token,
             limits: barge::format::Limits {
                 max_depth: args.max_depth,
@@ -85,8 +80,6 @@ impl Server {
             slots: Arc::new(Semaphore::new(args.max_uploads as usize)),
             max_uploads: args.max_uploads,
             quota,
-            landing: Arc::default(),
-            named: AtomicU64::new(0),
             stop: watch::Sender::new(false),
         }
     }
@@ -204,7 +197,9 @@ impl Server {
         match landed {
             Ok(reply) => reply,
             Err(refusal) => {
-                let mut reply = error(refusal.status, &refusal.message);
+                let fields = error_fields(&refusal.message, refusal.cause.as_ref());
+                let mut reply = json_reply(refusal.status, &Value::Object(fields.clone()));
+                reply.note = refusal.message.clone();
                 if let Some(detail) = refusal.detail {
                     reply.note = detail;
                 }
@@ -216,10 +211,9 @@ impl Server {
                         .insert(header::WWW_AUTHENTICATE, challenge);
                 }
                 if self.json {
-                    println!(
-                        "{}",
-                        json!({"status": refusal.status.as_u16(), "error": refusal.message})
-                    );
+                    let mut line = fields;
+                    line.insert("status".into(), json!(refusal.status.as_u16()));
+                    println!("{}", Value::Object(line));
                 }
                 reply
             }
@@ -278,24 +272,22 @@ impl Server {
             None => None,
             Some(quota) => {
                 let length = body.size_hint().exact().or(self.max_body);
-                let want = length.map_or(u64::MAX, |n| n.saturating_mul(SPACE_PER_BYTE));
-                let share = quota.reserve(want.saturating_add(UPLOAD_DIR));
-                let Some(share) = share.filter(|share| share.bytes >= UPLOAD_DIR) else {
+                let Some(share) = quota.share(length) else {
                     return Err(Refusal::new(
                         StatusCode::INSUFFICIENT_STORAGE,
                         quota_full(quota),
                     ));
                 };
-                limits.max_space = Some(share.bytes - UPLOAD_DIR);
+                limits.max_space = Some(share.max_space());
                 Some(share)
             }
         };
-        let reserved = self.reserve(name)?;
+        let reserved = self.uploads.reserve(name, &stamp()).map_err(refused)?;
         let name = String::from_utf8_lossy(&reserved.name).into_owned();
         // The client's bytes: the log shows them escaped, as every name in a message.
         let shown = barge::error::escape_bytes(&reserved.name);
         let upload = Upload {
-            target: self.dest.join(OsStr::from_bytes(&reserved.name)),
+            target: reserved.target.clone(),
             limits,
             max_body: self.max_body,
             idle: self.idle,
@@ -333,49 +325,34 @@ impl Server {
         reply.note = format!("{shown}: {entries} entries, {}", human_bytes(summary.bytes));
         Ok(reply)
     }
+}
 
-    /// Reserves `name`, or the next free `upload-TIME-N`: one that neither exists under
-    /// DEST nor is landing now.
-    fn reserve(&self, name: Option<Vec<u8>>) -> Result<Reserved, Refusal> {
-        let mut landing = self.landing.lock().expect("no panic while held");
-        let free = |name: &[u8]| {
-            !landing.contains(name)
-                && std::fs::symlink_metadata(self.dest.join(OsStr::from_bytes(name))).is_err()
-        };
-        let name = match name {
-            Some(name) if free(&name) => name,
-            Some(_) => {
-                return Err(Refusal::new(
-                    StatusCode::CONFLICT,
-                    "an upload of that name exists (or is landing now)",
-                ))
-            }
-            None => {
-                let now = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map_or(0, |d| d.as_secs());
-                let stamp: String = crate::list::utc(now as i64)
-                    .chars()
-                    .filter_map(|c| match c {
-                        '-' | ':' => None,
-                        ' ' => Some('T'),
-                        c => Some(c),
-                    })
-                    .collect();
-                loop {
-                    let n = self.named.fetch_add(1, Ordering::Relaxed) + 1;
-                    let name = format!("upload-{stamp}Z-{n}").into_bytes();
-                    if free(&name) {
-                        break name;
-                    }
-                }
-            }
-        };
-        landing.insert(name.clone());
-        Ok(Reserved {
-            name,
-            landing: self.landing.clone(),
+/// The time for a name the server chooses: `YYYYMMDDTHHMMSS` (UTC).
+fn stamp() -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    crate::list::utc(now as i64)
+        .chars()
+        .filter_map(|c| match c {
+            '-' | ':' => None,
+            ' ' => Some('T'),
+            c => Some(c),
         })
+        .collect()
+}
+
+/// The answer for a name the upload policy refused.
+fn refused(refused: Refused) -> Refusal {
+    match refused {
+        Refused::BadName(problem) => Refusal::new(
+            StatusCode::BAD_REQUEST,
+            format!("the upload's name {problem}: it must be one path component"),
+        ),
+        Refused::Taken => Refusal::new(
+            StatusCode::CONFLICT,
+            "an upload of that name exists (or is landing now)",
+        ),
     }
 }
 
@@ -388,14 +365,6 @@ fn upload_of<'p>(method: &Method, path: &'p str) -> Option<Option<&'p str>> {
         _ => None,
     }
 }
-
-/// The most disk space one byte of an archive can be charged: every entry takes at least 4
-/// bytes of it (a DIR with a one-byte name, and its POP) and is charged at most one 4 KiB
-/// block more than the content and xattr bytes it carries.
-const SPACE_PER_BYTE: u64 = 1024;
-
-/// The space an upload's own directory is charged.
-const UPLOAD_DIR: u64 = barge::format::space(0, 0);
 
 /// The answer for an upload that does not fit in what is left of `quota`.
 fn quota_full(quota: &Quota) -> String {
@@ -438,20 +407,6 @@ impl Drop for LogLine {
     }
 }
 
-/// A name reserved for a landing, released when dropped.
-struct Reserved {
-    name: Vec<u8>,
-    landing: Arc<Mutex<HashSet<Vec<u8>>>>,
-}
-
-impl Drop for Reserved {
-    fn drop(&mut self) {
-        if let Ok(mut landing) = self.landing.lock() {
-            landing.remove(&self.name);
-        }
-    }
-}
-
 /// Reads and drops what is left of a refused upload's body (up to [`DRAIN`] bytes, while it
 /// keeps coming) after the answer went, so that a client still sending reads the answer
 /// instead of a reset stream or connection.
@@ -481,21 +436,8 @@ fn bearer(value: &[u8]) -> Option<&[u8]> {
 /// The directory name of `PUT /upload/NAME`, percent-decoded: one path component.
 fn decode_name(encoded: &str) -> Result<Vec<u8>, Refusal> {
     let name: Vec<u8> = percent_encoding::percent_decode_str(encoded).collect();
-    let problem = match name.as_slice() {
-        [] => Some("is empty"),
-        b"." | b".." => Some("is . or .."),
-        _ if name.len() > 255 => Some("is longer than 255 bytes"),
-        _ if name.contains(&b'/') => Some("has a /"),
-        _ if name.contains(&0) => Some("has a NUL byte"),
-        _ => None,
-    };
-    match problem {
-        Some(problem) => Err(Refusal::new(
-            StatusCode::BAD_REQUEST,
-            format!("the upload's name {problem}: it must be one path component"),
-        )),
-        None => Ok(name),
-    }
+    one_component(&name).map_err(refused)?;
+    Ok(name)
 }
 
 /// A file the binary holds.

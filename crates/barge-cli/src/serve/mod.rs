@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use rustix::process::Signal;
@@ -95,8 +95,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ORIGIN")]
     cors_origin: Vec<String>,
     /// Print each upload's result as one JSON line on stdout (and the page's address as
-    /// {"url": ...} when the token is generated); an upload whose client closed the
-    /// connection before the answer gets {"status": 499, "error": ...}.
+    /// {"url": ...} when the token is generated): the answer's body, and for a refused
+    /// upload its "status" too; one whose client closed the connection before the answer
+    /// gets {"status": 499, "error": ...}.
     #[arg(long)]
     json: bool,
 }
@@ -114,7 +115,9 @@ the new directory NAME (one path component; 409 when it exists).
 Answers are JSON: {\"name\", \"entries\", \"files\", \"bytes\", \"seconds\"}, or {\"error\"} with
 400 (a bad archive: the decoder's message), 401 (no or a wrong token), 404, 408 (the body
 stalled), 409, 413 (over --max-bytes), 415, 503 (--max-uploads reached, or stopping), 507
-(over --quota), 500.
+(over --quota), 500. An error the archive caused (400, 413, 507 found while landing) adds
+the fields of barge's JSON errors: \"kind\", the decoder's \"code\", the archive \"offset\" and
+the entry's \"path\" in the upload.
 An upload that fails leaves nothing under DEST.
 
 Each upload lands in a child process confined to its new directory (a user namespace
@@ -146,7 +149,11 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
         (false, Some(cert), Some(key)) => Some(tls::Tls::from_files(cert, key)?),
         (false, ..) => Some(tls::Tls::generated(args.listen.ip())?),
     };
-    let dest = prepare_dest(&args.dest)?;
+    let shown = shown_path(&args.dest);
+    let prepared = barge::root::prepare_dest(&args.dest);
+    let dest = prepared
+        .with_context(|| format!("cannot prepare {shown}"))?
+        .path;
     // Counted before serving (not on the server's threads): what DEST holds already.
     let quota = args.quota.0.map(|max| {
         let used = quota::space_below(&dest);
@@ -155,7 +162,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
             human_bytes(max),
             human_bytes(used)
         );
-        quota::Quota::new(max, used)
+        barge::uploads::Quota::new(max, used)
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -194,20 +201,6 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
     Ok(Exit::Success)
 }
 
-/// DEST, created when missing, as an absolute path; refused when it is not a directory.
-fn prepare_dest(dest: &std::path::Path) -> anyhow::Result<PathBuf> {
-    let shown = shown_path(dest);
-    match std::fs::symlink_metadata(dest) {
-        Ok(meta) if meta.is_dir() => {}
-        Ok(_) => bail!("{shown} is not a directory"),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(dest).with_context(|| format!("cannot create {shown}"))?
-        }
-        Err(e) => return Err(e).with_context(|| format!("cannot use {shown}")),
-    }
-    std::path::absolute(dest).with_context(|| format!("cannot resolve {shown}"))
-}
-
 /// The host part of a URL for `address` (an IPv6 address in brackets, the unspecified
 /// address as the loopback one, which a browser on this host can open).
 fn url_host(address: SocketAddr) -> String {
@@ -235,7 +228,7 @@ async fn run(
     max_connections: u32,
 ) -> anyhow::Result<()> {
     let connections = Arc::new(Semaphore::new(max_connections as usize));
-    let peers = crate::peers::Peers::quarter_of(max_connections);
+    let peers = barge::net::peers::Peers::quarter_of(max_connections);
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
     let mut builder = auto::Builder::new(TokioExecutor::new());

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use barge::confine::{ConfinedChild, ConfinedUnpack, Landed};
-use barge::format::Limits;
+use barge::error::ConfinedKind;
+use barge::format::{Limit, Limits};
 use barge::unpack::Restore;
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -19,11 +20,13 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::report::human_bytes;
 
 /// Why an upload was not landed: the answer's status and message (which name no server
-/// path), and for the log what the client is not told.
+/// path), the archive's error when the archive is at fault (its kind, code and offset go
+/// into the answer), and for the log what the client is not told.
 #[derive(Debug)]
 pub(super) struct Refusal {
     pub(super) status: StatusCode,
     pub(super) message: String,
+    pub(super) cause: Option<barge::Error>,
     pub(super) detail: Option<String>,
 }
 
@@ -32,6 +35,7 @@ impl Refusal {
         Refusal {
             status,
             message: message.into(),
+            cause: None,
             detail: None,
         }
     }
@@ -167,39 +171,33 @@ fn feed(mut child: ConfinedChild, mut chunks: mpsc::Receiver<Chunk>) -> barge::R
 /// archive (it names the entry and the archive offset, never a server path); for anything
 /// else a message without details, which go to the log.
 fn refusal(error: barge::Error, limits: Limits) -> Refusal {
-    let barge::Error::Confined {
-        kind,
-        errno,
-        message,
-    } = &error
-    else {
+    let barge::Error::Confined(confined) = &error else {
         return Refusal {
             detail: Some(error.to_string()),
             ..Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, CANNOT_LAND)
         };
     };
-    // The decoder's limits, by their stable codes at the end of its message.
-    let over = |code| kind == "format" && message.ends_with(code);
     let too_large = |message: String| Refusal {
         detail: Some(format!("{message}: {error}")),
         ..Refusal::new(StatusCode::PAYLOAD_TOO_LARGE, message)
     };
-    match (kind.as_str(), errno) {
-        _ if over("[too-many-bytes]") => too_large(over_limit(limits.max_bytes.unwrap_or(0))),
+    let message = &confined.message;
+    let refusal = match (confined.kind, confined.limit, confined.errno) {
+        (_, Some(Limit::Bytes), _) => too_large(over_limit(limits.max_bytes.unwrap_or(0))),
         // Over its share of --quota, which the caller words.
-        _ if over("[too-much-space]") => Refusal {
+        (_, Some(Limit::Space), _) => Refusal {
             detail: Some(error.to_string()),
             ..Refusal::new(StatusCode::INSUFFICIENT_STORAGE, "over the quota")
         },
-        _ if over("[too-many-entries]") => too_large(format!(
+        (_, Some(Limit::Entries), _) => too_large(format!(
             "the upload has more entries than this server's limit of {} (--max-entries)",
             limits.max_entries.unwrap_or(0)
         )),
-        ("format" | "short" | "stripped-link", _) => {
+        (ConfinedKind::Format | ConfinedKind::Short | ConfinedKind::StrippedLink, ..) => {
             Refusal::new(StatusCode::BAD_REQUEST, format!("bad archive: {message}"))
         }
-        ("interrupted", _) => Refusal::new(StatusCode::SERVICE_UNAVAILABLE, STOPPING),
-        (_, &Some(errno)) if errno == rustix::io::Errno::EXIST.raw_os_error() => Refusal {
+        (ConfinedKind::Interrupted, ..) => Refusal::new(StatusCode::SERVICE_UNAVAILABLE, STOPPING),
+        (.., Some(errno)) if errno == rustix::io::Errno::EXIST.raw_os_error() => Refusal {
             detail: Some(message.clone()),
             ..Refusal::new(
                 StatusCode::CONFLICT,
@@ -210,5 +208,11 @@ fn refusal(error: barge::Error, limits: Limits) -> Refusal {
             detail: Some(message.clone()),
             ..Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, CANNOT_LAND)
         },
+    };
+    // The archive's fault: the client may see what the decoder said of it.
+    let archive = [400, 413, 507].contains(&refusal.status.as_u16());
+    Refusal {
+        cause: archive.then_some(error),
+        ..refusal
     }
 }

@@ -353,33 +353,25 @@ fn scan_into(dir: &Path, prefix: Vec<u8>, out: &mut BTreeMap<Vec<u8>, Node>) {
 }
 
 /// Asserts the tree under `copy` is what landing the tree under `source` must give: the same
-/// paths, kinds and contents, the permission bits (all twelve: the tests run as root) minus
-/// `umask` (0 for the `barge` command, which sets its umask aside), and nothing else.
+/// paths, kinds, contents and symlink targets, the permission bits (all twelve: the tests run
+/// as root) minus `umask` (0 for the `barge` command, which sets its umask aside), and
+/// nothing else: the library's tree comparison (`cp --verify`'s), asked for modes and for
+/// entries only the copy has.
 pub fn assert_same_tree(source: &Path, copy: &Path, umask: u32) {
-    let expect: BTreeMap<_, _> = scan(source)
-        .into_iter()
-        .map(|(path, node)| {
-            let landed = match node {
-                Node::Dir(mode) => Node::Dir(mode & !umask),
-                Node::File(mode, data) => Node::File(mode & !umask, data),
-                other => panic!("{path:?}: the source holds {other:?}"),
-            };
-            (path, landed)
-        })
-        .collect();
-    let got = scan(copy);
-    assert_eq!(expect.len(), got.len(), "different entry counts");
-    for ((ep, en), (gp, gn)) in expect.iter().zip(&got) {
-        assert_eq!(ep, gp, "paths differ: {:?} vs {:?}", name(ep), name(gp));
-        assert!(en == gn, "{:?}: {} vs {}", name(ep), short(en), short(gn));
-    }
-}
-
-fn short(node: &Node) -> String {
-    match node {
-        Node::File(mode, data) => format!("file {mode:o} with {} bytes", data.len()),
-        other => format!("{other:?}"),
-    }
+    let found = std::sync::Mutex::new(Vec::new());
+    let compared = barge::compare::Compare::new()
+        .modes(umask)
+        .whole()
+        .run(source, copy, &|e| found.lock().unwrap().push(e.to_string()));
+    let found = found.into_inner().unwrap();
+    let compared = compared.unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        found.is_empty(),
+        "{} vs {}: {found:#?}",
+        source.display(),
+        copy.display()
+    );
+    assert_eq!(compared.differences, 0);
 }
 
 /// Modification and change times, to the nanosecond.

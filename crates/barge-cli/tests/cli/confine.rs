@@ -27,10 +27,13 @@ fn land(landing: ConfinedUnpack, archive: &[u8]) -> barge::Result<Landed> {
     child.wait()
 }
 
-/// The kind and message of a child's error.
+/// The kind (by its name in the child's report) and message of a child's error.
 fn confined_error(result: barge::Result<Landed>, what: &str) -> (String, String) {
     match result {
-        Err(barge::Error::Confined { kind, message, .. }) => (kind, message),
+        Err(barge::Error::Confined(confined)) => {
+            let kind = serde_json::to_value(confined.kind).unwrap();
+            (kind.as_str().unwrap().to_string(), confined.message)
+        }
         other => panic!("{what}: want the child's error, got {other:?}"),
     }
 }

@@ -721,6 +721,70 @@ fn a_dry_run_prints_what_would_be_sent_and_sends_nothing() {
     assert_equal_trees(&src, &dest, "after a directory replaced a file");
 }
 
+/// `cp --update` and `send --update` apply the library's one unchanged rule: a setgid bit
+/// set alone (no new mtime) is a change for both, and so, as root with `-a` (and a receiver
+/// that keeps owners), is a new owner.
+#[test]
+fn cp_and_send_updates_agree_that_a_setgid_or_owner_change_is_a_change() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    fs::create_dir(&src).unwrap();
+    file(&src.join("tool"), b"tool", 0o755);
+    file(&src.join("owned"), b"owned", 0o644);
+    file(&src.join("same"), b"same", 0o644);
+    let root = is_root();
+    let archive: &[&str] = if root { &["-a"] } else { &[] };
+    let s = src.to_str().unwrap();
+    let by_cp = work.path().join("cp");
+    fs::create_dir(&by_cp).unwrap();
+    let by_send = work.path().join("send");
+    let cp = |update: &[&str]| {
+        let mut cmd = barge(["cp", "--json"]);
+        cmd.args(archive).args(update).arg(&src).arg(&by_cp);
+        let out = run(&mut cmd, None);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let send_to = |update: &[&str]| {
+        let recv = Recv::start(&by_send, &["--setid", "--same-owner"], None);
+        let mut args = vec!["--json"];
+        args.extend(archive.iter().chain(update).chain(&[s, recv.ticket()]));
+        let out = send(&args, None);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let ended = recv.wait();
+        assert!(ended.status.success(), "{}", ended.stderr);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    cp(&[]);
+    send_to(&[]);
+
+    let mut changed = vec!["tool"];
+    fs::set_permissions(src.join("tool"), fs::Permissions::from_mode(0o2755)).unwrap();
+    if root {
+        std::os::unix::fs::chown(src.join("owned"), Some(1000), Some(1000)).unwrap();
+        changed.push("owned");
+    }
+    let copied = cp(&["--update"]);
+    let sent = send_to(&["--update"]);
+    let counts = |files: &serde_json::Value, same: &serde_json::Value| {
+        (files.as_u64().unwrap(), same.as_u64().unwrap())
+    };
+    let want = (changed.len() as u64, 3 - changed.len() as u64);
+    assert_eq!(
+        counts(&copied["files"], &copied["up_to_date"]),
+        want,
+        "cp: {copied}"
+    );
+    let packed = &sent["packed"];
+    assert_eq!(
+        counts(&packed["files"], &packed["unchanged"]),
+        want,
+        "send: {sent}"
+    );
+    assert_equal_trees(&src, &by_cp.join("src"), "cp --update");
+    assert_equal_trees(&src, &by_send, "send --update");
+}
+
 /// Sends [`files_for`] `connections` files over `connections` through a [`relay`] doing
 /// `harm` (which must harm no byte), with `--timeout 10`: the transfer must land whole over
 /// them all, as one transfer with one log line.

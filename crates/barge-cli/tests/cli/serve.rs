@@ -360,6 +360,71 @@ fn over_the_limits_is_refused_and_leaves_nothing() {
 }
 
 #[test]
+fn a_limit_only_the_confined_child_sees_is_answered_as_that_limit() {
+    // The body is small, but the FILE it starts with announces more than --max-bytes: only
+    // the child's decoder sees that, and its typed error must come back as 413 (not 400).
+    let work = tempdir();
+    let dest = work.path().join("dest");
+    let server = Server::start(
+        &dest,
+        &["--plain-http", "--max-bytes", "1M", "--json"],
+        Some(TOKEN),
+    );
+    let whole = Archive::header().file(b"big", &vec![7u8; 2 << 20]).end(1);
+    let cut = work.path().join("cut.barge");
+    fs::write(&cut, &whole[..64 << 10]).unwrap();
+    let (status, body) = server.upload(&cut, Some("cut"), &[]);
+    assert_eq!(status, 413, "{body}");
+    let error = field(&body, "error");
+    assert!(
+        error
+            .as_str()
+            .unwrap()
+            .contains("limit of 1.0 MiB (--max-bytes)"),
+        "{body}"
+    );
+    // The answer has the error's fields, as every JSON error of barge: the child's typed
+    // kind, the decoder's code, the archive offset and the entry.
+    assert_eq!(field(&body, "kind"), "format", "{body}");
+    assert_eq!(field(&body, "code"), "too-many-bytes", "{body}");
+    assert_eq!(field(&body, "path"), "big", "{body}");
+    assert!(field(&body, "offset").is_u64(), "{body}");
+    // The log has the child's own words: its entry and the decoder's code.
+    let line = server.wait_for_log("PUT /upload/cut 413");
+    assert!(
+        line.contains("big") && line.contains("[too-many-bytes]"),
+        "{line}"
+    );
+    assert_holds(&dest, &[], "over the limit");
+    let (out, _) = server.stop();
+    let json: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(json["status"], 413, "{out}");
+    assert_eq!(json["error"], error, "{out}");
+    assert_eq!(json["code"], "too-many-bytes", "{out}");
+}
+
+#[test]
+fn dest_is_the_directory_prepared_whatever_a_symlink_in_its_parents_says_later() {
+    // DEST's parent is a symlink when serve starts; repointed later, it must not move where
+    // uploads land: serve resolves DEST once, to the directory it created and opened.
+    let work = tempdir();
+    let (_, archive) = sample(work.path(), 3);
+    let (real, other) = (work.path().join("real"), work.path().join("other"));
+    fs::create_dir_all(other.join("dest")).unwrap();
+    fs::create_dir(&real).unwrap();
+    let link = work.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let server = Server::start(&link.join("dest"), &["--plain-http"], Some(TOKEN));
+    assert_holds(&real, &["dest"], "DEST made through the link");
+    fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(&other, &link).unwrap();
+    let (status, body) = server.upload(&archive, Some("up"), &[]);
+    assert_eq!(status, 200, "{body}");
+    assert_holds(&real.join("dest"), &["up"], "the prepared DEST");
+    assert_holds(&other.join("dest"), &[], "where the link points now");
+}
+
+#[test]
 fn hostile_archives_are_400_and_leave_nothing() {
     let work = tempdir();
     let dest = work.path().join("dest");

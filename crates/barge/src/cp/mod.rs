@@ -8,8 +8,8 @@
 //!
 //! What is restored is the landers' one policy (`land/restore.rs`); existing entries are
 //! kept, skipped or replaced by rename as unpack does (`land::sync::create_at`), and with
-//! [`Cp::update`] an entry whose type, size, mtime and permission bits (owner too, as root
-//! with `-a`) match DEST's is left alone. A file's
+//! [`Cp::update`] an entry that `compare.rs`'s unchanged rule finds as DEST has it (type,
+//! size, mtime, all twelve permission bits; owner too, as root with `-a`) is left alone. A file's
 //! time is set last, after its content, so a copy cut short is seen as different by the
 //! next `--update`. A directory gets its mode, extended attributes and time when the walker
 //! drops its state, which is after everything below it (its subdirectories hold it).
@@ -17,11 +17,11 @@
 //! Small files go by `copy_file_range` too: `read` + `write` instead cost the same CPU time
 //! per file on tmpfs (11.6 us against 11.6 us for a 100-byte file, 12.0 against 12.1 for
 //! 4 KB: open, copy, close on both sides, 20,000 files), and a 30 KB file costs more (29
-//! against 28 us). A file costs `statx` + `openat` + `openat(O_EXCL)` + the copy +
+//! against 28 us). A file costs the walker's `statx` + `openat` + `openat(O_EXCL)` + the copy +
 //! `futimens` + two `close`s, and `-a` adds `flistxattr` (and `fchown` where creating the
 //! copy does not give it its owner already): 7 and 8 calls, where GNU `cp -a` makes 17.
 
-mod verify;
+mod dest;
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -36,8 +36,10 @@ use rustix::fs::{
 };
 use rustix::io::{pwrite, Errno};
 
-pub use verify::Verified;
+pub use crate::compare::Verified;
+pub use dest::targets;
 
+use crate::compare::{inode_key, Compare, Facts, Rule, STATX_MASK};
 use crate::error::{Error, Result, TreePath};
 use crate::exclude::Exclude;
 use crate::interrupt::{check, requested, retry};
@@ -52,17 +54,6 @@ use crate::walk::parallel::{
     Dir, ParallelVisitor, ParallelVisitorBuilder, WalkParallel, WalkState,
 };
 use crate::Progress;
-
-/// What every `statx` of a source entry asks for.
-const MASK: StatxFlags = StatxFlags::TYPE
-    .union(StatxFlags::MODE)
-    .union(StatxFlags::SIZE)
-    .union(StatxFlags::BLOCKS)
-    .union(StatxFlags::MTIME)
-    .union(StatxFlags::UID)
-    .union(StatxFlags::GID)
-    .union(StatxFlags::INO)
-    .union(StatxFlags::NLINK);
 
 /// The buffer of a copy through memory.
 const BUFFER: usize = 1 << 20;
@@ -228,8 +219,8 @@ impl Cp {
         self
     }
 
-    /// Copies only entries whose type, size, mtime or permission bits (as root with
-    /// [`Cp::archive`], owner) differ from DEST's, replacing those
+    /// Copies only entries whose type, size, mtime or permission bits (all twelve; as root
+    /// with [`Cp::archive`], owner) differ from DEST's, replacing those
     /// by rename.
     pub fn update(mut self, yes: bool) -> Cp {
         self.update = yes;
@@ -300,13 +291,13 @@ impl Cp {
     ) -> Result<CpSummary> {
         let src_name = src.as_os_str().as_bytes();
         let dest_name = dest.as_os_str().as_bytes();
-        let stat = statx(CWD, src, AtFlags::SYMLINK_NOFOLLOW, MASK)
+        let stat = statx(CWD, src, AtFlags::SYMLINK_NOFOLLOW, STATX_MASK)
             .map_err(|e| Error::io("statx", TreePath(src_name.to_vec()), e))?;
         let (parent, name) = split(dest)?;
         let parent = open_parent(parent, dest_name)?;
         // `cp DIR/sub DIR`, `cp f f`: a copy onto itself would rewrite its source.
         let there = statx(&parent, name, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::INO);
-        if there.is_ok_and(|there| key(&there) == key(&stat)) {
+        if there.is_ok_and(|there| inode_key(&there) == inode_key(&stat)) {
             return Err(Error::Argument {
                 arg: dest.display().to_string(),
                 problem: format!("is {} itself: nothing to copy", src.display()),
@@ -348,7 +339,6 @@ impl Cp {
             drop(copier);
             WalkParallel::new(fd, src_name)
                 .threads(self.threads)
-                .stat_mask(MASK)
                 .exclude(self.exclude.clone())
                 .visit(&mut Builder(&shared), root);
         } else {
@@ -372,12 +362,15 @@ impl Cp {
     /// Reads back every regular file of the copy of `src` at `dest` and compares it with
     /// its source, byte for byte; a difference or a missing file goes to `report`.
     pub fn verify(&self, src: &Path, dest: &Path, report: &dyn CpReport) -> Result<Verified> {
-        verify::verify(self, src, dest, report)
+        Compare::new()
+            .threads(self.threads)
+            .exclude(self.exclude.clone())
+            .run(src, dest, &|e| report.error(e))
     }
 }
 
 /// The directory part of `path` and its last component (`.` and `..` have none).
-fn split(path: &Path) -> Result<(&Path, &[u8])> {
+pub(crate) fn split(path: &Path) -> Result<(&Path, &[u8])> {
     let name = path.file_name().ok_or_else(|| Error::Argument {
         arg: path.display().to_string(),
         problem: "names no entry (a copy needs a last path component)".into(),
@@ -391,27 +384,21 @@ fn split(path: &Path) -> Result<(&Path, &[u8])> {
 
 /// Opens the directory `dir` that holds SRC or DEST (`path` in errors), following symlinks:
 /// it is above the roots, as the user named it.
-fn open_parent(dir: &Path, path: &[u8]) -> Result<OwnedFd> {
+pub(crate) fn open_parent(dir: &Path, path: &[u8]) -> Result<OwnedFd> {
     let flags = OFlags::DIRECTORY | OFlags::CLOEXEC;
     openat(CWD, dir, flags, Mode::empty())
         .map_err(|e| Error::io("open directory", TreePath(path.to_vec()), e))
 }
 
-/// Device and inode.
-fn key(stat: &Statx) -> (u64, u64) {
-    let dev = (u64::from(stat.stx_dev_major) << 32) | u64::from(stat.stx_dev_minor);
-    (dev, stat.stx_ino)
-}
-
 /// Refuses a copy of the directory `src` (stated as `stat`) into `parent` or any directory
 /// below it: climbs from `parent` by `..` to the root, comparing device and inode.
 fn refuse_inside(stat: &Statx, parent: BorrowedFd<'_>, src: &Path, dest: &Path) -> Result<()> {
-    let id = key(stat);
+    let id = inode_key(stat);
     let mut dir = rustix::io::dup(parent).map_err(|e| Error::io("dup", TreePath::default(), e))?;
     loop {
         let here = statx(&dir, "", AtFlags::EMPTY_PATH, StatxFlags::INO)
             .map_err(|e| Error::io("statx", TreePath(dest.as_os_str().as_bytes().into()), e))?;
-        if key(&here) == id {
+        if inode_key(&here) == id {
             return Err(Error::Argument {
                 arg: dest.display().to_string(),
                 problem: format!(
@@ -424,7 +411,7 @@ fn refuse_inside(stat: &Statx, parent: BorrowedFd<'_>, src: &Path, dest: &Path) 
             .map_err(|e| Error::io("open directory", TreePath(b"..".to_vec()), e))?;
         let above = statx(&up, "", AtFlags::EMPTY_PATH, StatxFlags::INO)
             .map_err(|e| Error::io("statx", TreePath(b"..".to_vec()), e))?;
-        if key(&above) == key(&here) {
+        if inode_key(&above) == inode_key(&here) {
             return Ok(());
         }
         dir = up;
@@ -709,21 +696,16 @@ impl<'a> Copier<'a> {
         let Some(dest) = at.dest else {
             return Ok(Found::Nothing);
         };
-        match statx(&**dest, at.name, AtFlags::SYMLINK_NOFOLLOW, MASK) {
+        match statx(&**dest, at.name, AtFlags::SYMLINK_NOFOLLOW, STATX_MASK) {
             Ok(there) => {
                 let there_kind = Kind::of_mode(there.stx_mode.into());
-                let same_time = there.stx_mtime.tv_sec == stat.stx_mtime.tv_sec
-                    && there.stx_mtime.tv_nsec == stat.stx_mtime.tv_nsec;
-                // A change of permission bits (or, where root keeps them, owners) since
-                // the last copy is copied too (setuid and setgid are left out: what the
-                // copy may keep of them depends on the owner).
-                let same_mode = (there.stx_mode ^ stat.stx_mode) & 0o1777 == 0;
-                let same_owner = !(self.cp().archive && self.shared.root)
-                    || (there.stx_uid, there.stx_gid) == (stat.stx_uid, stat.stx_gid);
-                let same = there.stx_size == stat.stx_size && same_time && same_mode && same_owner;
+                let rule = Rule {
+                    owners: self.cp().archive && self.shared.root,
+                };
+                let same = rule.unchanged(&Facts::of_statx(stat), &Facts::of_statx(&there));
                 Ok(if there_kind == Kind::Dir && kind != Kind::Dir {
                     Found::Dir
-                } else if there_kind == kind && same {
+                } else if same {
                     Found::Same
                 } else {
                     Found::Other
@@ -913,7 +895,7 @@ impl<'a> Copier<'a> {
     fn note_link(&self, stat: &Statx, dest: &Arc<OwnedFd>, name: &[u8]) {
         let mut links = self.shared.links.lock().expect("no panics");
         links
-            .entry(key(stat))
+            .entry(inode_key(stat))
             .or_insert((dest.clone(), name.into()));
     }
 
@@ -933,7 +915,7 @@ impl<'a> Copier<'a> {
         let links = (stat.stx_nlink > 1).then(|| shared.links.lock().expect("no panics"));
         if let Some(earlier) = links
             .as_ref()
-            .and_then(|links| links.get(&key(stat)).cloned())
+            .and_then(|links| links.get(&inode_key(stat)).cloned())
         {
             drop(links);
             let (dir, name) = earlier;
@@ -986,7 +968,7 @@ impl<'a> Copier<'a> {
             replace(dest.as_fd(), &self.temp, at.name, path)?;
         }
         if let Some(mut links) = links {
-            links.insert(key(stat), (dest.clone(), at.name.into()));
+            links.insert(inode_key(stat), (dest.clone(), at.name.into()));
         }
         self.counts.files += 1;
         self.counts.bytes += copied;
@@ -1229,7 +1211,7 @@ impl<'a> Copier<'a> {
         self.delete_missing(src, &fd, path)?;
         self.count(Kind::Dir, 0);
         if path.is_empty() {
-            *shared.target.lock().expect("no panics") = Some(key(&there));
+            *shared.target.lock().expect("no panics") = Some(inode_key(&there));
         }
         let umask = crate::root::umask();
         let last = Last {
@@ -1327,7 +1309,7 @@ impl<'a> ParallelVisitor for Copier<'a> {
             return Err(WalkState::Quit);
         }
         let path = parent.relative(Some(entry.name));
-        if *self.shared.target.lock().expect("no panics") == Some(key(stat)) {
+        if *self.shared.target.lock().expect("no panics") == Some(inode_key(stat)) {
             let error = Error::Argument {
                 arg: parent.path(Some(entry.name)).to_string(),
                 problem: "is the copy itself (DEST is inside SRC); not copied into itself".into(),
@@ -1351,20 +1333,11 @@ impl<'a> ParallelVisitor for Copier<'a> {
         &mut self,
         dir: &Dir<DestDir<'a>>,
         fd: BorrowedFd<'_>,
-        entry: &mut Entry<'_>,
+        entry: &Entry<'_>,
+        stat: &Statx,
     ) -> WalkState {
         if requested().is_some() {
             return WalkState::Quit;
-        }
-        let stat = match statx(fd, entry.name, AtFlags::SYMLINK_NOFOLLOW, MASK) {
-            Ok(stat) => stat,
-            // Gone since the listing.
-            Err(Errno::NOENT) => return WalkState::Continue,
-            Err(e) => return self.failed(Error::io("statx", dir.path(Some(entry.name)), e)),
-        };
-        if Kind::of_mode(stat.stx_mode.into()) == Kind::Dir {
-            entry.kind = Kind::Dir;
-            return WalkState::Continue;
         }
         let path = || dir.relative(Some(entry.name));
         let at = Pair {
@@ -1375,7 +1348,7 @@ impl<'a> ParallelVisitor for Copier<'a> {
             setgid: dir.state().setgid,
             path: &path,
         };
-        match self.copy(&at, &stat) {
+        match self.copy(&at, stat) {
             Ok(()) => WalkState::Continue,
             Err(e) => self.failed(e),
         }

@@ -8,6 +8,7 @@
 mod decode;
 pub mod encode;
 mod segments;
+pub mod sniff;
 mod v2;
 
 pub use decode::{decode_all, space, Decoder, Event, Limits, Step};
@@ -288,6 +289,32 @@ impl FormatError {
             FormatError::BadFooter => "bad-footer",
         }
     }
+
+    /// The limit of [`Limits`] the archive broke, if that is what is wrong with it.
+    pub fn limit(&self) -> Option<Limit> {
+        match self {
+            FormatError::TooDeep(_) => Some(Limit::Depth),
+            FormatError::TooManyEntries(_) => Some(Limit::Entries),
+            FormatError::TooManyBytes(_) => Some(Limit::Bytes),
+            FormatError::TooMuchSpace(_) => Some(Limit::Space),
+            _ => None,
+        }
+    }
+}
+
+/// One of the [`Limits`] an archive can break: a front end answers each its own way (serve:
+/// 413 for bytes and entries, 507 for its quota's space).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Limit {
+    /// `max_depth`.
+    Depth,
+    /// `max_entries`.
+    Entries,
+    /// `max_bytes`.
+    Bytes,
+    /// `max_space`.
+    Space,
 }
 
 /// Checks a name against the rules every entry name obeys (1..=255 bytes, no NUL, no `/`,

@@ -224,6 +224,11 @@ impl Policy {
         }
     }
 
+    /// Whether owners are restored.
+    pub(crate) fn owners(&self) -> bool {
+        self.owners
+    }
+
     /// What to do with existing entries.
     pub(crate) fn existing(&self) -> Existing {
         self.restore.existing

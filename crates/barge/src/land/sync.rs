@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use rustix::fs::{
-    linkat, makedev, mkdirat, mknodat, openat, renameat, renameat_with, statat, symlinkat,
+    fstat, linkat, makedev, mkdirat, mknodat, openat, renameat, renameat_with, statat, symlinkat,
     unlinkat, AtFlags, FileType, Mode, RenameFlags,
 };
 use rustix::io::{write, Errno};
@@ -20,9 +20,9 @@ use super::restore::{Apply, Existing, Policy, Target, SETID};
 use super::{truncation_offset, Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
 use crate::interrupt::{check, retry, SIGBUS};
-use crate::sys::copy::copy_range;
+use crate::sys::copy::{copy_range, read_chunks};
 use crate::sys::fds::Graveyard;
-use crate::sys::{CREATE_FLAGS, DIR_FLAGS, DIR_HANDLE_FLAGS};
+use crate::sys::{CREATE_FLAGS, DIR_FLAGS, DIR_HANDLE_FLAGS, FILE_FLAGS};
 use crate::tree::{Content, Device, Entry, Kind, Sink, Timestamp, Xattrs};
 
 /// Most bytes one `write` moves: a stop request is seen between two.
@@ -401,6 +401,31 @@ impl SyncLander {
         Ok(self.file.as_ref().expect("open").written as usize)
     }
 
+    /// Writes the rest of the file being written (`len` bytes in all) from the regular file
+    /// `from`, whose content starts at `offset`, through memory; a source that ends first is
+    /// an error.
+    fn write_from(&mut self, from: BorrowedFd<'_>, offset: u64, len: u64) -> Result<()> {
+        let written = self.file.as_ref().expect("a file is open").written;
+        if written == len {
+            // Complete: all copied in the kernel, or empty.
+            return self.write_all(&[]);
+        }
+        let path = self.path(&self.file_name);
+        let mut buf = vec![0; (len - written).min(1 << 20) as usize];
+        let read = read_chunks(
+            from,
+            offset + written,
+            len - written,
+            &mut buf,
+            &path,
+            |chunk| self.write_all(chunk),
+        )?;
+        if written + read < len {
+            return Err(Error::io("read", path, Errno::NODATA));
+        }
+        Ok(())
+    }
+
     fn write_all(&mut self, mut data: &[u8]) -> Result<()> {
         let file = self.file.as_mut().expect("a file is open");
         while !data.is_empty() {
@@ -594,7 +619,9 @@ impl Sink for SyncLander {
     }
 
     /// Writes the content from memory, or, for [`Content::File`], copies it inside the
-    /// kernel and writes from its mapping what the kernel could not copy.
+    /// kernel and writes what the kernel could not copy from its mapping, else read from its
+    /// fd; a [`Content::Unopened`] file is opened (relative to its directory, not followed)
+    /// and landed so.
     fn file(&mut self, file: &Entry<'_>, content: Content<'_>) -> Result<()> {
         self.draining = false;
         match content {
@@ -614,20 +641,32 @@ impl Sink for SyncLander {
                 fd,
                 offset,
                 len,
-                mapped: Some(data),
+                mapped,
             } => {
                 if self.create(file, len)? {
                     let copied = self.copy_in_kernel(fd, offset)?;
-                    self.write_all(&data[copied..])?;
+                    match mapped {
+                        Some(data) => self.write_all(&data[copied..])?,
+                        None => self.write_from(fd, offset, len)?,
+                    }
                 }
                 Ok(())
             }
-            // Only a copier hands these over; it is to come.
-            Content::File { mapped: None, .. } | Content::Unopened { .. } => Err(Error::io(
-                "land a file from an fd without its bytes",
-                self.path(file.name),
-                Errno::NOTSUP,
-            )),
+            Content::Unopened { dir } => {
+                let path = || self.path(file.name);
+                let from = openat(dir, file.name, FILE_FLAGS, Mode::empty())
+                    .map_err(|e| Error::io("open", path(), e))?;
+                let len = fstat(&from)
+                    .map_err(|e| Error::io("fstat", path(), e))?
+                    .st_size;
+                let content = Content::File {
+                    fd: from.as_fd(),
+                    offset: 0,
+                    len: len as u64,
+                    mapped: None,
+                };
+                self.file(file, content)
+            }
         }
     }
 
@@ -835,6 +874,42 @@ mod tests {
             assert_eq!(std::fs::read(dest.path().join("k")).unwrap(), b"was there");
             let summary = sink.summary();
             assert_eq!((summary.kept, summary.not_restored.links), (1, 1), "{what}");
+        }
+    }
+
+    /// Both landers take a file's content from an fd without its bytes in memory, at an
+    /// offset, and from a directory that names it (a walker's listing): every form of
+    /// [`Content`] lands.
+    #[test]
+    fn the_landers_take_content_from_a_file_and_from_a_listing() {
+        let src = tempfile::tempdir().unwrap();
+        let big: Vec<u8> = (0..3_000_000u32).map(|i| i as u8).collect();
+        std::fs::write(src.path().join("big"), &big).unwrap();
+        std::fs::write(src.path().join("empty"), b"").unwrap();
+        let file = std::fs::File::open(src.path().join("big")).unwrap();
+        let dir = std::fs::File::open(src.path()).unwrap();
+        for i in 0..2 {
+            let dest = tempfile::tempdir().unwrap();
+            let (what, mut sink) = landers(dest.path()).swap_remove(i);
+            let content = Content::File {
+                fd: file.as_fd(),
+                offset: 5,
+                len: 1000,
+                mapped: None,
+            };
+            sink.file(&Entry::file(b"part", timed(0o644, 1)), content)
+                .unwrap();
+            for name in [&b"big"[..], b"empty"] {
+                let listed = Content::Unopened { dir: dir.as_fd() };
+                sink.file(&Entry::file(name, timed(0o600, 2)), listed)
+                    .unwrap();
+            }
+            sink.finish().unwrap();
+            let read = |name: &str| std::fs::read(dest.path().join(name)).unwrap();
+            assert_eq!(read("part"), &big[5..1005], "{what}");
+            assert!(read("big") == big && read("empty").is_empty(), "{what}");
+            assert_eq!(mtime(&dest.path().join("big")), at(2), "{what}");
+            assert_eq!(sink.summary().files, 3, "{what}");
         }
     }
 }

@@ -36,8 +36,10 @@
 pub(crate) mod channel;
 pub mod key;
 pub(crate) mod lanes;
+pub mod peers;
 pub mod recv;
 pub mod send;
+pub mod server;
 
 use std::io::{self, Write};
 
@@ -46,13 +48,14 @@ use serde::{Deserialize, Serialize};
 pub use key::{open_private, Key, Ticket};
 pub use recv::{Connection, Receive, Received};
 pub use send::{Payload, Planned, Send, Sent};
+pub use server::Receiver;
 
 use crate::confine::Landed;
 use crate::error::{escape_message, Error, NetError, Result};
 use channel::{protocol, Channel, MAX_PAYLOAD};
 
 /// The version of the protocol a HELLO names.
-const VERSION: u32 = 4;
+const VERSION: u32 = 5;
 /// The port `recv` listens on unless told otherwise.
 pub const DEFAULT_PORT: u16 = 7361;
 /// zstd's level for `--compress`: its fastest but negative ones, run on every core (level

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -14,7 +14,9 @@ use crate::confine::{ConfinedUnpack, Landed};
 use crate::error::{Error, NetError, Result, TreePath};
 use crate::format::Limits;
 use crate::interrupt::wait_a_slice;
+use crate::land::restore::Policy;
 use crate::listing::{self, Listing};
+use crate::tree::Owner;
 use crate::unpack::{Existing, Restore};
 
 /// How long a connection may take, at most, to show the key (the Noise handshake and the
@@ -186,7 +188,7 @@ pub struct Failed {
 }
 
 impl Receive {
-    /// Receives into `dest` (which should exist: see [`prepare_dest`]) with `key`, with the
+    /// Receives into `dest` (which should exist: see [`crate::root::prepare_dest`]) with `key`, with the
     /// default limits and restore rules of [`crate::unpack::Unpack`] and a 30 s timeout.
     pub fn new(dest: impl Into<PathBuf>, key: Key) -> Receive {
         Receive {
@@ -209,6 +211,11 @@ impl Receive {
     pub fn max_transfers(mut self, n: usize) -> Receive {
         self.slots.max = n.max(1);
         self
+    }
+
+    /// The transfers it lands at once, at most.
+    pub(crate) fn transfers_at_once(&self) -> usize {
+        self.slots.max
     }
 
     /// Refuses archives beyond `limits`.
@@ -393,7 +400,9 @@ impl Receive {
             | rustix::fs::OFlags::CLOEXEC;
         let root = rustix::fs::open(&self.dest, flags, rustix::fs::Mode::empty())
             .map_err(|e| Error::io("open destination", shown(), e))?;
-        let listing = Listing::of_dir(root, listing::THREADS);
+        // Owners are compared where this receiver restores them.
+        let owners = Policy::new(self.restore, Owner::of_process()).owners();
+        let listing = Listing::of_dir(root, listing::THREADS, owners);
         let mut out = Messages::new(channel, kind::LIST);
         let written = listing.write_to(&mut out);
         if let Some(e) = out.failed.take() {
@@ -527,17 +536,4 @@ impl Receive {
 fn refuse(mut channel: Channel, reason: String) {
     let _ = channel.send(kind::REFUSE, &encode(&Refuse { reason }));
     channel.close();
-}
-
-/// Creates DEST when missing (with its parents, never following a symlink at DEST, as
-/// unpack does) and returns the bytes free on its filesystem for unprivileged users.
-/// Unlike unpack's all-or-nothing staging, a DEST made here stays, so a cut-off transfer
-/// keeps what landed.
-pub fn prepare_dest(dest: &Path) -> Result<u64> {
-    let mut destination = crate::root::open_dest(dest, false, None)?;
-    let root = destination.root()?;
-    destination.finish(true)?;
-    let shown = TreePath(dest.as_os_str().as_encoded_bytes().to_vec());
-    let fs = rustix::fs::fstatvfs(&root).map_err(|e| Error::io("statvfs", shown, e))?;
-    Ok(fs.f_bavail.saturating_mul(fs.f_frsize))
 }

@@ -8,9 +8,10 @@
 //! held only while it has unopened subdirectories, and past a budget below `RLIMIT_NOFILE`
 //! fds are closed and reopened by name from the nearest open ancestor (checked by inode),
 //! so any depth works within the fd limit. Each opened directory costs one `openat` and one
-//! `statx` on its fd (shown to the visitor, which counts or copies from it); entries are
-//! what the listing says, the visitor stats or opens them relative to the directory's fd.
-//! Nothing is followed: directories are opened with `O_NOFOLLOW`, by single-component names.
+//! `statx` on its fd, every other entry one `statx` relative to its directory's fd (both
+//! with the one [`STATX_MASK`]): visitors get each entry with its [`Meta`] and that `statx`,
+//! and stat nothing themselves. Nothing is followed: directories are opened with
+//! `O_NOFOLLOW`, by single-component names, entries stated with `AT_SYMLINK_NOFOLLOW`.
 //!
 //! A visitor attaches its own state to each directory it enters ([`ParallelVisitor::State`]:
 //! du's subtotal slot, a copier's destination directory fd), which the directory's entries
@@ -26,6 +27,7 @@ use rustix::fs::{openat, statx, AtFlags, FileType, Mode, Statx, StatxFlags};
 use rustix::io::Errno;
 use rustix::process::{getrlimit, Resource};
 
+use crate::compare::STATX_MASK;
 use crate::error::{Error, TreePath};
 use crate::exclude::Exclude;
 use crate::sys::dir::{dirent_buffer, Listing};
@@ -73,7 +75,8 @@ pub trait ParallelVisitorBuilder {
 
 /// Sees the entries of a tree, one directory at a time per thread: [`enter_dir`], then
 /// [`entry`] for each entry of it that is not a directory, then [`listed`]. Its
-/// subdirectories are entered later, on any thread.
+/// subdirectories are entered later, on any thread. Every entry comes stated, with its
+/// [`Meta`] filled and the `statx` (asked with [`STATX_MASK`]) beside it.
 ///
 /// [`enter_dir`]: ParallelVisitor::enter_dir
 /// [`entry`]: ParallelVisitor::entry
@@ -82,9 +85,8 @@ pub trait ParallelVisitor {
     /// What the visitor keeps per directory (given for the root to [`WalkParallel::visit`]).
     type State: Send + Sync;
 
-    /// The directory `entry` of `parent`, opened as `fd` and stated as `stat` (with the
-    /// walker's [`WalkParallel::stat_mask`]): its state, or `Err(Skip)` to leave it unlisted,
-    /// or `Err(Quit)` to stop.
+    /// The directory `entry` of `parent`, opened as `fd` and stated as `stat`: its state, or
+    /// `Err(Skip)` to leave it unlisted, or `Err(Quit)` to stop.
     fn enter_dir(
         &mut self,
         parent: &Dir<Self::State>,
@@ -93,28 +95,38 @@ pub trait ParallelVisitor {
         stat: &Statx,
     ) -> Result<Self::State, WalkState>;
 
-    /// An entry of `dir` (open as `fd`) that its listing says is not a directory, with the
-    /// kind the listing gave and no metadata. A visitor that stats it and finds a directory
-    /// (the listing did not know the type, or the entry was swapped) sets `entry.kind` to
-    /// [`Kind::Dir`], and the walker walks it unless told to `Skip`.
+    /// An entry of `dir` (open as `fd`) that is not a directory, stated as `stat` (one the
+    /// listing did not know the type of, or that was swapped in, and that is a directory
+    /// is walked as one instead).
     fn entry(
         &mut self,
         dir: &Dir<Self::State>,
         fd: BorrowedFd<'_>,
-        entry: &mut Entry<'_>,
+        entry: &Entry<'_>,
+        stat: &Statx,
     ) -> WalkState;
+
+    /// The entry `name` of `dir` could not be stated (`cause`): by default nothing when it
+    /// is gone since the listing, else reported to [`ParallelVisitor::error`] as `statx`.
+    fn unstated(&mut self, dir: &Dir<Self::State>, name: &[u8], cause: Errno) -> WalkState {
+        match cause {
+            Errno::NOENT => WalkState::Continue,
+            _ => self.error(Error::io("statx", dir.path(Some(name)), cause)),
+        }
+    }
 
     /// The listing of `dir` is done (its subdirectories are entered later, maybe on other
     /// threads).
     fn listed(&mut self, _dir: &Dir<Self::State>) {}
 
-    /// The subdirectory `name` of `parent` (open as `fd`) could not be opened or stated
-    /// (`cause`); by default reported to [`ParallelVisitor::error`] as `open directory`.
+    /// The subdirectory `name` of `parent` could not be opened or stated (`cause`); `stat`
+    /// is its `statx` by name, where that worked. By default reported to
+    /// [`ParallelVisitor::error`] as `open directory`.
     fn unopened(
         &mut self,
         parent: &Dir<Self::State>,
-        _fd: BorrowedFd<'_>,
         name: &[u8],
+        _stat: Option<&Statx>,
         cause: Errno,
     ) -> WalkState {
         self.error(Error::io("open directory", parent.path(Some(name)), cause))
@@ -191,19 +203,17 @@ pub struct WalkParallel {
     root: OwnedFd,
     name: Vec<u8>,
     threads: usize,
-    mask: StatxFlags,
     exclude: Exclude,
 }
 
 impl WalkParallel {
     /// A walk of the directory `root`, named `name` in paths (the path it was opened by);
-    /// one thread, directories stated for their type, mode and inode.
+    /// one thread.
     pub fn new(root: OwnedFd, name: &[u8]) -> WalkParallel {
         WalkParallel {
             root,
             name: name.to_vec(),
             threads: 1,
-            mask: StatxFlags::TYPE | StatxFlags::MODE,
             exclude: Exclude::default(),
         }
     }
@@ -220,12 +230,6 @@ impl WalkParallel {
     /// the tree is not cached, to keep many reads in flight.
     pub fn threads(mut self, threads: usize) -> WalkParallel {
         self.threads = threads;
-        self
-    }
-
-    /// What the `statx` of each opened directory asks for (the inode always).
-    pub fn stat_mask(mut self, mask: StatxFlags) -> WalkParallel {
-        self.mask = mask;
         self
     }
 
@@ -246,8 +250,7 @@ impl WalkParallel {
             pending: AtomicUsize::new(0),
             state: root,
         });
-        let mask = self.mask | StatxFlags::INO;
-        let walk = Walk::new(builder, self.threads, mask, self.exclude);
+        let walk = Walk::new(builder, self.threads, self.exclude);
         let mut visitor = walk.build();
         let mut scratch = Scratch::default();
         walk.list(&root_dir, self.root, &mut visitor, &mut scratch);
@@ -302,7 +305,6 @@ impl<S> Default for Scratch<S> {
 /// A walk under way.
 struct Walk<'b, B: ParallelVisitorBuilder> {
     builder: Mutex<&'b mut B>,
-    mask: StatxFlags,
     queue: Mutex<Queue<StateOf<B>>>,
     ready: Condvar,
     waiting: AtomicUsize,
@@ -323,14 +325,13 @@ struct Walk<'b, B: ParallelVisitorBuilder> {
 }
 
 impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
-    fn new(builder: &'b mut B, threads: usize, mask: StatxFlags, exclude: Exclude) -> Walk<'b, B> {
+    fn new(builder: &'b mut B, threads: usize, exclude: Exclude) -> Walk<'b, B> {
         let limit = getrlimit(Resource::Nofile).current.unwrap_or(1024) as usize;
         // Each worker holds up to 4 fds at once (a directory, a reopened chain, its cache).
         let threads = threads.clamp(1, (limit / 8).max(1));
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Walk {
             builder: Mutex::new(builder),
-            mask,
             queue: Mutex::new(Queue {
                 tasks: Vec::new(),
                 active: 1,
@@ -481,11 +482,12 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
             }
         };
         let opened = openat(&*parent_fd, &*name, DIR_FLAGS, Mode::empty())
-            .and_then(|fd| Ok((statx(&fd, "", AtFlags::EMPTY_PATH, self.mask)?, fd)));
+            .and_then(|fd| Ok((statx(&fd, "", AtFlags::EMPTY_PATH, STATX_MASK)?, fd)));
         let (stat, fd) = match opened {
             Ok(opened) => opened,
             Err(cause) => {
-                let state = visitor.unopened(&parent, parent_fd.as_fd(), &name, cause);
+                let stat = statx(&*parent_fd, &*name, AtFlags::SYMLINK_NOFOLLOW, STATX_MASK);
+                let state = visitor.unopened(&parent, &name, stat.ok().as_ref(), cause);
                 drop(parent_fd);
                 self.opened_child(&parent);
                 return self.obey(state);
@@ -493,7 +495,7 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
         };
         drop(parent_fd);
         self.opened_child(&parent);
-        let entry = Entry::dir(&name, Meta::with_mode(u32::from(stat.stx_mode) & 0o7777));
+        let entry = Entry::dir(&name, Meta::of_statx(&stat));
         match visitor.enter_dir(&parent, &entry, fd.as_fd(), &stat) {
             Ok(state) => {
                 let dir = Arc::new(Dir {
@@ -537,11 +539,20 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
                         subdirs.push(name);
                         continue;
                     }
-                    let mut entry = Entry::new(name, Kind::of(file_type), Meta::default());
-                    let state = visitor.entry(dir, fd.as_fd(), &mut entry);
-                    if entry.kind == Kind::Dir && state != WalkState::Skip {
-                        subdirs.push(name);
-                    }
+                    let flags = AtFlags::SYMLINK_NOFOLLOW;
+                    let state = match statx(fd.as_fd(), name, flags, STATX_MASK) {
+                        Err(cause) => visitor.unstated(dir, name, cause),
+                        // Listed without a type, or swapped in since the listing.
+                        Ok(stat) if Kind::of_mode(stat.stx_mode.into()) == Kind::Dir => {
+                            subdirs.push(name);
+                            WalkState::Continue
+                        }
+                        Ok(stat) => {
+                            let kind = Kind::of_mode(stat.stx_mode.into());
+                            let entry = Entry::new(name, kind, Meta::of_statx(&stat));
+                            visitor.entry(dir, fd.as_fd(), &entry, &stat)
+                        }
+                    };
                     self.obey(state);
                     if self.quit.load(Relaxed) {
                         break;
@@ -677,15 +688,24 @@ mod tests {
                 return Err(WalkState::Skip);
             }
             let path = parent.path(Some(entry.name)).0;
-            self.rec.enter_dir(&Entry::dir(&path, entry.meta)).unwrap();
+            let meta = Meta::with_mode(entry.meta.mode);
+            self.rec.enter_dir(&Entry::dir(&path, meta)).unwrap();
             Ok(())
         }
 
-        fn entry(&mut self, dir: &Dir<()>, fd: BorrowedFd<'_>, entry: &mut Entry<'_>) -> WalkState {
+        fn entry(
+            &mut self,
+            dir: &Dir<()>,
+            fd: BorrowedFd<'_>,
+            entry: &Entry<'_>,
+            stat: &Statx,
+        ) -> WalkState {
+            assert_eq!(entry.meta, Meta::of_statx(stat));
             let path = dir.path(Some(entry.name)).0;
             if entry.kind == Kind::File {
-                // Read by its name in `fd`, recorded by its path.
-                self.rec.file(entry, Content::Unopened { dir: fd }).unwrap();
+                // Read by its name in `fd`, recorded by its path and mode.
+                let file = Entry::file(entry.name, Meta::with_mode(entry.meta.mode));
+                self.rec.file(&file, Content::Unopened { dir: fd }).unwrap();
                 if let Some(Recorded::File(name, ..)) = self.rec.calls.last_mut() {
                     *name = path;
                 }
@@ -735,7 +755,7 @@ mod tests {
             fs::set_permissions(root.join(&path), fs::Permissions::from_mode(0o644)).unwrap();
             want.push(Recorded::File(
                 format!("top/{path}").into(),
-                Meta::default(),
+                Meta::with_mode(0o644),
                 content.to_vec(),
             ));
         };

@@ -1,5 +1,5 @@
 //! Connections shared out by client address, so that no address can take every slot:
-//! serve's `--max-connections`, recv's handshakes.
+//! recv's handshakes ([`super::server`]), and serve's `--max-connections`.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -7,15 +7,15 @@ use std::sync::{Arc, Mutex};
 
 /// The connections open per client address (an IPv6 client by its /64 network, which one
 /// subscriber usually holds whole).
-pub(crate) struct Peers {
+pub struct Peers {
     /// The most one address may hold.
-    pub(crate) share: usize,
+    pub share: usize,
     open: Mutex<HashMap<IpAddr, usize>>,
 }
 
 impl Peers {
     /// Each address may hold `share` connections.
-    pub(crate) fn new(share: usize) -> Arc<Peers> {
+    pub fn new(share: usize) -> Arc<Peers> {
         Arc::new(Peers {
             share,
             open: Mutex::default(),
@@ -23,12 +23,12 @@ impl Peers {
     }
 
     /// Each address may hold a quarter of `max_connections`, at least one.
-    pub(crate) fn quarter_of(max_connections: u32) -> Arc<Peers> {
+    pub fn quarter_of(max_connections: u32) -> Arc<Peers> {
         Peers::new((max_connections as usize / 4).max(1))
     }
 
     /// A slot for one more connection from `ip`; `None` when its address holds its share.
-    pub(crate) fn take(self: &Arc<Peers>, ip: IpAddr) -> Option<PeerSlot> {
+    pub fn take(self: &Arc<Peers>, ip: IpAddr) -> Option<PeerSlot> {
         let address = match ip.to_canonical() {
             IpAddr::V6(ip) => IpAddr::V6((u128::from(ip) & u128::MAX << 64).into()),
             ip => ip,
@@ -47,7 +47,7 @@ impl Peers {
 }
 
 /// One connection's place in its address's share, given back when dropped.
-pub(crate) struct PeerSlot {
+pub struct PeerSlot {
     peers: Arc<Peers>,
     address: IpAddr,
 }

@@ -1,0 +1,305 @@
+//! The receiving server: a listener's accept loop, one thread per connection running
+//! [`Receive::connection`], within a budget of connections and a share of it per address,
+//! until a stop signal or, one-shot, the first sender that showed the key.
+
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::os::fd::OwnedFd;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use super::peers::{PeerSlot, Peers};
+use super::recv::{Connection, DryRun, Failed, Receive, Received};
+use crate::error::{Error, NetError, Result, TreePath};
+use crate::interrupt::{keep_signals_off_this_thread, requested};
+
+/// Connections taken beyond the running transfers: in their handshake, later lanes waiting
+/// for their transfer's HELLO or slot, or connections waiting for a transfer to end (a
+/// transfer's later lanes, once joined, count as none). The rest wait in the listen queue.
+const HANDSHAKES: usize = 64;
+
+/// Connections from one address that may be in their handshake at once: a quarter of
+/// [`HANDSHAKES`], so strangers at one address leave the rest to others, and room for a
+/// sender's later lanes (up to 15, opened at once). More are closed as they come.
+const SHARE: usize = 16;
+
+/// A server receiving into one DEST: `Receiver::new(listener, receive).keep(..).run(..)`.
+pub struct Receiver {
+    listener: TcpListener,
+    receive: Receive,
+    keep: bool,
+}
+
+/// How one connection ended (or was turned away at once, given no thread).
+#[derive(Debug)]
+pub struct Done {
+    /// The sender's address.
+    pub peer: SocketAddr,
+    /// What it did, or how it failed.
+    pub result: std::result::Result<Ended, Failed>,
+    /// From its accept to its end.
+    pub elapsed: Duration,
+}
+
+/// What an authenticated connection did.
+#[derive(Debug)]
+pub enum Ended {
+    /// A transfer landed.
+    Landed(Received),
+    /// A sender's dry run: nothing landed.
+    DryRun(DryRun),
+}
+
+/// What the loop tells its caller.
+#[derive(Debug)]
+pub enum Report<'a> {
+    /// A connection ended, or was closed at once.
+    Ended(&'a Done),
+    /// Taking a connection failed (out of fds): the loop goes on.
+    AcceptFailed(&'a std::io::Error),
+}
+
+impl Done {
+    /// Whether it ends a one-shot receiver: a sender that had shown the key, unless it made
+    /// a dry run (strangers and dry runs leave it waiting).
+    pub fn ends_one_shot(&self) -> bool {
+        match &self.result {
+            Ok(Ended::Landed(_)) => true,
+            Ok(Ended::DryRun(_)) => false,
+            Err(failed) => failed.authenticated,
+        }
+    }
+}
+
+/// What a connection's thread tells the accept loop.
+enum Event {
+    /// The connection joined a running transfer as a later lane (no connection of its own).
+    Lane,
+    /// A connection (not a later lane) ended.
+    Done(Box<Done>),
+}
+
+/// The connections the loop holds a thread for, at most the transfers landing at once and
+/// [`HANDSHAKES`], of which [`SHARE`] per address in their handshake.
+struct Budget {
+    running: usize,
+    max: usize,
+    handshaking: Arc<Peers>,
+}
+
+impl Budget {
+    fn new(max_transfers: usize) -> Budget {
+        Budget {
+            running: 0,
+            max: max_transfers.saturating_add(HANDSHAKES),
+            handshaking: Peers::new(SHARE),
+        }
+    }
+
+    /// Whether no more connection may be taken until one ends.
+    fn full(&self) -> bool {
+        self.running >= self.max
+    }
+
+    /// A place among the handshakes for a connection from `ip`, or why it is closed at once.
+    fn admit(&self, ip: IpAddr) -> std::result::Result<PeerSlot, String> {
+        (self.handshaking.take(ip))
+            .ok_or_else(|| format!("{SHARE} connections from its address are in their handshake"))
+    }
+}
+
+impl Receiver {
+    /// Serves `listener` (set non-blocking here) with `receive`, one-shot unless
+    /// [`Receiver::keep`].
+    pub fn new(listener: TcpListener, receive: Receive) -> Receiver {
+        Receiver {
+            listener,
+            receive,
+            keep: false,
+        }
+    }
+
+    /// Keeps receiving until a stop signal, which ends the loop once the running transfers
+    /// are done; without it, the first sender that shows the key (and makes no dry run) ends
+    /// it.
+    pub fn keep(mut self, yes: bool) -> Receiver {
+        self.keep = yes;
+        self
+    }
+
+    /// Runs the loop, calling `report` with each connection as it ends. Returns the
+    /// connection that ended a one-shot receiver; `None` when a kept one stopped; a one-shot
+    /// receiver stopped by a signal fails with [`Error::Interrupted`].
+    pub fn run(self, mut report: impl FnMut(Report<'_>)) -> Result<Option<Done>> {
+        let shown = || TreePath(b"<listener>".to_vec());
+        (self.listener.set_nonblocking(true)).map_err(|e| Error::os("listen", shown(), e))?;
+        let (tx, rx) = mpsc::channel::<Event>();
+        // A transfer that ends wakes the loop at once (one-shot recv ends then, not at the
+        // next poll timeout).
+        let wake = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC)
+            .map_err(|e| Error::io("eventfd", shown(), e))?;
+        let wake = Arc::new(wake);
+        let mut budget = Budget::new(self.receive.transfers_at_once());
+        loop {
+            // Full, or stopping: wait for a connection to end; connections wait in the listen
+            // queue meanwhile.
+            let stopping = requested().is_some();
+            let event = match budget.full() || stopping {
+                true if budget.running == 0 => break,
+                true => rx.recv_timeout(Duration::from_millis(100)).ok(),
+                false => rx.try_recv().ok(),
+            };
+            if let Some(event) = event {
+                budget.running -= 1;
+                if let Event::Done(done) = event {
+                    report(Report::Ended(&done));
+                    // Strangers still in their handshake are dropped with the process.
+                    if done.ends_one_shot() && !self.keep {
+                        return Ok(Some(*done));
+                    }
+                }
+                continue;
+            }
+            if budget.full() || stopping || !readable(&self.listener, &wake)? {
+                continue;
+            }
+            let (stream, peer) = match self.listener.accept() {
+                Ok(accepted) => accepted,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(e) => {
+                    report(Report::AcceptFailed(&e));
+                    continue;
+                }
+            };
+            let place = match budget.admit(peer.ip()) {
+                Ok(place) => place,
+                Err(why) => {
+                    report(Report::Ended(&turned_away(peer, why)));
+                    continue;
+                }
+            };
+            let (tx, receive, wake) = (tx.clone(), self.receive.clone(), wake.clone());
+            let spawned = std::thread::Builder::new().spawn(move || {
+                keep_signals_off_this_thread();
+                let start = Instant::now();
+                // Tells the loop, and wakes it.
+                let tell = |event| {
+                    let _ = tx.send(event);
+                    let _ = rustix::io::write(&*wake, &1u64.to_ne_bytes());
+                };
+                // Its place among the handshakes is given back once it showed the key.
+                let authenticated = move || drop(place);
+                let result = match receive.connection(stream, authenticated, || tell(Event::Lane)) {
+                    Ok(Connection::Lane) => return,
+                    Ok(Connection::DryRun(dry_run)) => Ok(Ended::DryRun(dry_run)),
+                    Ok(Connection::Landed(received)) => Ok(Ended::Landed(received)),
+                    Err(failed) => Err(failed),
+                };
+                let elapsed = start.elapsed();
+                tell(Event::Done(Box::new(Done {
+                    peer,
+                    result,
+                    elapsed,
+                })));
+            });
+            // Out of threads (a task limit): this connection is closed, the others go on.
+            match spawned {
+                Ok(_) => budget.running += 1,
+                Err(e) => {
+                    let done = turned_away(peer, format!("cannot start a thread: {e}"));
+                    report(Report::Ended(&done));
+                }
+            }
+        }
+        match requested() {
+            Some(signal) if !self.keep => Err(Error::Interrupted { signal }),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// A connection closed at once, given no thread, reported as any connection that failed.
+fn turned_away(peer: SocketAddr, why: String) -> Done {
+    let failed = Failed {
+        authenticated: false,
+        sender: None,
+        error: Error::net(NetError::Remote, format!("busy: {why}")),
+    };
+    Done {
+        peer,
+        result: Err(failed),
+        elapsed: Duration::ZERO,
+    }
+}
+
+/// Whether a connection waits to be accepted: waits until one does, a transfer ends (`wake`,
+/// read here) or 100 ms have passed (a stop is seen then).
+fn readable(listener: &TcpListener, wake: &OwnedFd) -> Result<bool> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let mut fds = [
+        PollFd::new(listener, PollFlags::IN),
+        PollFd::new(wake, PollFlags::IN),
+    ];
+    let wait = Timespec {
+        tv_sec: 0,
+        tv_nsec: 100_000_000,
+    };
+    match poll(&mut fds, Some(&wait)) {
+        Ok(_) => {
+            if !fds[1].revents().is_empty() {
+                let _ = rustix::io::read(wake, &mut [0u8; 8]);
+            }
+            Ok(!fds[0].revents().is_empty())
+        }
+        Err(rustix::io::Errno::INTR) => Ok(false),
+        Err(e) => Err(Error::io("poll", TreePath(b"<listener>".to_vec()), e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn the_budget_is_the_transfers_and_the_handshakes_with_a_share_per_address() {
+        let mut budget = Budget::new(4);
+        let places: Vec<_> = (0..SHARE).map(|_| budget.admit(ip("10.0.0.1"))).collect();
+        assert!(places.iter().all(Result::is_ok));
+        let refused = budget.admit(ip("10.0.0.1")).map(drop).unwrap_err();
+        assert!(refused.starts_with("16 connections"), "{refused}");
+        assert!(budget.admit(ip("10.0.0.2")).is_ok(), "another address");
+        drop(places);
+        assert!(budget.admit(ip("10.0.0.1")).is_ok(), "given back");
+        budget.running = 4 + HANDSHAKES - 1;
+        assert!(!budget.full());
+        budget.running += 1;
+        assert!(budget.full(), "4 transfers and 64 more");
+    }
+
+    #[test]
+    fn only_a_sender_that_showed_the_key_and_sent_ends_a_one_shot_receiver() {
+        let done = |result| Done {
+            peer: "127.0.0.1:1".parse().unwrap(),
+            result,
+            elapsed: Duration::ZERO,
+        };
+        let failed = |authenticated| Failed {
+            authenticated,
+            sender: None,
+            error: Error::net(NetError::Remote, "x"),
+        };
+        assert!(done(Err(failed(true))).ends_one_shot());
+        assert!(!done(Err(failed(false))).ends_one_shot(), "a stranger");
+        let dry_run = DryRun {
+            sender: "s".into(),
+            listed: 0,
+        };
+        assert!(!done(Ok(Ended::DryRun(dry_run))).ends_one_shot());
+        assert!(turned_away("127.0.0.1:1".parse().unwrap(), "busy".into())
+            .result
+            .is_err_and(|f| !f.authenticated));
+    }
+}

@@ -3,7 +3,7 @@
 //! destination, picks the engine and lands. A front end only maps its options onto it and
 //! reports.
 
-use std::cell::{RefCell, RefMut};
+use std::cell::{Cell, RefCell, RefMut};
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
@@ -111,6 +111,36 @@ pub struct Archive {
     padded: bool,
     /// The first bytes read from a streamed archive (see [`Archive::head`]).
     head: RefCell<Vec<u8>>,
+    /// How many bytes at the end of `head` were read ahead ([`Archive::peek`]) and are
+    /// still to be read.
+    ahead: Cell<usize>,
+    /// The fd a source reads from, which a sandbox keeps open (a compressed archive's).
+    source_fd: Option<RawFd>,
+}
+
+/// What a whole archive compressed by `zstd` (`barge pack | zstd`) starts with.
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+
+/// Reads an archive's fd from `at` to `end`: by `pread` when it is a file, else (a pipe)
+/// as the bytes come.
+struct FdReader {
+    fd: OwnedFd,
+    at: u64,
+    end: u64,
+    positioned: bool,
+}
+
+impl Read for FdReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let want = (self.end - self.at).min(buf.len() as u64) as usize;
+        let buf = &mut buf[..want];
+        let n = crate::interrupt::retry(|| match self.positioned {
+            true => rustix::io::pread(&self.fd, &mut *buf, self.at),
+            false => rustix::io::read(&self.fd, &mut *buf),
+        })?;
+        self.at += n as u64;
+        Ok(n)
+    }
 }
 
 /// How many of its first bytes [`Archive::head`] shows: enough for the magic numbers of
@@ -133,10 +163,21 @@ enum Input {
 struct Recorded<'a, S> {
     source: S,
     head: &'a RefCell<Vec<u8>>,
+    /// See [`Archive::ahead`]: served first.
+    ahead: &'a Cell<usize>,
 }
 
 impl<S: ByteSource> ByteSource for Recorded<'_, S> {
     fn read(&mut self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let ahead = self.ahead.get();
+        if ahead > 0 {
+            let head = self.head.borrow();
+            let n = ahead.min(buf.len());
+            let start = head.len() - ahead;
+            buf[..n].copy_from_slice(&head[start..start + n]);
+            self.ahead.set(ahead - n);
+            return Ok(n);
+        }
         let n = self.source.read(buf, offset)?;
         let mut head = self.head.borrow_mut();
         let room = HEAD.saturating_sub(head.len());
@@ -273,11 +314,14 @@ impl Unpack {
                 Input::Stream { fd: owned, length }
             }
         };
-        Ok(Archive {
+        let archive = Archive {
             input,
             padded,
             head: RefCell::default(),
-        })
+            ahead: Cell::new(0),
+            source_fd: None,
+        };
+        archive.inflated(&shown)
     }
 
     /// Opens the destination `dest` (creating it when missing) for `archive`, confined when
@@ -309,7 +353,7 @@ impl Unpack {
     fn resolve(&self, archive: &Archive) -> Engine {
         match (self.engine, &archive.input) {
             // Version 2 lands on one thread until its segments are landed in parallel.
-            (_, Input::Mapped(m)) if m.bytes().get(6) == Some(&2) => Engine::Sync,
+            (_, _) if archive.is_v2() => Engine::Sync,
             (Engine::Auto, Input::Mapped(m)) if (m.bytes().len() as u64) < THREADS_FROM => {
                 Engine::Sync
             }
@@ -371,16 +415,22 @@ impl Archive {
             input: Input::Source(RefCell::new(Box::new(source))),
             padded: false,
             head: RefCell::default(),
+            ahead: Cell::new(0),
+            source_fd: None,
         }
     }
 
     /// The archive as a stream (not for a mapped one), keeping its first bytes.
     fn stream(&self) -> ByteStream<'_> {
-        let head = &self.head;
+        let (head, ahead) = (&self.head, &self.ahead);
         match &self.input {
             Input::Stream { fd, length } => {
                 let source = fd.as_ref().map_or(stdin(), |f| f.as_fd());
-                let stream = ByteStream::from_source(Recorded { source, head });
+                let stream = ByteStream::from_source(Recorded {
+                    source,
+                    head,
+                    ahead,
+                });
                 match length {
                     Some(length) => stream.limit(*length),
                     None => stream,
@@ -388,10 +438,85 @@ impl Archive {
             }
             Input::Source(source) => {
                 let source = Borrowed(source.borrow_mut());
-                ByteStream::from_source(Recorded { source, head })
+                ByteStream::from_source(Recorded {
+                    source,
+                    head,
+                    ahead,
+                })
             }
             Input::Mapped(_) => unreachable!("a mapped archive is not streamed"),
         }
+    }
+
+    /// The first `n` bytes (at most 512, fewer when the archive is shorter), read ahead from
+    /// a stream and kept for its reader.
+    fn peek(&self, n: usize) -> Result<Vec<u8>> {
+        let n = n.min(HEAD);
+        if let Input::Mapped(m) = &self.input {
+            return Ok(m.bytes()[..n.min(m.bytes().len())].to_vec());
+        }
+        let mut stream = self.stream();
+        let mut buf = vec![0; n];
+        let mut got = self.head.borrow().len().min(n);
+        buf[..got].copy_from_slice(&self.head.borrow()[..got]);
+        while got < n {
+            let was = self.ahead.get();
+            self.ahead.set(0);
+            let read = stream.read(&mut buf[got..], got as u64);
+            self.ahead.set(was + *read.as_ref().unwrap_or(&0));
+            match read? {
+                0 => break,
+                more => got += more,
+            }
+        }
+        buf.truncate(got);
+        Ok(buf)
+    }
+
+    /// Whether the archive is in format version 2 (which lands on one thread for now).
+    fn is_v2(&self) -> bool {
+        self.peek(8).is_ok_and(|head| head.get(6) == Some(&2))
+    }
+
+    /// This archive read through zstd, when it starts as a zstd frame does (a whole archive
+    /// compressed, as by `barge pack | zstd`); its window is bounded as v2's frames are.
+    fn inflated(self, shown: &TreePath) -> Result<Archive> {
+        if self.peek(ZSTD_MAGIC.len())? != ZSTD_MAGIC {
+            return Ok(self);
+        }
+        let dup = |fd: std::os::fd::BorrowedFd<'_>| {
+            rustix::io::fcntl_dupfd_cloexec(fd, 0)
+                .map_err(|e| Error::os("dup the archive", shown.clone(), e.into()))
+        };
+        let peeked = self.head.borrow().clone();
+        let reader = match &self.input {
+            Input::Mapped(m) => {
+                let (at, len) = (m.offset(), m.bytes().len() as u64);
+                let fd = dup(m.file())?;
+                let end = at + len;
+                FdReader { fd, at, end, positioned: true }
+            }
+            Input::Stream { fd, length } => {
+                let fd = dup(fd.as_ref().map_or(stdin(), |f| f.as_fd()))?;
+                let end = length.map_or(u64::MAX, |l| l - peeked.len() as u64);
+                FdReader { fd, at: 0, end, positioned: false }
+            }
+            Input::Source(_) => return Ok(self),
+        };
+        let source_fd = Some(reader.fd.as_raw_fd());
+        let reader: Box<dyn Read + Send> = match reader.positioned {
+            true => Box::new(reader),
+            false => Box::new(std::io::Cursor::new(peeked).chain(reader)),
+        };
+        let zstd = |e| Error::os("read the archive through zstd", shown.clone(), e);
+        let mut decoder = zstd::stream::read::Decoder::new(reader).map_err(zstd)?;
+        decoder
+            .window_log_max(crate::format::MAX_WINDOW_LOG)
+            .map_err(zstd)?;
+        Ok(Archive {
+            source_fd,
+            ..Archive::from_reader(decoder)
+        })
     }
 
     /// The archive's first bytes (up to 512; of a stream, those read so far): for a front
@@ -427,7 +552,7 @@ impl Archive {
         match &self.input {
             Input::Mapped(m) => Some(m.file().as_raw_fd()),
             Input::Stream { fd, .. } => fd.as_ref().map(|fd| fd.as_raw_fd()),
-            Input::Source(_) => None,
+            Input::Source(_) => self.source_fd,
         }
     }
 

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use rustix::fs::{
-    fstat, linkat, makedev, mkdirat, mknodat, openat, renameat, renameat_with, statat, symlinkat,
-    unlinkat, AtFlags, FileType, Mode, RenameFlags,
+    fstat, ftruncate, linkat, makedev, mkdirat, mknodat, openat, renameat, renameat_with, seek,
+    statat, symlinkat, unlinkat, AtFlags, FileType, Mode, RenameFlags, SeekFrom,
 };
 use rustix::io::{write, Errno};
 
@@ -675,6 +675,28 @@ impl Sink for SyncLander {
             return Ok(());
         }
         self.write_all(data)
+    }
+
+    /// Seeks past the hole, which the file system leaves unallocated; a file that ends in
+    /// one gets its length by `ftruncate`.
+    fn hole(&mut self, len: u64) -> Result<()> {
+        if self.draining || len == 0 {
+            return Ok(());
+        }
+        let file = self.file.as_mut().expect("a file is open");
+        file.written += len;
+        let (at, end) = (file.written, file.written == file.size);
+        let path = || path_in(&self.dirs, &self.file_name);
+        let placed = match end {
+            true => ftruncate(&file.fd, at).map_err(|e| Error::io("ftruncate", path(), e)),
+            false => (seek(&file.fd, SeekFrom::Start(at)).map(drop))
+                .map_err(|e| Error::io("lseek", path(), e)),
+        };
+        placed?;
+        if end {
+            self.complete()?;
+        }
+        Ok(())
     }
 
     fn symlink(&mut self, link: &Entry<'_>, target: &[u8]) -> Result<()> {

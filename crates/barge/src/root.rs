@@ -71,6 +71,8 @@ pub struct Destination {
     final_mode: Option<u32>,
     /// A new destination's tree, until [`Destination::finish`] puts it in place.
     staged: Option<Stage>,
+    /// The staged tree's top is DEST itself (none of its parents was missing).
+    top_is_dest: bool,
     /// The destination as given, for messages.
     path: TreePath,
 }
@@ -101,15 +103,15 @@ pub(crate) fn open_dest(dest: &Path, sandbox: bool, keep: Option<RawFd>) -> Resu
     let dest = Path::new(std::ffi::OsStr::from_bytes(trimmed));
     let path = path_of(dest);
     umask();
-    let (fd, staged) = match missing(dest)? {
+    let (fd, staged, top_is_dest) = match missing(dest)? {
         None => match open(dest, DEST_FLAGS, Mode::empty()) {
-            Ok(fd) => (fd, None),
+            Ok(fd) => (fd, None, false),
             Err(e @ (Errno::LOOP | Errno::NOTDIR)) => return Err(not_a_directory(dest, e)),
             Err(e) => return Err(Error::io("open destination", path, e)),
         },
         Some((parent, names)) => {
             let (fd, staged) = Staged::create(parent, &names, &path)?;
-            (fd, Some(staged))
+            (fd, Some(staged), names.len() == 1)
         }
     };
     let final_mode = staged
@@ -137,6 +139,7 @@ pub(crate) fn open_dest(dest: &Path, sandbox: bool, keep: Option<RawFd>) -> Resu
         confinement,
         final_mode,
         staged,
+        top_is_dest,
         path,
     })
 }
@@ -211,12 +214,20 @@ impl Destination {
     /// Ends the landing: when it succeeded, gives a destination this unpack created its
     /// final mode (the usual `0o777 & !umask`) and renames it into place (failing if
     /// something took DEST's name meanwhile); when it failed, removes what it created.
-    pub fn finish(&mut self, landed: bool) -> Result<()> {
+    /// `root_mode`, the archive's root record's, replaces the usual mode.
+    pub fn finish(&mut self, landed: bool, root_mode: Option<u32>) -> Result<()> {
         let fail = |(op, e)| Error::io(op, self.path.clone(), e);
-        if let (true, Some(fd), Some(mode)) = (landed, &self.fd, self.final_mode) {
+        let dest_mode = self.final_mode.map(|mode| root_mode.unwrap_or(mode));
+        if let (true, Some(fd), Some(mode)) = (landed, &self.fd, dest_mode) {
             fchmod(fd, Mode::from_raw_mode(mode)).map_err(|e| fail(("fchmod", e)))?;
         }
-        let mode = self.final_mode.unwrap_or(0o700);
+        // The top of the staged tree: DEST, or its first missing parent (the usual mode).
+        let top = if self.top_is_dest {
+            dest_mode
+        } else {
+            self.final_mode
+        };
+        let mode = top.unwrap_or(0o700);
         match self.staged.take() {
             None => Ok(()),
             Some(Stage::Here(staged)) if landed => staged.commit(mode).map_err(fail),
@@ -230,7 +241,7 @@ impl Drop for Destination {
     /// A destination dropped before [`Destination::finish`] did not land: its staged tree
     /// goes.
     fn drop(&mut self) {
-        let _ = self.finish(false);
+        let _ = self.finish(false, None);
     }
 }
 
@@ -568,7 +579,7 @@ pub struct Prepared {
 pub fn prepare_dest(dest: &Path) -> Result<Prepared> {
     let mut destination = open_dest(dest, false, None)?;
     let root = destination.root()?;
-    destination.finish(true)?;
+    destination.finish(true, None)?;
     let fs = rustix::fs::fstatvfs(&root).map_err(|e| Error::io("statvfs", path_of(dest), e))?;
     // The kernel's name for the fd; without /proc, the path as given, made absolute.
     let opened = fs::read_link(format!("/proc/self/fd/{}", root.as_raw_fd()));

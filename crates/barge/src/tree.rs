@@ -314,6 +314,13 @@ pub trait Sink {
         Ok(())
     }
 
+    /// The metadata of the tree's root directory (an archive's `ROOT` record), before its
+    /// first entry; ignored by default (a lander applies it only to a destination it
+    /// created).
+    fn root(&mut self, _meta: &Meta, _xattrs: Xattrs<'_>) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
     /// `len` zero bytes of that file that need not be written (a hole of a sparse file); by
     /// default passed to [`Sink::data`] as zeros.
     fn hole(&mut self, mut len: u64) -> Result<(), Self::Error> {
@@ -388,6 +395,9 @@ impl<S: Sink + ?Sized> Sink for &mut S {
     }
     fn hole(&mut self, len: u64) -> Result<(), S::Error> {
         (**self).hole(len)
+    }
+    fn root(&mut self, meta: &Meta, xattrs: Xattrs<'_>) -> Result<(), S::Error> {
+        (**self).root(meta, xattrs)
     }
     fn symlink(&mut self, entry: &Entry<'_>, target: &[u8]) -> Result<(), S::Error> {
         (**self).symlink(entry, target)

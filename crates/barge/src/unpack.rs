@@ -341,11 +341,13 @@ impl Unpack {
         progress: &Progress,
     ) -> Result<LandSummary> {
         let limits = archive.limits(self.limits);
+        let new = destination.is_new();
         let landed = destination
             .root()
-            .and_then(|root| self.land_into(root, archive, limits, progress));
+            .and_then(|root| self.land_into(root, new, archive, limits, progress));
         let landed = crate::interrupt::unless_archive_shrank(landed);
-        let finished = destination.finish(landed.is_ok());
+        let root_mode = landed.as_ref().ok().and_then(|l| l.root_mode);
+        let finished = destination.finish(landed.is_ok(), root_mode);
         landed.and_then(|l| finished.map(|()| l))
     }
 
@@ -365,12 +367,16 @@ impl Unpack {
     fn land_into(
         &self,
         root: OwnedFd,
+        new_dest: bool,
         archive: &Archive,
         limits: Limits,
         progress: &Progress,
     ) -> Result<LandSummary> {
         let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let setup = Setup::new(Policy::new(self.restore, self.me));
+        let setup = Setup {
+            new_dest,
+            ..Setup::new(Policy::new(self.restore, self.me))
+        };
         let decoding = Decoding {
             limits,
             strip: self.strip,
@@ -494,12 +500,22 @@ impl Archive {
                 let (at, len) = (m.offset(), m.bytes().len() as u64);
                 let fd = dup(m.file())?;
                 let end = at + len;
-                FdReader { fd, at, end, positioned: true }
+                FdReader {
+                    fd,
+                    at,
+                    end,
+                    positioned: true,
+                }
             }
             Input::Stream { fd, length } => {
                 let fd = dup(fd.as_ref().map_or(stdin(), |f| f.as_fd()))?;
                 let end = length.map_or(u64::MAX, |l| l - peeked.len() as u64);
-                FdReader { fd, at: 0, end, positioned: false }
+                FdReader {
+                    fd,
+                    at: 0,
+                    end,
+                    positioned: false,
+                }
             }
             Input::Source(_) => return Ok(self),
         };

@@ -20,4 +20,5 @@ mod sandbox;
 mod serve;
 mod setid;
 mod syscalls;
+mod v2;
 mod vectors;

@@ -47,6 +47,8 @@ pub struct LandSummary {
     pub kept: u64,
     /// What the process could not restore.
     pub not_restored: restore::NotRestored,
+    /// The mode the archive's root record gives a destination this unpack created.
+    pub root_mode: Option<u32>,
 }
 
 impl LandSummary {
@@ -227,7 +229,8 @@ impl Feed {
                 self.enter_held(sink)?;
                 sink.special(&entry, device)
             }
-            // The root's records land with the destination (not yet: DEST keeps its own).
+            // With leading components stripped, the archive's root is not DEST.
+            Event::Root { meta, xattrs } if self.strip == 0 => sink.root(&meta, xattrs),
             Event::Root { .. } => Ok(()),
             Event::End { .. } | Event::Padding | Event::Segment | Event::Index(_) => Ok(()),
         }

@@ -309,6 +309,11 @@ impl Policy {
         (create, (last != create & !self.umask).then_some(last))
     }
 
+    /// The mode a directory gets once filled.
+    pub(crate) fn final_dir_mode(&self, apply: &Apply) -> u32 {
+        apply.mode & !self.umask
+    }
+
     /// The mode a directory that was there already gets once filled: with
     /// [`Existing::Overwrite`] the archive's (as its time, owner and extended attributes:
     /// what tar does; `cp --update` and `send --update` need it to match the source), else

@@ -23,7 +23,7 @@ use crate::interrupt::{check, retry, SIGBUS};
 use crate::sys::copy::{copy_range, read_chunks};
 use crate::sys::fds::Graveyard;
 use crate::sys::{CREATE_FLAGS, DIR_FLAGS, DIR_HANDLE_FLAGS, FILE_FLAGS};
-use crate::tree::{Content, Device, Entry, Kind, Sink, Timestamp, Xattrs};
+use crate::tree::{Content, Device, Entry, Kind, Meta, Sink, Timestamp, Xattrs};
 
 /// Most bytes one `write` moves: a stop request is seen between two.
 const CHUNK: u64 = 64 << 20;
@@ -49,6 +49,8 @@ pub(crate) struct Setup {
     /// the directories entered are left to the engine (several landers are in a directory
     /// at once), and files with a link id are only noted as created.
     pub(crate) threaded: bool,
+    /// The destination is new: the archive's root record applies to it.
+    pub(crate) new_dest: bool,
 }
 
 impl Setup {
@@ -58,6 +60,7 @@ impl Setup {
             policy,
             links: Links::default(),
             threaded: false,
+            new_dest: false,
         }
     }
 }
@@ -100,6 +103,8 @@ pub(crate) enum Made<T> {
 /// `close`.
 pub struct SyncLander {
     root: Arc<OwnedFd>,
+    /// The time the archive's root record gives a new destination, set once landing ends.
+    root_time: Option<Timestamp>,
     dirs: Vec<OpenDir>,
     left: Graveyard,
     setup: Setup,
@@ -222,6 +227,7 @@ impl SyncLander {
     pub(crate) fn new(root: OwnedFd, setup: Setup) -> SyncLander {
         SyncLander {
             root: Arc::new(root),
+            root_time: None,
             dirs: Vec::new(),
             left: Graveyard::new(),
             setup,
@@ -784,8 +790,41 @@ impl Sink for SyncLander {
         }
     }
 
+    /// A new destination gets the root record's owner and extended attributes now, its
+    /// time once landing is done, its mode as [`Destination::finish`] puts it in place.
+    ///
+    /// [`Destination::finish`]: crate::root::Destination::finish
+    fn root(&mut self, meta: &Meta, xattrs: Xattrs<'_>) -> Result<()> {
+        if !self.setup.new_dest {
+            return Ok(());
+        }
+        let root = Entry {
+            xattrs,
+            ..Entry::dir(b".", *meta)
+        };
+        let skipped = &mut self.summary.not_restored;
+        let apply = self.setup.policy.entry(&root, skipped);
+        let now = Apply {
+            mtime: None,
+            ..apply
+        };
+        let target = Target::Fd(self.root.as_fd());
+        let path = || TreePath(b".".to_vec());
+        self.setup
+            .policy
+            .restore(target, &now, xattrs, skipped, path)?;
+        self.summary.root_mode = Some(self.setup.policy.final_dir_mode(&apply));
+        self.root_time = apply.mtime;
+        Ok(())
+    }
+
     fn finish(&mut self) -> Result<()> {
         self.left.close_all();
+        if let Some(mtime) = self.root_time.take() {
+            let (skipped, path) = (&mut self.summary.not_restored, || TreePath(b".".to_vec()));
+            let target = Target::Fd(self.root.as_fd());
+            (self.setup.policy).finish_dir(target, (None, Some(mtime)), false, skipped, path)?;
+        }
         Ok(())
     }
 }

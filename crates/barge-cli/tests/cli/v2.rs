@@ -1,0 +1,199 @@
+//! Format version 2 through the CLI: the committed v2 vectors land and list (mapped and from
+//! a pipe) or fail cleanly with their code and offset; a corrupted byte is an error that
+//! leaves no file; the root record gives a new DEST its mode and time; sparse files land
+//! sparse; a whole archive compressed by zstd is read through it.
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+
+use crate::common::*;
+use crate::vectors::vectors;
+
+/// Unpacks `archive` (its bytes) into `dest`, from a file or through stdin.
+fn unpack(archive: &Path, dest: &Path, piped: bool) -> std::process::Output {
+    let mut cmd = barge(["unpack"]);
+    if piped {
+        cmd.arg("-").arg(dest);
+        run(&mut cmd, Some(&fs::read(archive).unwrap()))
+    } else {
+        cmd.arg(archive).arg(dest);
+        run(&mut cmd, None)
+    }
+}
+
+#[test]
+fn v2_vectors_land_and_list_or_fail_cleanly() {
+    let work = tempdir();
+    for (i, (archive, json)) in vectors("v2/valid").iter().enumerate() {
+        let what = archive.display().to_string();
+        let entries = json["entries"].as_array().unwrap();
+        let listed = run_ok(&mut barge(["list".as_ref(), archive.as_os_str()]), None);
+        let lines = String::from_utf8(listed.stdout).unwrap().lines().count();
+        assert_eq!(lines, entries.len(), "{what}: list line count");
+        for piped in [false, true] {
+            let dest = work.path().join(format!("v{i}-{piped}"));
+            let out = unpack(archive, &dest, piped);
+            assert!(
+                out.status.success(),
+                "{what}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let landed = scan(&dest).len();
+            assert_eq!(
+                landed,
+                entries.len(),
+                "{what} (piped {piped}): entries landed"
+            );
+        }
+    }
+    for (i, (archive, json)) in vectors("v2/invalid").iter().enumerate() {
+        let what = archive.display().to_string();
+        let code = format!("[{}]", json["error"].as_str().unwrap());
+        let at = format!("archive byte {}:", json["offset"]);
+        for piped in [false, true] {
+            let dest = work.path().join(format!("i{i}-{piped}"));
+            let out = unpack(archive, &dest, piped);
+            assert_clean_failure(&out, &[&at, &code], &format!("{what} (piped {piped})"));
+        }
+        let out = run(&mut barge(["list".as_ref(), archive.as_os_str()]), None);
+        assert_clean_failure(&out, &[&at, &code], &format!("list {what}"));
+    }
+}
+
+/// Four bytes flipped inside a file's content: `list` and `unpack` fail naming the file,
+/// and the file is not left under its name, in a new DEST or an existing one.
+#[test]
+fn a_corrupted_file_is_an_error_that_leaves_nothing() {
+    let work = tempdir();
+    let good =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/vectors/v2/valid/file.barge");
+    let mut bytes = fs::read(&good).unwrap();
+    let at = bytes.windows(5).position(|w| w == b"Hello").unwrap();
+    bytes[at + 1..at + 5].copy_from_slice(b"JUNK");
+    let bad = work.path().join("bad.barge");
+    fs::write(&bad, &bytes).unwrap();
+    let out = run(&mut barge(["list".as_ref(), bad.as_os_str()]), None);
+    assert_clean_failure(&out, &["hello.txt", "[bad-digest]"], "list");
+    for piped in [false, true] {
+        let new = work.path().join(format!("new-{piped}"));
+        let out = unpack(&bad, &new, piped);
+        assert_clean_failure(
+            &out,
+            &["hello.txt", "[bad-digest]"],
+            "unpack into a new DEST",
+        );
+        assert!(!new.exists(), "a new DEST stays absent");
+        let existing = work.path().join(format!("existing-{piped}"));
+        fs::create_dir(&existing).unwrap();
+        let out = unpack(&bad, &existing, piped);
+        assert_clean_failure(&out, &["hello.txt", "[bad-digest]"], "unpack into DEST");
+        assert_eq!(
+            names_in(&existing),
+            Vec::<String>::new(),
+            "nothing left (piped {piped})"
+        );
+    }
+}
+
+/// The root record (PERM 0o700, TIME 2001-01-01) lands on a DEST the unpack creates, also
+/// below missing parents (which get the usual mode), never on one that was there.
+#[test]
+fn the_root_record_gives_a_new_dest_its_mode_and_time() {
+    let work = tempdir();
+    let archive =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/vectors/v2/valid/nested.barge");
+    for sandbox in [true, false] {
+        let flag: &[&str] = if sandbox { &[] } else { &["--no-sandbox"] };
+        let dest = work.path().join(format!("new-{sandbox}"));
+        let deep = work.path().join(format!("parent-{sandbox}/dest"));
+        for dest in [&dest, &deep] {
+            let mut cmd = barge(["unpack"]);
+            run_ok(cmd.args(flag).arg(&archive).arg(dest), None);
+            let meta = fs::metadata(dest).unwrap();
+            assert_eq!(
+                meta.permissions().mode() & 0o7777,
+                0o700,
+                "{}",
+                dest.display()
+            );
+            assert_eq!(meta.mtime(), 978_307_200, "{}", dest.display());
+            assert!(dest.join("a/b/c.txt").exists());
+        }
+        let parent = fs::metadata(deep.parent().unwrap()).unwrap();
+        assert_eq!(
+            parent.permissions().mode() & 0o777,
+            0o777 & !umask(),
+            "a new parent"
+        );
+        let existing = work.path().join(format!("existing-{sandbox}"));
+        fs::create_dir(&existing).unwrap();
+        fs::set_permissions(&existing, fs::Permissions::from_mode(0o751)).unwrap();
+        set_mtime(&existing, 1_000_000_000, 0);
+        let mut cmd = barge(["unpack"]);
+        run_ok(cmd.args(flag).arg(&archive).arg(&existing), None);
+        let meta = fs::metadata(&existing).unwrap();
+        assert_eq!(
+            meta.permissions().mode() & 0o7777,
+            0o751,
+            "an existing DEST keeps its mode"
+        );
+    }
+}
+
+/// A 200 MiB file with two data bytes lands sparse, from a file and from a pipe.
+#[test]
+fn a_sparse_file_lands_sparse() {
+    let work = tempdir();
+    let archive = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/vectors/v2/valid/sparse-200mib.barge");
+    assert!(
+        fs::metadata(&archive).unwrap().len() < 64 << 10,
+        "the archive is small"
+    );
+    for piped in [false, true] {
+        let dest = work.path().join(format!("{piped}"));
+        let out = unpack(&archive, &dest, piped);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let file = dest.join("sparse");
+        let meta = fs::metadata(&file).unwrap();
+        assert_eq!(meta.len(), 200 << 20);
+        assert!(
+            meta.blocks() * 512 < 1 << 20,
+            "{} bytes allocated",
+            meta.blocks() * 512
+        );
+        let data = fs::read(&file).unwrap();
+        assert_eq!((data[0], data[(200 << 20) - 1]), (b'A', b'Z'));
+        assert!(data[1..(200 << 20) - 1].iter().all(|&b| b == 0));
+    }
+}
+
+/// `barge pack DIR | zstd > a.zst`: unpack and list read it through zstd, file or pipe.
+#[test]
+fn an_archive_compressed_whole_by_zstd_is_read_through_it() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    fs::create_dir_all(src.join("d")).unwrap();
+    file(&src.join("d/f"), b"compressed whole\n", 0o640);
+    let archive = pack_to(&src, "-");
+    let compressed = zstd::encode_all(&archive[..], 3).unwrap();
+    let zst = work.path().join("a.barge.zst");
+    fs::write(&zst, compressed).unwrap();
+    let listed = run_ok(&mut barge(["list".as_ref(), zst.as_os_str()]), None);
+    assert!(String::from_utf8_lossy(&listed.stdout).contains("d/f"));
+    for piped in [false, true] {
+        let dest = work.path().join(format!("out-{piped}"));
+        let out = unpack(&zst, &dest, piped);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(fs::read(dest.join("d/f")).unwrap(), b"compressed whole\n");
+    }
+}

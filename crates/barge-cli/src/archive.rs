@@ -373,3 +373,80 @@ pub fn list(archive: Option<&Path>, format: Format, operation: Unpack) -> Result
     flushed.context("cannot write the listing")?;
     Ok(Exit::Success)
 }
+
+/// Which entries `unpack` and `list` take: member PATHs and `--exclude` patterns.
+#[derive(clap::Args, Debug)]
+pub struct SelectArgs {
+    /// Take only these paths of the archive (as `barge list` shows them): a directory with
+    /// everything below it, and the directories above each; a PATH that names nothing is
+    /// an error.
+    #[arg(value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+    /// Leave out entries matching PATTERN (repeatable), as pack's --exclude does, on the
+    /// archive's paths: without a '/', a glob on names at any depth; with one, on the end
+    /// of the path (a leading '/' anchors it to the archive's top); a trailing '/' matches
+    /// directories only. A directory left out is left out whole.
+    #[arg(long, value_name = "PATTERN")]
+    pub exclude: Vec<String>,
+}
+
+impl SelectArgs {
+    /// The library's selection.
+    pub fn select(&self) -> Result<barge::Select> {
+        use std::os::unix::ffi::OsStrExt;
+        let exclude = Exclude::new(&self.exclude)?;
+        let paths = self.paths.iter().map(|p| p.as_os_str().as_bytes());
+        Ok(barge::Select::new(paths, exclude))
+    }
+}
+
+/// `barge cat ARCHIVE PATH...`.
+pub fn cat(archive: &Path, operation: Unpack) -> Result<Exit> {
+    let input = open_archive(&operation, Some(archive), "barge cat ARCHIVE|- PATH...")?;
+    let stdout = std::io::stdout();
+    let mut out = Cat(std::io::BufWriter::with_capacity(1 << 16, stdout.lock()));
+    let result = operation.list(&input, &mut out);
+    let flushed = out.0.flush();
+    result
+        .map_err(|e| explain(e, &input, Some(archive)))
+        .context("cat stopped")?;
+    flushed.context("cannot write to stdout")?;
+    Ok(Exit::Success)
+}
+
+/// Writes the content of every file it is given.
+struct Cat<W: Write>(W);
+
+impl<W: Write> Cat<W> {
+    fn write(&mut self, data: &[u8]) -> barge::Result<()> {
+        self.0.write_all(data).map_err(|e| {
+            barge::Error::os("write to stdout", barge::TreePath(b"<stdout>".to_vec()), e)
+        })
+    }
+}
+
+impl<W: Write> tree::Sink for Cat<W> {
+    type Error = barge::Error;
+
+    fn enter_dir(&mut self, _: &tree::Entry<'_>) -> barge::Result<()> {
+        Ok(())
+    }
+
+    fn leave_dir(&mut self) -> barge::Result<()> {
+        Ok(())
+    }
+
+    fn file(&mut self, _: &tree::Entry<'_>, content: tree::Content<'_>) -> barge::Result<()> {
+        match content {
+            tree::Content::Bytes(data) | tree::Content::Stream { first: data, .. } => {
+                self.write(data)
+            }
+            // A listing is driven by the decoder, which hands content in memory.
+            _ => unreachable!("content from an archive is in memory"),
+        }
+    }
+
+    fn data(&mut self, data: &[u8]) -> barge::Result<()> {
+        self.write(data)
+    }
+}

@@ -268,7 +268,7 @@ enum Command {
     /// setuid/setgid, devices and trusted/security/system extended attributes. What it may
     /// not restore is skipped with one warning per kind, and the exit status stays 0.
     #[command(after_help = exit_status!())]
-    #[command(override_usage = "barge unpack [OPTIONS] [ARCHIVE|-] <DEST>")]
+    #[command(override_usage = "barge unpack [OPTIONS] [ARCHIVE|-] <DEST> [PATH]...")]
     Unpack {
         /// The archive: a file, a block device, or '-' for stdin. Given alone it is DEST,
         /// and the archive comes from stdin.
@@ -291,6 +291,8 @@ enum Command {
         /// components are skipped; a hard link to a skipped file is an error.
         #[arg(long, value_name = "N", default_value_t = 0)]
         strip_components: usize,
+        #[command(flatten)]
+        select: archive::SelectArgs,
         #[command(flatten)]
         restore: RestoreArgs,
         #[command(flatten)]
@@ -319,6 +321,25 @@ enum Command {
         /// components are skipped; a hard link to a skipped file is an error.
         #[arg(long, value_name = "N", default_value_t = 0)]
         strip_components: usize,
+        #[command(flatten)]
+        select: archive::SelectArgs,
+        #[command(flatten)]
+        limits: LimitArgs,
+        #[command(flatten)]
+        region: Region,
+    },
+    /// Write the content of files in an archive to stdout, as `tar -xOf`.
+    ///
+    /// Each PATH is a file, or a directory whose files are written one after another in
+    /// archive order; a PATH that names nothing is an error.
+    #[command(after_help = exit_status!())]
+    Cat {
+        /// The archive: a file, a block device, or '-' for stdin.
+        #[arg(value_name = "ARCHIVE|-")]
+        archive: PathBuf,
+        /// Paths in the archive, as `barge list` shows them.
+        #[arg(value_name = "PATH", required = true)]
+        paths: Vec<PathBuf>,
         #[command(flatten)]
         limits: LimitArgs,
         #[command(flatten)]
@@ -447,7 +468,7 @@ impl Command {
             Command::Serve(args) => args.json().then_some(false),
             Command::Send(args) => args.json().then_some(false),
             Command::Recv(args) => args.json().then_some(false),
-            Command::Key(_) => None,
+            Command::Key(_) | Command::Cat { .. } => None,
             Command::Man { .. } | Command::Completions { .. } => None,
         }
     }
@@ -463,6 +484,7 @@ fn run(command: Command) -> anyhow::Result<Exit> {
             no_sandbox,
             engine,
             strip_components,
+            select,
             restore,
             limits,
             region,
@@ -477,6 +499,7 @@ fn run(command: Command) -> anyhow::Result<Exit> {
                 .region(region.into())
                 .sandbox(!no_sandbox)
                 .strip_components(strip_components)
+                .select(select.select()?)
                 .restore(restore.restore());
             let (archive, dest) = match &dest {
                 Some(dest) => (Some(archive.as_path()), dest),
@@ -489,19 +512,37 @@ fn run(command: Command) -> anyhow::Result<Exit> {
             json,
             long,
             strip_components,
+            select,
             limits,
             region,
         } => {
             let operation = Unpack::new()
                 .limits(limits.limits())
                 .region(region.into())
-                .strip_components(strip_components);
+                .strip_components(strip_components)
+                .select(select.select()?);
             let format = match (json, long) {
                 (true, _) => list::Format::Json,
                 (_, true) => list::Format::Long,
                 _ => list::Format::Short,
             };
             archive::list(archive.as_deref(), format, operation)
+        }
+        Command::Cat {
+            archive,
+            paths,
+            limits,
+            region,
+        } => {
+            let select = archive::SelectArgs {
+                paths,
+                exclude: Vec::new(),
+            };
+            let operation = Unpack::new()
+                .limits(limits.limits())
+                .region(region.into())
+                .select(select.select()?);
+            archive::cat(&archive, operation)
         }
         Command::Du(args) => du::du(args),
         Command::Cp(args) => cp::cp(args),

@@ -180,13 +180,20 @@ pub enum Error {
         /// Bytes announced.
         size: u64,
     },
-    /// A hard link to a file that `--strip-components` dropped.
-    #[error("{path}: hard link to {target}, which --strip-components drops: nothing to link to")]
+    /// A hard link to a file that `--strip-components`, a PATH selection or `--exclude`
+    /// left out.
+    #[error("{path}: hard link to {target}, which is left out (--strip-components, PATHs or --exclude): nothing to link to")]
     StrippedLink {
         /// The hard link, as the archive names it.
         path: TreePath,
         /// The file it links to, as the archive names it.
         target: TreePath,
+    },
+    /// A PATH given to select entries names none in the archive.
+    #[error("{path}: not found in the archive")]
+    NotInArchive {
+        /// The PATH as given.
+        path: TreePath,
     },
     /// An update listing (see [`crate::listing`]) is malformed or breaks a limit.
     #[error("update listing byte {offset}: {problem}")]
@@ -256,6 +263,8 @@ pub enum ConfinedKind {
     Short,
     /// [`Error::StrippedLink`].
     StrippedLink,
+    /// [`Error::NotInArchive`].
+    NotInArchive,
     /// [`Error::Listing`].
     Listing,
     /// [`Error::Net`] (a lander has no network: a bug if ever seen).
@@ -300,6 +309,7 @@ impl From<Error> for Confined {
             Error::Interrupted { .. } => ConfinedKind::Interrupted,
             Error::Short { .. } => ConfinedKind::Short,
             Error::StrippedLink { .. } => ConfinedKind::StrippedLink,
+            Error::NotInArchive { .. } => ConfinedKind::NotInArchive,
             Error::Listing { .. } => ConfinedKind::Listing,
             Error::Confined(_) | Error::Net { .. } => ConfinedKind::Net,
         };
@@ -322,7 +332,8 @@ impl From<Error> for Confined {
             Error::Exists { path, .. }
             | Error::NotADirectory { path, .. }
             | Error::Changed { path, .. }
-            | Error::StrippedLink { path, .. } => confined.path = Some(path),
+            | Error::StrippedLink { path, .. }
+            | Error::NotInArchive { path } => confined.path = Some(path),
             _ => {}
         }
         confined
@@ -406,6 +417,7 @@ impl Error {
             Error::Interrupted { .. } => "interrupted",
             Error::Short { .. } => "short",
             Error::StrippedLink { .. } => "stripped-link",
+            Error::NotInArchive { .. } => "not-in-archive",
             Error::Listing { .. } => "listing",
             Error::Confined(_) => "confined",
             Error::Net { kind, .. } => kind.name(),

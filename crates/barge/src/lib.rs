@@ -17,6 +17,8 @@ pub mod cp;
 pub mod du;
 pub mod error;
 pub mod exclude;
+/// Which entries of an archive are taken (member PATHs, `--exclude`).
+pub use land::select::Select;
 pub mod format;
 pub mod interrupt;
 pub(crate) mod land;

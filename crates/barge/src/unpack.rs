@@ -17,6 +17,7 @@ use crate::format::{Limits, DEFAULT_MAX_ENTRIES};
 use crate::land::parallel::{self, land_parallel, Decoding, THREADS_FROM};
 use crate::land::restore::Policy;
 pub use crate::land::restore::{Existing, NotRestored, Restore};
+use crate::land::select::Select;
 use crate::land::sync::Setup;
 use crate::land::sync::SyncLander;
 use crate::land::uring::UringLander;
@@ -82,6 +83,8 @@ pub struct Unpack {
     /// anyone is root of their own user namespace).
     me: Owner,
     strip: usize,
+    /// The entries taken: member PATHs and `--exclude` patterns.
+    select: Select,
 }
 
 impl Default for Unpack {
@@ -100,6 +103,7 @@ impl Default for Unpack {
             restore: Restore::default(),
             me: Owner::of_process(),
             strip: 0,
+            select: Select::default(),
         }
     }
 }
@@ -225,6 +229,15 @@ impl Unpack {
     /// see `open_dest`.
     pub fn sandbox(mut self, sandbox: bool) -> Unpack {
         self.sandbox = sandbox;
+        self
+    }
+
+    /// Takes only the entries `select` takes: member PATHs (a directory with everything
+    /// below it; a PATH that names nothing is an error once the archive ends) less what its
+    /// `--exclude` patterns match. A hard link to a file left out is an error
+    /// ([`Error::StrippedLink`]).
+    pub fn select(mut self, select: Select) -> Unpack {
+        self.select = select;
         self
     }
 
@@ -380,6 +393,7 @@ impl Unpack {
         let decoding = Decoding {
             limits,
             strip: self.strip,
+            select: self.select.clone(),
         };
         match (self.resolve(archive), &archive.input) {
             (Engine::Threads, _) => {
@@ -392,10 +406,18 @@ impl Unpack {
                 let uring = UringLander::new;
                 land_parallel(root, input, decoding, workers, setup, uring, progress)
             }
-            (Engine::Uring, _) => {
-                archive.land(UringLander::new(root, setup)?, limits, self.strip, progress)
-            }
-            _ => archive.land(SyncLander::new(root, setup), limits, self.strip, progress),
+            (Engine::Uring, _) => archive.land(
+                UringLander::new(root, setup)?,
+                limits,
+                self.filter(),
+                progress,
+            ),
+            _ => archive.land(
+                SyncLander::new(root, setup),
+                limits,
+                self.filter(),
+                progress,
+            ),
         }
     }
 
@@ -403,8 +425,13 @@ impl Unpack {
     /// one thread gets, an empty directory as [`Sink::empty_dir`].
     pub fn list(&self, archive: &Archive, sink: impl Sink<Error = Error>) -> Result<()> {
         let limits = archive.limits(self.limits);
-        let listed = archive.drive(sink, limits, self.strip, &Progress::default());
+        let listed = archive.drive(sink, limits, self.filter(), &Progress::default());
         crate::interrupt::unless_archive_shrank(listed)
+    }
+
+    /// What leaves entries out: `--strip-components`, then the selection.
+    fn filter(&self) -> (usize, &Select) {
+        (self.strip, &self.select)
     }
 }
 
@@ -585,26 +612,26 @@ impl Archive {
         &self,
         mut land: L,
         limits: Limits,
-        strip: usize,
+        filter: (usize, &Select),
         progress: &Progress,
     ) -> Result<LandSummary> {
         if let Input::Mapped(mapped) = &self.input {
             populate(mapped.bytes());
         }
-        self.drive(&mut land, limits, strip, progress)?;
+        self.drive(&mut land, limits, filter, progress)?;
         Ok(land.summary())
     }
 
     /// Drives `sink` with the archive on the calling thread, dropping the first `strip`
-    /// components of every path.
+    /// components of every path and what `select` leaves out.
     fn drive<S: Sink>(
         &self,
         sink: S,
         limits: Limits,
-        strip: usize,
+        (strip, select): (usize, &Select),
         progress: &Progress,
     ) -> std::result::Result<(), S::Error> {
-        let driver = Driver::new(sink, progress).strip_components(strip);
+        let driver = Driver::new(sink, progress).filter(strip, select.clone());
         match &self.input {
             Input::Mapped(mapped) => driver.run_bytes(mapped.bytes(), limits),
             _ => driver.run_stream(self.stream(), limits),

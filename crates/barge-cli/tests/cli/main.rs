@@ -17,6 +17,7 @@ mod redteam;
 mod restore;
 mod roundtrip;
 mod sandbox;
+mod select;
 mod serve;
 mod setid;
 mod syscalls;

@@ -1313,7 +1313,7 @@ impl Decoder {
             }
             Message::Entry(parsed) => self.entry(input, eof, whole, parsed),
             Message::Root(records, len) => {
-                if !self.v2().first_group {
+                if !self.v2().first_group || self.v2().segments != 1 {
                     return Err(self.error(FormatError::MisplacedRoot, None));
                 }
                 self.v2().names = (records.names.0.to_vec(), records.names.1.to_vec());

@@ -5,6 +5,7 @@
 
 pub mod parallel;
 pub mod restore;
+pub mod select;
 pub mod sync;
 pub mod uring;
 
@@ -14,6 +15,7 @@ use crate::format::{decode_each, Event, FormatError, Limits};
 use crate::source::{read_events, ByteStream};
 use crate::tree::{Content, DirPath, Entry, Meta, Sink, Xattrs};
 use crate::Progress;
+use select::{Decision, Select};
 
 /// A sink that creates a tree below a root directory, with what only landing needs.
 pub(crate) trait Land: Sink<Error = Error> {
@@ -96,6 +98,12 @@ pub(crate) struct Feed {
     dropping: bool,
     /// Archive paths of the dropped files that hard links may name, by link id.
     dropped_links: Vec<(u64, TreePath)>,
+    /// Which entries to take (PATHs, `--exclude`), and which PATHs matched one.
+    select: Select,
+    matched: Vec<bool>,
+    /// The depth of the directory left out whole, or taken whole, that the feed is in.
+    leaving: Option<usize>,
+    taking: Option<usize>,
     /// The sparse file being passed on, as [`Sink::data`] and [`Sink::hole`]s.
     sparse: Sparse,
 }
@@ -133,6 +141,26 @@ impl Feed {
         }
     }
 
+    /// Takes only the entries `select` takes (see [`Select`]).
+    pub(crate) fn select(mut self, select: Select) -> Feed {
+        self.matched = vec![false; select.len()];
+        self.select = select;
+        self
+    }
+
+    /// Whether some entries may be left out.
+    fn filtering(&self) -> bool {
+        self.strip > 0 || !self.select.is_all()
+    }
+
+    /// The archive ended: a PATH that matched nothing is an error.
+    pub(crate) fn ended(&self) -> Result<()> {
+        match self.select.unmatched(&self.matched) {
+            Some(path) => Err(Error::NotInArchive { path }),
+            None => Ok(()),
+        }
+    }
+
     /// Whether a directory is held back (decoded, not passed on yet).
     pub(crate) fn holding(&self) -> bool {
         self.held.is_some()
@@ -160,7 +188,7 @@ impl Feed {
         sink: &mut S,
     ) -> std::result::Result<(), S::Error> {
         crate::interrupt::check()?;
-        if self.strip > 0 && self.dropped(&event)? {
+        if self.filtering() && self.dropped(&event)? {
             return Ok(());
         }
         match event {
@@ -236,8 +264,8 @@ impl Feed {
         }
     }
 
-    /// Whether stripping drops `event`, keeping track of the archive depth; a hard link to
-    /// a dropped file is an error.
+    /// Whether stripping or the selection drops `event`, keeping track of the archive depth
+    /// and path; a hard link to a dropped file is an error.
     fn dropped(&mut self, event: &Event<'_>) -> Result<bool> {
         let entry = match event {
             Event::Data(_) | Event::Extent { .. } => return Ok(self.dropping),
@@ -249,7 +277,14 @@ impl Feed {
             Event::Pop => {
                 self.depth -= 1;
                 self.path.leave();
-                return Ok(self.depth < self.strip);
+                let left_out = self.leaving.is_some_and(|at| self.depth >= at);
+                if self.leaving == Some(self.depth) {
+                    self.leaving = None;
+                }
+                if self.taking == Some(self.depth) {
+                    self.taking = None;
+                }
+                return Ok(self.depth < self.strip || left_out);
             }
             Event::Dir(entry)
             | Event::File { entry, .. }
@@ -258,7 +293,22 @@ impl Feed {
             | Event::HardLink { entry, .. }
             | Event::Special { entry, .. } => entry,
         };
-        let dropped = self.depth < self.strip;
+        let dir = matches!(event, Event::Dir(_));
+        let mut dropped = self.depth < self.strip || self.leaving.is_some();
+        if !dropped && !self.select.is_all() {
+            let path = self.path.join(entry.name);
+            let within = self.taking.is_some();
+            match self.select.decide(&path.0, dir, within, &mut self.matched) {
+                Decision::Leave => {
+                    dropped = true;
+                    if dir {
+                        self.leaving = Some(self.depth);
+                    }
+                }
+                Decision::Take if dir && !within => self.taking = Some(self.depth),
+                Decision::Take | Decision::Enter => {}
+            }
+        }
         self.dropping = dropped && matches!(event, Event::File { .. } | Event::SparseFile { .. });
         match event {
             Event::Dir(_) => {
@@ -305,9 +355,10 @@ impl<'p, S: Sink> Driver<'p, S> {
         }
     }
 
-    /// Drops the first `strip` components of every path (see [`Feed::new`]).
-    pub(crate) fn strip_components(mut self, strip: usize) -> Self {
-        self.feed = Feed::new(strip);
+    /// Drops the first `strip` components of every path (see [`Feed::new`]) and takes only
+    /// what `select` takes.
+    pub(crate) fn filter(mut self, strip: usize, select: Select) -> Self {
+        self.feed = Feed::new(strip).select(select);
         self
     }
 
@@ -358,8 +409,8 @@ impl<'p, S: Sink> Driver<'p, S> {
         mut self,
         result: std::result::Result<u64, S::Error>,
     ) -> std::result::Result<(), S::Error> {
-        match result {
-            Ok(_) => self.sink.finish(),
+        match result.and_then(|_| Ok(self.feed.ended()?)) {
+            Ok(()) => self.sink.finish(),
             Err(e) => Err(self.sink.abort(e)),
         }
     }
@@ -546,7 +597,7 @@ mod tests {
 
     fn drive_stripped(archive: &[u8], strip: usize) -> (Recording, Result<()>) {
         let (mut sink, progress) = (Recording::default(), Progress::default());
-        let driver = Driver::new(&mut sink, &progress).strip_components(strip);
+        let driver = Driver::new(&mut sink, &progress).filter(strip, Select::default());
         let result = driver.run_bytes(archive, Limits::default());
         (sink, result)
     }

@@ -31,6 +31,7 @@ use std::time::Duration;
 use rustix::fs::{openat, Mode};
 
 use super::restore::{NotRestored, Policy, Target};
+use super::select::Select;
 use super::sync::{Links, Setup};
 use super::{Feed, Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
@@ -211,12 +212,13 @@ pub enum Input<'a> {
     Stream(ByteStream<'a>),
 }
 
-/// How an archive is decoded: its limits, and how many leading path components are
-/// dropped (`--strip-components`).
-#[derive(Clone, Copy)]
+/// How an archive is decoded: its limits, how many leading path components are dropped
+/// (`--strip-components`), and which entries are taken.
+#[derive(Clone)]
 pub(crate) struct Decoding {
     pub(crate) limits: Limits,
     pub(crate) strip: usize,
+    pub(crate) select: Select,
 }
 
 /// Lands the archive `input` below `root` on `workers` threads (the calling thread and
@@ -547,6 +549,7 @@ impl<'r> Shared<'r> {
         if let Some(i) = (0..failures.len()).min_by_key(|&i| failures[i].0) {
             return Err(failures.swap_remove(i).1);
         }
+        parser.feed.ended()?;
         let entered = self.entered.into_inner().expect("no panics");
         let mut summary = plan.summary;
         let skipped = &mut summary.not_restored;
@@ -731,7 +734,7 @@ impl Parser {
     fn new(decoding: Decoding, policy: Policy) -> Parser {
         Parser {
             decoder: Decoder::new(decoding.limits),
-            feed: Feed::new(decoding.strip),
+            feed: Feed::new(decoding.strip).select(decoding.select),
             plan: Plan {
                 policy,
                 summary: LandSummary::default(),

@@ -53,7 +53,7 @@ export async function decodeAll(input, options) {
       entry.mtime = e.mtime;
       if (e.mtimeMs !== Number(e.mtime.sec) * 1000 + Math.floor(e.mtime.nsec / 1e6)) throw new Error(`mtimeMs ${e.mtimeMs} of ${entry.path_hex}`);
     }
-    if (e.owner) entry.owner = e.owner;
+    if (e.owner) entry.owner = owner(e.owner);
     if (e.xattrs) entry.xattrs = e.xattrs.map((x) => ({ name_hex: hex(x.nameBytes), value_hex: hex(x.value) }));
     if (e.linked) entry.linked = true;
     if (e.kind === "symlink") entry.target_hex = hex(e.targetBytes);
@@ -62,9 +62,30 @@ export async function decodeAll(input, options) {
       if (hex(e.linkPathBytes) !== out[e.linkIndex]?.path_hex) throw new Error(`hard link ${entry.path_hex} names ${hex(e.linkPathBytes)}`);
     }
     if (e.device) Object.assign(entry, e.device);
-    if (e.kind === "file") entry.data_hex = hex(await e.bytes());
+    if (e.extentCount !== undefined) {
+      // A version 2 EXTFILE: its size and extents, as the vectors list them.
+      entry.size = e.size;
+      entry.extents = [];
+      for await (const x of e.extents()) entry.extents.push({ at: x.at, data_hex: hex(await x.bytes()) });
+      if (entry.extents.length !== e.extentCount) throw new Error(`${entry.path_hex}: ${entry.extents.length} extents of ${e.extentCount}`);
+    } else if (e.kind === "file") entry.data_hex = hex(await e.bytes());
     out.push(entry);
   }
+  return out;
+}
+
+/** A decoded owner in vector form: ids, and the names (version 2) in hex when there are any. */
+export function owner(o) {
+  return { uid: o.uid, gid: o.gid, ...(o.userBytes && { user_hex: hex(o.userBytes) }), ...(o.groupBytes && { group_hex: hex(o.groupBytes) }) };
+}
+
+/** A decoded root (version 2's ROOT, given to `onRoot`) in vector form. */
+export function rootOf(r) {
+  const out = { mode: r.mode };
+  if (r.perm !== undefined) out.perm = r.perm;
+  if (r.mtime) out.mtime = r.mtime;
+  if (r.owner) out.owner = owner(r.owner);
+  if (r.xattrs) out.xattrs = r.xattrs.map((x) => ({ name_hex: hex(x.nameBytes), value_hex: hex(x.value) }));
   return out;
 }
 

@@ -25,6 +25,7 @@ export function le(out: number[], v: number | bigint, n: number): void {
  * `sink` receives each piece (an encoder writes them, a decoder hashes them).
  */
 export class IndexRows {
+  segments = 0;
   rows = 0;
   /** bytes of the rows so far */
   rowsLen = 0;
@@ -37,6 +38,7 @@ export class IndexRows {
     const a: number[] = [];
     le(a, at, 8), le(a, stored, 4), le(a, body, 4), le(a, first, 8), le(a, digest, 8);
     this.sink(0, a);
+    this.segments++;
   }
 
   /** The next entry's row: full path, kind code, size, segment number and group offset in its body. */

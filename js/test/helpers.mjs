@@ -100,14 +100,33 @@ export function vectorEntries(entries) {
     if (e.kind === "hardlink") return { path, link: unhex(entries[e.link_index].path_hex) };
     const meta = { path };
     if (e.mtime) meta.mtime = e.mtime;
-    if (e.owner) meta.owner = e.owner;
+    if (e.owner) meta.owner = { uid: e.owner.uid, gid: e.owner.gid, user: unhex(e.owner.user_hex ?? ""), group: unhex(e.owner.group_hex ?? "") };
     if (e.xattrs) meta.xattrs = e.xattrs.map((x) => ({ name: unhex(x.name_hex), value: unhex(x.value_hex) }));
     if (e.kind === "symlink") return { ...meta, symlink: unhex(e.target_hex) };
     meta.mode = e.perm ?? e.mode;
     if (e.kind === "dir") return { ...meta, dir: true };
+    if (e.extents) {
+      // A v2 EXTFILE: the whole content (zeros but in the extents), made as it is read.
+      const extents = e.extents.map((x) => ({ at: x.at, data: unhex(x.data_hex) }));
+      const stream = () => sparseContent(e.size, extents);
+      return { ...meta, size: e.size, stream, linked: e.linked, extents: extents.map((x) => ({ at: x.at, length: x.data.length })) };
+    }
     if (e.kind === "file") return { ...meta, data: unhex(e.data_hex), linked: e.linked };
     return { ...meta, special: e.kind, major: e.major, minor: e.minor };
   });
+}
+
+/** A file of `size` bytes, zeros but the extents ([{ at, data }]), in chunks of at most 1 MiB. */
+export async function* sparseContent(size, extents) {
+  for (let pos = 0; pos < size; ) {
+    const chunk = new Uint8Array(Math.min(size - pos, 1 << 20));
+    for (const { at, data } of extents) {
+      const from = Math.max(at, pos), to = Math.min(at + data.length, pos + chunk.length);
+      if (from < to) chunk.set(data.subarray(from - at, to - at), from - pos);
+    }
+    yield chunk;
+    pos += chunk.length;
+  }
 }
 
 /** Little-endian bytes of an integer (number or bigint; negative in two's complement). */

@@ -452,7 +452,7 @@ export function run(cmd, args, { input, timeout = 120000 } = {}) {
 /**
  * What a barge binary does of issue 14's extended records: its unpack reads an
  * archive with header flags 1 (`reads`) and lands a symlink and a file's mtime
- * from one (`lands`), its pack writes one (`writes`).
+ * from one (`lands`), its pack writes one (`writes`); and whether it reads format 2 (`readsV2`).
  */
 export async function bargeSupport(barge) {
   const tmp = mkdtempSync(join(tmpdir(), "barge-probe-"));
@@ -463,7 +463,9 @@ export async function bargeSupport(barge) {
     const landed = unpacked.code === 0 && readTree(dest, { times: true });
     writeTree(join(tmp, "src"), [{ path: "f", data: "" }]);
     const packed = await run(barge, ["pack", join(tmp, "src"), "-o", "-"]);
+    const v2 = await run(barge, ["unpack", "-", join(tmp, "dest2")], { input: readFileSync(join(VECTORS, "v2/valid/file.barge")) });
     return {
+      readsV2: v2.code === 0,
       reads: unpacked.code === 0,
       lands: !!landed && landed[0].mtime.nsec === 5678 && landed[1].kind === "symlink",
       writes: packed.code === 0 && packed.stdout[7] === 1,

@@ -171,7 +171,7 @@ export function packV2(entries: Iterable<Entry> | AsyncIterable<Entry>, options:
       const linked = t == 1 && x.g ? 0x10 : 0;
       const rs = files.get(f);
       const sparse = t == 1 && (rs || f.s > CUT);
-      let kind = t == 2 ? "dir" : t == 10 ? "symlink" : t == 11 ? "hardlink" : t == 12 ? ["fifo", "char", "block"][x.d![0] - 1] : sparse ? "extfile" : "file";
+      const kind = t == 2 ? "dir" : t == 10 ? "symlink" : t == 11 ? "hardlink" : t == 12 ? ["fifo", "char", "block"][x.d![0] - 1] : sparse ? "extfile" : "file";
       let rowSize = 0;
       const extents = sparse ? cut(rs ?? [[0, f.s]]) : [];
       if (t == 11) le(h, (rowSize = x.g!.i!), 8);

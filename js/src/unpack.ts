@@ -435,7 +435,8 @@ async function* decode(input: ArchiveSource, options: UnpackOptions): AsyncGener
   /** ROOT may come: no group yet in the first segment */
   let rootAllowed = true;
   let file: OpenFile | undefined;
-  const index = new ExpectedIndex();
+  /** the index the entries call for */
+  const expected = new ExpectedIndex();
 
   const fail = (code: string, what: string, offset = at) =>
     new BargeError(code, `${code} at offset ${offset}${path.length ? ` in ${show(path)}` : ""}: ${what}`, offset);
@@ -484,6 +485,7 @@ async function* decode(input: ArchiveSource, options: UnpackOptions): AsyncGener
     const version = inp.byte(6);
     const flags = inp.byte(7);
     if (version != 1 && version != 2) throw fail("bad-version", `unsupported format version ${version}`);
+    // Flags: 0 or 1 in version 1 (1: extended records), 0 in version 2.
     if (flags > 2 - version) throw fail("bad-flags", `unsupported header flags 0x${flags.toString(16)}`);
     lastTag = flags ? 12 : 5;
     inp.take(8);
@@ -523,7 +525,7 @@ async function* decode(input: ArchiveSource, options: UnpackOptions): AsyncGener
         await checkIndex(body, stated);
         continue;
       }
-      index.segment(at, stored, body, count, stated);
+      expected.segment(at, stored, body, count, stated);
       segments++;
       inp.limit = (bodyAt = inp.offset) + body;
       inp.skel = new Xxh3();
@@ -533,7 +535,7 @@ async function* decode(input: ArchiveSource, options: UnpackOptions): AsyncGener
       inp.skel = undefined;
       inp.limit = Infinity;
       rootAllowed = false;
-      if (skeleton != stated) throw fail("bad-digest", "the segment's digest differs from its skeleton", indexAt < 0 ? bodyAt - FRAME_HEAD : at);
+      if (skeleton != stated) throw fail("bad-digest", "the segment's digest differs from its skeleton", bodyAt - FRAME_HEAD);
     }
   }
 
@@ -578,7 +580,7 @@ async function* decode(input: ArchiveSource, options: UnpackOptions): AsyncGener
       pos += n;
     }
     if (whole.digest() != stated) throw fail("bad-digest", "the index differs from its digest");
-    if (parts.some((p, i) => p.digest() != index.digests[i].digest()) || ends[1] - ends[0] != index.rowsLen)
+    if (parts.some((p, i) => p.digest() != expected.digests[i].digest()) || ends[1] - ends[0] != expected.rowsLen)
       throw fail("bad-index", "the index differs from the segments' entries");
   }
 
@@ -791,7 +793,7 @@ async function* decode(input: ArchiveSource, options: UnpackOptions): AsyncGener
     const kind = tag == 2 ? "dir" : tag == 10 ? "symlink" : tag == 11 ? "hardlink" : "file";
     const special = (fields as { kind?: string }).kind;
     if (v2) {
-      index2row(path, KINDS[tag == 13 ? "extfile" : special ?? kind] | (isLinked ? 0x10 : 0), rowSize);
+      expected.row(path, KINDS[tag == 13 ? "extfile" : special ?? kind] | (isLinked ? 0x10 : 0), rowSize, segments - 1, groupAt - bodyAt);
       rootAllowed = false;
     }
     const base = {
@@ -820,10 +822,5 @@ async function* decode(input: ArchiveSource, options: UnpackOptions): AsyncGener
       if (size) yield { t: "extent", at: 0, length: size }, yield* data(size, h);
       yield { t: "end" };
     }
-  }
-
-  /** Version 2: the index row of the entry just decoded. */
-  function index2row(p: Uint8Array, kind: number, size: number | bigint): void {
-    index.row(p, kind, size, segments - 1, groupAt - bodyAt);
   }
 }

@@ -4,12 +4,17 @@
  */
 export { BargeError } from "./error.js";
 export { pack } from "./pack.js";
+export { packV2 } from "./pack2.js";
+export type { PackV2Options } from "./pack2.js";
 export { unpack } from "./unpack.js";
 export type {
   ArchiveSource,
   DecodedDir,
   DecodedEntry,
+  DecodedExtent,
   DecodedFile,
+  DecodedOwner,
+  DecodedRoot,
   DecodedHardlink,
   DecodedSpecial,
   DecodedSymlink,

@@ -18,6 +18,9 @@ export interface Timestamp {
 export interface Owner {
   uid: number;
   gid: number;
+  /** Format 2 only (ignored by format 1): the user and group names (0..255 bytes each) the ids have where the archive is made. */
+  user?: string | Uint8Array;
+  group?: string | Uint8Array;
 }
 
 /** An extended attribute to record: name 1..255 bytes without NUL, value at most 65,536 bytes. */
@@ -50,6 +53,12 @@ export interface FileEntry extends Meta {
   stream?: DataSource | (() => DataSource);
   /** Size in bytes; required with `stream`, checked against what the source produces. */
   size?: number;
+  /**
+   * A sparse file's data regions (ascending, not overlapping, inside the file): the bytes
+   * outside them must be zeros. Format 2 writes those as holes (`packV2`); format 1, and
+   * the source in both, have every byte.
+   */
+  extents?: { at: number; length: number }[];
   /** Permission bits (at most 0o7777); written as PERM only if different from 0o644. */
   mode?: number;
   /**

@@ -9,5 +9,7 @@ test("the committed browser bundle is current (else: node tools/bundle.mjs)", as
   const fresh = await bundle();
   assert.ok(readFileSync(OUTPUT, "utf8") === fresh, `${OUTPUT} is stale: run node tools/bundle.mjs in js/ and commit it`);
   assert.match(fresh, /export\{/, "one ES module with exports");
-  assert.ok(fresh.length < 20000, `${fresh.length} bytes`);
+  // A sanity bound, not a budget (tools/size.mjs keeps the one of pack): format 2 (its
+  // decoder, packV2 and XXH3) took the bundle from 13 KB to 27.5 KB.
+  assert.ok(fresh.length < 32000, `${fresh.length} bytes`);
 });

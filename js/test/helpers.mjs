@@ -53,7 +53,7 @@ export async function decodeAll(input, options) {
       entry.mtime = e.mtime;
       if (e.mtimeMs !== Number(e.mtime.sec) * 1000 + Math.floor(e.mtime.nsec / 1e6)) throw new Error(`mtimeMs ${e.mtimeMs} of ${entry.path_hex}`);
     }
-    if (e.owner) entry.owner = e.owner;
+    if (e.owner) entry.owner = owner(e.owner);
     if (e.xattrs) entry.xattrs = e.xattrs.map((x) => ({ name_hex: hex(x.nameBytes), value_hex: hex(x.value) }));
     if (e.linked) entry.linked = true;
     if (e.kind === "symlink") entry.target_hex = hex(e.targetBytes);
@@ -62,9 +62,30 @@ export async function decodeAll(input, options) {
       if (hex(e.linkPathBytes) !== out[e.linkIndex]?.path_hex) throw new Error(`hard link ${entry.path_hex} names ${hex(e.linkPathBytes)}`);
     }
     if (e.device) Object.assign(entry, e.device);
-    if (e.kind === "file") entry.data_hex = hex(await e.bytes());
+    if (e.extentCount !== undefined) {
+      // A version 2 EXTFILE: its size and extents, as the vectors list them.
+      entry.size = e.size;
+      entry.extents = [];
+      for await (const x of e.extents()) entry.extents.push({ at: x.at, data_hex: hex(await x.bytes()) });
+      if (entry.extents.length !== e.extentCount) throw new Error(`${entry.path_hex}: ${entry.extents.length} extents of ${e.extentCount}`);
+    } else if (e.kind === "file") entry.data_hex = hex(await e.bytes());
     out.push(entry);
   }
+  return out;
+}
+
+/** A decoded owner in vector form: ids, and the names (version 2) in hex when there are any. */
+export function owner(o) {
+  return { uid: o.uid, gid: o.gid, ...(o.userBytes && { user_hex: hex(o.userBytes) }), ...(o.groupBytes && { group_hex: hex(o.groupBytes) }) };
+}
+
+/** A decoded root (version 2's ROOT, given to `onRoot`) in vector form. */
+export function rootOf(r) {
+  const out = { mode: r.mode };
+  if (r.perm !== undefined) out.perm = r.perm;
+  if (r.mtime) out.mtime = r.mtime;
+  if (r.owner) out.owner = owner(r.owner);
+  if (r.xattrs) out.xattrs = r.xattrs.map((x) => ({ name_hex: hex(x.nameBytes), value_hex: hex(x.value) }));
   return out;
 }
 
@@ -79,14 +100,33 @@ export function vectorEntries(entries) {
     if (e.kind === "hardlink") return { path, link: unhex(entries[e.link_index].path_hex) };
     const meta = { path };
     if (e.mtime) meta.mtime = e.mtime;
-    if (e.owner) meta.owner = e.owner;
+    if (e.owner) meta.owner = { uid: e.owner.uid, gid: e.owner.gid, user: unhex(e.owner.user_hex ?? ""), group: unhex(e.owner.group_hex ?? "") };
     if (e.xattrs) meta.xattrs = e.xattrs.map((x) => ({ name: unhex(x.name_hex), value: unhex(x.value_hex) }));
     if (e.kind === "symlink") return { ...meta, symlink: unhex(e.target_hex) };
     meta.mode = e.perm ?? e.mode;
     if (e.kind === "dir") return { ...meta, dir: true };
+    if (e.extents) {
+      // A v2 EXTFILE: the whole content (zeros but in the extents), made as it is read.
+      const extents = e.extents.map((x) => ({ at: x.at, data: unhex(x.data_hex) }));
+      const stream = () => sparseContent(e.size, extents);
+      return { ...meta, size: e.size, stream, linked: e.linked, extents: extents.map((x) => ({ at: x.at, length: x.data.length })) };
+    }
     if (e.kind === "file") return { ...meta, data: unhex(e.data_hex), linked: e.linked };
     return { ...meta, special: e.kind, major: e.major, minor: e.minor };
   });
+}
+
+/** A file of `size` bytes, zeros but the extents ([{ at, data }]), in chunks of at most 1 MiB. */
+export async function* sparseContent(size, extents) {
+  for (let pos = 0; pos < size; ) {
+    const chunk = new Uint8Array(Math.min(size - pos, 1 << 20));
+    for (const { at, data } of extents) {
+      const from = Math.max(at, pos), to = Math.min(at + data.length, pos + chunk.length);
+      if (from < to) chunk.set(data.subarray(from - at, to - at), from - pos);
+    }
+    yield chunk;
+    pos += chunk.length;
+  }
 }
 
 /** Little-endian bytes of an integer (number or bigint; negative in two's complement). */
@@ -412,7 +452,7 @@ export function run(cmd, args, { input, timeout = 120000 } = {}) {
 /**
  * What a barge binary does of issue 14's extended records: its unpack reads an
  * archive with header flags 1 (`reads`) and lands a symlink and a file's mtime
- * from one (`lands`), its pack writes one (`writes`).
+ * from one (`lands`), its pack writes one (`writes`); and whether it reads format 2 (`readsV2`).
  */
 export async function bargeSupport(barge) {
   const tmp = mkdtempSync(join(tmpdir(), "barge-probe-"));
@@ -423,7 +463,9 @@ export async function bargeSupport(barge) {
     const landed = unpacked.code === 0 && readTree(dest, { times: true });
     writeTree(join(tmp, "src"), [{ path: "f", data: "" }]);
     const packed = await run(barge, ["pack", join(tmp, "src"), "-o", "-"]);
+    const v2 = await run(barge, ["unpack", "-", join(tmp, "dest2")], { input: readFileSync(join(VECTORS, "v2/valid/file.barge")) });
     return {
+      readsV2: v2.code === 0,
       reads: unpacked.code === 0,
       lands: !!landed && landed[0].mtime.nsec === 5678 && landed[1].kind === "symlink",
       writes: packed.code === 0 && packed.stdout[7] === 1,

@@ -441,6 +441,8 @@ INVALID = [
         codecs=(1,)),
     bad("end-inside-dir", "the last segment ends inside a directory", "end-inside-dir", "index", [D(b"d"), F(b"a")]),
     bad("truncated-no-index", "the archive ends after its segment", "truncated", "index", [F(b"a")]),
+    bad("file-past-body", "a FILE whose data runs past its segment's body (found by fuzzing: streamed, the "
+        "decoder went on after the body)", "truncated", "f", [F(b"a")]),
 ]
 
 
@@ -472,6 +474,10 @@ def build_invalid(name, ops, root, kw):
             else zstd_frame(b"", blocks=RLE_BOMB)
         data = data[:8] + frame_head(0x20, 1, len(frame), body_len, arch.segs[0][4]) + frame
         arch.at["index"] = len(data)
+    elif name == "file-past-body":
+        body = start_msg(0, NONE, []) + b"\x01a\x00" + struct.pack("<I", 100) + b"xyz"
+        data = data[:8] + frame_head(0x20, 0, len(body), len(body), digest(body)) + body + arch.bytes()[8 + 18 + arch.segs[0][2]:]
+        arch.at["f"] = 8 + 18 + len(start_msg(0, NONE, []))
     elif name == "truncated-no-index":
         data = data[:arch.at["index"]]
     where = kw["where"]

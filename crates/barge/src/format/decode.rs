@@ -1144,9 +1144,14 @@ impl Decoder {
     /// digest, which is checked first; else all but its last byte.
     fn data<'a>(&mut self, input: &'a [u8], eof: bool, remaining: u64) -> Result<Step<'a>, Error> {
         let (take, complete) = data_take(input.len() as u64, remaining);
+        if !complete && eof {
+            // The input, or the segment's body, ends inside the data.
+            let name = std::mem::take(&mut self.v2().data_name);
+            return Err(self.error(FormatError::Truncated, Some(&name)));
+        }
         if take == 0 && !complete {
             self.wanted = (remaining + 8) as usize;
-            return self.need_more(eof, &[]);
+            return Ok(Step::NeedMore);
         }
         let data = &input[..take as usize];
         self.v2().data.write(data);

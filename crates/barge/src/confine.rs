@@ -342,9 +342,9 @@ fn land_confined(mut args: impl Iterator<Item = OsString>) -> Result<Landed, Fai
     if let Some(limits) = request.limits {
         operation = operation.limits(limits);
     }
-    // SAFETY: nothing else in the child mode uses stdin, the queue's bell.
-    let bell = unsafe { rustix::stdio::take_stdin() };
-    let queue = QueueReader::open(bell)
+    let queue = crate::sys::process::take_stdin()
+        .ok_or_else(|| std::io::Error::other("stdin was taken before"))
+        .and_then(QueueReader::open)
         .map_err(|e| Failure::from(Error::os("open the input queue", TreePath::default(), e)))?;
     let archive = match request.compressed {
         true => Archive::from_reader(Decompressing(

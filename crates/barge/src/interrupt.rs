@@ -14,7 +14,7 @@
 //! [`request`] from its own handler instead of [`catch_signals`].
 
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Condvar, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -22,77 +22,23 @@ use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
 
 use crate::error::{Error, Result};
+use crate::sys;
 
 /// The signals that stop a run.
-pub const SIGNALS: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE];
-
-/// The first signal that asked to stop, or 0.
-static STOP: AtomicI32 = AtomicI32::new(0);
+pub const SIGNALS: [i32; 4] = sys::signal::SIGNALS;
 
 /// The stop reason of an archive mapping that lost pages (the file was truncated).
 pub const SIGBUS: i32 = libc::SIGBUS;
 
-/// The archive mapping watched for SIGBUS: start, length, and the page size.
-static MAPPING: [AtomicUsize; 3] = [
-    AtomicUsize::new(0),
-    AtomicUsize::new(0),
-    AtomicUsize::new(0),
-];
-
-/// Makes a SIGBUS at an address in `bytes` (a mapping of an archive file) a stop request
-/// instead of the end of the process (see the module documentation). One mapping at a time.
-pub(crate) fn watch_mapping(bytes: &[u8]) {
-    MAPPING[2].store(rustix::param::page_size(), Relaxed);
-    MAPPING[1].store(bytes.len(), Relaxed);
-    MAPPING[0].store(bytes.as_ptr() as usize, Relaxed);
-}
-
-extern "C" fn on_bus(signal: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
-    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
-    let addr = unsafe { (*info).si_addr() } as usize;
-    let (start, len, page) = (
-        MAPPING[0].load(Relaxed),
-        MAPPING[1].load(Relaxed),
-        MAPPING[2].load(Relaxed),
-    );
-    if page == 0 || addr < start || addr >= start + len {
-        // Not the archive: fault again with the default action, which ends the process.
-        // SAFETY: restoring the default disposition is async-signal-safe.
-        unsafe { libc::signal(signal, libc::SIG_DFL) };
-        return;
-    }
-    request(SIGBUS);
-    let at = addr / page * page;
-    // SAFETY: replaces one page of the archive mapping, whose file page is gone, with a
-    // zero page; mmap is a plain system call.
-    unsafe {
-        libc::mmap(
-            at as *mut libc::c_void,
-            page,
-            libc::PROT_READ,
-            libc::MAP_PRIVATE | libc::MAP_FIXED | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-    }
-}
-
-extern "C" fn on_signal(signal: libc::c_int) {
-    request(signal);
-}
-
 /// Asks every running operation to stop, on account of `signal`. Async-signal-safe: it only
 /// stores a number.
 pub fn request(signal: i32) {
-    let _ = STOP.compare_exchange(0, signal, Relaxed, Relaxed);
+    sys::signal::request(signal);
 }
 
 /// The signal that asked to stop, if one did.
 pub fn requested() -> Option<i32> {
-    match STOP.load(Relaxed) {
-        0 => None,
-        signal => Some(signal),
-    }
+    sys::signal::stopped_by()
 }
 
 /// Fails with [`Error::Interrupted`] once a stop was requested.
@@ -207,60 +153,24 @@ pub(crate) fn wait_for_any(
 
 /// Makes [`SIGNALS`] request a stop instead of ending the process, and a SIGBUS in a watched
 /// archive mapping too (see `watch_mapping`). The handlers do not ask for `SA_RESTART`, so
-/// a blocking read of a stalled pipe returns `EINTR` and sees the stop.
+/// a blocking read of a stalled pipe returns `EINTR` and sees the stop. They are unblocked
+/// in the calling thread: a process started from a worker that keeps them off (a confined
+/// lander child of recv's connection threads) would never see a stop.
 pub fn catch_signals() {
-    type Bus = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
-    // SAFETY: zeroed sigactions with handlers that only store integers (and map a page) are
-    // valid.
-    unsafe {
-        let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        libc::sigemptyset(&mut action.sa_mask);
-        for signal in SIGNALS {
-            libc::sigaction(signal, &action, std::ptr::null_mut());
-        }
-        action.sa_sigaction = on_bus as Bus as libc::sighandler_t;
-        action.sa_flags = libc::SA_SIGINFO;
-        libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut());
-    }
-    // A process inherits the signal mask of the thread that started it: one started from a
-    // worker that keeps them off (a confined lander child of recv's connection threads)
-    // would never see a stop.
-    mask_signals(libc::SIG_UNBLOCK);
+    sys::signal::catch();
 }
 
 /// Blocks [`SIGNALS`] in the calling thread, so the kernel delivers them to the main thread,
 /// whose blocking calls they must interrupt. Every worker thread calls it first.
 pub fn keep_signals_off_this_thread() {
-    mask_signals(libc::SIG_BLOCK);
-}
-
-/// Blocks or unblocks (`how`) [`SIGNALS`] in the calling thread.
-fn mask_signals(how: libc::c_int) {
-    // SAFETY: plain signal-mask calls on a local set.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for signal in SIGNALS {
-            libc::sigaddset(&mut set, signal);
-        }
-        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
-    }
+    sys::signal::block();
 }
 
 /// Ends the process by `signal` with its default action, as if it had not been caught, so
 /// the caller (a shell) sees how the process ended (`$?` is 128 + the signal number). Returns
 /// only if the default action does not end the process.
 pub fn die_by(signal: i32) {
-    // SAFETY: restoring the default action and raising a signal in the calling thread.
-    unsafe {
-        libc::signal(signal, libc::SIG_DFL);
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, signal);
-        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-        libc::raise(signal);
-    }
+    sys::signal::die_by(signal);
 }
 
 /// The name of a signal, for messages.

@@ -30,7 +30,7 @@ use io_uring::{opcode, squeue::Flags, types};
 use rustix::fs::{
     fstat, makedev, openat, statx, AtFlags, FileType, Mode, OFlags, Stat, Statx, StatxFlags,
 };
-use rustix::io::{fcntl_dupfd_cloexec, pread, read, Errno};
+use rustix::io::{fcntl_dupfd_cloexec, pread, Errno};
 
 use crate::error::{Error, Result, TreePath};
 use crate::exclude::Exclude;
@@ -41,6 +41,7 @@ use crate::format::{check_name, HEADER_EXTENDED};
 use crate::interrupt::{check, retry};
 use crate::listing::{Item, Listing, Names, Unchanged, THREADS};
 use crate::output::{ArchiveWriter, FdWriter, IoWriter, Output};
+use crate::sys;
 use crate::sys::ring::Ring;
 use crate::sys::thread::spawn_elsewhere;
 use crate::sys::xattr::XattrReader;
@@ -454,11 +455,7 @@ impl Packer<'_> {
     /// Reads at most `max` bytes of `file` onto the end of the buffer, which has room for
     /// them; returns how many (0 at end of file).
     fn read_more(&mut self, file: BorrowedFd<'_>, max: usize) -> rustix::io::Result<usize> {
-        let spare = &mut self.buf.spare_capacity_mut()[..max];
-        let n = retry(|| read(file, &mut *spare).map(|(filled, _)| filled.len()))?;
-        // SAFETY: `read` initialized the first `n` spare bytes.
-        unsafe { self.buf.set_len(self.buf.len() + n) };
-        Ok(n)
+        retry(|| sys::read_onto(file, &mut self.buf, max, None))
     }
 
     /// Appends exactly `size` bytes of `file` to the buffer, failing if the file is shorter
@@ -1001,9 +998,9 @@ impl Packer<'_> {
     ) -> Result<()> {
         let end = offset + len;
         while offset < end {
-            let room = &mut self.buf.spare_capacity_mut()[..];
-            let want = room.len().min((end - offset) as usize);
-            let n = retry(|| pread(fd, &mut room[..want], offset).map(|(got, _)| got.len()))
+            let room = self.buf.capacity() - self.buf.len();
+            let want = room.min((end - offset) as usize);
+            let n = retry(|| sys::read_onto(fd, &mut self.buf, want, Some(offset)))
                 .map_err(|e| Error::io("read", path(), e))?;
             if n == 0 {
                 return Err(Error::Changed {
@@ -1012,8 +1009,6 @@ impl Packer<'_> {
                     actual: len - (end - offset),
                 });
             }
-            // SAFETY: `pread` initialized the first `n` spare bytes.
-            unsafe { self.buf.set_len(self.buf.len() + n) };
             offset += n as u64;
             if self.buf.len() >= FLUSH_AT {
                 self.flush()?;

@@ -26,10 +26,10 @@ use rustix::fs::{
 use rustix::io::{read, write, Errno};
 use rustix::pipe::{pipe_with, PipeFlags};
 use rustix::process::{chroot, fchdir, getgid, getuid, waitpid, Pid, WaitOptions};
-use rustix::thread::{unshare_unsafe, UnshareFlags};
 
 use crate::error::{Error, Result, TreePath};
 use crate::output::with_temp_name;
+use crate::sys;
 use crate::sys::dir::{dirent_buffer, Listing};
 use crate::sys::fds::close_range;
 use crate::sys::DIR_FLAGS;
@@ -391,17 +391,10 @@ impl Keeper {
         };
         let (orders, tell) = pipe_with(PipeFlags::CLOEXEC).map_err(fail)?;
         let (answer, reply) = pipe_with(PipeFlags::CLOEXEC).map_err(fail)?;
-        // SAFETY: fork in a single-threaded process (see above); the child ends by `_exit`.
-        match unsafe { libc::fork() } {
-            -1 => Err(fail(
-                Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::AGAIN),
-            )),
-            0 => keep(staged, orders, reply),
-            pid => Ok(Keeper {
-                pid: Pid::from_raw(pid).expect("fork returns a positive pid"),
-                tell,
-                answer,
-            }),
+        // The child ends by `exit_now`.
+        match sys::process::fork_single_threaded().map_err(fail)? {
+            None => keep(staged, orders, reply),
+            Some(pid) => Ok(Keeper { pid, tell, answer }),
         }
     }
 
@@ -429,13 +422,8 @@ impl Keeper {
 /// The keeper's life: holds `staged` until the lander's order comes on `orders` (or the
 /// pipe's end: the lander is gone), carries it out, answers on `reply` and exits.
 fn keep(staged: Staged, orders: OwnedFd, reply: OwnedFd) -> ! {
-    // SAFETY: signal dispositions set to "ignore": the lander decides, not a Ctrl-C sent to
-    // the whole process group.
-    unsafe {
-        for signal in crate::interrupt::SIGNALS {
-            libc::signal(signal, libc::SIG_IGN);
-        }
-    }
+    // The lander decides, not a Ctrl-C sent to the whole process group.
+    sys::signal::ignore();
     // Nothing else: not the archive, and not the stdio pipes whose readers wait for their end.
     let _ = close_all_but(&[
         staged.parent.as_raw_fd(),
@@ -454,9 +442,7 @@ fn keep(staged: Staged, orders: OwnedFd, reply: OwnedFd) -> ! {
         answer[4] = STEPS.iter().position(|s| *s == step).unwrap_or(2) as u8;
     }
     let _ = write_all(&reply, &answer);
-    // SAFETY: ends the child at once, without the parent's exit handlers or flushing its
-    // copies of the parent's buffers.
-    unsafe { libc::_exit(0) }
+    sys::process::exit_now(0)
 }
 
 /// Writes all of `bytes` to the pipe `fd`.
@@ -505,9 +491,7 @@ fn enter_user_namespace() -> std::result::Result<(), String> {
     if uid == 0 {
         return Ok(());
     }
-    // SAFETY: only CLONE_NEWUSER; it fails (EINVAL) rather than misbehaves when threaded.
-    unsafe { unshare_unsafe(UnshareFlags::NEWUSER) }
-        .map_err(|e| format!("cannot create a user namespace: {e}"))?;
+    sys::process::unshare_user().map_err(|e| format!("cannot create a user namespace: {e}"))?;
     let write = |file: &str, text: String| {
         fs::write(file, text).map_err(|e| format!("cannot write {file}: {e}"))
     };

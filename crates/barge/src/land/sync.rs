@@ -6,7 +6,7 @@
 //! it (see [`Existing`]).
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, BorrowedFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
@@ -505,10 +505,7 @@ impl SyncLander {
         }
         self.summary.files += 1;
         self.summary.bytes += done.size;
-        // rustix closes with a plain system call, without the cancellation-point
-        // bookkeeping libc's close does in a threaded process.
-        // SAFETY: the fd is owned here and closed once.
-        unsafe { rustix::io::close(done.fd.into_raw_fd()) };
+        crate::sys::fds::close_now(done.fd);
         Ok(())
     }
 }

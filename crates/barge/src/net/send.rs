@@ -114,7 +114,7 @@ impl Send {
     /// `progress` counts what an archive payload sent (a pack counts in its own).
     pub fn run(&self, payload: Payload<'_, '_>, progress: &Progress) -> Result<Sent> {
         let socket = self.connect()?;
-        let rtt = round_trip(&socket);
+        let rtt = crate::sys::process::tcp_round_trip(std::os::fd::AsFd::as_fd(&socket));
         let lanes = (self.lanes)
             .unwrap_or(match rtt {
                 Some(rtt) if rtt >= Send::LONG_PATH => Send::DEFAULT_CONNECTIONS,
@@ -324,27 +324,6 @@ impl Send {
         }
         Err(Error::os("connect", shown(), last))
     }
-}
-
-/// The connection's smoothed round trip as the kernel measured it (from the packets of
-/// its opening), when it says.
-fn round_trip(stream: &TcpStream) -> Option<Duration> {
-    use std::os::fd::AsRawFd;
-    // By hand: rustix has no TCP_INFO.
-    // SAFETY: tcp_info is plain integers, for which zero is a value.
-    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: the kernel writes at most `len` bytes into `info`, which has them.
-    let got = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&mut info as *mut libc::tcp_info).cast(),
-            &mut len,
-        )
-    };
-    (got == 0).then(|| Duration::from_micros(info.tcpi_rtt.into()))
 }
 
 /// An entry a [`Send::dry_run`] would send.

@@ -59,7 +59,7 @@ impl Mapped {
                 e,
             )
         })?;
-        crate::interrupt::watch_mapping(mapped.bytes());
+        super::signal::watch_mapping(mapped.bytes());
         Ok(mapped)
     }
 

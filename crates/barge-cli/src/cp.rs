@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use anyhow::{bail, Result};
 use barge::cp::{Change, Cp, CpReport, CpSummary, Linked, Reflink, Verified};
 use barge::exclude::Exclude;
+use barge::interrupt::Cancel;
 use barge::sys::fds::raise_fd_limit;
 use barge::unpack::{Existing, Restore};
 use barge::{Error, Progress, TreePath};
@@ -118,7 +119,7 @@ impl CpReport for Printer {
 }
 
 /// `barge cp SRC... DEST`.
-pub fn cp(args: CpArgs) -> Result<Exit> {
+pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
     barge::root::exact_modes();
     raise_fd_limit();
     let (dest, srcs) = args.paths.split_last().expect("clap asks for two");
@@ -143,7 +144,8 @@ pub fn cp(args: CpArgs) -> Result<Exit> {
         .changes(args.dry_run && !args.out.json)
         .reflink(reflink)
         .exclude(exclude.clone())
-        .threads(args.threads);
+        .threads(args.threads)
+        .cancel(cancel.clone());
     let progress = Progress::default();
     // Names of one file in several SRCs stay linked, as with cp -a.
     let linked = Linked::default();

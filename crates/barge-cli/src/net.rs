@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use barge::error::{escape_bytes, NetError};
 use barge::exclude::Exclude;
+use barge::interrupt::Cancel;
 use barge::net::recv::{prepare_dest, DryRun, Failed};
 use barge::net::{
     Connection, Key, Payload, Planned, Receive, Received, Send, Sent, Ticket, DEFAULT_PORT,
@@ -208,7 +209,7 @@ pub fn key(args: KeyArgs) -> Result<Exit> {
 }
 
 /// `barge send DIR... TICKET`.
-pub fn send(args: SendArgs) -> Result<Exit> {
+pub fn send(args: SendArgs, cancel: &Cancel) -> Result<Exit> {
     raise_fd_limit();
     let (ticket, dirs) = args.args.split_last().expect("clap asks for one");
     let ticket = Ticket::parse(&ticket.to_string_lossy())?;
@@ -237,7 +238,7 @@ pub fn send(args: SendArgs) -> Result<Exit> {
     let total = AtomicU64::new(0);
     let exclude = Exclude::new(&args.exclude)?;
     if args.dry_run {
-        return dry_run(&args, dirs, &operation, exclude, &address);
+        return dry_run(&args, dirs, &operation, exclude, &address, cancel);
     }
     let (result, elapsed) = std::thread::scope(|scope| {
         if args.archive.is_none() && shows_progress(args.out) {
@@ -254,7 +255,7 @@ pub fn send(args: SendArgs) -> Result<Exit> {
                     operation.run(Payload::Archive(&mut *input), &progress)
                 }
                 None => {
-                    let pack = open_pack(dirs, None)?
+                    let pack = open_pack(dirs, None, cancel)?
                         .progress(&progress)
                         .archive(args.all_metadata)
                         .exclude(exclude.clone());
@@ -347,9 +348,10 @@ fn dry_run(
     operation: &Send,
     exclude: Exclude,
     address: &str,
+    cancel: &Cancel,
 ) -> Result<Exit> {
     let start = Instant::now();
-    let pack = open_pack(dirs, None)?
+    let pack = open_pack(dirs, None, cancel)?
         .archive(args.all_metadata)
         .exclude(exclude);
     // A non-directory where DEST has a directory: the receiver refuses to replace it (it
@@ -406,7 +408,7 @@ fn dry_run(
 }
 
 /// `barge recv DEST`.
-pub fn recv(args: RecvArgs) -> Result<Exit> {
+pub fn recv(args: RecvArgs, cancel: &Cancel) -> Result<Exit> {
     if !args.restore.no_same_permissions {
         barge::root::exact_modes();
     }
@@ -448,7 +450,11 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
         .limits(args.limits.limits_or(Some(free)))
         .restore(args.restore.restore())
         .timeout(Duration::from_secs(args.timeout))
-        .interruptible(!args.keep)
+        // With --keep, only the timeout ends a running connection.
+        .cancel(match args.keep {
+            true => Cancel::new(),
+            false => cancel.clone(),
+        })
         .max_transfers(args.max_connections as usize);
     let (tx, rx) = mpsc::channel::<Event>();
     // A transfer that ends wakes the loop at once (one-shot recv exits then, not at the next
@@ -464,7 +470,7 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
         // queue meanwhile. Beyond the transfers, HANDSHAKES connections may be in their
         // handshake (a later lane of a transfer among them; SHARE of them from one address)
         // or wait for a transfer to end.
-        let stopping = barge::interrupt::requested().is_some();
+        let stopping = cancel.is_cancelled();
         let busy = running >= args.max_connections + HANDSHAKES;
         let event = match busy || stopping {
             true if running == 0 => break,
@@ -535,7 +541,7 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
             Err(e) => turn_away(peer, format!("cannot start a thread: {e}"), args.out.json),
         }
     }
-    match barge::interrupt::requested() {
+    match cancel.reason() {
         Some(signal) if !args.keep => Err(barge::Error::Interrupted { signal }.into()),
         _ => Ok(Exit::Success),
     }

@@ -288,7 +288,7 @@ impl ConfinedChild {
 fn ended(status: ExitStatus) -> String {
     match (status.code(), status.signal()) {
         (Some(code), _) => format!("exited with status {code}"),
-        (_, Some(signal)) => format!("was killed by {}", crate::interrupt::signal_name(signal)),
+        (_, Some(signal)) => format!("was killed by {}", crate::error::signal_name(signal)),
         _ => format!("ended ({status})"),
     }
 }
@@ -331,20 +331,22 @@ fn land_confined(mut args: impl Iterator<Item = OsString>) -> Result<Landed, Fai
         return Err(Failure::request("want DEST and a request"));
     };
     let request: Request = serde_json::from_slice(request.as_bytes()).map_err(Failure::request)?;
-    crate::interrupt::catch_signals();
+    // The parent stops the child by SIGTERM.
+    let cancel = crate::interrupt::catch_signals();
     // Whatever the parent leaked (a fd without close-on-exec) goes before any input is
     // read. The sandbox closes again and fails where this fails.
     let _ = close_range(3, i32::MAX);
     let mut operation = Unpack::new()
         .engine(request.engine)
         .restore(request.restore)
-        .strip_components(request.strip_components);
+        .strip_components(request.strip_components)
+        .cancel(cancel.clone());
     if let Some(limits) = request.limits {
         operation = operation.limits(limits);
     }
     let queue = crate::sys::process::take_stdin()
         .ok_or_else(|| std::io::Error::other("stdin was taken before"))
-        .and_then(QueueReader::open)
+        .and_then(|bell| QueueReader::open(bell, cancel.clone()))
         .map_err(|e| Failure::from(Error::os("open the input queue", TreePath::default(), e)))?;
     let archive = match request.compressed {
         true => Archive::from_reader(Decompressing(

@@ -25,6 +25,7 @@ use rustix::io::Errno;
 use crate::error::{Error, Result, TreePath};
 use crate::exclude::Exclude;
 use crate::format;
+use crate::interrupt::Cancel;
 use crate::sys::DIR_FLAGS;
 use crate::tree::{Entry, Kind};
 use crate::walk::parallel::{
@@ -113,6 +114,7 @@ pub struct Du {
     depth: usize,
     threads: usize,
     exclude: Exclude,
+    cancel: Cancel,
 }
 
 impl Default for Du {
@@ -123,6 +125,7 @@ impl Default for Du {
             depth: 0,
             threads: 64,
             exclude: Exclude::default(),
+            cancel: Cancel::new(),
         }
     }
 }
@@ -148,6 +151,13 @@ impl Du {
     /// Neither counts nor enters what `exclude` matches below each PATH.
     pub fn exclude(mut self, exclude: Exclude) -> Du {
         self.exclude = exclude;
+        self
+    }
+
+    /// Stops once `cancel` is cancelled (the default: a token of its own, which nothing
+    /// cancels): the PATH being measured fails with [`Error::Interrupted`].
+    pub fn cancel(mut self, cancel: Cancel) -> Du {
+        self.cancel = cancel;
         self
     }
 
@@ -207,6 +217,7 @@ impl Du {
                 count
             }
         };
+        self.cancel.check()?;
         let mut usage = count.finish();
         if usage.subtotals.is_empty() {
             // Skipped: seen in an earlier PATH.
@@ -380,6 +391,9 @@ impl ParallelVisitor for Counter<'_> {
         _fd: BorrowedFd<'_>,
         stat: &Statx,
     ) -> Result<usize, WalkState> {
+        if self.count.du.cancel.is_cancelled() {
+            return Err(WalkState::Quit);
+        }
         if self.count.excluded(stat) || !self.count.seen.counts_dir(key(stat)) {
             return Err(WalkState::Skip);
         }

@@ -38,7 +38,7 @@ use crate::format::encode::{
     push_dir, push_end, push_file_header, push_hard_link, push_pop, push_special, push_symlink,
 };
 use crate::format::{check_name, HEADER_EXTENDED};
-use crate::interrupt::{check, retry};
+use crate::interrupt::{retry, Cancel};
 use crate::listing::{Item, Listing, Names, Unchanged, THREADS};
 use crate::output::{ArchiveWriter, FdWriter, IoWriter, Output};
 use crate::sys;
@@ -155,6 +155,7 @@ pub struct Pack<'a> {
     archive: bool,
     exclude: Exclude,
     unchanged: Option<&'a Listing>,
+    cancel: Cancel,
 }
 
 impl<'a> Pack<'a> {
@@ -172,6 +173,7 @@ impl<'a> Pack<'a> {
             archive: false,
             exclude: Exclude::default(),
             unchanged: None,
+            cancel: Cancel::new(),
         }
     }
 
@@ -195,6 +197,13 @@ impl<'a> Pack<'a> {
     /// Counts entries, content bytes and archive bytes written in `progress` as it goes.
     pub fn progress(mut self, progress: &'a Progress) -> Pack<'a> {
         self.progress = Some(progress);
+        self
+    }
+
+    /// Stops once `cancel` is cancelled (the default: a token of its own, which nothing
+    /// cancels).
+    pub fn cancel(mut self, cancel: Cancel) -> Pack<'a> {
+        self.cancel = cancel;
         self
     }
 
@@ -243,7 +252,8 @@ impl<'a> Pack<'a> {
             fstat(out).map_err(|e| Error::io("fstat", TreePath(b"<archive>".to_vec()), e))?;
         let archive = (FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile)
             .then_some((stat.st_dev, stat.st_ino));
-        self.run(FdWriter(out), archive)
+        let cancel = self.cancel.clone();
+        self.run(FdWriter(out, cancel), archive)
     }
 
     /// Writes the archive to `-o PATH` (see [`Output`]) and puts it in place when it is
@@ -260,7 +270,8 @@ impl<'a> Pack<'a> {
     /// are read and written through it, and it is flushed at the end. Nothing is left
     /// out: `out` must not write into the tree.
     pub fn to_writer(self, out: impl io::Write + Send) -> Result<PackSummary> {
-        self.run(IoWriter::new(out), None)
+        let cancel = self.cancel.clone();
+        self.run(IoWriter::new(out, cancel), None)
     }
 
     /// Walks the trees into a [`Packer`] writing to `out`; `archive` is the file `out`
@@ -280,6 +291,7 @@ impl<'a> Pack<'a> {
             self.archive,
             self.unchanged,
             progress,
+            self.cancel.clone(),
             |packer| {
                 Walk::new()
                     .exclude(&self.exclude)
@@ -306,6 +318,7 @@ fn encode<W: ArchiveWriter>(
     archive: bool,
     listing: Option<&Listing>,
     progress: &Progress,
+    cancel: Cancel,
     source: impl FnOnce(&mut Packer<'_>) -> Result<()>,
 ) -> Result<PackSummary> {
     let (tx, rx) = sync_channel(BUFFERS);
@@ -336,6 +349,7 @@ fn encode<W: ArchiveWriter>(
         links: HashMap::new(),
         source_links: HashMap::new(),
         xattrs: XattrReader::default(),
+        cancel,
     };
     std::thread::scope(|scope| {
         let queued = &queued;
@@ -356,6 +370,8 @@ fn encode<W: ArchiveWriter>(
 /// several links into hard links, and is the one place that decides what the archive
 /// records (owners, extended attributes and devices only when `archive`).
 pub(crate) struct Packer<'a> {
+    /// Stops the pack once cancelled.
+    cancel: Cancel,
     /// To the writer thread.
     tx: SyncSender<Out>,
     /// Items sent to the writer thread and not written yet.
@@ -438,7 +454,7 @@ impl Packer<'_> {
     /// Hands the buffer to the writer thread and continues in a spare one (unless a stop
     /// was requested).
     fn flush(&mut self) -> Result<()> {
-        check()?;
+        self.cancel.check()?;
         if self.buf.is_empty() {
             return Ok(());
         }
@@ -455,7 +471,9 @@ impl Packer<'_> {
     /// Reads at most `max` bytes of `file` onto the end of the buffer, which has room for
     /// them; returns how many (0 at end of file).
     fn read_more(&mut self, file: BorrowedFd<'_>, max: usize) -> rustix::io::Result<usize> {
-        retry(|| sys::read_onto(file, &mut self.buf, max, None))
+        retry(&self.cancel, || {
+            sys::read_onto(file, &mut self.buf, max, None)
+        })
     }
 
     /// Appends exactly `size` bytes of `file` to the buffer, failing if the file is shorter
@@ -505,7 +523,7 @@ impl Packer<'_> {
     ) -> Result<()> {
         self.append_region(file, 0, size, path)?;
         let mut probe = [0u8; 1];
-        match retry(|| pread(file, &mut probe, size)) {
+        match retry(&self.cancel, || pread(file, &mut probe, size)) {
             Ok(0) => Ok(()),
             Ok(_) => Err(Error::Changed {
                 path: path(),
@@ -1000,8 +1018,10 @@ impl Packer<'_> {
         while offset < end {
             let room = self.buf.capacity() - self.buf.len();
             let want = room.min((end - offset) as usize);
-            let n = retry(|| sys::read_onto(fd, &mut self.buf, want, Some(offset)))
-                .map_err(|e| Error::io("read", path(), e))?;
+            let n = retry(&self.cancel, || {
+                sys::read_onto(fd, &mut self.buf, want, Some(offset))
+            })
+            .map_err(|e| Error::io("read", path(), e))?;
             if n == 0 {
                 return Err(Error::Changed {
                     path: path(),
@@ -1034,7 +1054,7 @@ impl Sink for Packer<'_> {
     type Error = Error;
 
     fn enter_dir(&mut self, entry: &Entry<'_>) -> Result<()> {
-        check()?;
+        self.cancel.check()?;
         self.stream_ended()?;
         self.end_run()?;
         let entry = self.recorded(entry);
@@ -1217,11 +1237,12 @@ mod tests {
     fn encoded(source: impl FnOnce(&mut Packer<'_>) -> Result<()>) -> Result<Vec<u8>> {
         let mut out = Vec::new();
         encode(
-            IoWriter::new(&mut out),
+            IoWriter::new(&mut out, Cancel::new()),
             [None; 2],
             false,
             None,
             &Progress::default(),
+            Cancel::new(),
             source,
         )?;
         Ok(out)

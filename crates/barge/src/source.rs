@@ -12,18 +12,19 @@ use rustix::io::read;
 
 use crate::error::{Error, Result, TreePath};
 use crate::format::{Decoder, Event, Limits, Step};
-use crate::interrupt::{retry, wait_readable};
+use crate::interrupt::{retry, wait_readable, Cancel};
 
 /// Bytes that arrive in order.
 pub trait ByteSource {
     /// Reads what comes next into `buf` (at least one byte, or 0 at the end), waiting for it
-    /// when none is there yet. `offset` is where the stream is, for messages.
-    fn read(&mut self, buf: &mut [u8], offset: u64) -> Result<usize>;
+    /// when none is there yet. `offset` is where the stream is, for messages. Fails once
+    /// `cancel` is cancelled.
+    fn read(&mut self, buf: &mut [u8], offset: u64, cancel: &Cancel) -> Result<usize>;
 
     /// Waits until [`ByteSource::read`] has something to return or `patience` has passed
-    /// (then false); fails when a stop is requested meanwhile. A source that cannot tell
+    /// (then false); fails when `cancel` is cancelled meanwhile. A source that cannot tell
     /// answers true at once (the threaded engine then reads on instead of landing early).
-    fn wait(&self, _patience: Option<Duration>) -> Result<bool> {
+    fn wait(&self, _patience: Option<Duration>, _cancel: &Cancel) -> Result<bool> {
         Ok(true)
     }
 }
@@ -35,13 +36,14 @@ fn input_at(offset: u64) -> TreePath {
 
 /// A pipe, socket or file descriptor, read with `read(2)`; its waits see stop requests.
 impl ByteSource for BorrowedFd<'_> {
-    fn read(&mut self, buf: &mut [u8], offset: u64) -> Result<usize> {
-        self.wait(None)?;
-        retry(|| read(*self, &mut *buf)).map_err(|e| Error::io("read archive", input_at(offset), e))
+    fn read(&mut self, buf: &mut [u8], offset: u64, cancel: &Cancel) -> Result<usize> {
+        self.wait(None, cancel)?;
+        retry(cancel, || read(*self, &mut *buf))
+            .map_err(|e| Error::io("read archive", input_at(offset), e))
     }
 
-    fn wait(&self, patience: Option<Duration>) -> Result<bool> {
-        wait_readable(*self, patience)
+    fn wait(&self, patience: Option<Duration>, cancel: &Cancel) -> Result<bool> {
+        wait_readable(*self, patience, cancel)
     }
 }
 
@@ -51,9 +53,9 @@ impl ByteSource for BorrowedFd<'_> {
 pub struct ReadSource<R>(pub R);
 
 impl<R: Read> ByteSource for ReadSource<R> {
-    fn read(&mut self, buf: &mut [u8], offset: u64) -> Result<usize> {
+    fn read(&mut self, buf: &mut [u8], offset: u64, cancel: &Cancel) -> Result<usize> {
         loop {
-            crate::interrupt::check()?;
+            cancel.check()?;
             match self.0.read(buf) {
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 other => return other.map_err(|e| Error::os("read archive", input_at(offset), e)),
@@ -70,6 +72,8 @@ pub struct ByteStream<'a> {
     left: u64,
     /// How many bytes the archive has, when that was given.
     length: Option<u64>,
+    /// Ends reads and waits once cancelled.
+    cancel: Cancel,
 }
 
 impl std::fmt::Debug for ByteStream<'_> {
@@ -93,7 +97,13 @@ impl<'a> ByteStream<'a> {
             source: Box::new(source),
             left: u64::MAX,
             length: None,
+            cancel: Cancel::new(),
         }
+    }
+
+    /// Fails reads and waits once `cancel` is cancelled.
+    pub fn cancel(self, cancel: Cancel) -> ByteStream<'a> {
+        ByteStream { cancel, ..self }
     }
 
     /// The next `length` bytes are the archive: no more is read, and an input that ends
@@ -131,7 +141,7 @@ impl<'a> ByteStream<'a> {
         if self.left == 0 {
             return Ok(true);
         }
-        self.source.wait(patience)
+        self.source.wait(patience, &self.cancel)
     }
 
     /// Reads what comes next, up to `buf.len()` bytes (0 at the end); `offset` is where the
@@ -143,7 +153,7 @@ impl<'a> ByteStream<'a> {
         if want == 0 {
             return Ok(0);
         }
-        let n = self.source.read(&mut buf[..want], offset)?;
+        let n = self.source.read(&mut buf[..want], offset, &self.cancel)?;
         if let (0, Some(length)) = (n, self.length) {
             let got = length - self.left;
             return Err(Error::InputTooShort {

@@ -11,6 +11,7 @@ use rustix::fs::{FileType, Stat, Statx};
 
 use crate::error::{Error, TreePath};
 use crate::format::TAG_XATTR;
+use crate::interrupt::Cancel;
 use crate::sys::copy::read_chunks;
 use crate::sys::FILE_FLAGS;
 
@@ -576,7 +577,7 @@ fn read_content(entry: &Entry<'_>, content: Content<'_>) -> Result<Vec<u8>, Erro
     let read_all = |fd: BorrowedFd<'_>, offset: u64, len: u64| {
         let mut bytes = Vec::new();
         let mut buf = vec![0u8; 1 << 16];
-        read_chunks(fd, offset, len, &mut buf, &path, |chunk| {
+        read_chunks(fd, offset, len, &mut buf, &path, &Cancel::new(), |chunk| {
             bytes.extend_from_slice(chunk);
             Ok(())
         })?;

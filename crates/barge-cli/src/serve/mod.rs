@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use barge::interrupt::Cancel;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use rustix::process::Signal;
@@ -136,7 +137,7 @@ impl ServeArgs {
 }
 
 /// Runs the server until a stop signal.
-pub fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
+pub fn serve(args: ServeArgs, stopped: &Cancel) -> anyhow::Result<Exit> {
     let token = match &args.token_file {
         Some(file) => Some(token::Token::from_file(file)?),
         None => token::Token::from_env()?,
@@ -189,7 +190,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
         }
         let server = Arc::new(http::Server::new(&args, dest, token, quota));
         let tls = tls.map(|t| t.acceptor);
-        run(listener, tls, server, args.max_connections).await
+        run(listener, tls, server, args.max_connections, stopped).await
     })?;
     Ok(Exit::Success)
 }
@@ -233,6 +234,7 @@ async fn run(
     tls: Option<tokio_rustls::TlsAcceptor>,
     server: Arc<http::Server>,
     max_connections: u32,
+    stopped: &Cancel,
 ) -> anyhow::Result<()> {
     let connections = Arc::new(Semaphore::new(max_connections as usize));
     let peers = crate::peers::Peers::quarter_of(max_connections);
@@ -304,7 +306,7 @@ async fn run(
         });
     };
     // main ends the process by this signal, as every barge command does.
-    barge::interrupt::request(stop.as_raw());
+    stopped.stop_by(stop.as_raw());
     drop(listener);
     let open = stopping.receiver_count();
     if open > 0 {

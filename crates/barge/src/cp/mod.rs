@@ -40,7 +40,7 @@ pub use verify::Verified;
 
 use crate::error::{Error, Result, TreePath};
 use crate::exclude::Exclude;
-use crate::interrupt::{check, requested, retry};
+use crate::interrupt::{retry, Cancel};
 use crate::land::restore::{Apply, Existing, NotRestored, Policy, Restore, Target};
 use crate::land::sync::{create_at, exists, replace, replace_by_dir, LinkTarget, Made};
 use crate::sys::copy::{copy_range, read_chunks};
@@ -188,6 +188,7 @@ pub struct Cp {
     reflink: Reflink,
     exclude: Exclude,
     threads: usize,
+    cancel: Cancel,
 }
 
 impl Default for Cp {
@@ -204,6 +205,7 @@ impl Default for Cp {
             reflink: Reflink::Auto,
             exclude: Exclude::default(),
             threads: 64,
+            cancel: Cancel::new(),
         }
     }
 }
@@ -264,6 +266,13 @@ impl Cp {
     /// [`Cp::delete`]).
     pub fn exclude(mut self, exclude: Exclude) -> Cp {
         self.exclude = exclude;
+        self
+    }
+
+    /// Stops once `cancel` is cancelled (the default: a token of its own, which nothing
+    /// cancels).
+    pub fn cancel(mut self, cancel: Cancel) -> Cp {
+        self.cancel = cancel;
         self
     }
 
@@ -365,7 +374,7 @@ impl Cp {
             copier.copy(&at, &stat)?;
             drop(copier);
         }
-        check()?;
+        self.cancel.check()?;
         Ok(shared.summary.into_inner().expect("no panics"))
     }
 
@@ -667,7 +676,7 @@ impl<'a> Copier<'a> {
         if dest_full {
             self.shared.summary.lock().expect("no panics").stopped = true;
         }
-        match dest_full || requested().is_some() {
+        match dest_full || self.shared.cp.cancel.is_cancelled() {
             true => WalkState::Quit,
             false => WalkState::Continue,
         }
@@ -1058,7 +1067,8 @@ impl<'a> Copier<'a> {
         if !self.shared.no_range.load(Relaxed) {
             let progress = self.shared.progress;
             let len = end - start;
-            let ranged = copy_range(src, start, dest, Some(start), len, path, |n| {
+            let cancel = &self.shared.cp.cancel;
+            let ranged = copy_range((src, start), (dest, Some(start)), len, path, cancel, |n| {
                 progress.add_bytes(n)
             })?;
             if !ranged.refused {
@@ -1084,16 +1094,17 @@ impl<'a> Copier<'a> {
             self.buf = vec![0; BUFFER];
         }
         let (progress, mut to) = (self.shared.progress, from);
-        read_chunks(src, from, len, &mut self.buf, &path(), |chunk| {
+        let cancel = &self.shared.cp.cancel;
+        read_chunks(src, from, len, &mut self.buf, &path(), cancel, |chunk| {
             let mut rest = chunk;
             while !rest.is_empty() {
-                let n =
-                    retry(|| pwrite(dest, rest, to)).map_err(|e| Error::io("write", path(), e))?;
+                let n = retry(cancel, || pwrite(dest, rest, to))
+                    .map_err(|e| Error::io("write", path(), e))?;
                 rest = &rest[n..];
                 to += n as u64;
             }
             progress.add_bytes(chunk.len() as u64);
-            check()
+            cancel.check()
         })
     }
 
@@ -1323,7 +1334,7 @@ impl<'a> ParallelVisitor for Copier<'a> {
         fd: BorrowedFd<'_>,
         stat: &Statx,
     ) -> std::result::Result<DestDir<'a>, WalkState> {
-        if requested().is_some() {
+        if self.shared.cp.cancel.is_cancelled() {
             return Err(WalkState::Quit);
         }
         let path = parent.relative(Some(entry.name));
@@ -1353,7 +1364,7 @@ impl<'a> ParallelVisitor for Copier<'a> {
         fd: BorrowedFd<'_>,
         entry: &mut Entry<'_>,
     ) -> WalkState {
-        if requested().is_some() {
+        if self.shared.cp.cancel.is_cancelled() {
             return WalkState::Quit;
         }
         let stat = match statx(fd, entry.name, AtFlags::SYMLINK_NOFOLLOW, MASK) {

@@ -12,7 +12,7 @@ use rustix::io::{pread, Errno};
 
 use super::{open_parent, split, Cp, CpReport};
 use crate::error::{Error, Result, TreePath};
-use crate::interrupt::retry;
+use crate::interrupt::{retry, Cancel};
 use crate::sys::{DIR_FLAGS, FILE_FLAGS};
 use crate::tree::{Entry, Kind};
 use crate::walk::parallel::{
@@ -48,6 +48,7 @@ pub(super) fn verify(cp: &Cp, src: &Path, dest: &Path, report: &dyn CpReport) ->
         report,
         dest: dest.as_os_str().as_bytes().to_vec(),
         totals: Default::default(),
+        cancel: &cp.cancel,
     };
     let mut checker = Checker::new(&shared);
     if Kind::of_mode(stat.stx_mode.into()) == Kind::Dir {
@@ -80,6 +81,7 @@ struct Shared<'a> {
     report: &'a dyn CpReport,
     dest: Vec<u8>,
     totals: std::sync::Mutex<Verified>,
+    cancel: &'a Cancel,
 }
 
 struct Builder<'a>(&'a Shared<'a>);
@@ -185,7 +187,8 @@ impl<'a> Checker<'a> {
         };
         let mut at = 0u64;
         loop {
-            let read = |fd: &OwnedFd, buf: &mut [u8]| retry(|| pread(fd, &mut buf[..], at));
+            let cancel = self.shared.cancel;
+            let read = |fd: &OwnedFd, buf: &mut [u8]| retry(cancel, || pread(fd, &mut buf[..], at));
             let (x, y) = match (read(&a, &mut self.bufs.0), read(&b, &mut self.bufs.1)) {
                 (Ok(x), Ok(y)) => (x, y),
                 (Err(e), _) | (_, Err(e)) => return Err(format!("read: {e}")),

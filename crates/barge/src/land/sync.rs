@@ -19,7 +19,7 @@ use rustix::io::{write, Errno};
 use super::restore::{Apply, Existing, Policy, Target, SETID};
 use super::{truncation_offset, Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
-use crate::interrupt::{check, retry, SIGBUS};
+use crate::interrupt::{retry, Cancel, SIGBUS};
 use crate::sys::copy::copy_range;
 use crate::sys::fds::Graveyard;
 use crate::sys::{CREATE_FLAGS, DIR_FLAGS, DIR_HANDLE_FLAGS};
@@ -49,15 +49,18 @@ pub(crate) struct Setup {
     /// the directories entered are left to the engine (several landers are in a directory
     /// at once), and files with a link id are only noted as created.
     pub(crate) threaded: bool,
+    /// Stops the landing once cancelled.
+    pub(crate) cancel: Cancel,
 }
 
 impl Setup {
-    /// Landers of one unpack restoring by `policy`.
-    pub(crate) fn new(policy: Policy) -> Setup {
+    /// Landers of one unpack restoring by `policy`, stopping once `cancel` is cancelled.
+    pub(crate) fn new(policy: Policy, cancel: Cancel) -> Setup {
         Setup {
             policy,
             links: Links::default(),
             threaded: false,
+            cancel,
         }
     }
 }
@@ -217,6 +220,11 @@ pub(crate) fn replace_by_dir(
 }
 
 impl SyncLander {
+    /// What stops the landing.
+    pub(crate) fn cancel(&self) -> &Cancel {
+        &self.setup.cancel
+    }
+
     /// A lander creating entries below the directory `root`, restoring what `setup`'s
     /// policy says.
     pub(crate) fn new(root: OwnedFd, setup: Setup) -> SyncLander {
@@ -394,7 +402,8 @@ impl SyncLander {
             let path = || self.path(&self.file_name);
             // Fewer bytes when the archive ended early (cut while mapped): the write from
             // memory meets the same end.
-            let ranged = copy_range(source, offset, to, None, len, &path, |_| {})?;
+            let cancel = &self.setup.cancel;
+            let ranged = copy_range((source, offset), (to, None), len, &path, cancel, |_| {})?;
             self.no_copy = ranged.refused;
             self.file.as_mut().expect("open").written += ranged.copied;
         }
@@ -405,13 +414,13 @@ impl SyncLander {
         let file = self.file.as_mut().expect("a file is open");
         while !data.is_empty() {
             let chunk = &data[..data.len().min(CHUNK as usize)];
-            match retry(|| write(&file.fd, chunk)) {
+            match retry(&self.setup.cancel, || write(&file.fd, chunk)) {
                 // A stop (or a mapped archive that shrank: its vanished pages read as
                 // zeros) is seen before the file counts as complete.
                 Ok(n) => {
                     data = &data[n..];
                     file.written += n as u64;
-                    check()?;
+                    self.setup.cancel.check()?;
                 }
                 // Only a mapped archive's pages can vanish under a write.
                 Err(Errno::FAULT) => return Err(Error::Interrupted { signal: SIGBUS }),
@@ -771,11 +780,11 @@ mod tests {
         vec![
             (
                 "sync",
-                Box::new(SyncLander::new(root(), Setup::new(policy))),
+                Box::new(SyncLander::new(root(), Setup::new(policy, Cancel::new()))),
             ),
             (
                 "uring",
-                Box::new(UringLander::new(root(), Setup::new(policy)).unwrap()),
+                Box::new(UringLander::new(root(), Setup::new(policy, Cancel::new())).unwrap()),
             ),
         ]
     }

@@ -25,7 +25,6 @@ use super::restore::{Existing, Target};
 use super::sync::{Setup, SyncLander};
 use super::{Land, LandSummary};
 use crate::error::{Error, Result};
-use crate::interrupt::check;
 use crate::sys::ring::Ring;
 use crate::sys::CREATE_FLAGS;
 use crate::tree::{Content, Device, Entry, Kind, Meta, Sink, Xattrs};
@@ -214,7 +213,7 @@ impl UringLander {
         self.requests = 0;
         self.batch_links.clear();
         let queued = std::mem::take(&mut self.queued);
-        if let Err(stop) = check() {
+        if let Err(stop) = self.sync.cancel().check() {
             // The contents were copied before the stop was seen; if it says that the
             // mapped archive shrank, some may be zeros: none of these files counts.
             for q in queued

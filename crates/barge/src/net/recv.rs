@@ -13,7 +13,7 @@ use super::{decode, encode, kind, Accept, Hello, Key, Messages, Outcome, Refuse,
 use crate::confine::{ConfinedUnpack, Landed};
 use crate::error::{Error, NetError, Result, TreePath};
 use crate::format::Limits;
-use crate::interrupt::wait_a_slice;
+use crate::interrupt::{wait_a_slice, Cancel};
 use crate::listing::{self, Listing};
 use crate::unpack::{Existing, Restore};
 
@@ -31,7 +31,7 @@ pub struct Receive {
     limits: Limits,
     restore: Restore,
     timeout: Duration,
-    interruptible: bool,
+    cancel: Cancel,
     /// The transfers running, by id, which later lanes join.
     transfers: Transfers,
     /// Transfers landing at once, at most.
@@ -57,8 +57,8 @@ impl Drop for Slot<'_> {
 }
 
 impl Slots {
-    /// Waits up to `timeout` for a slot (failing on a requested stop when `stoppable`).
-    fn take(&self, timeout: Duration, stoppable: bool) -> Result<Slot<'_>> {
+    /// Waits up to `timeout` for a slot (failing once `stop` is cancelled).
+    fn take(&self, timeout: Duration, stop: &Cancel) -> Result<Slot<'_>> {
         let (taken, freed) = &*self.taken;
         let start = std::time::Instant::now();
         let mut n = taken.lock().unwrap_or_else(|e| e.into_inner());
@@ -69,7 +69,7 @@ impl Slots {
                     format!("busy: {} transfers are running", self.max),
                 ));
             }
-            n = wait_a_slice(freed, n, stoppable)?;
+            n = wait_a_slice(freed, n, stop)?;
         }
         *n += 1;
         Ok(Slot(self))
@@ -195,7 +195,7 @@ impl Receive {
             limits: Limits::default(),
             restore: Restore::default().asked_only(true),
             timeout: Duration::from_secs(30),
-            interruptible: true,
+            cancel: Cancel::new(),
             transfers: Transfers::default(),
             slots: Slots {
                 taken: Arc::default(),
@@ -231,10 +231,11 @@ impl Receive {
         self
     }
 
-    /// Whether a requested stop (a signal) ends a running connection (the default), or
-    /// only the timeout does: a server that drains its connections on SIGTERM.
-    pub fn interruptible(mut self, yes: bool) -> Receive {
-        self.interruptible = yes;
+    /// Ends running connections once `cancel` is cancelled (the default: a token of its
+    /// own, which nothing cancels: only the timeout ends them, as for a server that drains
+    /// its connections on SIGTERM).
+    pub fn cancel(mut self, cancel: Cancel) -> Receive {
+        self.cancel = cancel;
         self
     }
 
@@ -255,7 +256,7 @@ impl Receive {
             &self.key,
             self.timeout,
             handshake,
-            self.interruptible,
+            self.cancel.clone(),
         );
         let mut channel = accepted.map_err(|error| Failed {
             authenticated: false,
@@ -326,7 +327,7 @@ impl Receive {
             Some(announced) => announced,
             None => None,
         };
-        let _slot = match self.slots.take(self.timeout, self.interruptible) {
+        let _slot = match self.slots.take(self.timeout, &self.cancel) {
             Ok(slot) => slot,
             Err(e) => {
                 refuse(channel, e.to_string());
@@ -432,7 +433,7 @@ impl Receive {
             Some(_) => hello.lanes.clamp(1, MAX_LANES),
             None => 1,
         };
-        let transfer = Transfer::new(out, lanes, self.timeout, self.interruptible);
+        let transfer = Transfer::new(out, lanes, self.timeout, self.cancel.clone());
         let transfer = Arc::new(transfer);
         if let Some(announced) = &announced {
             announced.running(transfer.clone());

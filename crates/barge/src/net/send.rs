@@ -3,8 +3,7 @@
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::mpsc;
 use std::time::Duration;
 
 use rustix::io::Errno;
@@ -15,6 +14,7 @@ use super::{decode, encode, kind, unexpected, Accept, Hello, Key, Outcome, VERSI
 use crate::confine::Landed;
 use crate::error::{Error, NetError, Result, TreePath};
 use crate::format::Limits;
+use crate::interrupt::Cancel;
 use crate::listing::{Listing, ListingLimits};
 use crate::pack::{Pack, PackSummary};
 use crate::tree::{Content, Device, DirPath, Entry, Kind, Sink};
@@ -38,6 +38,7 @@ pub struct Send {
     compress: bool,
     update: bool,
     lanes: Option<u32>,
+    cancel: Cancel,
 }
 
 /// What a transfer did.
@@ -66,6 +67,7 @@ impl Send {
             compress: false,
             update: false,
             lanes: None,
+            cancel: Cancel::new(),
         }
     }
 
@@ -85,6 +87,13 @@ impl Send {
     /// long.
     pub fn timeout(mut self, timeout: Duration) -> Send {
         self.timeout = timeout;
+        self
+    }
+
+    /// Stops once `cancel` is cancelled (the default: a token of its own, which nothing
+    /// cancels); a [`Payload::Pack`] has its own (see [`Pack::cancel`]).
+    pub fn cancel(mut self, cancel: Cancel) -> Send {
+        self.cancel = cancel;
         self
     }
 
@@ -121,7 +130,7 @@ impl Send {
                 _ => 1,
             })
             .min(MAX_LANES);
-        let channel = Channel::connect(socket, &self.key, self.timeout)?;
+        let channel = Channel::connect(socket, &self.key, self.timeout, self.cancel.clone())?;
         // The receiver holds the key (a wrong one costs it one connection, one log line):
         // the later lanes connect while this one says HELLO, to join the transfer by the id
         // it names.
@@ -147,7 +156,7 @@ impl Send {
                 let mut zstd = zstd::stream::write::Encoder::new(&mut data, ZSTD_LEVEL)
                     .and_then(|mut zstd| zstd.multithread(workers as u32).map(|()| zstd))
                     .map_err(|e| Error::os("start zstd", TreePath::default(), e))?;
-                let packed = stream(payload, &mut zstd, progress);
+                let packed = stream(payload, &mut zstd, progress, &self.cancel);
                 let finished = packed.and_then(|p| {
                     let done = zstd.finish();
                     done.map(|_| p)
@@ -156,7 +165,7 @@ impl Send {
                 data.failed.take().map_or(finished, Err)?
             }
             false => {
-                let packed = stream(payload, &mut data, progress);
+                let packed = stream(payload, &mut data, progress, &self.cancel);
                 data.failed.take().map_or(packed, Err)?
             }
         };
@@ -196,7 +205,12 @@ impl Send {
             dry_run: true,
             ..self.hello(1, None)
         };
-        let channel = Channel::connect(self.connect()?, &self.key, self.timeout)?;
+        let channel = Channel::connect(
+            self.connect()?,
+            &self.key,
+            self.timeout,
+            self.cancel.clone(),
+        )?;
         let mut channel = self.start(channel, hello)?;
         let listing = self.what_dest_has(&mut channel)?;
         channel.close();
@@ -278,17 +292,18 @@ impl Send {
     /// more says its HELLO and closes.
     fn open_lanes(&self, transfer: String, n: u32) -> Joining {
         let (ready, joining) = mpsc::channel();
-        let over = Arc::new(AtomicBool::new(false));
+        let over = Cancel::new();
         for _ in 0..n {
             let (ready, send, transfer) = (ready.clone(), self.clone(), transfer.clone());
             let over = over.clone();
             std::thread::spawn(move || -> Result<()> {
-                if over.load(Ordering::Relaxed) {
+                if over.is_cancelled() {
                     return Ok(());
                 }
-                let mut lane = Channel::connect(send.connect()?, &send.key, send.timeout)?;
+                let stop = send.cancel.clone();
+                let mut lane = Channel::connect(send.connect()?, &send.key, send.timeout, stop)?;
                 let hello = send.hello(1, Some(transfer));
-                if over.load(Ordering::Relaxed) {
+                if over.is_cancelled() {
                     return lane
                         .send(kind::HELLO, &encode(&hello))
                         .and_then(|()| lane.flush());
@@ -406,13 +421,14 @@ fn stream(
     payload: Payload<'_, '_>,
     out: &mut (impl Write + std::marker::Send),
     progress: &Progress,
+    cancel: &Cancel,
 ) -> Result<Option<PackSummary>> {
     match payload {
         Payload::Pack(pack) => pack.to_writer(out).map(Some),
         Payload::Archive(input) => {
             let mut buf = vec![0; 1 << 20];
             loop {
-                crate::interrupt::check()?;
+                cancel.check()?;
                 let n = match input.read(&mut buf) {
                     Ok(0) => break,
                     Ok(n) => n,

@@ -38,7 +38,7 @@ use rustix::net::{
 };
 
 use crate::error::{Error, Result, TreePath};
-use crate::interrupt::{retry, wait_readable};
+use crate::interrupt::{retry, wait_readable, Cancel};
 use crate::source::ByteSource;
 
 /// Where the ring starts in the mapping: the header takes a page.
@@ -154,12 +154,14 @@ fn take_rings(bell: BorrowedFd<'_>) -> bool {
 }
 
 /// The memfd the writer sent first on `bell`.
-fn receive_memfd(bell: &OwnedFd) -> io::Result<OwnedFd> {
+fn receive_memfd(bell: &OwnedFd, cancel: &Cancel) -> io::Result<OwnedFd> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let mut byte = [0u8; 1];
     let flags = RecvFlags::CMSG_CLOEXEC;
-    retry(|| recvmsg(bell, &mut [IoSliceMut::new(&mut byte)], &mut control, flags))?;
+    retry(cancel, || {
+        recvmsg(bell, &mut [IoSliceMut::new(&mut byte)], &mut control, flags)
+    })?;
     let memfd = control.drain().find_map(|message| match message {
         RecvAncillaryMessage::ScmRights(mut fds) => fds.next(),
         _ => None,
@@ -287,12 +289,15 @@ pub(crate) struct QueueReader {
     tail: u64,
     /// The writer has closed its end: what is queued is the rest.
     ended: std::cell::Cell<bool>,
+    /// What stops its reads as an [`io::Read`] (a [`ByteSource`] is given one per read).
+    cancel: Cancel,
 }
 
 impl QueueReader {
-    /// Takes the queue whose memfd the writer sent on `bell`.
-    pub(crate) fn open(bell: OwnedFd) -> io::Result<QueueReader> {
-        let memfd = receive_memfd(&bell)?;
+    /// Takes the queue whose memfd the writer sent on `bell`; `cancel` stops the wait for it
+    /// and reads through [`io::Read`].
+    pub(crate) fn open(bell: OwnedFd, cancel: Cancel) -> io::Result<QueueReader> {
+        let memfd = receive_memfd(&bell, &cancel)?;
         let len = usize::try_from(fstat(&memfd)?.st_size).unwrap_or(0);
         if len <= HEADER || !(len - HEADER).is_power_of_two() {
             return Err(io::Error::other(format!("a queue of {len} bytes")));
@@ -303,6 +308,7 @@ impl QueueReader {
             bell,
             tail: 0,
             ended: Default::default(),
+            cancel,
         })
     }
 
@@ -330,12 +336,12 @@ impl QueueReader {
 impl io::Read for QueueReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let at = self.tail;
-        ByteSource::read(self, buf, at).map_err(io::Error::other)
+        ByteSource::read(self, buf, at, &self.cancel.clone()).map_err(io::Error::other)
     }
 }
 
 impl ByteSource for QueueReader {
-    fn read(&mut self, buf: &mut [u8], _offset: u64) -> Result<usize> {
+    fn read(&mut self, buf: &mut [u8], _offset: u64, cancel: &Cancel) -> Result<usize> {
         loop {
             let queued = self.queued()?;
             if queued > 0 {
@@ -352,7 +358,7 @@ impl ByteSource for QueueReader {
             if self.ended.get() {
                 return Ok(0);
             }
-            self.wait(None)?;
+            self.wait(None, cancel)?;
         }
     }
 
@@ -360,7 +366,7 @@ impl ByteSource for QueueReader {
     /// on meanwhile (the threaded engine's segment), so it is woken only once half the ring
     /// is queued, or at the end, or after the patience: fewer wake-ups than one per message
     /// (1.5% less CPU for a `send | recv` of many small files).
-    fn wait(&self, patience: Option<Duration>) -> Result<bool> {
+    fn wait(&self, patience: Option<Duration>, cancel: &Cancel) -> Result<bool> {
         let wanted = match patience {
             Some(_) => self.map.capacity() / 2,
             None => 1,
@@ -377,7 +383,7 @@ impl ByteSource for QueueReader {
             header.reader_wants.0.store(0, SeqCst);
             return Ok(true);
         }
-        let rung = wait_readable(self.bell.as_fd(), patience)?;
+        let rung = wait_readable(self.bell.as_fd(), patience, cancel)?;
         header.reader_wants.0.store(0, SeqCst);
         if rung && !take_rings(self.bell.as_fd()) {
             self.ended.set(true);
@@ -394,7 +400,7 @@ mod tests {
     /// a queue of `capacity` bytes with reads of `read` bytes.
     fn round_trip(data: &[u8], capacity: usize, piece: usize, read: usize) -> Vec<u8> {
         let (mut writer, bell) = QueueWriter::new(capacity).unwrap();
-        let mut reader = QueueReader::open(bell).unwrap();
+        let mut reader = QueueReader::open(bell, Cancel::new()).unwrap();
         std::thread::scope(|s| {
             s.spawn(move || {
                 for part in data.chunks(piece) {
@@ -404,7 +410,10 @@ mod tests {
             let mut out = Vec::new();
             let mut buf = vec![0; read];
             loop {
-                match reader.read(&mut buf, out.len() as u64).unwrap() {
+                match reader
+                    .read(&mut buf, out.len() as u64, &Cancel::new())
+                    .unwrap()
+                {
                     0 => break out,
                     n => out.extend_from_slice(&buf[..n]),
                 }
@@ -428,20 +437,20 @@ mod tests {
     #[test]
     fn a_writer_gone_is_the_end_after_what_it_queued() {
         let (mut writer, bell) = QueueWriter::new(4096).unwrap();
-        let mut reader = QueueReader::open(bell).unwrap();
+        let mut reader = QueueReader::open(bell, Cancel::new()).unwrap();
         writer.write_all(b"last words").unwrap();
         drop(writer);
         let mut buf = [0; 64];
-        assert_eq!(reader.read(&mut buf, 0).unwrap(), 10);
+        assert_eq!(reader.read(&mut buf, 0, &Cancel::new()).unwrap(), 10);
         assert_eq!(&buf[..10], b"last words");
-        assert_eq!(reader.read(&mut buf, 10).unwrap(), 0);
-        assert!(reader.wait(Some(Duration::ZERO)).unwrap());
+        assert_eq!(reader.read(&mut buf, 10, &Cancel::new()).unwrap(), 0);
+        assert!(reader.wait(Some(Duration::ZERO), &Cancel::new()).unwrap());
     }
 
     #[test]
     fn a_reader_gone_fails_a_writer_that_waits_for_room() {
         let (mut writer, bell) = QueueWriter::new(4096).unwrap();
-        let reader = QueueReader::open(bell).unwrap();
+        let reader = QueueReader::open(bell, Cancel::new()).unwrap();
         writer.write_all(&[1; 4096]).unwrap();
         drop(reader);
         let e = writer.write_all(b"more").unwrap_err();
@@ -451,19 +460,25 @@ mod tests {
     #[test]
     fn a_reader_waits_with_patience_and_sees_bytes_that_come() {
         let (mut writer, bell) = QueueWriter::new(4096).unwrap();
-        let reader = QueueReader::open(bell).unwrap();
-        assert!(!reader.wait(Some(Duration::from_millis(20))).unwrap());
+        let reader = QueueReader::open(bell, Cancel::new()).unwrap();
+        assert!(!reader
+            .wait(Some(Duration::from_millis(20)), &Cancel::new())
+            .unwrap());
         writer.write_all(b"x").unwrap();
-        assert!(reader.wait(Some(Duration::from_millis(20))).unwrap());
+        assert!(reader
+            .wait(Some(Duration::from_millis(20)), &Cancel::new())
+            .unwrap());
     }
 
     #[test]
     fn a_patient_reader_is_woken_by_half_the_ring_not_by_less() {
         let (mut writer, bell) = QueueWriter::new(4096).unwrap();
-        let reader = QueueReader::open(bell).unwrap();
+        let reader = QueueReader::open(bell, Cancel::new()).unwrap();
         writer.write_all(&[1; 100]).unwrap();
         let start = std::time::Instant::now();
-        assert!(reader.wait(Some(Duration::from_millis(200))).unwrap());
+        assert!(reader
+            .wait(Some(Duration::from_millis(200)), &Cancel::new())
+            .unwrap());
         assert!(
             start.elapsed() >= Duration::from_millis(200),
             "woken for 100 bytes"
@@ -474,7 +489,9 @@ mod tests {
                 writer.write_all(&[2; 1948]).unwrap();
             });
             let start = std::time::Instant::now();
-            assert!(reader.wait(Some(Duration::from_secs(20))).unwrap());
+            assert!(reader
+                .wait(Some(Duration::from_secs(20)), &Cancel::new())
+                .unwrap());
             assert!(
                 start.elapsed() < Duration::from_secs(10),
                 "not woken by 2048 bytes"
@@ -485,7 +502,7 @@ mod tests {
     #[test]
     fn a_tail_out_of_bounds_stops_the_writer() {
         let (mut writer, bell) = QueueWriter::new(4096).unwrap();
-        let reader = QueueReader::open(bell).unwrap();
+        let reader = QueueReader::open(bell, Cancel::new()).unwrap();
         reader.map.header().tail.0.store(1 << 40, SeqCst);
         let e = writer.write(b"x").unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::BrokenPipe);
@@ -494,7 +511,7 @@ mod tests {
     #[test]
     fn the_memfd_cannot_be_resized_by_the_reader() {
         let (_writer, bell) = QueueWriter::new(4096).unwrap();
-        let memfd = receive_memfd(&bell).unwrap();
+        let memfd = receive_memfd(&bell, &Cancel::new()).unwrap();
         assert_eq!(ftruncate(&memfd, 0), Err(rustix::io::Errno::PERM));
         assert_eq!(ftruncate(&memfd, 1 << 30), Err(rustix::io::Errno::PERM));
     }

@@ -3,7 +3,7 @@
 //! masks. Everything here is a plain system call or an atomic: a handler only touches
 //! statics.
 
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering::Relaxed};
 
 /// The signals that stop a run.
 pub(crate) const SIGNALS: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE];
@@ -11,12 +11,26 @@ pub(crate) const SIGNALS: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP,
 /// The first stop signal that came, or 0.
 static STOP: AtomicI32 = AtomicI32::new(0);
 
+/// Whether the watched archive mapping lost pages: process-wide, as the SIGBUS handler can
+/// only reach statics.
+static SHRANK: AtomicBool = AtomicBool::new(false);
+
 /// The archive mapping watched for SIGBUS: start, length, and the page size.
 static MAPPING: [AtomicUsize; 3] = [
     AtomicUsize::new(0),
     AtomicUsize::new(0),
     AtomicUsize::new(0),
 ];
+
+/// The process's stop flag: the first stop signal that came, 0 before.
+pub(crate) fn stop_flag() -> &'static AtomicI32 {
+    &STOP
+}
+
+/// Whether the watched archive mapping lost pages (another process truncated its file).
+pub(crate) fn archive_shrank() -> bool {
+    SHRANK.load(Relaxed)
+}
 
 /// Records `signal` as the reason to stop, unless one was recorded before. Async-signal-safe.
 pub(crate) fn request(signal: i32) {
@@ -53,6 +67,7 @@ extern "C" fn on_bus(signal: libc::c_int, info: *mut libc::siginfo_t, _: *mut li
         unsafe { libc::signal(signal, libc::SIG_DFL) };
         return;
     }
+    SHRANK.store(true, Relaxed);
     request(libc::SIGBUS);
     let at = addr / page * page;
     // SAFETY: replaces one page of the archive mapping, whose file page is gone, with a

@@ -22,14 +22,11 @@
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
-use io_uring::{opcode, squeue::Flags, types};
-use rustix::fs::{
-    fstat, makedev, openat, statx, AtFlags, FileType, Mode, OFlags, Stat, Statx, StatxFlags,
-};
+use rustix::fs::{fstat, makedev, openat, statx, AtFlags, FileType, Mode, Stat, Statx, StatxFlags};
 use rustix::io::{fcntl_dupfd_cloexec, pread, Errno};
 
 use crate::error::{Error, Result, TreePath};
@@ -42,7 +39,7 @@ use crate::interrupt::{retry, Cancel};
 use crate::listing::{Item, Listing, Names, Unchanged, THREADS};
 use crate::output::{ArchiveWriter, FdWriter, IoWriter, Output};
 use crate::sys;
-use crate::sys::ring::Ring;
+use crate::sys::ring::{Read, Ring, ToRead};
 use crate::sys::thread::spawn_elsewhere;
 use crate::sys::xattr::XattrReader;
 use crate::sys::FILE_FLAGS;
@@ -850,105 +847,62 @@ impl<'a> Packer<'a> {
         let Some(ring) = self.ring.as_mut().filter(|_| !files.is_empty()) else {
             return Ok(());
         };
-        let dir = types::Fd(dir.as_raw_fd());
-        let total: usize = files
-            .iter()
-            .map(|f| self.run.name(f.i).len() + RING_HEADER + f.size as usize)
-            .sum();
-        self.buf.reserve(total);
-        let start = self.buf.len();
-        let base = self.buf.as_mut_ptr();
-        let mut header = Vec::with_capacity(512);
-        let mut probes = vec![0u8; files.len()];
-        let mut spans = Vec::with_capacity(files.len());
-        let mut at = start;
-        let link = Flags::IO_HARDLINK;
-        for (k, f) in files.iter().enumerate() {
-            header.clear();
+        // The headers, one after the other, and where each ends.
+        let mut headers = Vec::with_capacity(files.len() * (RING_HEADER + 32));
+        let mut ends = Vec::with_capacity(files.len());
+        for f in files {
             let entry = Entry {
                 // The number is not written: LINKED only says later entries name it.
                 link_id: f.linked.then_some(0),
                 ..Entry::file(self.run.name(f.i), f.meta)
             };
-            push_file_header(&mut header, &entry, f.size);
-            // SAFETY: `total` bytes were reserved past `start`; nothing reallocates `buf`
-            // before `set_len` below.
-            unsafe { std::ptr::copy_nonoverlapping(header.as_ptr(), base.add(at), header.len()) };
-            spans.push((at, header.len() + f.size as usize));
-            at += header.len();
-            let slot = types::Fixed(k as u32);
-            let target = types::DestinationSlot::try_from_slot_target(k as u32).expect("small");
-            let name = self.run.names[self.run.starts[f.i]..].as_ptr().cast();
-            // A fixed-file slot is no fd: O_CLOEXEC is meaningless there and refused.
-            let flags = FILE_FLAGS.difference(OFlags::CLOEXEC).bits() as i32;
-            let ud = 4 * k as u64;
-            let entries = [
-                opcode::OpenAt::new(dir, name)
-                    .flags(flags)
-                    .file_index(Some(target))
-                    .build()
-                    .flags(link)
-                    .user_data(ud),
-                // SAFETY (pointer): `size` reserved bytes at `at`.
-                opcode::Read::new(slot, unsafe { base.add(at) }, f.size as u32)
-                    .build()
-                    .flags(link)
-                    .user_data(ud + 1),
-                opcode::Read::new(slot, probes[k..].as_mut_ptr(), 1)
-                    .offset(f.size)
-                    .build()
-                    .flags(link)
-                    .user_data(ud + 2),
-                opcode::Close::new(slot).build().user_data(ud + 3),
-            ];
-            for entry in &entries {
-                // SAFETY: names, `probes` and the reserved buffer outlive the run below.
-                unsafe { ring.push(entry) };
-            }
-            at += f.size as usize;
+            push_file_header(&mut headers, &entry, f.size);
+            ends.push(headers.len());
         }
-        let results = match ring.run() {
-            Ok(results) => results.to_vec(),
+        let names = &self.run.names;
+        let to_read: Vec<ToRead<'_>> = (files.iter().zip(&ends))
+            .scan(0, |start, (f, &end)| {
+                let prefix = &headers[*start..end];
+                *start = end;
+                let name = CStr::from_bytes_until_nul(&names[self.run.starts[f.i]..]);
+                Some(ToRead {
+                    name: name.expect("names end with a NUL"),
+                    size: f.size,
+                    prefix,
+                })
+            })
+            .collect();
+        let reads = match ring.read_files(dir, &to_read, &mut self.buf) {
+            Ok(reads) => reads,
             Err(e) => {
                 let path = self.dir.join(self.run.name(files[0].i));
                 return Err(Error::io("io_uring_enter", path, e));
             }
         };
-        let mut kept = start;
-        for (k, (f, &(from, len))) in files.iter().zip(&spans).enumerate() {
-            let result = |j: usize| match results[4 * k + j] {
-                r if r < 0 => Err(Errno::from_raw_os_error(-r)),
-                r => Ok(r as u64),
-            };
+        for (f, read) in files.iter().zip(reads) {
             let path = || self.dir.join(self.run.name(f.i));
-            if let Err(e) = result(0) {
-                let warning = Warning::unreadable(Error::io("open", path(), e));
-                self.summary.warnings.push(warning);
-                continue;
+            match read {
+                Read::Whole => {}
+                Read::Unopened(e) => {
+                    let warning = Warning::unreadable(Error::io("open", path(), e));
+                    self.summary.warnings.push(warning);
+                    continue;
+                }
+                Read::Failed(e) => return Err(Error::io("read", path(), e)),
+                Read::Changed(actual) => {
+                    return Err(Error::Changed {
+                        path: path(),
+                        expected: f.size,
+                        actual,
+                    })
+                }
             }
-            let got = result(1).map_err(|e| Error::io("read", path(), e))?;
-            let more = result(2).map_err(|e| Error::io("read", path(), e))?;
-            if got != f.size || more != 0 {
-                return Err(Error::Changed {
-                    path: path(),
-                    expected: f.size,
-                    actual: got + more,
-                });
-            }
-            if kept != from {
-                // SAFETY: both ranges lie in the reserved buffer; the source bytes are a
-                // header copied above and data the kernel read (exactly its size).
-                unsafe { std::ptr::copy(base.add(from), base.add(kept), len) };
-            }
-            kept += len;
             let index = self.added();
             if f.linked {
                 self.links.insert(f.key, index);
             }
             self.counted(f.size);
         }
-        // SAFETY: every byte up to `kept` was moved there from a header or file data above.
-        unsafe { self.buf.set_len(kept) };
         if self.buf.len() >= FLUSH_AT {
             self.flush()?;
         }
@@ -1214,6 +1168,8 @@ impl Sink for Packer<'_> {
 #[cfg(test)]
 mod tests {
     use std::io::Write;
+
+    use rustix::fs::OFlags;
 
     use super::*;
     use crate::format::{decode_all, Event, Limits};

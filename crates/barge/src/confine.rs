@@ -32,6 +32,7 @@ use crate::error::{Error, Result, TreePath};
 use crate::format::Limits;
 use crate::land::LandSummary;
 use crate::root::Confinement;
+use crate::source::SourceReader;
 use crate::sys::fds::close_range;
 use crate::sys::fds::raise_fd_limit;
 use crate::sys::queue::{QueueReader, QueueWriter};
@@ -346,11 +347,11 @@ fn land_confined(mut args: impl Iterator<Item = OsString>) -> Result<Landed, Fai
     }
     let queue = crate::sys::process::take_stdin()
         .ok_or_else(|| std::io::Error::other("stdin was taken before"))
-        .and_then(|bell| QueueReader::open(bell, cancel.clone()))
+        .and_then(|bell| QueueReader::open(bell, || cancel.is_cancelled()))
         .map_err(|e| Failure::from(Error::os("open the input queue", TreePath::default(), e)))?;
     let archive = match request.compressed {
         true => Archive::from_reader(Decompressing(
-            zstd::stream::read::Decoder::new(queue)
+            zstd::stream::read::Decoder::new(SourceReader::new(queue, cancel))
                 .map_err(|e| Failure::from(Error::os("start zstd", TreePath::default(), e)))?,
         )),
         false => Archive::from_source(queue),

@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 
 pub mod confine;
+pub(crate) mod copy;
 pub mod cp;
 pub mod du;
 pub mod error;

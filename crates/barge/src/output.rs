@@ -26,9 +26,9 @@ use rustix::fs::{
 };
 use rustix::io::{pread, Errno};
 
+use crate::copy::{read_chunks, send_file, write_all};
 use crate::error::{Error, Result, TreePath};
 use crate::interrupt::{retry, Cancel};
-use crate::sys::copy::{read_chunks, send_file, write_all};
 use crate::Progress;
 
 /// Hidden temporary names tried before giving up (each taken one is skipped).

@@ -41,9 +41,10 @@ use crate::output::{ArchiveWriter, FdWriter, IoWriter, Output};
 use crate::sys;
 use crate::sys::ring::{Read, Ring, ToRead};
 use crate::sys::thread::spawn_elsewhere;
-use crate::sys::xattr::XattrReader;
 use crate::sys::FILE_FLAGS;
-use crate::tree::{Content, Device, DirPath, Entry, Kind, Meta as TreeMeta, Sink, Xattrs};
+use crate::tree::{
+    Content, Device, DirPath, Entry, Kind, Meta as TreeMeta, Sink, XattrReader, Xattrs,
+};
 use crate::walk::{too_many_xattrs, Walk};
 use crate::Progress;
 

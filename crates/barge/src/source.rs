@@ -13,6 +13,7 @@ use rustix::io::read;
 use crate::error::{Error, Result, TreePath};
 use crate::format::{Decoder, Event, Limits, Step};
 use crate::interrupt::{retry, wait_readable, Cancel};
+use crate::sys::queue::{Broken, QueueReader};
 
 /// Bytes that arrive in order.
 pub trait ByteSource {
@@ -61,6 +62,59 @@ impl<R: Read> ByteSource for ReadSource<R> {
                 other => return other.map_err(|e| Error::os("read archive", input_at(offset), e)),
             }
         }
+    }
+}
+
+/// The queue in shared memory from a confined lander's parent (`sys::queue`); its waits see
+/// stop requests.
+impl ByteSource for QueueReader {
+    fn read(&mut self, buf: &mut [u8], _offset: u64, cancel: &Cancel) -> Result<usize> {
+        loop {
+            if let Some(n) = self.take(buf)? {
+                return Ok(n);
+            }
+            ByteSource::wait(self, None, cancel)?;
+        }
+    }
+
+    fn wait(&self, patience: Option<Duration>, cancel: &Cancel) -> Result<bool> {
+        self.wait_with(patience, |bell, patience| {
+            wait_readable(bell, patience, cancel)
+        })
+    }
+}
+
+impl From<Broken> for Error {
+    fn from(_: Broken) -> Error {
+        let cause = std::io::Error::other("the queue's writer broke its protocol");
+        Error::os("read archive", TreePath(b"<input queue>".to_vec()), cause)
+    }
+}
+
+/// A [`ByteSource`] as an [`io::Read`](Read) (for a decompressor over it), stopping once
+/// `cancel` is cancelled; its errors are I/O errors.
+pub(crate) struct SourceReader<S> {
+    source: S,
+    cancel: Cancel,
+    offset: u64,
+}
+
+impl<S> SourceReader<S> {
+    pub(crate) fn new(source: S, cancel: Cancel) -> SourceReader<S> {
+        SourceReader {
+            source,
+            cancel,
+            offset: 0,
+        }
+    }
+}
+
+impl<S: ByteSource> Read for SourceReader<S> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let read = self.source.read(buf, self.offset, &self.cancel);
+        let n = read.map_err(std::io::Error::other)?;
+        self.offset += n as u64;
+        Ok(n)
     }
 }
 

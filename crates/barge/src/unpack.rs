@@ -6,7 +6,6 @@
 use std::cell::{RefCell, RefMut};
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use rustix::fs::{fstat, open, seek, FileType, Mode, OFlags, SeekFrom};
@@ -267,8 +266,8 @@ impl Unpack {
                         .try_clone_to_owned()
                         .map_err(|e| Error::os("dup stdin", shown.clone(), e))?,
                 };
-                let name = Path::new(std::ffi::OsStr::from_bytes(&shown.0));
-                Input::Mapped(Mapped::new(file, offset, len, name)?)
+                let mapped = Mapped::new(file, offset, len);
+                Input::Mapped(mapped.map_err(|e| Error::io("mmap", shown.clone(), e))?)
             }
             FileType::Directory => {
                 let cause = std::io::Error::other("it is a directory");

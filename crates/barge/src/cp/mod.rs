@@ -38,16 +38,15 @@ use rustix::io::{pwrite, Errno};
 
 pub use verify::Verified;
 
+use crate::copy::{copy_range, read_chunks};
 use crate::error::{Error, Result, TreePath};
 use crate::exclude::Exclude;
 use crate::interrupt::{retry, Cancel};
 use crate::land::restore::{Apply, Existing, NotRestored, Policy, Restore, Target};
 use crate::land::sync::{create_at, exists, replace, replace_by_dir, LinkTarget, Made};
-use crate::sys::copy::{copy_range, read_chunks};
 use crate::sys::dir::{dirent_buffer, Listing};
-use crate::sys::xattr::XattrReader;
 use crate::sys::{CREATE_FLAGS, DIR_FLAGS, FILE_FLAGS};
-use crate::tree::{Entry, Kind, Meta, Owner, Xattrs};
+use crate::tree::{Entry, Kind, Meta, Owner, XattrReader, Xattrs};
 use crate::walk::parallel::{
     Dir, ParallelVisitor, ParallelVisitorBuilder, WalkParallel, WalkState,
 };

@@ -18,9 +18,9 @@ use rustix::io::{write, Errno};
 
 use super::restore::{Apply, Existing, Policy, Target, SETID};
 use super::{truncation_offset, Land, LandSummary};
+use crate::copy::copy_range;
 use crate::error::{Error, Result, TreePath};
 use crate::interrupt::{retry, Cancel, SIGBUS};
-use crate::sys::copy::copy_range;
 use crate::sys::fds::Graveyard;
 use crate::sys::{CREATE_FLAGS, DIR_FLAGS, DIR_HANDLE_FLAGS};
 use crate::tree::{Content, Device, Entry, Kind, Sink, Timestamp, Xattrs};

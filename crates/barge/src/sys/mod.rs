@@ -1,13 +1,11 @@
-//! The system-call layer: what the sources and sinks share below their own logic (like xcp's
-//! libfs). Open-flag presets, directory listing with getdents64, memory maps of archive
-//! regions, the io_uring ring, the byte queue in shared memory to a confined lander, kernel
-//! copies with a read/write fallback, fd hygiene (checked `close_range`, batched closes, the
-//! fd limit), worker-thread placement, extended attributes, signal handlers and masks, and
-//! the process calls rustix has no safe form of. Every `unsafe` block of the library is
-//! here, each with its reason, behind safe functions. The one EINTR helper is `retry`
-//! (in `interrupt`), since a retry must first look for a stop request.
+//! The system-call layer, the bottom one: what the sources and sinks share below their own
+//! logic (like xcp's libfs), knowing no type of the crate above it. Open-flag presets,
+//! directory listing with getdents64, memory maps of archive regions, the io_uring ring,
+//! the byte queue in shared memory to a confined lander, fd hygiene (checked `close_range`,
+//! batched closes, the fd limit), worker-thread placement, `setxattrat`, signal handlers
+//! and masks, and the process calls rustix has no safe form of. Every `unsafe` block of
+//! the library is here, each with its reason, behind safe functions.
 
-pub(crate) mod copy;
 pub(crate) mod dir;
 pub mod fds;
 pub(crate) mod map;

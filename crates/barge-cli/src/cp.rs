@@ -120,7 +120,7 @@ impl CpReport for Printer {
 
 /// `barge cp SRC... DEST`.
 pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
-    barge::root::exact_modes();
+    crate::clear_umask();
     raise_fd_limit();
     let (dest, srcs) = args.paths.split_last().expect("clap asks for two");
     let targets = targets(srcs, dest)?;
@@ -145,6 +145,7 @@ pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
         .reflink(reflink)
         .exclude(exclude.clone())
         .threads(args.threads)
+        .umask(0)
         .cancel(cancel.clone());
     let progress = Progress::default();
     // Names of one file in several SRCs stay linked, as with cp -a.

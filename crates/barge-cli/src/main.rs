@@ -467,10 +467,12 @@ fn run(command: Command, cancel: &Cancel) -> anyhow::Result<Exit> {
             region,
             out,
         } => {
+            let mut operation = Unpack::new();
             if !restore.no_same_permissions {
-                barge::root::exact_modes();
+                let before = clear_umask();
+                operation = operation.umask(0).dest_mode(0o777 & !before);
             }
-            let operation = Unpack::new()
+            let operation = operation
                 .engine(engine)
                 .limits(limits.limits())
                 .region(region.into())
@@ -527,6 +529,13 @@ fn run(command: Command, cancel: &Cancel) -> anyhow::Result<Exit> {
             print(&script)
         }
     }
+}
+
+/// Clears the process's umask, so that what barge creates gets exactly the modes it asks
+/// for (as `tar -p`), and returns the umask the process had (a DEST barge creates still
+/// gets 0o777 under it). A process decision: call it while single-threaded.
+fn clear_umask() -> u32 {
+    rustix::process::umask(rustix::fs::Mode::empty()).bits()
 }
 
 /// Writes `bytes` to stdout.

@@ -409,11 +409,14 @@ fn dry_run(
 
 /// `barge recv DEST`.
 pub fn recv(args: RecvArgs, cancel: &Cancel) -> Result<Exit> {
-    if !args.restore.no_same_permissions {
-        barge::root::exact_modes();
-    }
+    // The confined landers inherit the umask: cleared, they give the archive's modes.
+    let umask = match args.restore.no_same_permissions {
+        true => barge::root::process_umask(),
+        false => crate::clear_umask(),
+    };
     let shown = shown_path(&args.dest);
-    let free = prepare_dest(&args.dest).with_context(|| format!("cannot prepare {shown}"))?;
+    let free = prepare_dest(&args.dest, umask);
+    let free = free.with_context(|| format!("cannot prepare {shown}"))?;
     let (key, made) = match given_key(args.key_file.as_deref())? {
         Some(key) => (key, false),
         None => (Key::generate()?, true),

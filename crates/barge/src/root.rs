@@ -17,7 +17,6 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
-use std::sync::OnceLock;
 
 use rustix::fs::{
     fchmod, mkdirat, open, openat, renameat, renameat_with, statat, unlinkat, AtFlags, FileType,
@@ -90,7 +89,14 @@ enum Stage {
 /// unprivileged caller first enters a new user namespace in which it is root, as `unshare
 /// --map-root-user` does) and closes every fd above 2 except `keep` and the destination's.
 /// The process must be single-threaded then; meant for a process that does nothing but land.
-pub(crate) fn open_dest(dest: &Path, sandbox: bool, keep: Option<RawFd>) -> Result<Destination> {
+///
+/// A destination it creates gets `dest_mode` once landing ends.
+pub(crate) fn open_dest(
+    dest: &Path,
+    sandbox: bool,
+    keep: Option<RawFd>,
+    dest_mode: u32,
+) -> Result<Destination> {
     // A trailing slash would make the kernel follow a final symlink despite O_NOFOLLOW.
     let bytes = dest.as_os_str().as_bytes();
     let trimmed = match bytes.iter().rposition(|&b| b != b'/') {
@@ -100,7 +106,6 @@ pub(crate) fn open_dest(dest: &Path, sandbox: bool, keep: Option<RawFd>) -> Resu
     };
     let dest = Path::new(std::ffi::OsStr::from_bytes(trimmed));
     let path = path_of(dest);
-    umask();
     let (fd, staged) = match missing(dest)? {
         None => match open(dest, DEST_FLAGS, Mode::empty()) {
             Ok(fd) => (fd, None),
@@ -112,9 +117,7 @@ pub(crate) fn open_dest(dest: &Path, sandbox: bool, keep: Option<RawFd>) -> Resu
             (fd, Some(staged))
         }
     };
-    let final_mode = staged
-        .is_some()
-        .then(|| 0o777 & !UMASK_BEFORE.get().copied().unwrap_or_else(umask));
+    let final_mode = staged.is_some().then_some(dest_mode);
     let mut kept: Vec<RawFd> = keep.into_iter().collect();
     let staged = match staged {
         Some(staged) if sandbox => {
@@ -512,24 +515,11 @@ fn close_all_but(keep: &[RawFd]) -> rustix::io::Result<()> {
     close_range(first, RawFd::MAX)
 }
 
-/// The umask the process had before [`exact_modes`] cleared it.
-static UMASK_BEFORE: OnceLock<u32> = OnceLock::new();
-
-/// Clears the process's umask, so that an unpack creates entries with exactly the modes of
-/// the archive (as `tar -p`); a destination the unpack creates still gets `0o777` under
-/// the umask the process had. Call it first, while the process is single-threaded.
-pub fn exact_modes() {
-    let before = rustix::process::umask(Mode::empty());
-    let _ = UMASK_BEFORE.set(before.bits());
-}
-
-/// The process's umask, read once (reading it means setting it, so the first call must come
-/// while the process is single-threaded; `open_dest` makes it).
-pub fn umask() -> u32 {
-    static UMASK: OnceLock<u32> = OnceLock::new();
-    *UMASK.get_or_init(|| {
-        let old = rustix::process::umask(Mode::from_raw_mode(0o022));
-        rustix::process::umask(old);
-        old.bits()
-    })
+/// The process's umask, read from `/proc/self/status` without changing it (0o022 where that
+/// does not say). Read it before any sandbox: `/proc` is outside.
+pub fn process_umask() -> u32 {
+    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let line = status.lines().find_map(|line| line.strip_prefix("Umask:"));
+    line.and_then(|mask| u32::from_str_radix(mask.trim(), 8).ok())
+        .unwrap_or(0o022)
 }

@@ -84,6 +84,10 @@ pub struct Unpack {
     strip: usize,
     /// Stops the unpack once cancelled.
     cancel: Cancel,
+    /// The umask entries are created under, and the mode of a DEST it creates (by default
+    /// 0o777 less the umask).
+    umask: u32,
+    dest_mode: Option<u32>,
 }
 
 impl Default for Unpack {
@@ -103,6 +107,8 @@ impl Default for Unpack {
             me: Owner::of_process(),
             strip: 0,
             cancel: Cancel::new(),
+            umask: crate::root::process_umask(),
+            dest_mode: None,
         }
     }
 }
@@ -205,6 +211,23 @@ impl Unpack {
         self
     }
 
+    /// Creates entries under `umask`, the process's umask when landing (the default: the
+    /// process's when the unpack is made): the modes it gives by `fchmod` (set-id files,
+    /// directories once filled) are masked alike. For the archive's modes exactly (tar's
+    /// `-p`), clear the process's umask and pass 0, as `barge unpack` does; the library
+    /// never changes the umask, which is the process's.
+    pub fn umask(mut self, umask: u32) -> Unpack {
+        self.umask = umask;
+        self
+    }
+
+    /// Gives a DEST it creates (and its missing parents) `mode` once landing ends; by
+    /// default 0o777 less the umask.
+    pub fn dest_mode(mut self, mode: u32) -> Unpack {
+        self.dest_mode = Some(mode);
+        self
+    }
+
     /// Where in its input the archive is.
     pub fn region(mut self, region: Region) -> Unpack {
         self.region = region;
@@ -296,7 +319,8 @@ impl Unpack {
     /// the sandbox is on, keeping the archive's fd open. The process must be
     /// single-threaded then (see `open_dest`).
     pub fn prepare(&self, dest: &Path, archive: &Archive) -> Result<Destination> {
-        open_dest(dest, self.sandbox, archive.kept_fd())
+        let dest_mode = self.dest_mode.unwrap_or(0o777 & !self.umask);
+        open_dest(dest, self.sandbox, archive.kept_fd(), dest_mode)
     }
 
     /// Lands `archive` into `destination`, reporting to `progress`, and finishes the
@@ -336,7 +360,10 @@ impl Unpack {
         progress: &Progress,
     ) -> Result<LandSummary> {
         let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let setup = Setup::new(Policy::new(self.restore, self.me), self.cancel.clone());
+        let setup = Setup::new(
+            Policy::new(self.restore, self.me, self.umask),
+            self.cancel.clone(),
+        );
         let decoding = Decoding {
             limits,
             strip: self.strip,

@@ -188,6 +188,8 @@ pub struct Cp {
     exclude: Exclude,
     threads: usize,
     cancel: Cancel,
+    /// The umask copies are created under.
+    umask: u32,
 }
 
 impl Default for Cp {
@@ -205,6 +207,7 @@ impl Default for Cp {
             exclude: Exclude::default(),
             threads: 64,
             cancel: Cancel::new(),
+            umask: crate::root::process_umask(),
         }
     }
 }
@@ -265,6 +268,13 @@ impl Cp {
     /// [`Cp::delete`]).
     pub fn exclude(mut self, exclude: Exclude) -> Cp {
         self.exclude = exclude;
+        self
+    }
+
+    /// Creates copies under `umask`, the process's umask (the default: the process's when
+    /// the copy is made); the modes it sets itself are masked alike (see `Unpack::umask`).
+    pub fn umask(mut self, umask: u32) -> Cp {
+        self.umask = umask;
         self
     }
 
@@ -332,7 +342,11 @@ impl Cp {
         };
         let shared = Shared {
             cp: self,
-            policy: Policy::new(self.restore.setid(true).same_owner(same_owner), me),
+            policy: Policy::new(
+                self.restore.setid(true).same_owner(same_owner),
+                me,
+                self.umask,
+            ),
             root: me.uid == 0,
             me,
             report,
@@ -1241,11 +1255,10 @@ impl<'a> Copier<'a> {
         if path.is_empty() {
             *shared.target.lock().expect("no panics") = Some(key(&there));
         }
-        let umask = crate::root::umask();
         let last = Last {
             mode: match created {
                 true => last_mode,
-                false => Some(apply.mode & !umask),
+                false => Some(apply.mode & !shared.cp.umask),
             },
             apply: Apply {
                 owner: apply.owner.filter(|_| !created),

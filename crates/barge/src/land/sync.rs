@@ -775,6 +775,7 @@ mod tests {
         let policy = Policy::new(
             Restore::default().existing(Existing::Skip),
             Owner::of_process(),
+            crate::root::process_umask(),
         );
         let root = || OwnedFd::from(std::fs::File::open(dest).unwrap());
         vec![

@@ -533,9 +533,9 @@ fn refuse(mut channel: Channel, reason: String) {
 /// Creates DEST when missing (with its parents, never following a symlink at DEST, as
 /// unpack does) and returns the bytes free on its filesystem for unprivileged users.
 /// Unlike unpack's all-or-nothing staging, a DEST made here stays, so a cut-off transfer
-/// keeps what landed.
-pub fn prepare_dest(dest: &Path) -> Result<u64> {
-    let mut destination = crate::root::open_dest(dest, false, None)?;
+/// keeps what landed. A DEST it creates gets 0o777 less `umask`.
+pub fn prepare_dest(dest: &Path, umask: u32) -> Result<u64> {
+    let mut destination = crate::root::open_dest(dest, false, None, 0o777 & !umask)?;
     let root = destination.root()?;
     destination.finish(true)?;
     let shown = TreePath(dest.as_os_str().as_encoded_bytes().to_vec());

@@ -10,6 +10,7 @@ use barge::cp::{Change, Cp, CpReport, CpSummary, Linked, Reflink, Verified};
 use barge::exclude::Exclude;
 use barge::interrupt::Cancel;
 use barge::sys::fds::raise_fd_limit;
+use barge::threads::Work;
 use barge::unpack::{Existing, Restore};
 use barge::{Error, Progress, TreePath};
 use serde_json::{json, Map};
@@ -87,7 +88,7 @@ pub struct CpArgs {
     reflink: String,
     /// Most worker threads: one per core on a cached tree, more (up to N) while directories
     /// are slow to read.
-    #[arg(short = 'j', long, value_name = "N", default_value_t = 64)]
+    #[arg(short = 'j', long, value_name = "N", default_value_t = Work::Walk.threads())]
     threads: usize,
     #[command(flatten)]
     out: OutputArgs,
@@ -303,5 +304,9 @@ fn is_dir(path: &Path) -> bool {
 /// Sums the bytes below `srcs` into `total`, for the progress line's percentage.
 pub(crate) fn count(srcs: &[PathBuf], exclude: Exclude, total: &AtomicU64) {
     barge::interrupt::keep_signals_off_this_thread();
-    total.store(crate::du::totals_below(srcs, exclude, 2).bytes, Relaxed);
+    let threads = Work::Background.threads();
+    total.store(
+        crate::du::totals_below(srcs, exclude, threads).bytes,
+        Relaxed,
+    );
 }

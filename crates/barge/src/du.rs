@@ -27,6 +27,7 @@ use crate::exclude::Exclude;
 use crate::format;
 use crate::interrupt::Cancel;
 use crate::sys::DIR_FLAGS;
+use crate::threads::Work;
 use crate::tree::{Entry, Kind};
 use crate::walk::parallel::{
     Dir, ParallelVisitor, ParallelVisitorBuilder, WalkParallel, WalkState,
@@ -118,12 +119,12 @@ pub struct Du {
 }
 
 impl Default for Du {
-    /// Every filesystem, no subtotals below the PATH, at most 64 threads.
+    /// Every filesystem, no subtotals below the PATH, at most [`Work::Walk`] threads.
     fn default() -> Du {
         Du {
             one_file_system: false,
             depth: 0,
-            threads: 64,
+            threads: Work::Walk.threads(),
             exclude: Exclude::default(),
             cancel: Cancel::new(),
         }

@@ -27,6 +27,7 @@ pub mod pack;
 pub mod root;
 pub(crate) mod source;
 pub mod sys;
+pub mod threads;
 pub mod tree;
 pub mod unpack;
 pub mod walk;

@@ -36,12 +36,13 @@ use crate::format::encode::{
 };
 use crate::format::{check_name, HEADER_EXTENDED};
 use crate::interrupt::{retry, Cancel};
-use crate::listing::{Item, Listing, Names, Unchanged, THREADS};
+use crate::listing::{Item, Listing, Names, Unchanged};
 use crate::output::{ArchiveWriter, FdWriter, IoWriter, Output};
 use crate::sys;
 use crate::sys::ring::{Read, Ring, ToRead};
 use crate::sys::thread::spawn_elsewhere;
 use crate::sys::FILE_FLAGS;
+use crate::threads::Work;
 use crate::tree::{
     Content, Device, DirPath, Entry, Kind, Meta as TreeMeta, Sink, XattrReader, Xattrs,
 };
@@ -280,7 +281,9 @@ impl<'a> Pack<'a> {
         let itself = [archive, self.replaced];
         // Whole directories as listed are left out before the ordered walk starts.
         let unchanged = match self.unchanged {
-            Some(listing) => listing.unchanged_dirs(&self.roots, &self.exclude, THREADS),
+            Some(listing) => {
+                listing.unchanged_dirs(&self.roots, &self.exclude, Work::Listing.threads())
+            }
             None => Unchanged::default(),
         };
         encode(

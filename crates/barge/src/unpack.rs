@@ -25,6 +25,7 @@ use crate::land::{Driver, Land};
 use crate::root::{open_dest, Destination};
 use crate::source::{ByteSource, ByteStream, ReadSource};
 use crate::sys::map::{populate, Mapped};
+use crate::threads::Work;
 use crate::tree::{Owner, Sink};
 use crate::Progress;
 
@@ -359,7 +360,7 @@ impl Unpack {
         limits: Limits,
         progress: &Progress,
     ) -> Result<LandSummary> {
-        let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let workers = Work::Land.threads();
         let setup = Setup::new(
             Policy::new(self.restore, self.me, self.umask),
             self.cancel.clone(),

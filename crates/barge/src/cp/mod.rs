@@ -46,6 +46,7 @@ use crate::land::restore::{Apply, Existing, NotRestored, Policy, Restore, Target
 use crate::land::sync::{create_at, exists, replace, replace_by_dir, LinkTarget, Made};
 use crate::sys::dir::{dirent_buffer, Listing};
 use crate::sys::{CREATE_FLAGS, DIR_FLAGS, FILE_FLAGS};
+use crate::threads::Work;
 use crate::tree::{Entry, Kind, Meta, Owner, XattrReader, Xattrs};
 use crate::walk::parallel::{
     Dir, ParallelVisitor, ParallelVisitorBuilder, WalkParallel, WalkState,
@@ -194,7 +195,7 @@ pub struct Cp {
 
 impl Default for Cp {
     /// Modes, times, symlinks, hard links, fifos and sockets; existing entries are errors;
-    /// at most 64 threads.
+    /// at most [`Work::Walk`] threads.
     fn default() -> Cp {
         Cp {
             archive: false,
@@ -205,7 +206,7 @@ impl Default for Cp {
             changes: false,
             reflink: Reflink::Auto,
             exclude: Exclude::default(),
-            threads: 64,
+            threads: Work::Walk.threads(),
             cancel: Cancel::new(),
             umask: crate::root::process_umask(),
         }

@@ -14,7 +14,8 @@ use crate::confine::{ConfinedUnpack, Landed};
 use crate::error::{Error, NetError, Result, TreePath};
 use crate::format::Limits;
 use crate::interrupt::{wait_a_slice, Cancel};
-use crate::listing::{self, Listing};
+use crate::listing::Listing;
+use crate::threads::Work;
 use crate::unpack::{Existing, Restore};
 
 /// How long a connection may take, at most, to show the key (the Noise handshake and the
@@ -394,7 +395,7 @@ impl Receive {
             | rustix::fs::OFlags::CLOEXEC;
         let root = rustix::fs::open(&self.dest, flags, rustix::fs::Mode::empty())
             .map_err(|e| Error::io("open destination", shown(), e))?;
-        let listing = Listing::of_dir(root, listing::THREADS);
+        let listing = Listing::of_dir(root, Work::Listing.threads());
         let mut out = Messages::new(channel, kind::LIST);
         let written = listing.write_to(&mut out);
         if let Some(e) = out.failed.take() {

@@ -17,6 +17,7 @@ use crate::format::Limits;
 use crate::interrupt::Cancel;
 use crate::listing::{Listing, ListingLimits};
 use crate::pack::{Pack, PackSummary};
+use crate::threads::Work;
 use crate::tree::{Content, Device, DirPath, Entry, Kind, Sink};
 use crate::unpack::{Archive, Unpack};
 use crate::Progress;
@@ -152,7 +153,7 @@ impl Send {
         let mut data = Striper::new(channel, joining, self.timeout);
         let packed = match self.compress {
             true => {
-                let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+                let workers = Work::Cores.threads();
                 let mut zstd = zstd::stream::write::Encoder::new(&mut data, ZSTD_LEVEL)
                     .and_then(|mut zstd| zstd.multithread(workers as u32).map(|()| zstd))
                     .map_err(|e| Error::os("start zstd", TreePath::default(), e))?;

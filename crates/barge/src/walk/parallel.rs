@@ -197,12 +197,13 @@ pub struct WalkParallel {
 
 impl WalkParallel {
     /// A walk of the directory `root`, named `name` in paths (the path it was opened by);
-    /// one thread, directories stated for their type, mode and inode.
+    /// at most [`Work::Walk`](crate::threads::Work::Walk) threads, directories stated for
+    /// their type, mode and inode.
     pub fn new(root: OwnedFd, name: &[u8]) -> WalkParallel {
         WalkParallel {
             root,
             name: name.to_vec(),
-            threads: 1,
+            threads: crate::threads::Work::Walk.threads(),
             mask: StatxFlags::TYPE | StatxFlags::MODE,
             exclude: Exclude::default(),
         }
@@ -327,7 +328,7 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
         let limit = getrlimit(Resource::Nofile).current.unwrap_or(1024) as usize;
         // Each worker holds up to 4 fds at once (a directory, a reopened chain, its cache).
         let threads = threads.clamp(1, (limit / 8).max(1));
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cores = crate::threads::Work::Cores.threads();
         Walk {
             builder: Mutex::new(builder),
             mask,

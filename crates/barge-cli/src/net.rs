@@ -233,7 +233,8 @@ pub fn send(args: SendArgs, cancel: &Cancel) -> Result<Exit> {
         .timeout(Duration::from_secs(args.timeout))
         .compress(args.compress)
         .update(args.update)
-        .connections(args.connections);
+        .connections(args.connections)
+        .cancel(cancel.clone());
     let progress = Progress::default();
     let total = AtomicU64::new(0);
     let exclude = Exclude::new(&args.exclude)?;

@@ -231,6 +231,7 @@ impl Send {
             let archive = Archive::from_reader(std::fs::File::from(read));
             let listed = Unpack::new()
                 .limits(Limits::default())
+                .cancel(self.cancel.clone())
                 .list(&archive, planner);
             match (packing.join().expect("the pack does not panic"), listed) {
                 (Ok(packed), Ok(())) => Ok(packed),

@@ -2,7 +2,7 @@
 //! authenticated messages, each a `u16` big-endian length + ciphertext, written in batches.
 //!
 //! Every wait has a timeout (the peer sent nothing, or took nothing, for that long) and,
-//! where the caller asks, ends when a stop was requested (a signal).
+//! fails once the caller's cancellation token (`Cancel`) is cancelled.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -182,7 +182,7 @@ impl Wire {
     }
 
     /// Waits until the socket is ready for `flags` (with `OUT | IN`: to write, or the peer
-    /// sent something), failing after the timeout or on a requested stop.
+    /// sent something), failing after the timeout or once its token is cancelled.
     fn wait(&self, flags: PollFlags) -> Result<Ready> {
         let mut fds = [PollFd::new(&self.stream, flags)];
         let cancelled = self.cancel.as_ref();

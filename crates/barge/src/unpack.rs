@@ -6,7 +6,6 @@
 use std::cell::{RefCell, RefMut};
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use rustix::fs::{fstat, open, seek, FileType, Mode, OFlags, SeekFrom};
@@ -14,6 +13,7 @@ use rustix::stdio::stdin;
 
 use crate::error::{Error, Result, TreePath};
 use crate::format::{Limits, DEFAULT_MAX_ENTRIES};
+use crate::interrupt::Cancel;
 use crate::land::parallel::{self, land_parallel, Decoding, THREADS_FROM};
 use crate::land::restore::Policy;
 pub use crate::land::restore::{Existing, NotRestored, Restore};
@@ -25,6 +25,7 @@ use crate::land::{Driver, Land};
 use crate::root::{open_dest, Destination};
 use crate::source::{ByteSource, ByteStream, ReadSource};
 use crate::sys::map::{populate, Mapped};
+use crate::threads::Work;
 use crate::tree::{Owner, Sink};
 use crate::Progress;
 
@@ -82,6 +83,12 @@ pub struct Unpack {
     /// anyone is root of their own user namespace).
     me: Owner,
     strip: usize,
+    /// Stops the unpack once cancelled.
+    cancel: Cancel,
+    /// The umask entries are created under, and the mode of a DEST it creates (by default
+    /// 0o777 less the umask).
+    umask: u32,
+    dest_mode: Option<u32>,
 }
 
 impl Default for Unpack {
@@ -100,6 +107,9 @@ impl Default for Unpack {
             restore: Restore::default(),
             me: Owner::of_process(),
             strip: 0,
+            cancel: Cancel::new(),
+            umask: crate::root::process_umask(),
+            dest_mode: None,
         }
     }
 }
@@ -136,16 +146,16 @@ struct Recorded<'a, S> {
 }
 
 impl<S: ByteSource> ByteSource for Recorded<'_, S> {
-    fn read(&mut self, buf: &mut [u8], offset: u64) -> Result<usize> {
-        let n = self.source.read(buf, offset)?;
+    fn read(&mut self, buf: &mut [u8], offset: u64, cancel: &Cancel) -> Result<usize> {
+        let n = self.source.read(buf, offset, cancel)?;
         let mut head = self.head.borrow_mut();
         let room = HEAD.saturating_sub(head.len());
         head.extend_from_slice(&buf[..n.min(room)]);
         Ok(n)
     }
 
-    fn wait(&self, patience: Option<std::time::Duration>) -> Result<bool> {
-        self.source.wait(patience)
+    fn wait(&self, patience: Option<std::time::Duration>, cancel: &Cancel) -> Result<bool> {
+        self.source.wait(patience, cancel)
     }
 }
 
@@ -153,12 +163,12 @@ impl<S: ByteSource> ByteSource for Recorded<'_, S> {
 struct Borrowed<'a>(RefMut<'a, Box<dyn ByteSource + Send>>);
 
 impl ByteSource for Borrowed<'_> {
-    fn read(&mut self, buf: &mut [u8], offset: u64) -> Result<usize> {
-        self.0.read(buf, offset)
+    fn read(&mut self, buf: &mut [u8], offset: u64, cancel: &Cancel) -> Result<usize> {
+        self.0.read(buf, offset, cancel)
     }
 
-    fn wait(&self, patience: Option<std::time::Duration>) -> Result<bool> {
-        self.0.wait(patience)
+    fn wait(&self, patience: Option<std::time::Duration>, cancel: &Cancel) -> Result<bool> {
+        self.0.wait(patience, cancel)
     }
 }
 
@@ -192,6 +202,30 @@ impl Unpack {
     /// hard link to a skipped file is an error ([`Error::StrippedLink`]).
     pub fn strip_components(mut self, n: usize) -> Unpack {
         self.strip = n;
+        self
+    }
+
+    /// Stops once `cancel` is cancelled (the default: a token of its own, which nothing
+    /// cancels).
+    pub fn cancel(mut self, cancel: Cancel) -> Unpack {
+        self.cancel = cancel;
+        self
+    }
+
+    /// Creates entries under `umask`, the process's umask when landing (the default: the
+    /// process's when the unpack is made): the modes it gives by `fchmod` (set-id files,
+    /// directories once filled) are masked alike. For the archive's modes exactly (tar's
+    /// `-p`), clear the process's umask and pass 0, as `barge unpack` does; the library
+    /// never changes the umask, which is the process's.
+    pub fn umask(mut self, umask: u32) -> Unpack {
+        self.umask = umask;
+        self
+    }
+
+    /// Gives a DEST it creates (and its missing parents) `mode` once landing ends; by
+    /// default 0o777 less the umask.
+    pub fn dest_mode(mut self, mode: u32) -> Unpack {
+        self.dest_mode = Some(mode);
         self
     }
 
@@ -256,8 +290,8 @@ impl Unpack {
                         .try_clone_to_owned()
                         .map_err(|e| Error::os("dup stdin", shown.clone(), e))?,
                 };
-                let name = Path::new(std::ffi::OsStr::from_bytes(&shown.0));
-                Input::Mapped(Mapped::new(file, offset, len, name)?)
+                let mapped = Mapped::new(file, offset, len);
+                Input::Mapped(mapped.map_err(|e| Error::io("mmap", shown.clone(), e))?)
             }
             FileType::Directory => {
                 let cause = std::io::Error::other("it is a directory");
@@ -269,7 +303,9 @@ impl Unpack {
                     // effort: the limit for unprivileged users is /proc/sys/fs/pipe-max-size).
                     let _ = rustix::pipe::fcntl_setpipe_size(fd, PIPE_BUFFER);
                 }
-                ByteStream::new(fd).skip(offset)?;
+                ByteStream::new(fd)
+                    .cancel(self.cancel.clone())
+                    .skip(offset)?;
                 Input::Stream { fd: owned, length }
             }
         };
@@ -284,7 +320,8 @@ impl Unpack {
     /// the sandbox is on, keeping the archive's fd open. The process must be
     /// single-threaded then (see `open_dest`).
     pub fn prepare(&self, dest: &Path, archive: &Archive) -> Result<Destination> {
-        open_dest(dest, self.sandbox, archive.kept_fd())
+        let dest_mode = self.dest_mode.unwrap_or(0o777 & !self.umask);
+        open_dest(dest, self.sandbox, archive.kept_fd(), dest_mode)
     }
 
     /// Lands `archive` into `destination`, reporting to `progress`, and finishes the
@@ -323,8 +360,11 @@ impl Unpack {
         limits: Limits,
         progress: &Progress,
     ) -> Result<LandSummary> {
-        let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let setup = Setup::new(Policy::new(self.restore, self.me));
+        let workers = Work::Land.threads();
+        let setup = Setup::new(
+            Policy::new(self.restore, self.me, self.umask),
+            self.cancel.clone(),
+        );
         let decoding = Decoding {
             limits,
             strip: self.strip,
@@ -332,18 +372,20 @@ impl Unpack {
         match (self.resolve(archive), &archive.input) {
             (Engine::Threads, _) => {
                 let sync = |fd, setup| Ok(SyncLander::new(fd, setup));
-                let input = archive.parallel();
+                let input = archive.parallel(&self.cancel);
                 land_parallel(root, input, decoding, workers, setup, sync, progress)
             }
             (Engine::Uring, Input::Mapped(_)) => {
-                let input = archive.parallel();
+                let input = archive.parallel(&self.cancel);
                 let uring = UringLander::new;
                 land_parallel(root, input, decoding, workers, setup, uring, progress)
             }
-            (Engine::Uring, _) => {
-                archive.land(UringLander::new(root, setup)?, limits, self.strip, progress)
-            }
-            _ => archive.land(SyncLander::new(root, setup), limits, self.strip, progress),
+            (Engine::Uring, _) => archive.land(
+                UringLander::new(root, setup)?,
+                self.driving(limits),
+                progress,
+            ),
+            _ => archive.land(SyncLander::new(root, setup), self.driving(limits), progress),
         }
     }
 
@@ -351,7 +393,7 @@ impl Unpack {
     /// one thread gets, an empty directory as [`Sink::empty_dir`].
     pub fn list(&self, archive: &Archive, sink: impl Sink<Error = Error>) -> Result<()> {
         let limits = archive.limits(self.limits);
-        let listed = archive.drive(sink, limits, self.strip, &Progress::default());
+        let listed = archive.drive(sink, self.driving(limits), &Progress::default());
         crate::interrupt::unless_archive_shrank(listed)
     }
 }
@@ -373,12 +415,13 @@ impl Archive {
     }
 
     /// The archive as a stream (not for a mapped one), keeping its first bytes.
-    fn stream(&self) -> ByteStream<'_> {
+    fn stream(&self, cancel: &Cancel) -> ByteStream<'_> {
         let head = &self.head;
         match &self.input {
             Input::Stream { fd, length } => {
                 let source = fd.as_ref().map_or(stdin(), |f| f.as_fd());
-                let stream = ByteStream::from_source(Recorded { source, head });
+                let stream =
+                    ByteStream::from_source(Recorded { source, head }).cancel(cancel.clone());
                 match length {
                     Some(length) => stream.limit(*length),
                     None => stream,
@@ -386,7 +429,7 @@ impl Archive {
             }
             Input::Source(source) => {
                 let source = Borrowed(source.borrow_mut());
-                ByteStream::from_source(Recorded { source, head })
+                ByteStream::from_source(Recorded { source, head }).cancel(cancel.clone())
             }
             Input::Mapped(_) => unreachable!("a mapped archive is not streamed"),
         }
@@ -430,10 +473,10 @@ impl Archive {
     }
 
     /// The archive as the threaded landing reads it.
-    fn parallel(&self) -> parallel::Input<'_> {
+    fn parallel(&self, cancel: &Cancel) -> parallel::Input<'_> {
         match &self.input {
             Input::Mapped(m) => parallel::Input::Mapped(m.bytes(), m.file(), m.offset()),
-            _ => parallel::Input::Stream(self.stream()),
+            _ => parallel::Input::Stream(self.stream(cancel)),
         }
     }
 
@@ -441,30 +484,54 @@ impl Archive {
     fn land<L: Land>(
         &self,
         mut land: L,
-        limits: Limits,
-        strip: usize,
+        driving: Driving,
         progress: &Progress,
     ) -> Result<LandSummary> {
         if let Input::Mapped(mapped) = &self.input {
             populate(mapped.bytes());
         }
-        self.drive(&mut land, limits, strip, progress)?;
+        self.drive(&mut land, driving, progress)?;
         Ok(land.summary())
     }
 
-    /// Drives `sink` with the archive on the calling thread, dropping the first `strip`
-    /// components of every path.
+    /// Drives `sink` with the archive on the calling thread as `driving` says.
     fn drive<S: Sink>(
         &self,
         sink: S,
-        limits: Limits,
-        strip: usize,
+        driving: Driving,
         progress: &Progress,
     ) -> std::result::Result<(), S::Error> {
-        let driver = Driver::new(sink, progress).strip_components(strip);
+        let Driving {
+            limits,
+            strip,
+            cancel,
+        } = driving;
+        let stream = || self.stream(&cancel);
+        let driver = Driver::new(sink, progress)
+            .strip_components(strip)
+            .cancel(cancel.clone());
         match &self.input {
             Input::Mapped(mapped) => driver.run_bytes(mapped.bytes(), limits),
-            _ => driver.run_stream(self.stream(), limits),
+            _ => driver.run_stream(stream(), limits),
+        }
+    }
+}
+
+/// How an archive is driven on one thread: its limits, the leading path components
+/// dropped, what stops it.
+struct Driving {
+    limits: Limits,
+    strip: usize,
+    cancel: Cancel,
+}
+
+impl Unpack {
+    /// This unpack's [`Driving`] with `limits`.
+    fn driving(&self, limits: Limits) -> Driving {
+        Driving {
+            limits,
+            strip: self.strip,
+            cancel: self.cancel.clone(),
         }
     }
 }

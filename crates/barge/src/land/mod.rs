@@ -11,6 +11,7 @@ pub mod uring;
 use crate::error::TreePath;
 use crate::error::{Error, Result};
 use crate::format::{decode_each, Event, FormatError, Limits};
+use crate::interrupt::Cancel;
 use crate::source::{read_events, ByteStream};
 use crate::tree::{Content, DirPath, Entry, Meta, Sink, Xattrs};
 use crate::Progress;
@@ -94,14 +95,18 @@ pub(crate) struct Feed {
     dropping: bool,
     /// Archive paths of the dropped files that hard links may name, by link id.
     dropped_links: Vec<(u64, TreePath)>,
+    /// Ends the feeding once cancelled.
+    cancel: Cancel,
 }
 
 impl Feed {
     /// A feed that drops the first `strip` components of every path (tar's
     /// `--strip-components`): entries with no more components than that are skipped.
-    pub(crate) fn new(strip: usize) -> Feed {
+    /// Stops once `cancel` is cancelled.
+    pub(crate) fn new(strip: usize, cancel: Cancel) -> Feed {
         Feed {
             strip,
+            cancel,
             ..Feed::default()
         }
     }
@@ -132,7 +137,7 @@ impl Feed {
         event: Event<'_>,
         sink: &mut S,
     ) -> std::result::Result<(), S::Error> {
-        crate::interrupt::check()?;
+        self.cancel.check()?;
         if self.strip > 0 && self.dropped(&event)? {
             return Ok(());
         }
@@ -237,7 +242,13 @@ impl<'p, S: Sink> Driver<'p, S> {
 
     /// Drops the first `strip` components of every path (see [`Feed::new`]).
     pub(crate) fn strip_components(mut self, strip: usize) -> Self {
-        self.feed = Feed::new(strip);
+        self.feed.strip = strip;
+        self
+    }
+
+    /// Stops once `cancel` is cancelled.
+    pub(crate) fn cancel(mut self, cancel: Cancel) -> Self {
+        self.feed.cancel = cancel;
         self
     }
 

@@ -11,6 +11,9 @@
 //! and grow with `mremap` instead of a copy.
 //! talc sits behind a `std` mutex (futex-based: a thread that finds it taken spins briefly,
 //! then sleeps, so a holder that was preempted does not cost the waiter its time slice).
+//!
+//! The one `unsafe` outside the library's `sys/`: a `GlobalAlloc` hands out raw blocks, so
+//! its contract cannot be written in safe Rust; each block says why it holds.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::ptr::{null_mut, NonNull};

@@ -8,6 +8,7 @@ use anyhow::{bail, Context, Result};
 use barge::exclude::Exclude;
 use barge::format::sniff::{sniff, Foreign};
 use barge::format::FormatError;
+use barge::interrupt::Cancel;
 use barge::output::{Kind, Output};
 use barge::pack::Pack;
 use barge::root::Confinement;
@@ -75,10 +76,10 @@ impl PackArgs {
 }
 
 /// `barge pack DIR... [-o FILE|-]`.
-pub fn pack(args: PackArgs) -> Result<Exit> {
+pub fn pack(args: PackArgs, cancel: &Cancel) -> Result<Exit> {
     raise_fd_limit();
     let exclude = Exclude::new(&args.exclude)?;
-    let pack = open_pack(&args.dirs, args.directory.as_deref())?;
+    let pack = open_pack(&args.dirs, args.directory.as_deref(), cancel)?;
     let output = args.output.as_deref();
     let stdout = std::io::stdout();
     let file = match output {
@@ -148,7 +149,11 @@ pub fn pack(args: PackArgs) -> Result<Exit> {
 
 /// The pack of `dirs` (found in `directory`, tar's -C): one DIR's entries at the top, or
 /// each of several as a top-level directory named by its last component.
-pub fn open_pack<'a>(dirs: &[PathBuf], directory: Option<&Path>) -> Result<Pack<'a>> {
+pub fn open_pack<'a>(
+    dirs: &[PathBuf],
+    directory: Option<&Path>,
+    cancel: &Cancel,
+) -> Result<Pack<'a>> {
     let base = match directory {
         Some(dir) => Some(
             open(dir, DIR_FLAGS, Mode::empty())
@@ -161,7 +166,7 @@ pub fn open_pack<'a>(dirs: &[PathBuf], directory: Option<&Path>) -> Result<Pack<
         openat(base, dir, DIR_FLAGS, Mode::empty())
             .with_context(|| format!("cannot open directory {}", shown_path(dir)))
     };
-    Ok(match dirs {
+    let pack = match dirs {
         [dir] => Pack::new(open_input(dir)?),
         dirs => {
             let roots = dirs
@@ -170,7 +175,8 @@ pub fn open_pack<'a>(dirs: &[PathBuf], directory: Option<&Path>) -> Result<Pack<
                 .collect::<Result<_>>()?;
             Pack::named(roots)?
         }
-    })
+    };
+    Ok(pack.cancel(cancel.clone()))
 }
 
 /// The name of the top-level entry an input directory becomes: its last component.

@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use anyhow::{bail, Result};
 use barge::cp::{Change, Cp, CpReport, CpSummary, Linked, Reflink, Verified};
 use barge::exclude::Exclude;
+use barge::interrupt::Cancel;
 use barge::sys::fds::raise_fd_limit;
+use barge::threads::Work;
 use barge::unpack::Restore;
 use barge::{Error, Progress, TreePath};
 use serde_json::{json, Map};
@@ -87,7 +89,7 @@ pub struct CpArgs {
     reflink: String,
     /// Most worker threads: one per core on a cached tree, more (up to N) while directories
     /// are slow to read.
-    #[arg(short = 'j', long, value_name = "N", default_value_t = 64)]
+    #[arg(short = 'j', long, value_name = "N", default_value_t = Work::Walk.threads())]
     threads: usize,
     #[command(flatten)]
     out: OutputArgs,
@@ -119,8 +121,8 @@ impl CpReport for Printer {
 }
 
 /// `barge cp SRC... DEST`.
-pub fn cp(args: CpArgs) -> Result<Exit> {
-    barge::root::exact_modes();
+pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
+    crate::clear_umask();
     raise_fd_limit();
     let (dest, srcs) = args.paths.split_last().expect("clap asks for two");
     let targets = barge::cp::targets(srcs, dest)?;
@@ -140,7 +142,9 @@ pub fn cp(args: CpArgs) -> Result<Exit> {
         .changes(args.dry_run && !args.out.json)
         .reflink(reflink)
         .exclude(exclude.clone())
-        .threads(args.threads);
+        .threads(args.threads)
+        .umask(0)
+        .cancel(cancel.clone());
     let progress = Progress::default();
     // Names of one file in several SRCs stay linked, as with cp -a.
     let linked = Linked::default();

@@ -7,6 +7,7 @@ use anyhow::Result;
 use barge::du::{Du, Subtotal, Totals, Usage};
 use barge::exclude::Exclude;
 use barge::sys::fds::raise_fd_limit;
+use barge::threads::Work;
 use serde_json::{json, Map, Value};
 
 use crate::report::{error, exit_status, human_bytes, json_path, warn, Exit};
@@ -73,7 +74,7 @@ pub struct DuArgs {
     exclude: Vec<String>,
     /// Most worker threads: one per core on a cached tree, more (up to N) while directories
     /// are slow to read, to keep many reads in flight on a cold cache.
-    #[arg(long, value_name = "N", default_value_t = 64)]
+    #[arg(long, value_name = "N", default_value_t = Work::Walk.threads())]
     threads: usize,
     /// Print help.
     #[arg(long, action = clap::ArgAction::Help)]

@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use barge::interrupt::Cancel;
 use barge::unpack::Unpack;
 use clap::{CommandFactory, Parser, Subcommand};
 use report::{exit_status, Exit};
@@ -426,14 +427,17 @@ fn main() -> ExitCode {
     );
     // Commands that write stop cleanly on a signal; the others only read, and die as usual.
     // serve handles its signals itself.
-    if (!listing || matches!(cli.command, Command::List { .. }))
+    // What stops the operations: the stop signals, where caught; serve records the signal
+    // it stopped by in a token of its own.
+    let cancel = match (!listing || matches!(cli.command, Command::List { .. }))
         && !matches!(cli.command, Command::Serve(_))
     {
-        barge::interrupt::catch_signals();
-    }
+        true => barge::interrupt::catch_signals(),
+        false => Cancel::new(),
+    };
     let json = cli.command.json();
-    let result = run(cli.command);
-    let stopped_by = barge::interrupt::requested();
+    let result = run(cli.command, &cancel);
+    let stopped_by = cancel.reason().filter(|&signal| signal > 0);
     let pipe_closed = |e: &anyhow::Error| stopped_by == Some(SIGPIPE) || report::is_broken_pipe(e);
     let exit = match result {
         Ok(exit) => exit,
@@ -475,9 +479,9 @@ impl Command {
 }
 
 /// Runs the command.
-fn run(command: Command) -> anyhow::Result<Exit> {
+fn run(command: Command, cancel: &Cancel) -> anyhow::Result<Exit> {
     match command {
-        Command::Pack(args) => archive::pack(args),
+        Command::Pack(args) => archive::pack(args, cancel),
         Command::Unpack {
             archive,
             dest,
@@ -490,17 +494,20 @@ fn run(command: Command) -> anyhow::Result<Exit> {
             region,
             out,
         } => {
+            let mut operation = Unpack::new();
             if !restore.no_same_permissions {
-                barge::root::exact_modes();
+                let before = clear_umask();
+                operation = operation.umask(0).dest_mode(0o777 & !before);
             }
-            let operation = Unpack::new()
+            let operation = operation
                 .engine(engine)
                 .limits(limits.limits())
                 .region(region.into())
                 .sandbox(!no_sandbox)
                 .strip_components(strip_components)
                 .select(select.select()?)
-                .restore(restore.restore());
+                .restore(restore.restore())
+                .cancel(cancel.clone());
             let (archive, dest) = match &dest {
                 Some(dest) => (Some(archive.as_path()), dest),
                 None => (None, &archive),
@@ -520,7 +527,8 @@ fn run(command: Command) -> anyhow::Result<Exit> {
                 .limits(limits.limits())
                 .region(region.into())
                 .strip_components(strip_components)
-                .select(select.select()?);
+                .select(select.select()?)
+                .cancel(cancel.clone());
             let format = match (json, long) {
                 (true, _) => list::Format::Json,
                 (_, true) => list::Format::Long,
@@ -541,14 +549,15 @@ fn run(command: Command) -> anyhow::Result<Exit> {
             let operation = Unpack::new()
                 .limits(limits.limits())
                 .region(region.into())
-                .select(select.select()?);
+                .select(select.select()?)
+                .cancel(cancel.clone());
             archive::cat(&archive, operation)
         }
         Command::Du(args) => du::du(args),
-        Command::Cp(args) => cp::cp(args),
-        Command::Serve(args) => serve::serve(args),
-        Command::Send(args) => net::send(args),
-        Command::Recv(args) => net::recv(args),
+        Command::Cp(args) => cp::cp(args, cancel),
+        Command::Serve(args) => serve::serve(args, cancel),
+        Command::Send(args) => net::send(args, cancel),
+        Command::Recv(args) => net::recv(args, cancel),
         Command::Key(args) => net::key(args),
         Command::Man { dir: Some(dir) } => {
             let shown = report::shown_path(&dir);
@@ -567,6 +576,13 @@ fn run(command: Command) -> anyhow::Result<Exit> {
             print(&script)
         }
     }
+}
+
+/// Clears the process's umask, so that what barge creates gets exactly the modes it asks
+/// for (as `tar -p`), and returns the umask the process had (a DEST barge creates still
+/// gets 0o777 under it). A process decision: call it while single-threaded.
+fn clear_umask() -> u32 {
+    rustix::process::umask(rustix::fs::Mode::empty()).bits()
 }
 
 /// Writes `bytes` to stdout.

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use barge::error::{escape_bytes, NetError};
 use barge::exclude::Exclude;
+use barge::interrupt::Cancel;
 use barge::net::server::{Done, Ended, Report};
 use barge::net::{Key, Payload, Planned, Receive, Receiver, Send, Sent, Ticket, DEFAULT_PORT};
 use barge::sys::fds::raise_fd_limit;
@@ -204,7 +205,7 @@ pub fn key(args: KeyArgs) -> Result<Exit> {
 }
 
 /// `barge send DIR... TICKET`.
-pub fn send(args: SendArgs) -> Result<Exit> {
+pub fn send(args: SendArgs, cancel: &Cancel) -> Result<Exit> {
     raise_fd_limit();
     let (ticket, dirs) = args.args.split_last().expect("clap asks for one");
     let ticket = Ticket::parse(&ticket.to_string_lossy())?;
@@ -228,12 +229,13 @@ pub fn send(args: SendArgs) -> Result<Exit> {
         .timeout(Duration::from_secs(args.timeout))
         .compress(args.compress)
         .update(args.update)
-        .connections(args.connections);
+        .connections(args.connections)
+        .cancel(cancel.clone());
     let progress = Progress::default();
     let total = AtomicU64::new(0);
     let exclude = Exclude::new(&args.exclude)?;
     if args.dry_run {
-        return dry_run(&args, dirs, &operation, exclude, &address);
+        return dry_run(&args, dirs, &operation, exclude, &address, cancel);
     }
     let (result, elapsed) = std::thread::scope(|scope| {
         if args.archive.is_none() && shows_progress(args.out) {
@@ -250,7 +252,7 @@ pub fn send(args: SendArgs) -> Result<Exit> {
                     operation.run(Payload::Archive(&mut *input), &progress)
                 }
                 None => {
-                    let pack = open_pack(dirs, None)?
+                    let pack = open_pack(dirs, None, cancel)?
                         .progress(&progress)
                         .archive(args.all_metadata)
                         .exclude(exclude.clone());
@@ -310,9 +312,10 @@ fn dry_run(
     operation: &Send,
     exclude: Exclude,
     address: &str,
+    cancel: &Cancel,
 ) -> Result<Exit> {
     let start = Instant::now();
-    let pack = open_pack(dirs, None)?
+    let pack = open_pack(dirs, None, cancel)?
         .archive(args.all_metadata)
         .exclude(exclude);
     // A non-directory where DEST has a directory: the receiver refuses to replace it (it
@@ -369,12 +372,14 @@ fn dry_run(
 }
 
 /// `barge recv DEST`.
-pub fn recv(args: RecvArgs) -> Result<Exit> {
-    if !args.restore.no_same_permissions {
-        barge::root::exact_modes();
-    }
+pub fn recv(args: RecvArgs, cancel: &Cancel) -> Result<Exit> {
+    // The confined landers inherit the umask: cleared, they give the archive's modes.
+    let umask = match args.restore.no_same_permissions {
+        true => barge::root::process_umask(),
+        false => crate::clear_umask(),
+    };
     let shown = shown_path(&args.dest);
-    let prepared = barge::root::prepare_dest(&args.dest);
+    let prepared = barge::root::prepare_dest(&args.dest, umask);
     let dest = prepared.with_context(|| format!("cannot prepare {shown}"))?;
     let (key, made) = match given_key(args.key_file.as_deref())? {
         Some(key) => (key, false),
@@ -411,9 +416,15 @@ pub fn recv(args: RecvArgs) -> Result<Exit> {
         .limits(args.limits.limits_or(Some(dest.free)))
         .restore(args.restore.restore())
         .timeout(Duration::from_secs(args.timeout))
-        .interruptible(!args.keep)
+        // With --keep, only the timeout ends a running connection.
+        .cancel(match args.keep {
+            true => Cancel::new(),
+            false => cancel.clone(),
+        })
         .max_transfers(args.max_connections as usize);
-    let receiver = Receiver::new(listener, receive).keep(args.keep);
+    let receiver = Receiver::new(listener, receive)
+        .keep(args.keep)
+        .cancel(cancel.clone());
     let ended = receiver.run(|report| match report {
         Report::Ended(done) => log(done, args.out.json),
         Report::AcceptFailed(e) => warn(format_args!("recv: accept failed: {e}")),

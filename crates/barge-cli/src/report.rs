@@ -205,8 +205,9 @@ pub fn with_progress<T>(
 /// counted on a thread of its own while they work.
 pub fn count_total(srcs: &[std::path::PathBuf], exclude: Exclude, total: &AtomicU64) {
     barge::interrupt::keep_signals_off_this_thread();
+    let threads = barge::threads::Work::Background.threads();
     total.store(
-        crate::du::totals_below(srcs, exclude, 2).bytes,
+        crate::du::totals_below(srcs, exclude, threads).bytes,
         Ordering::Relaxed,
     );
 }

@@ -15,7 +15,7 @@ use rustix::io::{pread, Errno};
 use crate::cp::{open_parent, split};
 use crate::error::{Error, Result, TreePath};
 use crate::exclude::Exclude;
-use crate::interrupt::retry;
+use crate::interrupt::{retry, Cancel};
 use crate::sys::{DIR_FLAGS, FILE_FLAGS};
 use crate::tree::{Entry, Kind, Meta};
 use crate::walk::parallel::{
@@ -115,6 +115,7 @@ pub struct Compare {
     umask: Option<u32>,
     /// Entries only the copy has are differences.
     whole: bool,
+    cancel: Cancel,
 }
 
 impl Default for Compare {
@@ -131,6 +132,7 @@ impl Compare {
             exclude: Exclude::default(),
             umask: None,
             whole: false,
+            cancel: Cancel::new(),
         }
     }
 
@@ -157,6 +159,13 @@ impl Compare {
     /// walk, of the copy, counts its entries).
     pub fn whole(mut self) -> Compare {
         self.whole = true;
+        self
+    }
+
+    /// Stops once `cancel` is cancelled (the default: a token of its own, which nothing
+    /// cancels): [`Compare::run`] then fails with [`Error::Interrupted`].
+    pub fn cancel(mut self, cancel: Cancel) -> Compare {
+        self.cancel = cancel;
         self
     }
 
@@ -208,6 +217,7 @@ impl Compare {
             let mut checker = (&shared).build();
             checker.check(src_dir.as_fd(), &entry, copy_dir.as_fd(), copy_name, b"");
         }
+        self.cancel.check()?;
         let matched = shared.matched.load(Relaxed);
         let mut totals = *shared.totals.lock().expect("no panics");
         if self.whole && entries > matched {
@@ -340,7 +350,8 @@ impl Checker<'_> {
         };
         let mut at = 0u64;
         loop {
-            let read = |fd: &OwnedFd, buf: &mut [u8]| retry(|| pread(fd, &mut buf[..], at));
+            let cancel = &self.shared.compare.cancel;
+            let read = |fd: &OwnedFd, buf: &mut [u8]| retry(cancel, || pread(fd, &mut buf[..], at));
             let (x, y) = match (read(&a, &mut self.bufs.0), read(&b, &mut self.bufs.1)) {
                 (Ok(x), Ok(y)) => (x, y),
                 (Err(e), _) | (_, Err(e)) => return Err(format!("read: {e}")),
@@ -378,6 +389,9 @@ impl ParallelVisitor for Checker<'_> {
         _fd: BorrowedFd<'_>,
         _stat: &Statx,
     ) -> std::result::Result<Option<OwnedFd>, WalkState> {
+        if self.shared.compare.cancel.is_cancelled() {
+            return Err(WalkState::Quit);
+        }
         let Some(copy) = parent.state() else {
             return Err(WalkState::Skip);
         };
@@ -414,6 +428,9 @@ impl ParallelVisitor for Checker<'_> {
         entry: &Entry<'_>,
         _stat: &Statx,
     ) -> WalkState {
+        if self.shared.compare.cancel.is_cancelled() {
+            return WalkState::Quit;
+        }
         if let Some(copy) = dir.state() {
             let path = dir.relative(Some(entry.name));
             self.check(fd, entry, copy.as_fd(), entry.name, &path);

@@ -32,6 +32,7 @@ use crate::error::{Confined, ConfinedKind, Error, Result, TreePath};
 use crate::format::Limits;
 use crate::land::LandSummary;
 use crate::root::Confinement;
+use crate::source::SourceReader;
 use crate::sys::fds::close_range;
 use crate::sys::fds::raise_fd_limit;
 use crate::sys::queue::{QueueReader, QueueWriter};
@@ -275,7 +276,7 @@ impl ConfinedChild {
 fn ended(status: ExitStatus) -> String {
     match (status.code(), status.signal()) {
         (Some(code), _) => format!("exited with status {code}"),
-        (_, Some(signal)) => format!("was killed by {}", crate::interrupt::signal_name(signal)),
+        (_, Some(signal)) => format!("was killed by {}", crate::error::signal_name(signal)),
         _ => format!("ended ({status})"),
     }
 }
@@ -318,24 +319,26 @@ fn land_confined(mut args: impl Iterator<Item = OsString>) -> Result<Landed, Con
         return Err(bad_request("want DEST and a request"));
     };
     let request: Request = serde_json::from_slice(request.as_bytes()).map_err(bad_request)?;
-    crate::interrupt::catch_signals();
+    // The parent stops the child by SIGTERM.
+    let cancel = crate::interrupt::catch_signals();
     // Whatever the parent leaked (a fd without close-on-exec) goes before any input is
     // read. The sandbox closes again and fails where this fails.
     let _ = close_range(3, i32::MAX);
     let mut operation = Unpack::new()
         .engine(request.engine)
         .restore(request.restore)
-        .strip_components(request.strip_components);
+        .strip_components(request.strip_components)
+        .cancel(cancel.clone());
     if let Some(limits) = request.limits {
         operation = operation.limits(limits);
     }
-    // SAFETY: nothing else in the child mode uses stdin, the queue's bell.
-    let bell = unsafe { rustix::stdio::take_stdin() };
-    let queue = QueueReader::open(bell)
+    let queue = crate::sys::process::take_stdin()
+        .ok_or_else(|| std::io::Error::other("stdin was taken before"))
+        .and_then(|bell| QueueReader::open(bell, || cancel.is_cancelled()))
         .map_err(|e| Error::os("open the input queue", TreePath::default(), e))?;
     let archive = match request.compressed {
         true => Archive::from_reader(Decompressing(
-            zstd::stream::read::Decoder::new(queue)
+            zstd::stream::read::Decoder::new(SourceReader::new(queue, cancel))
                 .map_err(|e| Error::os("start zstd", TreePath::default(), e))?,
         )),
         false => Archive::from_source(queue),

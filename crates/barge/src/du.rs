@@ -26,7 +26,9 @@ use crate::compare::{inode_key, InodeKey, STATX_MASK};
 use crate::error::{Error, Result, TreePath};
 use crate::exclude::Exclude;
 use crate::format;
+use crate::interrupt::Cancel;
 use crate::sys::DIR_FLAGS;
+use crate::threads::Work;
 use crate::tree::Entry;
 use crate::walk::parallel::{
     Dir, ParallelVisitor, ParallelVisitorBuilder, WalkParallel, WalkState,
@@ -107,16 +109,18 @@ pub struct Du {
     depth: usize,
     threads: usize,
     exclude: Exclude,
+    cancel: Cancel,
 }
 
 impl Default for Du {
-    /// Every filesystem, no subtotals below the PATH, at most 64 threads.
+    /// Every filesystem, no subtotals below the PATH, at most [`Work::Walk`] threads.
     fn default() -> Du {
         Du {
             one_file_system: false,
             depth: 0,
-            threads: 64,
+            threads: Work::Walk.threads(),
             exclude: Exclude::default(),
+            cancel: Cancel::new(),
         }
     }
 }
@@ -142,6 +146,13 @@ impl Du {
     /// Neither counts nor enters what `exclude` matches below each PATH.
     pub fn exclude(mut self, exclude: Exclude) -> Du {
         self.exclude = exclude;
+        self
+    }
+
+    /// Stops once `cancel` is cancelled (the default: a token of its own, which nothing
+    /// cancels): the PATH being measured fails with [`Error::Interrupted`].
+    pub fn cancel(mut self, cancel: Cancel) -> Du {
+        self.cancel = cancel;
         self
     }
 
@@ -201,6 +212,7 @@ impl Du {
                 count
             }
         };
+        self.cancel.check()?;
         let mut usage = count.finish();
         if usage.subtotals.is_empty() {
             // Skipped: seen in an earlier PATH.
@@ -368,6 +380,9 @@ impl ParallelVisitor for Counter<'_> {
         _fd: BorrowedFd<'_>,
         stat: &Statx,
     ) -> Result<usize, WalkState> {
+        if self.count.du.cancel.is_cancelled() {
+            return Err(WalkState::Quit);
+        }
         if self.count.excluded(stat) || !self.count.seen.counts_dir(inode_key(stat)) {
             return Err(WalkState::Skip);
         }

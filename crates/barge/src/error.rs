@@ -161,8 +161,9 @@ pub enum Error {
         /// Bytes actually available.
         actual: u64,
     },
-    /// A signal asked to stop (see [`crate::interrupt`]); the file being written was removed.
-    /// [`crate::interrupt::SIGBUS`] means the mapped archive file shrank.
+    /// The operation's [`Cancel`](crate::interrupt::Cancel) was cancelled, by a signal (0:
+    /// by the program); the file being written was removed. SIGBUS means the mapped
+    /// archive file shrank.
     #[error("{}", interrupted(*.signal))]
     Interrupted {
         /// The signal.
@@ -374,12 +375,27 @@ impl NetError {
 }
 
 fn interrupted(signal: i32) -> String {
-    if signal == crate::interrupt::SIGBUS {
+    if signal == 0 {
+        return "cancelled; the file being written was removed".into();
+    }
+    if signal == libc::SIGBUS {
         return "the archive file shrank while it was read (another process truncated or \
                 rewrote it); the file being written was removed"
             .into();
     }
-    format!("interrupted by {}", crate::interrupt::signal_name(signal))
+    format!("interrupted by {}", signal_name(signal))
+}
+
+/// The name of a signal, for messages.
+pub(crate) fn signal_name(signal: i32) -> String {
+    match signal {
+        libc::SIGINT => "SIGINT".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGHUP => "SIGHUP".into(),
+        libc::SIGPIPE => "SIGPIPE".into(),
+        libc::SIGBUS => "SIGBUS".into(),
+        other => format!("signal {other}"),
+    }
 }
 
 /// The library's result type.
@@ -390,7 +406,7 @@ impl Error {
     /// to stop (see `retry`) is [`Error::Interrupted`].
     pub fn io(op: &'static str, path: TreePath, errno: rustix::io::Errno) -> Error {
         if errno == rustix::io::Errno::INTR {
-            if let Some(signal) = crate::interrupt::requested() {
+            if let Some(signal) = crate::sys::signal::stopped_by() {
                 return Error::Interrupted { signal };
             }
         }

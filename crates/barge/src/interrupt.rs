@@ -1,20 +1,23 @@
-//! Stopping cleanly on a signal. SIGINT, SIGTERM, SIGHUP and SIGPIPE only set a flag
-//! ([`catch_signals`]); the landers and `pack` check it between system calls ([`check`], and
-//! `retry` after an interrupted call), so a stopped run removes the file it was writing and
-//! returns [`Error::Interrupted`] instead of dying with a short file under its final name.
-//! The front end then ends the process by the same signal ([`die_by`]).
+//! Stopping cleanly: [`Cancel`], the token every operation takes and checks between system
+//! calls ([`Cancel::check`], and `retry` after an interrupted call), so a stopped run
+//! removes the file it was writing and returns [`Error::Interrupted`] instead of dying with
+//! a short file under its final name. An operation's default token is one nothing cancels.
+//!
+//! Signals: [`catch_signals`] makes SIGINT, SIGTERM, SIGHUP and SIGPIPE only set the process's
+//! stop flag (a handler can only reach a static) and returns the token bound to it, which a
+//! front end passes to its operations; it then ends the process by the same signal
+//! ([`die_by`]). A program that handles signals itself cancels its own token instead.
 //!
 //! A mapped archive that another process truncates would end the process with SIGBUS at the
 //! first read of a vanished page. [`catch_signals`] also catches that: the page is replaced
-//! by zeros, and the stop is requested with [`SIGBUS`], which [`Error::Interrupted`] reports
-//! as the archive having shrunk; the landers check for a stop after every write, before a
-//! file counts as complete, so no file of zeros is kept.
-//!
-//! Signals are process-wide, and so is the flag: a program that handles signals itself calls
-//! [`request`] from its own handler instead of [`catch_signals`].
+//! by zeros, and the signal token is stopped with [`SIGBUS`], which [`Error::Interrupted`]
+//! reports as the archive having shrunk. That fact is process-wide (the handler knows no
+//! token), so every token's [`Cancel::check`] sees it too; the landers check after every
+//! write, before a file counts as complete, so no file of zeros is kept.
 
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI32, Ordering::Relaxed};
+use std::sync::Arc;
 use std::sync::{Condvar, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -22,93 +25,96 @@ use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
 
 use crate::error::{Error, Result};
+use crate::sys;
 
 /// The signals that stop a run.
-pub const SIGNALS: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE];
-
-/// The first signal that asked to stop, or 0.
-static STOP: AtomicI32 = AtomicI32::new(0);
+pub const SIGNALS: [i32; 4] = sys::signal::SIGNALS;
 
 /// The stop reason of an archive mapping that lost pages (the file was truncated).
 pub const SIGBUS: i32 = libc::SIGBUS;
 
-/// The archive mapping watched for SIGBUS: start, length, and the page size.
-static MAPPING: [AtomicUsize; 3] = [
-    AtomicUsize::new(0),
-    AtomicUsize::new(0),
-    AtomicUsize::new(0),
-];
+/// A cancellation token: cheap to clone (clones share one flag), checked by a relaxed load.
+/// [`Cancel::new`] makes one only its holders cancel; [`catch_signals`] returns the one the
+/// stop signals cancel.
+#[derive(Clone, Debug)]
+pub struct Cancel(Flag);
 
-/// Makes a SIGBUS at an address in `bytes` (a mapping of an archive file) a stop request
-/// instead of the end of the process (see the module documentation). One mapping at a time.
-pub(crate) fn watch_mapping(bytes: &[u8]) {
-    MAPPING[2].store(rustix::param::page_size(), Relaxed);
-    MAPPING[1].store(bytes.len(), Relaxed);
-    MAPPING[0].store(bytes.as_ptr() as usize, Relaxed);
+#[derive(Clone, Debug)]
+enum Flag {
+    /// The process's stop flag, which the signal handlers set.
+    Signals,
+    /// A flag of its own.
+    Own(Arc<AtomicI32>),
 }
 
-extern "C" fn on_bus(signal: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
-    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
-    let addr = unsafe { (*info).si_addr() } as usize;
-    let (start, len, page) = (
-        MAPPING[0].load(Relaxed),
-        MAPPING[1].load(Relaxed),
-        MAPPING[2].load(Relaxed),
-    );
-    if page == 0 || addr < start || addr >= start + len {
-        // Not the archive: fault again with the default action, which ends the process.
-        // SAFETY: restoring the default disposition is async-signal-safe.
-        unsafe { libc::signal(signal, libc::SIG_DFL) };
-        return;
-    }
-    request(SIGBUS);
-    let at = addr / page * page;
-    // SAFETY: replaces one page of the archive mapping, whose file page is gone, with a
-    // zero page; mmap is a plain system call.
-    unsafe {
-        libc::mmap(
-            at as *mut libc::c_void,
-            page,
-            libc::PROT_READ,
-            libc::MAP_PRIVATE | libc::MAP_FIXED | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
+/// What [`Cancel::cancel`] records: no signal, reported as signal 0.
+const CANCELLED: i32 = -1;
+
+impl Default for Cancel {
+    /// A token nothing cancels but its holders.
+    fn default() -> Cancel {
+        Cancel::new()
     }
 }
 
-extern "C" fn on_signal(signal: libc::c_int) {
-    request(signal);
-}
+impl Cancel {
+    /// A token of its own, not cancelled.
+    pub fn new() -> Cancel {
+        Cancel(Flag::Own(Arc::default()))
+    }
 
-/// Asks every running operation to stop, on account of `signal`. Async-signal-safe: it only
-/// stores a number.
-pub fn request(signal: i32) {
-    let _ = STOP.compare_exchange(0, signal, Relaxed, Relaxed);
-}
+    fn flag(&self) -> &AtomicI32 {
+        match &self.0 {
+            Flag::Signals => sys::signal::stop_flag(),
+            Flag::Own(flag) => flag,
+        }
+    }
 
-/// The signal that asked to stop, if one did.
-pub fn requested() -> Option<i32> {
-    match STOP.load(Relaxed) {
-        0 => None,
-        signal => Some(signal),
+    /// Cancels every operation holding this token (or a clone).
+    pub fn cancel(&self) {
+        self.stop_by(CANCELLED);
+    }
+
+    /// Cancels on account of `signal` (kept only if it is the first reason). Lock-free: a
+    /// program's own signal handler may call it on the token of [`catch_signals`].
+    pub fn stop_by(&self, signal: i32) {
+        let _ = self.flag().compare_exchange(0, signal, Relaxed, Relaxed);
+    }
+
+    /// Whether the token was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.flag().load(Relaxed) != 0
+    }
+
+    /// The signal the token was cancelled by (0: by [`Cancel::cancel`]), if it was.
+    pub fn reason(&self) -> Option<i32> {
+        match self.flag().load(Relaxed) {
+            0 => None,
+            CANCELLED => Some(0),
+            signal => Some(signal),
+        }
+    }
+
+    /// Fails with [`Error::Interrupted`] once the token was cancelled, or once a watched
+    /// archive mapping lost pages ([`SIGBUS`]).
+    pub fn check(&self) -> Result<()> {
+        match self.reason() {
+            None if sys::signal::archive_shrank() => Err(Error::Interrupted { signal: SIGBUS }),
+            None => Ok(()),
+            Some(signal) => Err(Error::Interrupted { signal }),
+        }
     }
 }
 
-/// Fails with [`Error::Interrupted`] once a stop was requested.
-pub fn check() -> Result<()> {
-    match requested() {
-        None => Ok(()),
-        Some(signal) => Err(Error::Interrupted { signal }),
-    }
-}
-
-/// Runs a system call again when a signal interrupted it (`EINTR`), unless that signal asked
-/// to stop: then the `EINTR` is returned, which [`Error::io`] reports as the stop.
-pub(crate) fn retry<T>(mut call: impl FnMut() -> rustix::io::Result<T>) -> rustix::io::Result<T> {
+/// Runs a system call again when a signal interrupted it (`EINTR`), unless `cancel` was
+/// cancelled: then the `EINTR` is returned, which [`Error::io`] reports as the stop.
+pub(crate) fn retry<T>(
+    cancel: &Cancel,
+    mut call: impl FnMut() -> rustix::io::Result<T>,
+) -> rustix::io::Result<T> {
     loop {
         match call() {
-            Err(Errno::INTR) if requested().is_none() => {}
+            Err(Errno::INTR) if cancel.check().is_ok() => {}
             other => return other,
         }
     }
@@ -120,45 +126,47 @@ const STOP_LATENCY: Duration = Duration::from_millis(100);
 /// `result`, unless the mapped archive shrank during the run: then that is the error, whatever
 /// the archive's vanished (zeroed) pages made the decoder or a lander say.
 pub(crate) fn unless_archive_shrank<T>(result: Result<T>) -> Result<T> {
-    match requested() {
-        Some(SIGBUS) => Err(Error::Interrupted { signal: SIGBUS }),
-        _ => result,
+    match sys::signal::archive_shrank() {
+        true => Err(Error::Interrupted { signal: SIGBUS }),
+        false => result,
     }
 }
 
 /// Waits until `input` has bytes (or its end, or an error) to read, or `wait` has passed
-/// (then false), and fails once a stop was requested. A signal that comes just before a
-/// blocking `read` would not interrupt it; this wait looks for a stop at least every 100 ms.
-pub(crate) fn wait_readable(input: BorrowedFd<'_>, wait: Option<Duration>) -> Result<bool> {
-    wait_for(input, PollFlags::IN, wait, true).map(|ready| ready.is_some())
+/// (then false), and fails once `cancel` is. A signal that comes just before a blocking
+/// `read` would not interrupt it; this wait looks for a stop at least every 100 ms.
+pub(crate) fn wait_readable(
+    input: BorrowedFd<'_>,
+    wait: Option<Duration>,
+    cancel: &Cancel,
+) -> Result<bool> {
+    wait_for(input, PollFlags::IN, wait, cancel).map(|ready| ready.is_some())
 }
 
 /// Waits until `fd` is ready for `flags` and returns what `poll` says it is ready for (an
 /// error or hang-up too, which the I/O that follows reports), or `None` once `wait` has
-/// passed (`None`: no end). Looks for a stop at least every 100 ms and, when `stoppable`,
-/// fails on one.
+/// passed (`None`: no end). Looks at `stop` at least every 100 ms and fails once it is
+/// cancelled.
 pub(crate) fn wait_for(
     fd: BorrowedFd<'_>,
     flags: PollFlags,
     wait: Option<Duration>,
-    stoppable: bool,
+    stop: &Cancel,
 ) -> Result<Option<PollFlags>> {
     let mut fds = [PollFd::new(&fd, flags)];
-    let waited = wait_for_any(&mut fds, wait, stoppable, None)?;
+    let waited = wait_for_any(&mut fds, wait, stop, None)?;
     Ok((waited == Waited::Ready).then(|| fds[0].revents()))
 }
 
 /// Waits on `condvar` for at most 100 ms, so that a thread waiting for a condition looks
-/// for a stop that often (what [`wait_for_any`] does for fds); when `stoppable`, it fails
-/// instead once a stop was requested. A poisoned lock is taken as is.
+/// for a stop that often (what [`wait_for_any`] does for fds); it fails instead once `stop`
+/// is cancelled. A poisoned lock is taken as is.
 pub(crate) fn wait_a_slice<'a, T>(
     condvar: &Condvar,
     guard: MutexGuard<'a, T>,
-    stoppable: bool,
+    stop: &Cancel,
 ) -> Result<MutexGuard<'a, T>> {
-    if stoppable {
-        check()?;
-    }
+    stop.check()?;
     let waited = condvar.wait_timeout(guard, STOP_LATENCY);
     Ok(waited.map_or_else(|e| e.into_inner().0, |(guard, _)| guard))
 }
@@ -170,24 +178,22 @@ pub(crate) enum Waited {
     Ready,
     /// The wait passed.
     TimedOut,
-    /// The `cancelled` flag was set.
+    /// The `cancelled` token was cancelled.
     Cancelled,
 }
 
 /// [`wait_for`] of several descriptors, which also ends (within 100 ms) once `cancelled`
-/// is set.
+/// is cancelled.
 pub(crate) fn wait_for_any(
     fds: &mut [PollFd<'_>],
     wait: Option<Duration>,
-    stoppable: bool,
-    cancelled: Option<&AtomicBool>,
+    stop: &Cancel,
+    cancelled: Option<&Cancel>,
 ) -> Result<Waited> {
     let start = Instant::now();
     loop {
-        if stoppable {
-            check()?;
-        }
-        if cancelled.is_some_and(|c| c.load(Relaxed)) {
+        stop.check()?;
+        if cancelled.is_some_and(Cancel::is_cancelled) {
             return Ok(Waited::Cancelled);
         }
         let left = wait.map_or(STOP_LATENCY, |w| w.saturating_sub(start.elapsed()));
@@ -205,72 +211,60 @@ pub(crate) fn wait_for_any(
     }
 }
 
-/// Makes [`SIGNALS`] request a stop instead of ending the process, and a SIGBUS in a watched
-/// archive mapping too (see `watch_mapping`). The handlers do not ask for `SA_RESTART`, so
-/// a blocking read of a stalled pipe returns `EINTR` and sees the stop.
-pub fn catch_signals() {
-    type Bus = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
-    // SAFETY: zeroed sigactions with handlers that only store integers (and map a page) are
-    // valid.
-    unsafe {
-        let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        libc::sigemptyset(&mut action.sa_mask);
-        for signal in SIGNALS {
-            libc::sigaction(signal, &action, std::ptr::null_mut());
-        }
-        action.sa_sigaction = on_bus as Bus as libc::sighandler_t;
-        action.sa_flags = libc::SA_SIGINFO;
-        libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut());
-    }
-    // A process inherits the signal mask of the thread that started it: one started from a
-    // worker that keeps them off (a confined lander child of recv's connection threads)
-    // would never see a stop.
-    mask_signals(libc::SIG_UNBLOCK);
+/// Makes [`SIGNALS`] cancel the returned token (the process's one: every call returns it)
+/// instead of ending the process, and a SIGBUS in a watched archive mapping too (see
+/// `watch_mapping`). The handlers do not ask for `SA_RESTART`, so
+/// a blocking read of a stalled pipe returns `EINTR` and sees the stop. They are unblocked
+/// in the calling thread: a process started from a worker that keeps them off (a confined
+/// lander child of recv's connection threads) would never see a stop.
+pub fn catch_signals() -> Cancel {
+    sys::signal::catch();
+    Cancel(Flag::Signals)
 }
 
 /// Blocks [`SIGNALS`] in the calling thread, so the kernel delivers them to the main thread,
 /// whose blocking calls they must interrupt. Every worker thread calls it first.
 pub fn keep_signals_off_this_thread() {
-    mask_signals(libc::SIG_BLOCK);
-}
-
-/// Blocks or unblocks (`how`) [`SIGNALS`] in the calling thread.
-fn mask_signals(how: libc::c_int) {
-    // SAFETY: plain signal-mask calls on a local set.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for signal in SIGNALS {
-            libc::sigaddset(&mut set, signal);
-        }
-        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
-    }
+    sys::signal::block();
 }
 
 /// Ends the process by `signal` with its default action, as if it had not been caught, so
 /// the caller (a shell) sees how the process ended (`$?` is 128 + the signal number). Returns
 /// only if the default action does not end the process.
 pub fn die_by(signal: i32) {
-    // SAFETY: restoring the default action and raising a signal in the calling thread.
-    unsafe {
-        libc::signal(signal, libc::SIG_DFL);
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, signal);
-        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-        libc::raise(signal);
-    }
+    sys::signal::die_by(signal);
 }
 
-/// The name of a signal, for messages.
-pub(crate) fn signal_name(signal: i32) -> String {
-    match signal {
-        libc::SIGINT => "SIGINT".into(),
-        libc::SIGTERM => "SIGTERM".into(),
-        libc::SIGHUP => "SIGHUP".into(),
-        libc::SIGPIPE => "SIGPIPE".into(),
-        libc::SIGBUS => "SIGBUS".into(),
-        other => format!("signal {other}"),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The signal token, without installing the handlers.
+    fn signals() -> Cancel {
+        Cancel(Flag::Signals)
+    }
+
+    #[test]
+    fn a_token_of_its_own_is_independent_of_the_signal_token_and_of_others() {
+        let (a, b) = (Cancel::new(), Cancel::new());
+        a.cancel();
+        assert!(a.is_cancelled() && !b.is_cancelled());
+        assert!(matches!(a.check(), Err(Error::Interrupted { signal: 0 })));
+        assert!(!signals().is_cancelled(), "a token of its own is no signal");
+        // A signal stops the signal token (every one of them), and no token of its own.
+        signals().stop_by(libc::SIGTERM);
+        assert!(!b.is_cancelled() && b.check().is_ok());
+        let stopped = signals().check();
+        assert!(matches!(
+            stopped,
+            Err(Error::Interrupted {
+                signal: libc::SIGTERM
+            })
+        ));
+        // Clones share their flag, on any thread.
+        fn shareable<T: Clone + Send + Sync>(_: &T) {}
+        shareable(&b);
+        b.clone().cancel();
+        assert!(b.is_cancelled());
     }
 }

@@ -13,6 +13,7 @@
 
 pub mod compare;
 pub mod confine;
+pub(crate) mod copy;
 pub mod cp;
 pub mod du;
 pub mod error;
@@ -29,6 +30,7 @@ pub mod pack;
 pub mod root;
 pub(crate) mod source;
 pub mod sys;
+pub mod threads;
 pub mod tree;
 pub mod unpack;
 pub mod uploads;

@@ -37,9 +37,6 @@ const OWNERS_KEPT: u8 = 0x01;
 const DIR: u8 = 0x01;
 /// Tag of the end record.
 const END: u8 = 0x00;
-/// Threads that list a tree or check it against a listing (more than the cores, for trees
-/// not in the cache).
-pub(crate) const THREADS: usize = 4;
 /// Longest directory path a listing carries (Linux's `PATH_MAX`): [`Listing::write_to`]
 /// leaves out deeper directories (their entries are then sent), and it is the default
 /// [`ListingLimits::max_path`].

@@ -26,9 +26,9 @@ use rustix::fs::{
 };
 use rustix::io::{pread, Errno};
 
+use crate::copy::{read_chunks, send_file, write_all};
 use crate::error::{Error, Result, TreePath};
-use crate::interrupt::{check, requested, retry};
-use crate::sys::copy::{read_chunks, send_file, write_all};
+use crate::interrupt::{retry, Cancel};
 use crate::Progress;
 
 /// Hidden temporary names tried before giving up (each taken one is skipped).
@@ -289,12 +289,12 @@ fn write_failed(cause: io::Error) -> Error {
 }
 
 /// Writes to a file descriptor (a file, pipe, socket or device): `write`, and `sendfile`
-/// for large files.
-pub(crate) struct FdWriter<'fd>(pub(crate) BorrowedFd<'fd>);
+/// for large files; stops once its token is cancelled.
+pub(crate) struct FdWriter<'fd>(pub(crate) BorrowedFd<'fd>, pub(crate) Cancel);
 
 impl ArchiveWriter for FdWriter<'_> {
     fn write_bytes(&mut self, bytes: &[u8], progress: &Progress) -> Result<()> {
-        write_all(self.0, bytes, |n| {
+        write_all(self.0, bytes, &self.1, |n| {
             progress.add_written(n);
             Ok(())
         })
@@ -309,9 +309,9 @@ impl ArchiveWriter for FdWriter<'_> {
         path: &TreePath,
         progress: &Progress,
     ) -> Result<()> {
-        let sent = send_file(self.0, file, size, path, |n| {
+        let sent = send_file(self.0, file, size, path, &self.1, |n| {
             progress.add_written(n);
-            check()
+            self.1.check()
         })?;
         if sent < size {
             return Err(changed(path, size, sent));
@@ -329,14 +329,16 @@ impl ArchiveWriter for FdWriter<'_> {
 pub(crate) struct IoWriter<W> {
     out: W,
     buf: Vec<u8>,
+    cancel: Cancel,
 }
 
 impl<W> IoWriter<W> {
-    /// Writes to `out`.
-    pub(crate) fn new(out: W) -> IoWriter<W> {
+    /// Writes to `out`, stopping once `cancel` is cancelled.
+    pub(crate) fn new(out: W, cancel: Cancel) -> IoWriter<W> {
         IoWriter {
             out,
             buf: Vec::new(),
+            cancel,
         }
     }
 }
@@ -352,14 +354,15 @@ impl<W: io::Write + Send> IoWriter<W> {
         path: &TreePath,
         progress: &Progress,
     ) -> Result<()> {
-        let read = read_chunks(file, 0, size, buf, path, |chunk| {
+        let cancel = self.cancel.clone();
+        let read = read_chunks(file, 0, size, buf, path, &cancel, |chunk| {
             self.write_bytes(chunk, progress)?;
-            check()
+            cancel.check()
         })?;
         if read < size {
             return Err(changed(path, size, read));
         }
-        match retry(|| pread(file, &mut buf[..1], size)) {
+        match retry(&cancel, || pread(file, &mut buf[..1], size)) {
             Ok(0) => Ok(()),
             Ok(_) => Err(changed(path, size, size + 1)),
             Err(e) => Err(Error::io("read", path.clone(), e)),
@@ -377,7 +380,8 @@ impl<W: io::Write + Send> ArchiveWriter for IoWriter<W> {
                     progress.add_written(n as u64);
                 }
                 // Retried as `retry` does: unless a stop was asked for.
-                Err(e) if e.kind() == io::ErrorKind::Interrupted && requested().is_none() => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted && !self.cancel.is_cancelled() => {
+                }
                 Err(e) => return Err(write_failed(e)),
             }
         }
@@ -470,7 +474,7 @@ mod tests {
         file.write_all(&data).unwrap();
         let (path, progress) = (TreePath(b"big".to_vec()), Progress::default());
         let mut out = Vec::new();
-        let mut writer = IoWriter::new(&mut out);
+        let mut writer = IoWriter::new(&mut out, Cancel::new());
         let size = data.len() as u64;
         writer
             .write_file(file.as_fd(), size, &path, &progress)

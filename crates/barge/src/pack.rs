@@ -22,13 +22,12 @@
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
-use io_uring::{opcode, squeue::Flags, types};
-use rustix::fs::{fstat, openat, statx, AtFlags, FileType, Mode, OFlags, Stat, Statx};
-use rustix::io::{fcntl_dupfd_cloexec, pread, read, Errno};
+use rustix::fs::{fstat, openat, statx, AtFlags, FileType, Mode, Stat, Statx};
+use rustix::io::{fcntl_dupfd_cloexec, pread, Errno};
 
 use crate::compare::{inode_key, STATX_MASK};
 use crate::error::{Error, Result, TreePath};
@@ -37,14 +36,17 @@ use crate::format::encode::{
     push_dir, push_end, push_file_header, push_hard_link, push_pop, push_special, push_symlink,
 };
 use crate::format::{check_name, HEADER_EXTENDED};
-use crate::interrupt::{check, retry};
-use crate::listing::{Item, Listing, Names, Unchanged, THREADS};
+use crate::interrupt::{retry, Cancel};
+use crate::listing::{Item, Listing, Names, Unchanged};
 use crate::output::{ArchiveWriter, FdWriter, IoWriter, Output};
-use crate::sys::ring::Ring;
+use crate::sys;
+use crate::sys::ring::{Read, Ring, ToRead};
 use crate::sys::thread::spawn_elsewhere;
-use crate::sys::xattr::XattrReader;
 use crate::sys::FILE_FLAGS;
-use crate::tree::{Content, Device, DirPath, Entry, Kind, Meta as TreeMeta, Sink, Xattrs};
+use crate::threads::Work;
+use crate::tree::{
+    Content, Device, DirPath, Entry, Kind, Meta as TreeMeta, Sink, XattrReader, Xattrs,
+};
 use crate::walk::{too_many_xattrs, Walk};
 use crate::Progress;
 
@@ -153,6 +155,7 @@ pub struct Pack<'a> {
     archive: bool,
     exclude: Exclude,
     unchanged: Option<&'a Listing>,
+    cancel: Cancel,
 }
 
 impl<'a> Pack<'a> {
@@ -170,6 +173,7 @@ impl<'a> Pack<'a> {
             archive: false,
             exclude: Exclude::default(),
             unchanged: None,
+            cancel: Cancel::new(),
         }
     }
 
@@ -193,6 +197,13 @@ impl<'a> Pack<'a> {
     /// Counts entries, content bytes and archive bytes written in `progress` as it goes.
     pub fn progress(mut self, progress: &'a Progress) -> Pack<'a> {
         self.progress = Some(progress);
+        self
+    }
+
+    /// Stops once `cancel` is cancelled (the default: a token of its own, which nothing
+    /// cancels).
+    pub fn cancel(mut self, cancel: Cancel) -> Pack<'a> {
+        self.cancel = cancel;
         self
     }
 
@@ -241,7 +252,8 @@ impl<'a> Pack<'a> {
             fstat(out).map_err(|e| Error::io("fstat", TreePath(b"<archive>".to_vec()), e))?;
         let archive = (FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile)
             .then_some((stat.st_dev, stat.st_ino));
-        self.run(FdWriter(out), archive)
+        let cancel = self.cancel.clone();
+        self.run(FdWriter(out, cancel), archive)
     }
 
     /// Writes the archive to `-o PATH` (see [`Output`]) and puts it in place when it is
@@ -258,7 +270,8 @@ impl<'a> Pack<'a> {
     /// are read and written through it, and it is flushed at the end. Nothing is left
     /// out: `out` must not write into the tree.
     pub fn to_writer(self, out: impl io::Write + Send) -> Result<PackSummary> {
-        self.run(IoWriter::new(out), None)
+        let cancel = self.cancel.clone();
+        self.run(IoWriter::new(out, cancel), None)
     }
 
     /// Walks the trees into a [`Packer`] writing to `out`; `archive` is the file `out`
@@ -271,7 +284,8 @@ impl<'a> Pack<'a> {
         let unchanged = match self.unchanged {
             Some(listing) => {
                 let rule = listing.rule(self.archive);
-                listing.unchanged_dirs(&self.roots, &self.exclude, THREADS, rule)
+                let threads = Work::Listing.threads();
+                listing.unchanged_dirs(&self.roots, &self.exclude, threads, rule)
             }
             None => Unchanged::default(),
         };
@@ -281,6 +295,7 @@ impl<'a> Pack<'a> {
             self.archive,
             self.unchanged,
             progress,
+            self.cancel.clone(),
             |packer| {
                 Walk::new()
                     .exclude(&self.exclude)
@@ -307,6 +322,7 @@ fn encode<W: ArchiveWriter>(
     archive: bool,
     listing: Option<&Listing>,
     progress: &Progress,
+    cancel: Cancel,
     source: impl FnOnce(&mut Packer<'_>) -> Result<()>,
 ) -> Result<PackSummary> {
     let (tx, rx) = sync_channel(BUFFERS);
@@ -337,6 +353,7 @@ fn encode<W: ArchiveWriter>(
         links: HashMap::new(),
         source_links: HashMap::new(),
         xattrs: XattrReader::default(),
+        cancel,
     };
     std::thread::scope(|scope| {
         let queued = &queued;
@@ -357,6 +374,8 @@ fn encode<W: ArchiveWriter>(
 /// several links into hard links, and is the one place that decides what the archive
 /// records (owners, extended attributes and devices only when `archive`).
 pub(crate) struct Packer<'a> {
+    /// Stops the pack once cancelled.
+    cancel: Cancel,
     /// To the writer thread.
     tx: SyncSender<Out>,
     /// Items sent to the writer thread and not written yet.
@@ -431,7 +450,7 @@ impl Packer<'_> {
     /// Hands the buffer to the writer thread and continues in a spare one (unless a stop
     /// was requested).
     fn flush(&mut self) -> Result<()> {
-        check()?;
+        self.cancel.check()?;
         if self.buf.is_empty() {
             return Ok(());
         }
@@ -448,11 +467,9 @@ impl Packer<'_> {
     /// Reads at most `max` bytes of `file` onto the end of the buffer, which has room for
     /// them; returns how many (0 at end of file).
     fn read_more(&mut self, file: BorrowedFd<'_>, max: usize) -> rustix::io::Result<usize> {
-        let spare = &mut self.buf.spare_capacity_mut()[..max];
-        let n = retry(|| read(file, &mut *spare).map(|(filled, _)| filled.len()))?;
-        // SAFETY: `read` initialized the first `n` spare bytes.
-        unsafe { self.buf.set_len(self.buf.len() + n) };
-        Ok(n)
+        retry(&self.cancel, || {
+            sys::read_onto(file, &mut self.buf, max, None)
+        })
     }
 
     /// Appends exactly `size` bytes of `file` to the buffer, failing if the file is shorter
@@ -502,7 +519,7 @@ impl Packer<'_> {
     ) -> Result<()> {
         self.append_region(file, 0, size, path)?;
         let mut probe = [0u8; 1];
-        match retry(|| pread(file, &mut probe, size)) {
+        match retry(&self.cancel, || pread(file, &mut probe, size)) {
             Ok(0) => Ok(()),
             Ok(_) => Err(Error::Changed {
                 path: path(),
@@ -833,105 +850,62 @@ impl<'a> Packer<'a> {
         let Some(ring) = self.ring.as_mut().filter(|_| !files.is_empty()) else {
             return Ok(());
         };
-        let dir = types::Fd(dir.as_raw_fd());
-        let total: usize = files
-            .iter()
-            .map(|f| self.run.name(f.i).len() + RING_HEADER + f.size as usize)
-            .sum();
-        self.buf.reserve(total);
-        let start = self.buf.len();
-        let base = self.buf.as_mut_ptr();
-        let mut header = Vec::with_capacity(512);
-        let mut probes = vec![0u8; files.len()];
-        let mut spans = Vec::with_capacity(files.len());
-        let mut at = start;
-        let link = Flags::IO_HARDLINK;
-        for (k, f) in files.iter().enumerate() {
-            header.clear();
+        // The headers, one after the other, and where each ends.
+        let mut headers = Vec::with_capacity(files.len() * (RING_HEADER + 32));
+        let mut ends = Vec::with_capacity(files.len());
+        for f in files {
             let entry = Entry {
                 // The number is not written: LINKED only says later entries name it.
                 link_id: f.linked.then_some(0),
                 ..Entry::file(self.run.name(f.i), f.meta)
             };
-            push_file_header(&mut header, &entry, f.size);
-            // SAFETY: `total` bytes were reserved past `start`; nothing reallocates `buf`
-            // before `set_len` below.
-            unsafe { std::ptr::copy_nonoverlapping(header.as_ptr(), base.add(at), header.len()) };
-            spans.push((at, header.len() + f.size as usize));
-            at += header.len();
-            let slot = types::Fixed(k as u32);
-            let target = types::DestinationSlot::try_from_slot_target(k as u32).expect("small");
-            let name = self.run.names[self.run.starts[f.i]..].as_ptr().cast();
-            // A fixed-file slot is no fd: O_CLOEXEC is meaningless there and refused.
-            let flags = FILE_FLAGS.difference(OFlags::CLOEXEC).bits() as i32;
-            let ud = 4 * k as u64;
-            let entries = [
-                opcode::OpenAt::new(dir, name)
-                    .flags(flags)
-                    .file_index(Some(target))
-                    .build()
-                    .flags(link)
-                    .user_data(ud),
-                // SAFETY (pointer): `size` reserved bytes at `at`.
-                opcode::Read::new(slot, unsafe { base.add(at) }, f.size as u32)
-                    .build()
-                    .flags(link)
-                    .user_data(ud + 1),
-                opcode::Read::new(slot, probes[k..].as_mut_ptr(), 1)
-                    .offset(f.size)
-                    .build()
-                    .flags(link)
-                    .user_data(ud + 2),
-                opcode::Close::new(slot).build().user_data(ud + 3),
-            ];
-            for entry in &entries {
-                // SAFETY: names, `probes` and the reserved buffer outlive the run below.
-                unsafe { ring.push(entry) };
-            }
-            at += f.size as usize;
+            push_file_header(&mut headers, &entry, f.size);
+            ends.push(headers.len());
         }
-        let results = match ring.run() {
-            Ok(results) => results.to_vec(),
+        let names = &self.run.names;
+        let to_read: Vec<ToRead<'_>> = (files.iter().zip(&ends))
+            .scan(0, |start, (f, &end)| {
+                let prefix = &headers[*start..end];
+                *start = end;
+                let name = CStr::from_bytes_until_nul(&names[self.run.starts[f.i]..]);
+                Some(ToRead {
+                    name: name.expect("names end with a NUL"),
+                    size: f.size,
+                    prefix,
+                })
+            })
+            .collect();
+        let reads = match ring.read_files(dir, &to_read, &mut self.buf) {
+            Ok(reads) => reads,
             Err(e) => {
                 let path = self.dir.join(self.run.name(files[0].i));
                 return Err(Error::io("io_uring_enter", path, e));
             }
         };
-        let mut kept = start;
-        for (k, (f, &(from, len))) in files.iter().zip(&spans).enumerate() {
-            let result = |j: usize| match results[4 * k + j] {
-                r if r < 0 => Err(Errno::from_raw_os_error(-r)),
-                r => Ok(r as u64),
-            };
+        for (f, read) in files.iter().zip(reads) {
             let path = || self.dir.join(self.run.name(f.i));
-            if let Err(e) = result(0) {
-                let warning = Warning::unreadable(Error::io("open", path(), e));
-                self.summary.warnings.push(warning);
-                continue;
+            match read {
+                Read::Whole => {}
+                Read::Unopened(e) => {
+                    let warning = Warning::unreadable(Error::io("open", path(), e));
+                    self.summary.warnings.push(warning);
+                    continue;
+                }
+                Read::Failed(e) => return Err(Error::io("read", path(), e)),
+                Read::Changed(actual) => {
+                    return Err(Error::Changed {
+                        path: path(),
+                        expected: f.size,
+                        actual,
+                    })
+                }
             }
-            let got = result(1).map_err(|e| Error::io("read", path(), e))?;
-            let more = result(2).map_err(|e| Error::io("read", path(), e))?;
-            if got != f.size || more != 0 {
-                return Err(Error::Changed {
-                    path: path(),
-                    expected: f.size,
-                    actual: got + more,
-                });
-            }
-            if kept != from {
-                // SAFETY: both ranges lie in the reserved buffer; the source bytes are a
-                // header copied above and data the kernel read (exactly its size).
-                unsafe { std::ptr::copy(base.add(from), base.add(kept), len) };
-            }
-            kept += len;
             let index = self.added();
             if f.linked {
                 self.links.insert(f.key, index);
             }
             self.counted(f.size);
         }
-        // SAFETY: every byte up to `kept` was moved there from a header or file data above.
-        unsafe { self.buf.set_len(kept) };
         if self.buf.len() >= FLUSH_AT {
             self.flush()?;
         }
@@ -999,10 +973,12 @@ impl Packer<'_> {
     ) -> Result<()> {
         let end = offset + len;
         while offset < end {
-            let room = &mut self.buf.spare_capacity_mut()[..];
-            let want = room.len().min((end - offset) as usize);
-            let n = retry(|| pread(fd, &mut room[..want], offset).map(|(got, _)| got.len()))
-                .map_err(|e| Error::io("read", path(), e))?;
+            let room = self.buf.capacity() - self.buf.len();
+            let want = room.min((end - offset) as usize);
+            let n = retry(&self.cancel, || {
+                sys::read_onto(fd, &mut self.buf, want, Some(offset))
+            })
+            .map_err(|e| Error::io("read", path(), e))?;
             if n == 0 {
                 return Err(Error::Changed {
                     path: path(),
@@ -1010,8 +986,6 @@ impl Packer<'_> {
                     actual: len - (end - offset),
                 });
             }
-            // SAFETY: `pread` initialized the first `n` spare bytes.
-            unsafe { self.buf.set_len(self.buf.len() + n) };
             offset += n as u64;
             if self.buf.len() >= FLUSH_AT {
                 self.flush()?;
@@ -1037,7 +1011,7 @@ impl Sink for Packer<'_> {
     type Error = Error;
 
     fn enter_dir(&mut self, entry: &Entry<'_>) -> Result<()> {
-        check()?;
+        self.cancel.check()?;
         self.stream_ended()?;
         self.end_run()?;
         let entry = self.recorded(entry);
@@ -1198,6 +1172,8 @@ impl Sink for Packer<'_> {
 mod tests {
     use std::io::Write;
 
+    use rustix::fs::OFlags;
+
     use super::*;
     use crate::format::{decode_all, Event, Limits};
     use crate::tree::Meta;
@@ -1220,11 +1196,12 @@ mod tests {
     fn encoded(source: impl FnOnce(&mut Packer<'_>) -> Result<()>) -> Result<Vec<u8>> {
         let mut out = Vec::new();
         encode(
-            IoWriter::new(&mut out),
+            IoWriter::new(&mut out, Cancel::new()),
             [None; 2],
             false,
             None,
             &Progress::default(),
+            Cancel::new(),
             source,
         )?;
         Ok(out)

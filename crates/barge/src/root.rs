@@ -17,7 +17,6 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
-use std::sync::OnceLock;
 
 use rustix::fs::{
     fchmod, mkdirat, open, openat, renameat, renameat_with, statat, unlinkat, AtFlags, FileType,
@@ -26,10 +25,10 @@ use rustix::fs::{
 use rustix::io::{read, write, Errno};
 use rustix::pipe::{pipe_with, PipeFlags};
 use rustix::process::{chroot, fchdir, getgid, getuid, waitpid, Pid, WaitOptions};
-use rustix::thread::{unshare_unsafe, UnshareFlags};
 
 use crate::error::{Error, Result, TreePath};
 use crate::output::with_temp_name;
+use crate::sys;
 use crate::sys::dir::{dirent_buffer, Listing};
 use crate::sys::fds::close_range;
 use crate::sys::DIR_FLAGS;
@@ -92,7 +91,14 @@ enum Stage {
 /// unprivileged caller first enters a new user namespace in which it is root, as `unshare
 /// --map-root-user` does) and closes every fd above 2 except `keep` and the destination's.
 /// The process must be single-threaded then; meant for a process that does nothing but land.
-pub(crate) fn open_dest(dest: &Path, sandbox: bool, keep: Option<RawFd>) -> Result<Destination> {
+///
+/// A destination it creates gets `dest_mode` once landing ends.
+pub(crate) fn open_dest(
+    dest: &Path,
+    sandbox: bool,
+    keep: Option<RawFd>,
+    dest_mode: u32,
+) -> Result<Destination> {
     // A trailing slash would make the kernel follow a final symlink despite O_NOFOLLOW.
     let bytes = dest.as_os_str().as_bytes();
     let trimmed = match bytes.iter().rposition(|&b| b != b'/') {
@@ -102,7 +108,6 @@ pub(crate) fn open_dest(dest: &Path, sandbox: bool, keep: Option<RawFd>) -> Resu
     };
     let dest = Path::new(std::ffi::OsStr::from_bytes(trimmed));
     let path = path_of(dest);
-    umask();
     let (fd, staged, top_is_dest) = match missing(dest)? {
         None => match open(dest, DEST_FLAGS, Mode::empty()) {
             Ok(fd) => (fd, None, false),
@@ -114,9 +119,7 @@ pub(crate) fn open_dest(dest: &Path, sandbox: bool, keep: Option<RawFd>) -> Resu
             (fd, Some(staged), names.len() == 1)
         }
     };
-    let final_mode = staged
-        .is_some()
-        .then(|| 0o777 & !UMASK_BEFORE.get().copied().unwrap_or_else(umask));
+    let final_mode = staged.is_some().then_some(dest_mode);
     let mut kept: Vec<RawFd> = keep.into_iter().collect();
     let staged = match staged {
         Some(staged) if sandbox => {
@@ -402,17 +405,10 @@ impl Keeper {
         };
         let (orders, tell) = pipe_with(PipeFlags::CLOEXEC).map_err(fail)?;
         let (answer, reply) = pipe_with(PipeFlags::CLOEXEC).map_err(fail)?;
-        // SAFETY: fork in a single-threaded process (see above); the child ends by `_exit`.
-        match unsafe { libc::fork() } {
-            -1 => Err(fail(
-                Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::AGAIN),
-            )),
-            0 => keep(staged, orders, reply),
-            pid => Ok(Keeper {
-                pid: Pid::from_raw(pid).expect("fork returns a positive pid"),
-                tell,
-                answer,
-            }),
+        // The child ends by `exit_now`.
+        match sys::process::fork_single_threaded().map_err(fail)? {
+            None => keep(staged, orders, reply),
+            Some(pid) => Ok(Keeper { pid, tell, answer }),
         }
     }
 
@@ -440,13 +436,8 @@ impl Keeper {
 /// The keeper's life: holds `staged` until the lander's order comes on `orders` (or the
 /// pipe's end: the lander is gone), carries it out, answers on `reply` and exits.
 fn keep(staged: Staged, orders: OwnedFd, reply: OwnedFd) -> ! {
-    // SAFETY: signal dispositions set to "ignore": the lander decides, not a Ctrl-C sent to
-    // the whole process group.
-    unsafe {
-        for signal in crate::interrupt::SIGNALS {
-            libc::signal(signal, libc::SIG_IGN);
-        }
-    }
+    // The lander decides, not a Ctrl-C sent to the whole process group.
+    sys::signal::ignore();
     // Nothing else: not the archive, and not the stdio pipes whose readers wait for their end.
     let _ = close_all_but(&[
         staged.parent.as_raw_fd(),
@@ -465,9 +456,7 @@ fn keep(staged: Staged, orders: OwnedFd, reply: OwnedFd) -> ! {
         answer[4] = STEPS.iter().position(|s| *s == step).unwrap_or(2) as u8;
     }
     let _ = write_all(&reply, &answer);
-    // SAFETY: ends the child at once, without the parent's exit handlers or flushing its
-    // copies of the parent's buffers.
-    unsafe { libc::_exit(0) }
+    sys::process::exit_now(0)
 }
 
 /// Writes all of `bytes` to the pipe `fd`.
@@ -516,9 +505,7 @@ fn enter_user_namespace() -> std::result::Result<(), String> {
     if uid == 0 {
         return Ok(());
     }
-    // SAFETY: only CLONE_NEWUSER; it fails (EINVAL) rather than misbehaves when threaded.
-    unsafe { unshare_unsafe(UnshareFlags::NEWUSER) }
-        .map_err(|e| format!("cannot create a user namespace: {e}"))?;
+    sys::process::unshare_user().map_err(|e| format!("cannot create a user namespace: {e}"))?;
     let write = |file: &str, text: String| {
         fs::write(file, text).map_err(|e| format!("cannot write {file}: {e}"))
     };
@@ -539,26 +526,13 @@ fn close_all_but(keep: &[RawFd]) -> rustix::io::Result<()> {
     close_range(first, RawFd::MAX)
 }
 
-/// The umask the process had before [`exact_modes`] cleared it.
-static UMASK_BEFORE: OnceLock<u32> = OnceLock::new();
-
-/// Clears the process's umask, so that an unpack creates entries with exactly the modes of
-/// the archive (as `tar -p`); a destination the unpack creates still gets `0o777` under
-/// the umask the process had. Call it first, while the process is single-threaded.
-pub fn exact_modes() {
-    let before = rustix::process::umask(Mode::empty());
-    let _ = UMASK_BEFORE.set(before.bits());
-}
-
-/// The process's umask, read once (reading it means setting it, so the first call must come
-/// while the process is single-threaded; `open_dest` makes it).
-pub fn umask() -> u32 {
-    static UMASK: OnceLock<u32> = OnceLock::new();
-    *UMASK.get_or_init(|| {
-        let old = rustix::process::umask(Mode::from_raw_mode(0o022));
-        rustix::process::umask(old);
-        old.bits()
-    })
+/// The process's umask, read from `/proc/self/status` without changing it (0o022 where that
+/// does not say). Read it before any sandbox: `/proc` is outside.
+pub fn process_umask() -> u32 {
+    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let line = status.lines().find_map(|line| line.strip_prefix("Umask:"));
+    line.and_then(|mask| u32::from_str_radix(mask.trim(), 8).ok())
+        .unwrap_or(0o022)
 }
 
 /// A directory a server lands into, prepared once at its start (see [`prepare_dest`]).
@@ -575,9 +549,10 @@ pub struct Prepared {
 /// (the missing part, parents included, staged hidden and renamed into place; a symlink at
 /// DEST refused; nothing created followed), then named by the directory opened, so later
 /// landings go there even when a symlink in DEST's parents changes. Unlike unpack's, a DEST
-/// made here stays, so that a cut-off transfer keeps what landed.
-pub fn prepare_dest(dest: &Path) -> Result<Prepared> {
-    let mut destination = open_dest(dest, false, None)?;
+/// made here stays, so that a cut-off transfer keeps what landed. A DEST it creates gets
+/// 0o777 less `umask`.
+pub fn prepare_dest(dest: &Path, umask: u32) -> Result<Prepared> {
+    let mut destination = open_dest(dest, false, None, 0o777 & !umask)?;
     let root = destination.root()?;
     destination.finish(true, None)?;
     let fs = rustix::fs::fstatvfs(&root).map_err(|e| Error::io("statvfs", path_of(dest), e))?;

@@ -12,18 +12,20 @@ use rustix::io::read;
 
 use crate::error::{Error, Result, TreePath};
 use crate::format::{inflated_events, Decoder, Event, FormatError, Limits, Step};
-use crate::interrupt::{retry, wait_readable};
+use crate::interrupt::{retry, wait_readable, Cancel};
+use crate::sys::queue::{Broken, QueueReader};
 
 /// Bytes that arrive in order.
 pub trait ByteSource {
     /// Reads what comes next into `buf` (at least one byte, or 0 at the end), waiting for it
-    /// when none is there yet. `offset` is where the stream is, for messages.
-    fn read(&mut self, buf: &mut [u8], offset: u64) -> Result<usize>;
+    /// when none is there yet. `offset` is where the stream is, for messages. Fails once
+    /// `cancel` is cancelled.
+    fn read(&mut self, buf: &mut [u8], offset: u64, cancel: &Cancel) -> Result<usize>;
 
     /// Waits until [`ByteSource::read`] has something to return or `patience` has passed
-    /// (then false); fails when a stop is requested meanwhile. A source that cannot tell
+    /// (then false); fails when `cancel` is cancelled meanwhile. A source that cannot tell
     /// answers true at once (the threaded engine then reads on instead of landing early).
-    fn wait(&self, _patience: Option<Duration>) -> Result<bool> {
+    fn wait(&self, _patience: Option<Duration>, _cancel: &Cancel) -> Result<bool> {
         Ok(true)
     }
 }
@@ -35,13 +37,14 @@ fn input_at(offset: u64) -> TreePath {
 
 /// A pipe, socket or file descriptor, read with `read(2)`; its waits see stop requests.
 impl ByteSource for BorrowedFd<'_> {
-    fn read(&mut self, buf: &mut [u8], offset: u64) -> Result<usize> {
-        self.wait(None)?;
-        retry(|| read(*self, &mut *buf)).map_err(|e| Error::io("read archive", input_at(offset), e))
+    fn read(&mut self, buf: &mut [u8], offset: u64, cancel: &Cancel) -> Result<usize> {
+        self.wait(None, cancel)?;
+        retry(cancel, || read(*self, &mut *buf))
+            .map_err(|e| Error::io("read archive", input_at(offset), e))
     }
 
-    fn wait(&self, patience: Option<Duration>) -> Result<bool> {
-        wait_readable(*self, patience)
+    fn wait(&self, patience: Option<Duration>, cancel: &Cancel) -> Result<bool> {
+        wait_readable(*self, patience, cancel)
     }
 }
 
@@ -51,14 +54,67 @@ impl ByteSource for BorrowedFd<'_> {
 pub struct ReadSource<R>(pub R);
 
 impl<R: Read> ByteSource for ReadSource<R> {
-    fn read(&mut self, buf: &mut [u8], offset: u64) -> Result<usize> {
+    fn read(&mut self, buf: &mut [u8], offset: u64, cancel: &Cancel) -> Result<usize> {
         loop {
-            crate::interrupt::check()?;
+            cancel.check()?;
             match self.0.read(buf) {
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 other => return other.map_err(|e| Error::os("read archive", input_at(offset), e)),
             }
         }
+    }
+}
+
+/// The queue in shared memory from a confined lander's parent (`sys::queue`); its waits see
+/// stop requests.
+impl ByteSource for QueueReader {
+    fn read(&mut self, buf: &mut [u8], _offset: u64, cancel: &Cancel) -> Result<usize> {
+        loop {
+            if let Some(n) = self.take(buf)? {
+                return Ok(n);
+            }
+            ByteSource::wait(self, None, cancel)?;
+        }
+    }
+
+    fn wait(&self, patience: Option<Duration>, cancel: &Cancel) -> Result<bool> {
+        self.wait_with(patience, |bell, patience| {
+            wait_readable(bell, patience, cancel)
+        })
+    }
+}
+
+impl From<Broken> for Error {
+    fn from(_: Broken) -> Error {
+        let cause = std::io::Error::other("the queue's writer broke its protocol");
+        Error::os("read archive", TreePath(b"<input queue>".to_vec()), cause)
+    }
+}
+
+/// A [`ByteSource`] as an [`io::Read`](Read) (for a decompressor over it), stopping once
+/// `cancel` is cancelled; its errors are I/O errors.
+pub(crate) struct SourceReader<S> {
+    source: S,
+    cancel: Cancel,
+    offset: u64,
+}
+
+impl<S> SourceReader<S> {
+    pub(crate) fn new(source: S, cancel: Cancel) -> SourceReader<S> {
+        SourceReader {
+            source,
+            cancel,
+            offset: 0,
+        }
+    }
+}
+
+impl<S: ByteSource> Read for SourceReader<S> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let read = self.source.read(buf, self.offset, &self.cancel);
+        let n = read.map_err(std::io::Error::other)?;
+        self.offset += n as u64;
+        Ok(n)
     }
 }
 
@@ -70,6 +126,8 @@ pub struct ByteStream<'a> {
     left: u64,
     /// How many bytes the archive has, when that was given.
     length: Option<u64>,
+    /// Ends reads and waits once cancelled.
+    cancel: Cancel,
 }
 
 impl std::fmt::Debug for ByteStream<'_> {
@@ -93,7 +151,13 @@ impl<'a> ByteStream<'a> {
             source: Box::new(source),
             left: u64::MAX,
             length: None,
+            cancel: Cancel::new(),
         }
+    }
+
+    /// Fails reads and waits once `cancel` is cancelled.
+    pub fn cancel(self, cancel: Cancel) -> ByteStream<'a> {
+        ByteStream { cancel, ..self }
     }
 
     /// The next `length` bytes are the archive: no more is read, and an input that ends
@@ -131,7 +195,7 @@ impl<'a> ByteStream<'a> {
         if self.left == 0 {
             return Ok(true);
         }
-        self.source.wait(patience)
+        self.source.wait(patience, &self.cancel)
     }
 
     /// Reads what comes next, up to `buf.len()` bytes (0 at the end); `offset` is where the
@@ -143,7 +207,7 @@ impl<'a> ByteStream<'a> {
         if want == 0 {
             return Ok(0);
         }
-        let n = self.source.read(&mut buf[..want], offset)?;
+        let n = self.source.read(&mut buf[..want], offset, &self.cancel)?;
         if let (0, Some(length)) = (n, self.length) {
             let got = length - self.left;
             return Err(Error::InputTooShort {

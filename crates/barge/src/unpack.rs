@@ -6,7 +6,6 @@
 use std::cell::{Cell, RefCell, RefMut};
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use rustix::fs::{fstat, open, seek, FileType, Mode, OFlags, SeekFrom};
@@ -14,6 +13,7 @@ use rustix::stdio::stdin;
 
 use crate::error::{Error, Result, TreePath};
 use crate::format::{Limits, DEFAULT_MAX_ENTRIES};
+use crate::interrupt::Cancel;
 use crate::land::parallel::{self, land_parallel, Decoding, THREADS_FROM};
 use crate::land::restore::Policy;
 pub use crate::land::restore::{Existing, NotRestored, Restore};
@@ -26,6 +26,7 @@ use crate::land::{Driver, Land};
 use crate::root::{open_dest, Destination};
 use crate::source::{ByteSource, ByteStream, ReadSource};
 use crate::sys::map::{populate, Mapped};
+use crate::threads::Work;
 use crate::tree::{Owner, Sink};
 use crate::Progress;
 
@@ -85,6 +86,12 @@ pub struct Unpack {
     strip: usize,
     /// The entries taken: member PATHs and `--exclude` patterns.
     select: Select,
+    /// Stops the unpack once cancelled.
+    cancel: Cancel,
+    /// The umask entries are created under, and the mode of a DEST it creates (by default
+    /// 0o777 less the umask).
+    umask: u32,
+    dest_mode: Option<u32>,
 }
 
 impl Default for Unpack {
@@ -104,6 +111,9 @@ impl Default for Unpack {
             me: Owner::of_process(),
             strip: 0,
             select: Select::default(),
+            cancel: Cancel::new(),
+            umask: crate::root::process_umask(),
+            dest_mode: None,
         }
     }
 }
@@ -129,6 +139,7 @@ const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 /// as the bytes come.
 struct FdReader {
     fd: OwnedFd,
+    cancel: Cancel,
     at: u64,
     end: u64,
     positioned: bool,
@@ -138,7 +149,7 @@ impl Read for FdReader {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let want = (self.end - self.at).min(buf.len() as u64) as usize;
         let buf = &mut buf[..want];
-        let n = crate::interrupt::retry(|| match self.positioned {
+        let n = crate::interrupt::retry(&self.cancel, || match self.positioned {
             true => rustix::io::pread(&self.fd, &mut *buf, self.at),
             false => rustix::io::read(&self.fd, &mut *buf),
         })?;
@@ -172,7 +183,7 @@ struct Recorded<'a, S> {
 }
 
 impl<S: ByteSource> ByteSource for Recorded<'_, S> {
-    fn read(&mut self, buf: &mut [u8], offset: u64) -> Result<usize> {
+    fn read(&mut self, buf: &mut [u8], offset: u64, cancel: &Cancel) -> Result<usize> {
         let ahead = self.ahead.get();
         if ahead > 0 {
             let head = self.head.borrow();
@@ -182,15 +193,15 @@ impl<S: ByteSource> ByteSource for Recorded<'_, S> {
             self.ahead.set(ahead - n);
             return Ok(n);
         }
-        let n = self.source.read(buf, offset)?;
+        let n = self.source.read(buf, offset, cancel)?;
         let mut head = self.head.borrow_mut();
         let room = HEAD.saturating_sub(head.len());
         head.extend_from_slice(&buf[..n.min(room)]);
         Ok(n)
     }
 
-    fn wait(&self, patience: Option<std::time::Duration>) -> Result<bool> {
-        self.source.wait(patience)
+    fn wait(&self, patience: Option<std::time::Duration>, cancel: &Cancel) -> Result<bool> {
+        self.source.wait(patience, cancel)
     }
 }
 
@@ -198,12 +209,12 @@ impl<S: ByteSource> ByteSource for Recorded<'_, S> {
 struct Borrowed<'a>(RefMut<'a, Box<dyn ByteSource + Send>>);
 
 impl ByteSource for Borrowed<'_> {
-    fn read(&mut self, buf: &mut [u8], offset: u64) -> Result<usize> {
-        self.0.read(buf, offset)
+    fn read(&mut self, buf: &mut [u8], offset: u64, cancel: &Cancel) -> Result<usize> {
+        self.0.read(buf, offset, cancel)
     }
 
-    fn wait(&self, patience: Option<std::time::Duration>) -> Result<bool> {
-        self.0.wait(patience)
+    fn wait(&self, patience: Option<std::time::Duration>, cancel: &Cancel) -> Result<bool> {
+        self.0.wait(patience, cancel)
     }
 }
 
@@ -246,6 +257,30 @@ impl Unpack {
     /// hard link to a skipped file is an error ([`Error::StrippedLink`]).
     pub fn strip_components(mut self, n: usize) -> Unpack {
         self.strip = n;
+        self
+    }
+
+    /// Stops once `cancel` is cancelled (the default: a token of its own, which nothing
+    /// cancels).
+    pub fn cancel(mut self, cancel: Cancel) -> Unpack {
+        self.cancel = cancel;
+        self
+    }
+
+    /// Creates entries under `umask`, the process's umask when landing (the default: the
+    /// process's when the unpack is made): the modes it gives by `fchmod` (set-id files,
+    /// directories once filled) are masked alike. For the archive's modes exactly (tar's
+    /// `-p`), clear the process's umask and pass 0, as `barge unpack` does; the library
+    /// never changes the umask, which is the process's.
+    pub fn umask(mut self, umask: u32) -> Unpack {
+        self.umask = umask;
+        self
+    }
+
+    /// Gives a DEST it creates (and its missing parents) `mode` once landing ends; by
+    /// default 0o777 less the umask.
+    pub fn dest_mode(mut self, mode: u32) -> Unpack {
+        self.dest_mode = Some(mode);
         self
     }
 
@@ -310,8 +345,8 @@ impl Unpack {
                         .try_clone_to_owned()
                         .map_err(|e| Error::os("dup stdin", shown.clone(), e))?,
                 };
-                let name = Path::new(std::ffi::OsStr::from_bytes(&shown.0));
-                Input::Mapped(Mapped::new(file, offset, len, name)?)
+                let mapped = Mapped::new(file, offset, len);
+                Input::Mapped(mapped.map_err(|e| Error::io("mmap", shown.clone(), e))?)
             }
             FileType::Directory => {
                 let cause = std::io::Error::other("it is a directory");
@@ -323,7 +358,9 @@ impl Unpack {
                     // effort: the limit for unprivileged users is /proc/sys/fs/pipe-max-size).
                     let _ = rustix::pipe::fcntl_setpipe_size(fd, PIPE_BUFFER);
                 }
-                ByteStream::new(fd).skip(offset)?;
+                ByteStream::new(fd)
+                    .cancel(self.cancel.clone())
+                    .skip(offset)?;
                 Input::Stream { fd: owned, length }
             }
         };
@@ -334,14 +371,15 @@ impl Unpack {
             ahead: Cell::new(0),
             source_fd: None,
         };
-        archive.inflated(&shown)
+        archive.inflated(&shown, &self.cancel)
     }
 
     /// Opens the destination `dest` (creating it when missing) for `archive`, confined when
     /// the sandbox is on, keeping the archive's fd open. The process must be
     /// single-threaded then (see `open_dest`).
     pub fn prepare(&self, dest: &Path, archive: &Archive) -> Result<Destination> {
-        open_dest(dest, self.sandbox, archive.kept_fd())
+        let dest_mode = self.dest_mode.unwrap_or(0o777 & !self.umask);
+        open_dest(dest, self.sandbox, archive.kept_fd(), dest_mode)
     }
 
     /// Lands `archive` into `destination`, reporting to `progress`, and finishes the
@@ -368,7 +406,7 @@ impl Unpack {
     fn resolve(&self, archive: &Archive) -> Engine {
         match (self.engine, &archive.input) {
             // Version 2 lands on one thread until its segments are landed in parallel.
-            (_, _) if archive.is_v2() => Engine::Sync,
+            (_, _) if archive.is_v2(&self.cancel) => Engine::Sync,
             (Engine::Auto, Input::Mapped(m)) if (m.bytes().len() as u64) < THREADS_FROM => {
                 Engine::Sync
             }
@@ -385,10 +423,13 @@ impl Unpack {
         limits: Limits,
         progress: &Progress,
     ) -> Result<LandSummary> {
-        let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let workers = Work::Land.threads();
         let setup = Setup {
             new_dest,
-            ..Setup::new(Policy::new(self.restore, self.me))
+            ..Setup::new(
+                Policy::new(self.restore, self.me, self.umask),
+                self.cancel.clone(),
+            )
         };
         let decoding = Decoding {
             limits,
@@ -398,26 +439,20 @@ impl Unpack {
         match (self.resolve(archive), &archive.input) {
             (Engine::Threads, _) => {
                 let sync = |fd, setup| Ok(SyncLander::new(fd, setup));
-                let input = archive.parallel();
+                let input = archive.parallel(&self.cancel);
                 land_parallel(root, input, decoding, workers, setup, sync, progress)
             }
             (Engine::Uring, Input::Mapped(_)) => {
-                let input = archive.parallel();
+                let input = archive.parallel(&self.cancel);
                 let uring = UringLander::new;
                 land_parallel(root, input, decoding, workers, setup, uring, progress)
             }
             (Engine::Uring, _) => archive.land(
                 UringLander::new(root, setup)?,
-                limits,
-                self.filter(),
+                self.driving(limits),
                 progress,
             ),
-            _ => archive.land(
-                SyncLander::new(root, setup),
-                limits,
-                self.filter(),
-                progress,
-            ),
+            _ => archive.land(SyncLander::new(root, setup), self.driving(limits), progress),
         }
     }
 
@@ -425,13 +460,8 @@ impl Unpack {
     /// one thread gets, an empty directory as [`Sink::empty_dir`].
     pub fn list(&self, archive: &Archive, sink: impl Sink<Error = Error>) -> Result<()> {
         let limits = archive.limits(self.limits);
-        let listed = archive.drive(sink, limits, self.filter(), &Progress::default());
+        let listed = archive.drive(sink, self.driving(limits), &Progress::default());
         crate::interrupt::unless_archive_shrank(listed)
-    }
-
-    /// What leaves entries out: `--strip-components`, then the selection.
-    fn filter(&self) -> (usize, &Select) {
-        (self.strip, &self.select)
     }
 }
 
@@ -454,16 +484,17 @@ impl Archive {
     }
 
     /// The archive as a stream (not for a mapped one), keeping its first bytes.
-    fn stream(&self) -> ByteStream<'_> {
+    fn stream(&self, cancel: &Cancel) -> ByteStream<'_> {
         let (head, ahead) = (&self.head, &self.ahead);
         match &self.input {
             Input::Stream { fd, length } => {
                 let source = fd.as_ref().map_or(stdin(), |f| f.as_fd());
-                let stream = ByteStream::from_source(Recorded {
+                let recorded = Recorded {
                     source,
                     head,
                     ahead,
-                });
+                };
+                let stream = ByteStream::from_source(recorded).cancel(cancel.clone());
                 match length {
                     Some(length) => stream.limit(*length),
                     None => stream,
@@ -471,11 +502,12 @@ impl Archive {
             }
             Input::Source(source) => {
                 let source = Borrowed(source.borrow_mut());
-                ByteStream::from_source(Recorded {
+                let recorded = Recorded {
                     source,
                     head,
                     ahead,
-                })
+                };
+                ByteStream::from_source(recorded).cancel(cancel.clone())
             }
             Input::Mapped(_) => unreachable!("a mapped archive is not streamed"),
         }
@@ -483,12 +515,12 @@ impl Archive {
 
     /// The first `n` bytes (at most 512, fewer when the archive is shorter), read ahead from
     /// a stream and kept for its reader.
-    fn peek(&self, n: usize) -> Result<Vec<u8>> {
+    fn peek(&self, n: usize, cancel: &Cancel) -> Result<Vec<u8>> {
         let n = n.min(HEAD);
         if let Input::Mapped(m) = &self.input {
             return Ok(m.bytes()[..n.min(m.bytes().len())].to_vec());
         }
-        let mut stream = self.stream();
+        let mut stream = self.stream(cancel);
         let mut buf = vec![0; n];
         let mut got = self.head.borrow().len().min(n);
         buf[..got].copy_from_slice(&self.head.borrow()[..got]);
@@ -507,14 +539,15 @@ impl Archive {
     }
 
     /// Whether the archive is in format version 2 (which lands on one thread for now).
-    fn is_v2(&self) -> bool {
-        self.peek(8).is_ok_and(|head| head.get(6) == Some(&2))
+    fn is_v2(&self, cancel: &Cancel) -> bool {
+        self.peek(8, cancel)
+            .is_ok_and(|head| head.get(6) == Some(&2))
     }
 
     /// This archive read through zstd, when it starts as a zstd frame does (a whole archive
     /// compressed, as by `barge pack | zstd`); its window is bounded as v2's frames are.
-    fn inflated(self, shown: &TreePath) -> Result<Archive> {
-        if self.peek(ZSTD_MAGIC.len())? != ZSTD_MAGIC {
+    fn inflated(self, shown: &TreePath, cancel: &Cancel) -> Result<Archive> {
+        if self.peek(ZSTD_MAGIC.len(), cancel)? != ZSTD_MAGIC {
             return Ok(self);
         }
         let dup = |fd: std::os::fd::BorrowedFd<'_>| {
@@ -529,6 +562,7 @@ impl Archive {
                 let end = at + len;
                 FdReader {
                     fd,
+                    cancel: cancel.clone(),
                     at,
                     end,
                     positioned: true,
@@ -539,6 +573,7 @@ impl Archive {
                 let end = length.map_or(u64::MAX, |l| l - peeked.len() as u64);
                 FdReader {
                     fd,
+                    cancel: cancel.clone(),
                     at: 0,
                     end,
                     positioned: false,
@@ -600,10 +635,10 @@ impl Archive {
     }
 
     /// The archive as the threaded landing reads it.
-    fn parallel(&self) -> parallel::Input<'_> {
+    fn parallel(&self, cancel: &Cancel) -> parallel::Input<'_> {
         match &self.input {
             Input::Mapped(m) => parallel::Input::Mapped(m.bytes(), m.file(), m.offset()),
-            _ => parallel::Input::Stream(self.stream()),
+            _ => parallel::Input::Stream(self.stream(cancel)),
         }
     }
 
@@ -611,30 +646,57 @@ impl Archive {
     fn land<L: Land>(
         &self,
         mut land: L,
-        limits: Limits,
-        filter: (usize, &Select),
+        driving: Driving,
         progress: &Progress,
     ) -> Result<LandSummary> {
         if let Input::Mapped(mapped) = &self.input {
             populate(mapped.bytes());
         }
-        self.drive(&mut land, limits, filter, progress)?;
+        self.drive(&mut land, driving, progress)?;
         Ok(land.summary())
     }
 
-    /// Drives `sink` with the archive on the calling thread, dropping the first `strip`
-    /// components of every path and what `select` leaves out.
+    /// Drives `sink` with the archive on the calling thread as `driving` says.
     fn drive<S: Sink>(
         &self,
         sink: S,
-        limits: Limits,
-        (strip, select): (usize, &Select),
+        driving: Driving,
         progress: &Progress,
     ) -> std::result::Result<(), S::Error> {
-        let driver = Driver::new(sink, progress).filter(strip, select.clone());
+        let Driving {
+            limits,
+            strip,
+            select,
+            cancel,
+        } = driving;
+        let stream = || self.stream(&cancel);
+        let driver = Driver::new(sink, progress)
+            .filter(strip, select)
+            .cancel(cancel.clone());
         match &self.input {
             Input::Mapped(mapped) => driver.run_bytes(mapped.bytes(), limits),
-            _ => driver.run_stream(self.stream(), limits),
+            _ => driver.run_stream(stream(), limits),
+        }
+    }
+}
+
+/// How an archive is driven on one thread: its limits, the leading path components
+/// dropped, the entries taken, what stops it.
+struct Driving {
+    limits: Limits,
+    strip: usize,
+    select: Select,
+    cancel: Cancel,
+}
+
+impl Unpack {
+    /// This unpack's [`Driving`] with `limits`.
+    fn driving(&self, limits: Limits) -> Driving {
+        Driving {
+            limits,
+            strip: self.strip,
+            select: self.select.clone(),
+            cancel: self.cancel.clone(),
         }
     }
 }

@@ -244,3 +244,72 @@ fn a_huge_first_file_in_held_directories_streams_through_the_threaded_engine() {
         }
     }
 }
+
+/// A reader of `bytes` that cancels `cancel` once `at` bytes were read, and goes on giving
+/// bytes in small pieces (the unpack, not the input, must end it).
+struct CancelAt {
+    bytes: Vec<u8>,
+    read: usize,
+    at: usize,
+    cancel: barge::interrupt::Cancel,
+}
+
+impl std::io::Read for CancelAt {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.read >= self.at {
+            self.cancel.cancel();
+        }
+        let n = buf.len().min(self.bytes.len() - self.read).min(64 << 10);
+        buf[..n].copy_from_slice(&self.bytes[self.read..self.read + n]);
+        self.read += n;
+        Ok(n)
+    }
+}
+
+/// Cancelling an unpack's token in the middle of a file stops the landing, on every
+/// engine, with `Error::Interrupted` (signal 0: no signal): the file being written is
+/// removed, and a new DEST is not put in place.
+#[test]
+fn a_cancelled_token_stops_an_unpack_and_leaves_no_cut_file() {
+    let work = tempfile::tempdir().unwrap();
+    let mut encoder = Encoder::new(Vec::new());
+    encoder.file(b"first", 0o644, b"first\n").unwrap();
+    encoder.file(b"big", 0o644, &vec![3u8; 8 << 20]).unwrap();
+    encoder.file(b"last", 0o644, b"last\n").unwrap();
+    let archive = encoder.finish().unwrap();
+    for engine in [Engine::Sync, Engine::Threads, Engine::Uring] {
+        for existing in [true, false] {
+            let cancel = barge::interrupt::Cancel::new();
+            let reader = CancelAt {
+                bytes: archive.clone(),
+                read: 0,
+                at: 4 << 20,
+                cancel: cancel.clone(),
+            };
+            let operation = Unpack::new()
+                .sandbox(false)
+                .engine(engine)
+                .cancel(cancel.clone());
+            let opened = barge::unpack::Archive::from_reader(reader);
+            let dest = work.path().join(format!("dest-{engine:?}-{existing}"));
+            if existing {
+                fs::create_dir(&dest).unwrap();
+            }
+            let mut destination = operation.prepare(&dest, &opened).unwrap();
+            let error = operation
+                .land(&opened, &mut destination, &Progress::default())
+                .unwrap_err();
+            assert!(
+                matches!(error, barge::Error::Interrupted { signal: 0 }),
+                "{engine:?}: {error}"
+            );
+            assert!(cancel.is_cancelled());
+            assert!(!dest.join("big").exists(), "{engine:?}: a cut file stayed");
+            assert!(
+                !dest.join("last").exists(),
+                "{engine:?}: landed after the stop"
+            );
+            assert_eq!(dest.exists(), existing, "{engine:?}: a new DEST was kept");
+        }
+    }
+}

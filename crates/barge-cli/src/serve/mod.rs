@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use barge::interrupt::Cancel;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use rustix::process::Signal;
@@ -139,7 +140,7 @@ impl ServeArgs {
 }
 
 /// Runs the server until a stop signal.
-pub fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
+pub fn serve(args: ServeArgs, stopped: &Cancel) -> anyhow::Result<Exit> {
     let token = match &args.token_file {
         Some(file) => Some(token::Token::from_file(file)?),
         None => token::Token::from_env()?,
@@ -150,7 +151,8 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
         (false, ..) => Some(tls::Tls::generated(args.listen.ip())?),
     };
     let shown = shown_path(&args.dest);
-    let prepared = barge::root::prepare_dest(&args.dest);
+    // A DEST created here gets 0o777 under the umask, as `mkdir -p` gives it.
+    let prepared = barge::root::prepare_dest(&args.dest, barge::root::process_umask());
     let dest = prepared
         .with_context(|| format!("cannot prepare {shown}"))?
         .path;
@@ -196,7 +198,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<Exit> {
         }
         let server = Arc::new(http::Server::new(&args, dest, token, quota));
         let tls = tls.map(|t| t.acceptor);
-        run(listener, tls, server, args.max_connections).await
+        run(listener, tls, server, args.max_connections, stopped).await
     })?;
     Ok(Exit::Success)
 }
@@ -226,6 +228,7 @@ async fn run(
     tls: Option<tokio_rustls::TlsAcceptor>,
     server: Arc<http::Server>,
     max_connections: u32,
+    stopped: &Cancel,
 ) -> anyhow::Result<()> {
     let connections = Arc::new(Semaphore::new(max_connections as usize));
     let peers = barge::net::peers::Peers::quarter_of(max_connections);
@@ -297,7 +300,7 @@ async fn run(
         });
     };
     // main ends the process by this signal, as every barge command does.
-    barge::interrupt::request(stop.as_raw());
+    stopped.stop_by(stop.as_raw());
     drop(listener);
     let open = stopping.receiver_count();
     if open > 0 {

@@ -5,10 +5,11 @@
 use std::path::Path;
 
 use barge::exclude::Exclude;
+use barge::threads::Work;
 
 /// What `path` and everything below it take, as the quota counts it (each entry charged as
 /// landing charges it, or its allocated size when more; see `barge::du::Totals::space`).
 pub(super) fn space_below(path: &Path) -> u64 {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = Work::Cores.threads();
     crate::du::totals_below(&[path.to_path_buf()], Exclude::default(), threads).space
 }

@@ -40,16 +40,16 @@ pub use crate::compare::Verified;
 pub use dest::targets;
 
 use crate::compare::{inode_key, Compare, Facts, Rule, STATX_MASK};
+use crate::copy::{copy_range, read_chunks};
 use crate::error::{Error, Result, TreePath};
 use crate::exclude::Exclude;
-use crate::interrupt::{check, requested, retry};
+use crate::interrupt::{retry, Cancel};
 use crate::land::restore::{Apply, Existing, NotRestored, Policy, Restore, Target};
 use crate::land::sync::{create_at, exists, replace, replace_by_dir, LinkTarget, Made};
-use crate::sys::copy::{copy_range, read_chunks};
 use crate::sys::dir::{dirent_buffer, Listing};
-use crate::sys::xattr::XattrReader;
 use crate::sys::{CREATE_FLAGS, DIR_FLAGS, FILE_FLAGS};
-use crate::tree::{Entry, Kind, Meta, Owner, Xattrs};
+use crate::threads::Work;
+use crate::tree::{Entry, Kind, Meta, Owner, XattrReader, Xattrs};
 use crate::walk::parallel::{
     Dir, ParallelVisitor, ParallelVisitorBuilder, WalkParallel, WalkState,
 };
@@ -179,11 +179,14 @@ pub struct Cp {
     reflink: Reflink,
     exclude: Exclude,
     threads: usize,
+    cancel: Cancel,
+    /// The umask copies are created under.
+    umask: u32,
 }
 
 impl Default for Cp {
     /// Modes, times, symlinks, hard links, fifos and sockets; existing entries are errors;
-    /// at most 64 threads.
+    /// at most [`Work::Walk`] threads.
     fn default() -> Cp {
         Cp {
             archive: false,
@@ -194,7 +197,9 @@ impl Default for Cp {
             changes: false,
             reflink: Reflink::Auto,
             exclude: Exclude::default(),
-            threads: 64,
+            threads: Work::Walk.threads(),
+            cancel: Cancel::new(),
+            umask: crate::root::process_umask(),
         }
     }
 }
@@ -258,6 +263,20 @@ impl Cp {
         self
     }
 
+    /// Creates copies under `umask`, the process's umask (the default: the process's when
+    /// the copy is made); the modes it sets itself are masked alike (see `Unpack::umask`).
+    pub fn umask(mut self, umask: u32) -> Cp {
+        self.umask = umask;
+        self
+    }
+
+    /// Stops once `cancel` is cancelled (the default: a token of its own, which nothing
+    /// cancels).
+    pub fn cancel(mut self, cancel: Cancel) -> Cp {
+        self.cancel = cancel;
+        self
+    }
+
     /// Uses at most `threads` threads (see [`WalkParallel::threads`]).
     pub fn threads(mut self, threads: usize) -> Cp {
         self.threads = threads;
@@ -315,7 +334,11 @@ impl Cp {
         };
         let shared = Shared {
             cp: self,
-            policy: Policy::new(self.restore.setid(true).same_owner(same_owner), me),
+            policy: Policy::new(
+                self.restore.setid(true).same_owner(same_owner),
+                me,
+                self.umask,
+            ),
             root: me.uid == 0,
             me,
             report,
@@ -355,7 +378,7 @@ impl Cp {
             copier.copy(&at, &stat)?;
             drop(copier);
         }
-        check()?;
+        self.cancel.check()?;
         Ok(shared.summary.into_inner().expect("no panics"))
     }
 
@@ -365,6 +388,7 @@ impl Cp {
         Compare::new()
             .threads(self.threads)
             .exclude(self.exclude.clone())
+            .cancel(self.cancel.clone())
             .run(src, dest, &|e| report.error(e))
     }
 }
@@ -654,7 +678,7 @@ impl<'a> Copier<'a> {
         if dest_full {
             self.shared.summary.lock().expect("no panics").stopped = true;
         }
-        match dest_full || requested().is_some() {
+        match dest_full || self.shared.cp.cancel.is_cancelled() {
             true => WalkState::Quit,
             false => WalkState::Continue,
         }
@@ -1040,7 +1064,8 @@ impl<'a> Copier<'a> {
         if !self.shared.no_range.load(Relaxed) {
             let progress = self.shared.progress;
             let len = end - start;
-            let ranged = copy_range(src, start, dest, Some(start), len, path, |n| {
+            let cancel = &self.shared.cp.cancel;
+            let ranged = copy_range((src, start), (dest, Some(start)), len, path, cancel, |n| {
                 progress.add_bytes(n)
             })?;
             if !ranged.refused {
@@ -1066,16 +1091,17 @@ impl<'a> Copier<'a> {
             self.buf = vec![0; BUFFER];
         }
         let (progress, mut to) = (self.shared.progress, from);
-        read_chunks(src, from, len, &mut self.buf, &path(), |chunk| {
+        let cancel = &self.shared.cp.cancel;
+        read_chunks(src, from, len, &mut self.buf, &path(), cancel, |chunk| {
             let mut rest = chunk;
             while !rest.is_empty() {
-                let n =
-                    retry(|| pwrite(dest, rest, to)).map_err(|e| Error::io("write", path(), e))?;
+                let n = retry(cancel, || pwrite(dest, rest, to))
+                    .map_err(|e| Error::io("write", path(), e))?;
                 rest = &rest[n..];
                 to += n as u64;
             }
             progress.add_bytes(chunk.len() as u64);
-            check()
+            cancel.check()
         })
     }
 
@@ -1213,11 +1239,10 @@ impl<'a> Copier<'a> {
         if path.is_empty() {
             *shared.target.lock().expect("no panics") = Some(inode_key(&there));
         }
-        let umask = crate::root::umask();
         let last = Last {
             mode: match created {
                 true => last_mode,
-                false => Some(apply.mode & !umask),
+                false => Some(apply.mode & !shared.cp.umask),
             },
             apply: Apply {
                 owner: apply.owner.filter(|_| !created),
@@ -1305,7 +1330,7 @@ impl<'a> ParallelVisitor for Copier<'a> {
         fd: BorrowedFd<'_>,
         stat: &Statx,
     ) -> std::result::Result<DestDir<'a>, WalkState> {
-        if requested().is_some() {
+        if self.shared.cp.cancel.is_cancelled() {
             return Err(WalkState::Quit);
         }
         let path = parent.relative(Some(entry.name));
@@ -1336,7 +1361,7 @@ impl<'a> ParallelVisitor for Copier<'a> {
         entry: &Entry<'_>,
         stat: &Statx,
     ) -> WalkState {
-        if requested().is_some() {
+        if self.shared.cp.cancel.is_cancelled() {
             return WalkState::Quit;
         }
         let path = || dir.relative(Some(entry.name));

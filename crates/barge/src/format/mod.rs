@@ -73,8 +73,9 @@ pub const TAG_PERM: u8 = 0x05;
 pub const TAG_TIME: u8 = 0x06;
 /// Tag of the owner record (extended).
 pub const TAG_OWNER: u8 = 0x07;
-/// Tag of an extended-attribute record (extended).
-pub const TAG_XATTR: u8 = 0x08;
+/// The `XATTR` record's tag and bounds are the model's, which holds extended attributes in
+/// archive form ([`Xattrs`](crate::tree::Xattrs)).
+pub use crate::tree::{MAX_XATTRS, MAX_XATTR_VALUE, TAG_XATTR};
 /// Tag of the record marking a file later hard links name (extended).
 pub const TAG_LINKED: u8 = 0x09;
 /// Tag of a symlink entry (extended).
@@ -91,10 +92,6 @@ pub const SPECIAL_CHAR: u8 = 2;
 pub const SPECIAL_BLOCK: u8 = 3;
 /// Longest symlink target in bytes.
 pub const MAX_SYMLINK: usize = 4095;
-/// Largest extended-attribute value in bytes (Linux's `XATTR_SIZE_MAX`).
-pub const MAX_XATTR_VALUE: usize = 65536;
-/// Most bytes the `XATTR` records of one entry may take, tags included.
-pub const MAX_XATTRS: usize = 262_144;
 /// Longest legal name in bytes.
 pub const MAX_NAME: usize = 255;
 /// Mode of a file without a `PERM` record.

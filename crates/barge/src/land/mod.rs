@@ -12,6 +12,7 @@ pub mod uring;
 use crate::error::TreePath;
 use crate::error::{Error, Result};
 use crate::format::{decode_each, Event, FormatError, Limits};
+use crate::interrupt::Cancel;
 use crate::source::{read_events, ByteStream};
 use crate::tree::{Content, DirPath, Entry, Meta, Sink, Xattrs};
 use crate::Progress;
@@ -98,6 +99,8 @@ pub(crate) struct Feed {
     dropping: bool,
     /// Archive paths of the dropped files that hard links may name, by link id.
     dropped_links: Vec<(u64, TreePath)>,
+    /// Ends the feeding once cancelled.
+    cancel: Cancel,
     /// Which entries to take (PATHs, `--exclude`), and which PATHs matched one.
     select: Select,
     matched: Vec<bool>,
@@ -134,9 +137,11 @@ impl Sparse {
 impl Feed {
     /// A feed that drops the first `strip` components of every path (tar's
     /// `--strip-components`): entries with no more components than that are skipped.
-    pub(crate) fn new(strip: usize) -> Feed {
+    /// Stops once `cancel` is cancelled.
+    pub(crate) fn new(strip: usize, cancel: Cancel) -> Feed {
         Feed {
             strip,
+            cancel,
             ..Feed::default()
         }
     }
@@ -187,7 +192,7 @@ impl Feed {
         event: Event<'_>,
         sink: &mut S,
     ) -> std::result::Result<(), S::Error> {
-        crate::interrupt::check()?;
+        self.cancel.check()?;
         if self.filtering() && self.dropped(&event)? {
             return Ok(());
         }
@@ -358,7 +363,14 @@ impl<'p, S: Sink> Driver<'p, S> {
     /// Drops the first `strip` components of every path (see [`Feed::new`]) and takes only
     /// what `select` takes.
     pub(crate) fn filter(mut self, strip: usize, select: Select) -> Self {
-        self.feed = Feed::new(strip).select(select);
+        let feed = std::mem::take(&mut self.feed);
+        self.feed = Feed { strip, ..feed }.select(select);
+        self
+    }
+
+    /// Stops once `cancel` is cancelled.
+    pub(crate) fn cancel(mut self, cancel: Cancel) -> Self {
+        self.feed.cancel = cancel;
         self
     }
 
@@ -685,7 +697,7 @@ mod tests {
         let writing = std::thread::spawn(move || std::fs::File::from(writer).write_all(&archive));
         let (mut sink, progress) = (Recording::default(), Progress::default());
         let input = ByteStream::new(reader.as_fd());
-        let driver = Driver::new(&mut sink, &progress).strip_components(1);
+        let driver = Driver::new(&mut sink, &progress).filter(1, Select::default());
         driver.run_stream(input, Limits::default()).unwrap();
         writing.join().unwrap().unwrap();
         let kept = Recorded::File(b"kept".to_vec(), Meta::with_mode(0o600), b"k".to_vec());

@@ -36,6 +36,7 @@ use super::sync::{Links, Setup};
 use super::{Feed, Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
 use crate::format::{Decoder, Event, FormatError, Limits, Step};
+use crate::interrupt::Cancel;
 use crate::source::ByteStream;
 use crate::sys::map::populate;
 use crate::sys::thread::{go_solo, spawn_elsewhere};
@@ -250,8 +251,8 @@ pub(crate) fn land_parallel<L: Land>(
         )
     };
     let make = |root| make(root, setup.clone());
-    let shared = Shared::new(&root, progress);
-    let mut parser = Parser::new(decoding, setup.policy);
+    let shared = Shared::new(&root, progress, setup.cancel.clone());
+    let mut parser = Parser::new(decoding, setup.policy, setup.cancel.clone());
     shared.run(&make, |here| {
         let landed = match input {
             Input::Mapped(bytes, file, offset) => {
@@ -450,13 +451,16 @@ struct Shared<'r> {
     entered: Mutex<Vec<(usize, bool)>>,
     /// What the landers landed (but directories, which the planning counts).
     landed: Mutex<LandSummary>,
+    /// Stops every lander once cancelled.
+    cancel: Cancel,
 }
 
 impl<'r> Shared<'r> {
-    fn new(root: &'r OwnedFd, progress: &'r Progress) -> Self {
+    fn new(root: &'r OwnedFd, progress: &'r Progress, cancel: Cancel) -> Self {
         Shared {
             root,
             progress,
+            cancel,
             stop: AtomicU64::new(u64::MAX),
             failures: Mutex::new(Vec::new()),
             entered: Mutex::new(Vec::new()),
@@ -731,10 +735,10 @@ impl Plan {
 }
 
 impl Parser {
-    fn new(decoding: Decoding, policy: Policy) -> Parser {
+    fn new(decoding: Decoding, policy: Policy, cancel: Cancel) -> Parser {
         Parser {
             decoder: Decoder::new(decoding.limits),
-            feed: Feed::new(decoding.strip).select(decoding.select),
+            feed: Feed::new(decoding.strip, cancel).select(decoding.select),
             plan: Plan {
                 policy,
                 summary: LandSummary::default(),
@@ -1151,7 +1155,7 @@ fn land_batch<L: Land>(
         if entry >= stop.load(Relaxed) {
             return Ok(());
         }
-        crate::interrupt::check().map_err(fail(entry))?;
+        shared.cancel.check().map_err(fail(entry))?;
         let landed = match op {
             Op::Enter(dir) => {
                 enter(land, dir, shared).map_err(fail(entry))?;

@@ -5,7 +5,7 @@
 //! directory descriptor without following a symlink. What may not be restored is counted
 //! in [`NotRestored`], for one warning per kind.
 
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 
 use rustix::fs::{
     chownat, fchmod, fchown, fsetxattr, fstat, fstatvfs, futimens, statat, utimensat, AtFlags, Gid,
@@ -15,7 +15,7 @@ use rustix::io::Errno;
 use rustix::process::getegid;
 
 use crate::error::{Error, Result, TreePath};
-use crate::root::umask;
+use crate::sys::xattr::setxattrat;
 use crate::tree::{Entry, Kind, Owner, Timestamp, Xattrs};
 
 /// Setuid and setgid.
@@ -45,7 +45,8 @@ pub enum Existing {
 }
 
 /// What an unpack restores of the metadata an archive holds, as its caller asks. Modes are
-/// always restored, under the process's umask (the `barge` command sets it to 0); which
+/// always restored, under the operation's umask (0 in the `barge` command, which clears
+/// the process's; see `Unpack::umask`); which
 /// of the rest a process may restore is decided with its effective user id when the
 /// unpack is set up (docs/FORMAT.md, "Restoring metadata").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -168,6 +169,8 @@ pub(crate) struct Policy {
     /// The process's effective ids when the unpack was set up (outside any sandbox): the
     /// owner of what it creates without a `chown`.
     me: Owner,
+    /// The umask entries are created under (the process's): the modes set later by
+    /// `fchmod` are masked alike.
     umask: u32,
 }
 
@@ -210,8 +213,9 @@ pub(crate) enum Target<'a> {
 }
 
 impl Policy {
-    /// The policy for `restore` in a process whose effective ids are `me` (root or not).
-    pub(crate) fn new(restore: Restore, me: Owner) -> Policy {
+    /// The policy for `restore` in a process whose effective ids are `me` (root or not),
+    /// creating entries under `umask`.
+    pub(crate) fn new(restore: Restore, me: Owner, umask: u32) -> Policy {
         let root = me.uid == 0;
         let unasked = root && !restore.asked_only;
         Policy {
@@ -220,7 +224,7 @@ impl Policy {
             owners: root && (unasked || restore.same_owner == Some(true)),
             setid: unasked || restore.setid,
             me,
-            umask: umask(),
+            umask,
         }
     }
 
@@ -480,50 +484,6 @@ fn ids(owner: Owner) -> (Option<Uid>, Option<Gid>) {
     )
 }
 
-/// `setxattrat(dir, name, flags, attribute, value)` (Linux 6.13): sets an extended
-/// attribute relative to a directory fd, on a symlink itself with `SYMLINK_NOFOLLOW`.
-/// Older kernels answer `ENOSYS` (the attribute is then counted as not restored).
-fn setxattrat(
-    dir: BorrowedFd<'_>,
-    name: &[u8],
-    flags: AtFlags,
-    attribute: &[u8],
-    value: &[u8],
-) -> rustix::io::Result<()> {
-    /// The number every architecture but alpha gives it (new system calls share one table).
-    const SYS_SETXATTRAT: libc::c_long = 463;
-    #[repr(C)]
-    struct XattrArgs {
-        value: u64,
-        size: u32,
-        flags: u32,
-    }
-    let cstr = |bytes: &[u8]| std::ffi::CString::new(bytes).map_err(|_| Errno::INVAL);
-    let (name, attribute) = (cstr(name)?, cstr(attribute)?);
-    let args = XattrArgs {
-        value: value.as_ptr() as u64,
-        size: value.len() as u32,
-        flags: 0,
-    };
-    // SAFETY: the strings and the value outlive the call, `args` is the kernel's
-    // `struct xattr_args` and its size is passed.
-    let r = unsafe {
-        libc::syscall(
-            SYS_SETXATTRAT,
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            flags.bits(),
-            attribute.as_ptr(),
-            &args as *const XattrArgs,
-            std::mem::size_of::<XattrArgs>(),
-        )
-    };
-    if r < 0 {
-        return Err(Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -543,8 +503,8 @@ mod tests {
     #[test]
     fn root_restores_setid_with_the_owner_others_count_them() {
         let (root, user) = (
-            Policy::new(Restore::default(), ROOT),
-            Policy::new(Restore::default(), USER),
+            Policy::new(Restore::default(), ROOT, 0o022),
+            Policy::new(Restore::default(), USER, 0o022),
         );
         let file = entry(Kind::File, 0o6755, OWNER);
         let mut skipped = NotRestored::default();
@@ -559,7 +519,7 @@ mod tests {
         assert_eq!((apply.mode, apply.owner, apply.chmod), (0o755, None, false));
         assert_eq!((skipped.setid, skipped.owners), (1, 1));
         // Others with --setid: a write by them clears it, so it is set again by fchmod.
-        let setid = Policy::new(Restore::default().setid(true), USER);
+        let setid = Policy::new(Restore::default().setid(true), USER, 0o022);
         let apply = setid.entry(&file, &mut skipped);
         assert_eq!((apply.mode, apply.chmod), (0o4755, true), "their uid only");
     }
@@ -573,7 +533,7 @@ mod tests {
             assert_eq!(skipped.owners, 0, "root, or its own ids");
             (apply.mode, apply.owner, apply.chmod)
         };
-        let root = Policy::new(Restore::default(), ROOT);
+        let root = Policy::new(Restore::default(), ROOT, 0o022);
         let users = Some(Owner {
             uid: 1000,
             gid: 1000,
@@ -586,7 +546,7 @@ mod tests {
             Restore::default().same_owner(Some(false)),
             Restore::default().asked_only(true).setid(true),
         ] {
-            let policy = Policy::new(restore, ROOT);
+            let policy = Policy::new(restore, ROOT, 0o022);
             assert_eq!(landed(&policy, users), (0o755, None, false));
             assert_eq!(landed(&policy, Some(ROOT)), (0o6755, None, true));
             let group = Some(Owner { uid: 1000, gid: 0 });
@@ -599,7 +559,7 @@ mod tests {
         });
         assert_eq!(landed(&root, unknown_uid), (0o2755, unknown_uid, true));
         // Non-root with --setid: the same rule, with its own ids.
-        let setid = Policy::new(Restore::default().setid(true), USER);
+        let setid = Policy::new(Restore::default().setid(true), USER, 0o022);
         assert_eq!(landed(&setid, Some(USER)), (0o6755, None, true));
         assert_eq!(landed(&setid, None), (0o755, None, false));
     }
@@ -608,7 +568,7 @@ mod tests {
     fn asked_only_root_restores_owners_devices_and_setid_only_as_asked() {
         let file = entry(Kind::File, 0o6755, OWNER);
         let mut skipped = NotRestored::default();
-        let strict = Policy::new(Restore::default().asked_only(true), ROOT);
+        let strict = Policy::new(Restore::default().asked_only(true), ROOT, 0o022);
         let apply = strict.entry(&file, &mut skipped);
         assert_eq!((apply.mode, apply.owner), (0o755, None));
         assert!(!strict.devices(&mut skipped));
@@ -617,7 +577,7 @@ mod tests {
             .asked_only(true)
             .same_owner(Some(true))
             .setid(true);
-        let asked = Policy::new(asked, ROOT);
+        let asked = Policy::new(asked, ROOT, 0o022);
         let apply = asked.entry(&file, &mut skipped);
         assert_eq!((apply.mode, apply.owner), (0o6755, OWNER));
         assert!(asked.devices(&mut skipped));
@@ -628,26 +588,24 @@ mod tests {
         let policy = Policy::new(
             Restore::default().same_owner(Some(false)).times(false),
             USER,
+            0o022,
         );
         let mut skipped = NotRestored::default();
         let apply = policy.entry(&entry(Kind::Dir, 0o755, OWNER), &mut skipped);
         assert_eq!((apply.owner, apply.mtime), (None, None));
         assert!(!skipped.any());
-        let root = Policy::new(Restore::default(), ROOT);
+        let root = Policy::new(Restore::default(), ROOT, 0o022);
         let apply = root.entry(&entry(Kind::Fifo, 0o4644, None), &mut skipped);
         assert_eq!(apply.mode, 0o644);
         assert!(!skipped.any(), "meaningless bits are not a loss");
         assert!(root.devices(&mut skipped) && !skipped.any());
-        assert!(!Policy::new(Restore::default(), USER).devices(&mut skipped));
+        assert!(!Policy::new(Restore::default(), USER, 0o022).devices(&mut skipped));
         assert_eq!(skipped.devices, 1);
     }
 
     #[test]
     fn directories_are_filled_with_owner_rwx_and_get_the_rest_after() {
-        let policy = Policy {
-            umask: 0o022,
-            ..Policy::new(Restore::default(), ROOT)
-        };
+        let policy = Policy::new(Restore::default(), ROOT, 0o022);
         let modes = |mode| {
             policy.dir_modes(&Apply {
                 mode,

@@ -6,7 +6,7 @@
 //! it (see [`Existing`]).
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, BorrowedFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
@@ -18,9 +18,9 @@ use rustix::io::{write, Errno};
 
 use super::restore::{Apply, Existing, Policy, Target, SETID};
 use super::{truncation_offset, Land, LandSummary};
+use crate::copy::{copy_range, read_chunks};
 use crate::error::{Error, Result, TreePath};
-use crate::interrupt::{check, retry, SIGBUS};
-use crate::sys::copy::{copy_range, read_chunks};
+use crate::interrupt::{retry, Cancel, SIGBUS};
 use crate::sys::fds::Graveyard;
 use crate::sys::{CREATE_FLAGS, DIR_FLAGS, DIR_HANDLE_FLAGS, FILE_FLAGS};
 use crate::tree::{Content, Device, Entry, Kind, Meta, Sink, Timestamp, Xattrs};
@@ -49,17 +49,20 @@ pub(crate) struct Setup {
     /// the directories entered are left to the engine (several landers are in a directory
     /// at once), and files with a link id are only noted as created.
     pub(crate) threaded: bool,
+    /// Stops the landing once cancelled.
+    pub(crate) cancel: Cancel,
     /// The destination is new: the archive's root record applies to it.
     pub(crate) new_dest: bool,
 }
 
 impl Setup {
-    /// Landers of one unpack restoring by `policy`.
-    pub(crate) fn new(policy: Policy) -> Setup {
+    /// Landers of one unpack restoring by `policy`, stopping once `cancel` is cancelled.
+    pub(crate) fn new(policy: Policy, cancel: Cancel) -> Setup {
         Setup {
             policy,
             links: Links::default(),
             threaded: false,
+            cancel,
             new_dest: false,
         }
     }
@@ -222,6 +225,11 @@ pub(crate) fn replace_by_dir(
 }
 
 impl SyncLander {
+    /// What stops the landing.
+    pub(crate) fn cancel(&self) -> &Cancel {
+        &self.setup.cancel
+    }
+
     /// A lander creating entries below the directory `root`, restoring what `setup`'s
     /// policy says.
     pub(crate) fn new(root: OwnedFd, setup: Setup) -> SyncLander {
@@ -400,7 +408,8 @@ impl SyncLander {
             let path = || self.path(&self.file_name);
             // Fewer bytes when the archive ended early (cut while mapped): the write from
             // memory meets the same end.
-            let ranged = copy_range(source, offset, to, None, len, &path, |_| {})?;
+            let cancel = &self.setup.cancel;
+            let ranged = copy_range((source, offset), (to, None), len, &path, cancel, |_| {})?;
             self.no_copy = ranged.refused;
             self.file.as_mut().expect("open").written += ranged.copied;
         }
@@ -418,12 +427,14 @@ impl SyncLander {
         }
         let path = self.path(&self.file_name);
         let mut buf = vec![0; (len - written).min(1 << 20) as usize];
+        let cancel = self.setup.cancel.clone();
         let read = read_chunks(
             from,
             offset + written,
             len - written,
             &mut buf,
             &path,
+            &cancel,
             |chunk| self.write_all(chunk),
         )?;
         if written + read < len {
@@ -436,13 +447,13 @@ impl SyncLander {
         let file = self.file.as_mut().expect("a file is open");
         while !data.is_empty() {
             let chunk = &data[..data.len().min(CHUNK as usize)];
-            match retry(|| write(&file.fd, chunk)) {
+            match retry(&self.setup.cancel, || write(&file.fd, chunk)) {
                 // A stop (or a mapped archive that shrank: its vanished pages read as
                 // zeros) is seen before the file counts as complete.
                 Ok(n) => {
                     data = &data[n..];
                     file.written += n as u64;
-                    check()?;
+                    self.setup.cancel.check()?;
                 }
                 // Only a mapped archive's pages can vanish under a write.
                 Err(Errno::FAULT) => return Err(Error::Interrupted { signal: SIGBUS }),
@@ -536,10 +547,7 @@ impl SyncLander {
         }
         self.summary.files += 1;
         self.summary.bytes += done.size;
-        // rustix closes with a plain system call, without the cancellation-point
-        // bookkeeping libc's close does in a threaded process.
-        // SAFETY: the fd is owned here and closed once.
-        unsafe { rustix::io::close(done.fd.into_raw_fd()) };
+        crate::sys::fds::close_now(done.fd);
         Ok(())
     }
 }
@@ -869,16 +877,17 @@ mod tests {
         let policy = Policy::new(
             Restore::default().existing(Existing::Skip),
             Owner::of_process(),
+            crate::root::process_umask(),
         );
         let root = || OwnedFd::from(std::fs::File::open(dest).unwrap());
         vec![
             (
                 "sync",
-                Box::new(SyncLander::new(root(), Setup::new(policy))),
+                Box::new(SyncLander::new(root(), Setup::new(policy, Cancel::new()))),
             ),
             (
                 "uring",
-                Box::new(UringLander::new(root(), Setup::new(policy)).unwrap()),
+                Box::new(UringLander::new(root(), Setup::new(policy, Cancel::new())).unwrap()),
             ),
         ]
     }

@@ -14,19 +14,18 @@
 //! is landed before any directory change, so its directory fd (the sync lander's current
 //! one) outlives it.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::ffi::CStr;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
-use io_uring::{opcode, squeue::Flags, types};
-use rustix::fs::{unlinkat, AtFlags, OFlags};
+use rustix::fs::{unlinkat, AtFlags};
 use rustix::io::Errno;
 
 use super::restore::{Existing, Target};
 use super::sync::{Setup, SyncLander};
 use super::{Land, LandSummary};
 use crate::error::{Error, Result};
-use crate::interrupt::check;
-use crate::sys::ring::Ring;
+use crate::sys::ring::{Op, Ring};
 use crate::sys::CREATE_FLAGS;
 use crate::tree::{Content, Device, Entry, Kind, Meta, Sink, Xattrs};
 
@@ -147,74 +146,66 @@ impl UringLander {
         if self.queued.is_empty() {
             return Ok(());
         }
-        let dir = types::Fd(self.sync.current().as_raw_fd());
-        // A slot is no fd: O_CLOEXEC means nothing there and is refused.
-        let flags = CREATE_FLAGS.difference(OFlags::CLOEXEC).bits() as i32;
-        let base = self.arena.as_ptr();
+        let dir = self.sync.current();
+        let arena = &self.arena;
+        let c = |at: usize| CStr::from_bytes_until_nul(&arena[at..]).expect("NUL-terminated");
+        let mut ops = Vec::with_capacity(self.requests as usize);
         for (k, q) in self.queued.iter().enumerate() {
-            let ud = q.first;
-            // SAFETY (pointers): offsets inside the arena, which is not touched until the
-            // batch completed.
-            let at = |offset: usize| unsafe { base.add(offset) };
-            let name = at(q.name).cast();
-            let mut push = |entry: io_uring::squeue::Entry| {
-                // SAFETY: the arena, the directory fds (the sync lander's current one, the
-                // link targets' held by `What::Link`) outlive the run below.
-                unsafe { self.ring.push(&entry) }
-            };
+            let path = c(q.name);
             match &q.what {
                 What::File { data, len } => {
-                    let slot = types::Fixed(k as u32);
-                    let target =
-                        types::DestinationSlot::try_from_slot_target(k as u32).expect("small");
-                    push(
-                        opcode::OpenAt::new(dir, name)
-                            .flags(flags)
-                            .mode(q.mode)
-                            .file_index(Some(target))
-                            .build()
-                            .flags(Flags::IO_HARDLINK)
-                            .user_data(ud),
-                    );
-                    push(
-                        opcode::Write::new(slot, at(*data), *len as u32)
-                            .offset(0)
-                            .build()
-                            .flags(Flags::IO_HARDLINK)
-                            .user_data(ud + 1),
-                    );
-                    push(opcode::Close::new(slot).build().user_data(ud + 2));
+                    let slot = k as u32;
+                    let open = Op::OpenAt {
+                        dir,
+                        path,
+                        flags: CREATE_FLAGS,
+                        mode: q.mode,
+                        slot,
+                    };
+                    ops.push((open, true));
+                    let data = &arena[*data..*data + *len];
+                    ops.push((
+                        Op::Write {
+                            slot,
+                            data,
+                            offset: 0,
+                        },
+                        true,
+                    ));
+                    ops.push((Op::Close { slot }, false));
                 }
                 What::Symlink { target, .. } => {
-                    let target = at(*target).cast();
-                    push(
-                        opcode::SymlinkAt::new(dir, target, name)
-                            .build()
-                            .user_data(ud),
-                    );
+                    let target = c(*target);
+                    ops.push((Op::SymlinkAt { target, dir, path }, false));
                 }
                 What::Link {
-                    dir: from, target, ..
+                    dir: from_dir,
+                    target,
+                    ..
                 } => {
-                    let from = types::Fd(from.as_raw_fd());
-                    push(
-                        opcode::LinkAt::new(from, at(*target).cast(), dir, name)
-                            .build()
-                            .user_data(ud),
-                    );
+                    let (from_dir, from) = (from_dir.as_fd(), c(*target));
+                    ops.push((
+                        Op::LinkAt {
+                            from_dir,
+                            from,
+                            dir,
+                            path,
+                        },
+                        false,
+                    ));
                 }
             }
         }
         let results = self
             .ring
-            .run()
+            .submit(&ops)
             .map_err(|e| Error::io("io_uring_enter", self.sync.path(b""), e))?;
         self.results.clear();
         self.results.extend_from_slice(results);
         self.requests = 0;
         self.batch_links.clear();
         let queued = std::mem::take(&mut self.queued);
-        if let Err(stop) = check() {
+        if let Err(stop) = self.sync.cancel().check() {
             // The contents were copied before the stop was seen; if it says that the
             // mapped archive shrank, some may be zeros: none of these files counts.
             for q in queued

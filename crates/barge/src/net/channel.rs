@@ -2,13 +2,11 @@
 //! authenticated messages, each a `u16` big-endian length + ciphertext, written in batches.
 //!
 //! Every wait has a timeout (the peer sent nothing, or took nothing, for that long) and,
-//! where the caller asks, ends when a stop was requested (a signal).
+//! fails once the caller's cancellation token (`Cancel`) is cancelled.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags};
@@ -16,7 +14,7 @@ use snow::{Builder, TransportState};
 
 use super::key::Key;
 use crate::error::{Error, NetError, Result, TreePath};
-use crate::interrupt::{wait_for_any, Waited};
+use crate::interrupt::{wait_for_any, Cancel, Waited};
 
 /// The Noise protocol: see docs/SECURITY.md ("send / recv") for why psk2.
 const PATTERN: &str = "Noise_NNpsk2_25519_AESGCM_SHA256";
@@ -39,8 +37,8 @@ struct Wire {
     /// The peer's address, for messages.
     peer: String,
     timeout: Duration,
-    /// Waits end when a stop is requested.
-    interruptible: bool,
+    /// Waits fail once it is cancelled.
+    stop: Cancel,
     /// This end sends the archive (and expects nothing back until its end).
     sender: bool,
     /// Received bytes: `input[start..end]` not consumed yet.
@@ -54,8 +52,8 @@ struct Wire {
     output: Vec<u8>,
     queued: usize,
     sent: usize,
-    /// Once set, waits fail (another lane of the transfer failed).
-    cancel: Option<Arc<AtomicBool>>,
+    /// Once cancelled, waits fail (another lane of the transfer failed).
+    cancel: Option<Cancel>,
     /// A receiver's handshake must end by then (when it began, how long it may take), however
     /// often the peer speaks; `None` once the peer showed the key.
     deadline: Option<(Instant, Duration)>,
@@ -71,12 +69,7 @@ enum Ready {
 }
 
 impl Wire {
-    fn new(
-        stream: TcpStream,
-        timeout: Duration,
-        interruptible: bool,
-        sender: bool,
-    ) -> Result<Wire> {
+    fn new(stream: TcpStream, timeout: Duration, stop: Cancel, sender: bool) -> Result<Wire> {
         let peer = stream
             .peer_addr()
             .map_or_else(|_| "<peer>".into(), |a| a.to_string());
@@ -88,7 +81,7 @@ impl Wire {
             stream,
             peer,
             timeout,
-            interruptible,
+            stop,
             sender,
             input: vec![0; 2 * BATCH].into_boxed_slice(),
             start: 0,
@@ -189,17 +182,17 @@ impl Wire {
     }
 
     /// Waits until the socket is ready for `flags` (with `OUT | IN`: to write, or the peer
-    /// sent something), failing after the timeout or on a requested stop.
+    /// sent something), failing after the timeout or once its token is cancelled.
     fn wait(&self, flags: PollFlags) -> Result<Ready> {
         let mut fds = [PollFd::new(&self.stream, flags)];
-        let cancelled = self.cancel.as_deref();
+        let cancelled = self.cancel.as_ref();
         // Up to the timeout, or the handshake's deadline where that comes first.
         let left = self
             .deadline
             .map(|(start, limit)| limit.saturating_sub(start.elapsed()));
         let late = left.filter(|&left| left < self.timeout);
         let wait = late.unwrap_or(self.timeout);
-        match wait_for_any(&mut fds, Some(wait), self.interruptible, cancelled)? {
+        match wait_for_any(&mut fds, Some(wait), &self.stop, cancelled)? {
             Waited::Ready => {}
             Waited::Cancelled => {
                 return Err(Error::net(
@@ -280,9 +273,15 @@ pub(crate) struct Channel {
 
 impl Channel {
     /// Runs the sender's side of the handshake over `stream`; on return the receiver is
-    /// known to hold the key (its handshake message decrypted).
-    pub(crate) fn connect(stream: TcpStream, key: &Key, timeout: Duration) -> Result<Channel> {
-        let mut wire = Wire::new(stream, timeout, true, true)?;
+    /// known to hold the key (its handshake message decrypted). Its waits fail once `stop`
+    /// is cancelled.
+    pub(crate) fn connect(
+        stream: TcpStream,
+        key: &Key,
+        timeout: Duration,
+        stop: Cancel,
+    ) -> Result<Channel> {
+        let mut wire = Wire::new(stream, timeout, stop, true)?;
         let mut noise = builder(key).build_initiator().expect("valid parameters");
         // -> e
         wire.frame(|out| Ok(noise.write_message(&[], out).expect("fits")))?;
@@ -303,9 +302,9 @@ impl Channel {
         key: &Key,
         timeout: Duration,
         handshake: Duration,
-        interruptible: bool,
+        stop: Cancel,
     ) -> Result<Channel> {
-        let mut wire = Wire::new(stream, timeout, interruptible, false)?;
+        let mut wire = Wire::new(stream, timeout, stop, false)?;
         wire.deadline = Some((Instant::now(), handshake));
         let mut noise = builder(key).build_responder().expect("valid parameters");
         // -> e: anyone can send one; a malformed one is no barge sender.
@@ -372,17 +371,22 @@ impl Channel {
         self.wire.stream.as_fd()
     }
 
-    /// Whether the peer sent something (or closed) within `wait`; also true once a stop
-    /// is requested, where waits are interruptible.
+    /// Whether the peer sent something (or closed) within `wait`; also true once its stop
+    /// is cancelled.
     pub(crate) fn spoke_within(&self, wait: Duration) -> bool {
         let mut fds = [PollFd::new(&self.wire.stream, PollFlags::IN)];
-        let waited = wait_for_any(&mut fds, Some(wait), self.wire.interruptible, None);
+        let waited = wait_for_any(&mut fds, Some(wait), &self.wire.stop, None);
         !matches!(waited, Ok(Waited::TimedOut))
     }
 
-    /// Makes every wait fail once `cancel` is set (within 100 ms); `None`: no more.
-    pub(crate) fn cancel_on(&mut self, cancel: Option<Arc<AtomicBool>>) {
+    /// Makes every wait fail once `cancel` is cancelled (within 100 ms); `None`: no more.
+    pub(crate) fn cancel_on(&mut self, cancel: Option<Cancel>) {
         self.wire.cancel = cancel;
+    }
+
+    /// What stops its waits.
+    pub(crate) fn stop(&self) -> &Cancel {
+        &self.wire.stop
     }
 
     /// Writes every queued message. The sender fails with the receiver's message when it

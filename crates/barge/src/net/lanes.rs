@@ -17,8 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{mpsc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags};
@@ -26,7 +25,7 @@ use rustix::event::{PollFd, PollFlags};
 use super::channel::{protocol, truncated, Channel, BATCH, MAX_PLAIN};
 use super::kind;
 use crate::error::{Error, NetError, Result};
-use crate::interrupt::{wait_a_slice, wait_for_any, Waited};
+use crate::interrupt::{wait_a_slice, wait_for_any, Cancel, Waited};
 use crate::sys::queue::QueueWriter;
 
 /// The bytes of a DATA message's chunk number (big-endian), before its archive bytes.
@@ -47,19 +46,19 @@ pub(crate) const JOIN_POLL: Duration = Duration::from_millis(5);
 /// The later lanes a sender is opening, handed over as the receiver accepts them.
 pub(crate) struct Joining {
     ready: mpsc::Receiver<Channel>,
-    /// Set once the transfer takes no more lanes: a lane that authenticates after it only
-    /// says its HELLO and closes.
-    over: Arc<AtomicBool>,
+    /// Cancelled once the transfer takes no more lanes: a lane that authenticates after it
+    /// only says its HELLO and closes.
+    over: Cancel,
 }
 
 impl Joining {
-    pub(crate) fn new(ready: mpsc::Receiver<Channel>, over: Arc<AtomicBool>) -> Joining {
+    pub(crate) fn new(ready: mpsc::Receiver<Channel>, over: Cancel) -> Joining {
         Joining { ready, over }
     }
 
     /// Takes no more lanes: those that authenticate from now on say HELLO and close.
     fn stop(&self) {
-        self.over.store(true, Ordering::Relaxed);
+        self.over.cancel();
     }
 
     /// Takes no more lanes and waits up to `within` for those still opening to end, closing
@@ -94,6 +93,8 @@ pub(crate) struct Striper {
     /// The lane to try first for the next chunk.
     turn: usize,
     timeout: Duration,
+    /// Stops its waits (the first lane's).
+    stop: Cancel,
     /// The channel's error, which the writer's caller sees only as an I/O error.
     pub(crate) failed: Option<Error>,
 }
@@ -104,6 +105,7 @@ impl Striper {
         chunk.push(kind::DATA);
         chunk.resize(HEAD, 0);
         Striper {
+            stop: first.stop().clone(),
             lanes: vec![first],
             joining,
             chunk,
@@ -214,7 +216,7 @@ impl Striper {
                 PollFd::from_borrowed_fd(lane.fd(), flags)
             })
             .collect();
-        if wait_for_any(&mut fds, Some(wait), true, None)? != Waited::Ready {
+        if wait_for_any(&mut fds, Some(wait), &self.stop, None)? != Waited::Ready {
             return Ok(false);
         }
         let ready: Vec<PollFlags> = fds.iter().map(PollFd::revents).collect();
@@ -239,7 +241,7 @@ impl Striper {
     fn heard(&mut self, lane: usize) -> Error {
         let said = lane == 0 || {
             let mut fds = [PollFd::from_borrowed_fd(self.lanes[0].fd(), PollFlags::IN)];
-            let waited = wait_for_any(&mut fds, Some(self.timeout), true, None);
+            let waited = wait_for_any(&mut fds, Some(self.timeout), &self.stop, None);
             matches!(waited, Ok(Waited::Ready))
         };
         self.lanes[if said { 0 } else { lane }].heard()
@@ -285,12 +287,13 @@ pub(crate) struct Transfer {
     /// Signalled when the next chunk moves, the transfer fails or ends.
     moved: Condvar,
     timeout: Duration,
-    interruptible: bool,
+    /// Stops the lanes' waits for each other.
+    stop: Cancel,
     /// Lanes the sender may open besides the first.
     joins: u32,
-    /// Set on a failure: it ends the lanes' waits for data (which the sender, stopped by
-    /// the failure, may no longer send).
-    cancel: Arc<AtomicBool>,
+    /// Cancelled on a failure: it ends the lanes' waits for data (which the sender, stopped
+    /// by the failure, may no longer send).
+    cancel: Cancel,
 }
 
 struct State {
@@ -320,13 +323,9 @@ impl State {
 }
 
 impl Transfer {
-    /// A transfer into `out` of up to `lanes` lanes.
-    pub(crate) fn new(
-        out: QueueWriter,
-        lanes: u32,
-        timeout: Duration,
-        interruptible: bool,
-    ) -> Transfer {
+    /// A transfer into `out` of up to `lanes` lanes, whose waits fail once `stop` is
+    /// cancelled.
+    pub(crate) fn new(out: QueueWriter, lanes: u32, timeout: Duration, stop: Cancel) -> Transfer {
         Transfer {
             state: Mutex::new(State {
                 out: Some(out),
@@ -340,9 +339,9 @@ impl Transfer {
             }),
             moved: Condvar::new(),
             timeout,
-            interruptible,
+            stop,
             joins: lanes.saturating_sub(1),
-            cancel: Arc::default(),
+            cancel: Cancel::new(),
         }
     }
 
@@ -452,8 +451,7 @@ impl Transfer {
                     ),
                 ))));
             }
-            state =
-                wait_a_slice(&self.moved, state, self.interruptible).map_err(|e| Some(e.into()))?;
+            state = wait_a_slice(&self.moved, state, &self.stop).map_err(|e| Some(e.into()))?;
         }
     }
 
@@ -463,7 +461,7 @@ impl Transfer {
         if !state.failed {
             state.failed = true;
             state.failure = Some(stop);
-            self.cancel.store(true, Ordering::Relaxed);
+            self.cancel.cancel();
         }
         self.moved.notify_all();
     }

@@ -13,9 +13,10 @@ use super::{decode, encode, kind, Accept, Hello, Key, Messages, Outcome, Refuse,
 use crate::confine::{ConfinedUnpack, Landed};
 use crate::error::{Error, NetError, Result, TreePath};
 use crate::format::Limits;
-use crate::interrupt::wait_a_slice;
+use crate::interrupt::{wait_a_slice, Cancel};
 use crate::land::restore::Policy;
-use crate::listing::{self, Listing};
+use crate::listing::Listing;
+use crate::threads::Work;
 use crate::tree::Owner;
 use crate::unpack::{Existing, Restore};
 
@@ -33,7 +34,7 @@ pub struct Receive {
     limits: Limits,
     restore: Restore,
     timeout: Duration,
-    interruptible: bool,
+    cancel: Cancel,
     /// The transfers running, by id, which later lanes join.
     transfers: Transfers,
     /// Transfers landing at once, at most.
@@ -59,8 +60,8 @@ impl Drop for Slot<'_> {
 }
 
 impl Slots {
-    /// Waits up to `timeout` for a slot (failing on a requested stop when `stoppable`).
-    fn take(&self, timeout: Duration, stoppable: bool) -> Result<Slot<'_>> {
+    /// Waits up to `timeout` for a slot (failing once `stop` is cancelled).
+    fn take(&self, timeout: Duration, stop: &Cancel) -> Result<Slot<'_>> {
         let (taken, freed) = &*self.taken;
         let start = std::time::Instant::now();
         let mut n = taken.lock().unwrap_or_else(|e| e.into_inner());
@@ -71,7 +72,7 @@ impl Slots {
                     format!("busy: {} transfers are running", self.max),
                 ));
             }
-            n = wait_a_slice(freed, n, stoppable)?;
+            n = wait_a_slice(freed, n, stop)?;
         }
         *n += 1;
         Ok(Slot(self))
@@ -188,8 +189,9 @@ pub struct Failed {
 }
 
 impl Receive {
-    /// Receives into `dest` (which should exist: see [`crate::root::prepare_dest`]) with `key`, with the
-    /// default limits and restore rules of [`crate::unpack::Unpack`] and a 30 s timeout.
+    /// Receives into `dest` (which should exist: see [`crate::root::prepare_dest`]) with
+    /// `key`, with the default limits and restore rules of [`crate::unpack::Unpack`] and a
+    /// 30 s timeout.
     pub fn new(dest: impl Into<PathBuf>, key: Key) -> Receive {
         Receive {
             dest: dest.into(),
@@ -197,7 +199,7 @@ impl Receive {
             limits: Limits::default(),
             restore: Restore::default().asked_only(true),
             timeout: Duration::from_secs(30),
-            interruptible: true,
+            cancel: Cancel::new(),
             transfers: Transfers::default(),
             slots: Slots {
                 taken: Arc::default(),
@@ -238,10 +240,11 @@ impl Receive {
         self
     }
 
-    /// Whether a requested stop (a signal) ends a running connection (the default), or
-    /// only the timeout does: a server that drains its connections on SIGTERM.
-    pub fn interruptible(mut self, yes: bool) -> Receive {
-        self.interruptible = yes;
+    /// Ends running connections once `cancel` is cancelled (the default: a token of its
+    /// own, which nothing cancels: only the timeout ends them, as for a server that drains
+    /// its connections on SIGTERM).
+    pub fn cancel(mut self, cancel: Cancel) -> Receive {
+        self.cancel = cancel;
         self
     }
 
@@ -262,7 +265,7 @@ impl Receive {
             &self.key,
             self.timeout,
             handshake,
-            self.interruptible,
+            self.cancel.clone(),
         );
         let mut channel = accepted.map_err(|error| Failed {
             authenticated: false,
@@ -333,7 +336,7 @@ impl Receive {
             Some(announced) => announced,
             None => None,
         };
-        let _slot = match self.slots.take(self.timeout, self.interruptible) {
+        let _slot = match self.slots.take(self.timeout, &self.cancel) {
             Ok(slot) => slot,
             Err(e) => {
                 refuse(channel, e.to_string());
@@ -400,9 +403,9 @@ impl Receive {
             | rustix::fs::OFlags::CLOEXEC;
         let root = rustix::fs::open(&self.dest, flags, rustix::fs::Mode::empty())
             .map_err(|e| Error::io("open destination", shown(), e))?;
-        // Owners are compared where this receiver restores them.
-        let owners = Policy::new(self.restore, Owner::of_process()).owners();
-        let listing = Listing::of_dir(root, listing::THREADS, owners);
+        // Owners are compared where this receiver restores them (whatever the umask).
+        let owners = Policy::new(self.restore, Owner::of_process(), 0).owners();
+        let listing = Listing::of_dir(root, Work::Listing.threads(), owners);
         let mut out = Messages::new(channel, kind::LIST);
         let written = listing.write_to(&mut out);
         if let Some(e) = out.failed.take() {
@@ -441,7 +444,7 @@ impl Receive {
             Some(_) => hello.lanes.clamp(1, MAX_LANES),
             None => 1,
         };
-        let transfer = Transfer::new(out, lanes, self.timeout, self.interruptible);
+        let transfer = Transfer::new(out, lanes, self.timeout, self.cancel.clone());
         let transfer = Arc::new(transfer);
         if let Some(announced) = &announced {
             announced.running(transfer.clone());

@@ -3,8 +3,7 @@
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::mpsc;
 use std::time::Duration;
 
 use rustix::io::Errno;
@@ -15,8 +14,10 @@ use super::{decode, encode, kind, unexpected, Accept, Hello, Key, Outcome, VERSI
 use crate::confine::Landed;
 use crate::error::{Error, NetError, Result, TreePath};
 use crate::format::Limits;
+use crate::interrupt::Cancel;
 use crate::listing::{Listing, ListingLimits};
 use crate::pack::{Pack, PackSummary};
+use crate::threads::Work;
 use crate::tree::{Content, Device, DirPath, Entry, Kind, Sink};
 use crate::unpack::{Archive, Unpack};
 use crate::Progress;
@@ -38,6 +39,7 @@ pub struct Send {
     compress: bool,
     update: bool,
     lanes: Option<u32>,
+    cancel: Cancel,
 }
 
 /// What a transfer did.
@@ -66,6 +68,7 @@ impl Send {
             compress: false,
             update: false,
             lanes: None,
+            cancel: Cancel::new(),
         }
     }
 
@@ -85,6 +88,13 @@ impl Send {
     /// long.
     pub fn timeout(mut self, timeout: Duration) -> Send {
         self.timeout = timeout;
+        self
+    }
+
+    /// Stops once `cancel` is cancelled (the default: a token of its own, which nothing
+    /// cancels); a [`Payload::Pack`] has its own (see [`Pack::cancel`]).
+    pub fn cancel(mut self, cancel: Cancel) -> Send {
+        self.cancel = cancel;
         self
     }
 
@@ -114,14 +124,14 @@ impl Send {
     /// `progress` counts what an archive payload sent (a pack counts in its own).
     pub fn run(&self, payload: Payload<'_, '_>, progress: &Progress) -> Result<Sent> {
         let socket = self.connect()?;
-        let rtt = round_trip(&socket);
+        let rtt = crate::sys::process::tcp_round_trip(std::os::fd::AsFd::as_fd(&socket));
         let lanes = (self.lanes)
             .unwrap_or(match rtt {
                 Some(rtt) if rtt >= Send::LONG_PATH => Send::DEFAULT_CONNECTIONS,
                 _ => 1,
             })
             .min(MAX_LANES);
-        let channel = Channel::connect(socket, &self.key, self.timeout)?;
+        let channel = Channel::connect(socket, &self.key, self.timeout, self.cancel.clone())?;
         // The receiver holds the key (a wrong one costs it one connection, one log line):
         // the later lanes connect while this one says HELLO, to join the transfer by the id
         // it names.
@@ -143,11 +153,11 @@ impl Send {
         let mut data = Striper::new(channel, joining, self.timeout);
         let packed = match self.compress {
             true => {
-                let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+                let workers = Work::Cores.threads();
                 let mut zstd = zstd::stream::write::Encoder::new(&mut data, ZSTD_LEVEL)
                     .and_then(|mut zstd| zstd.multithread(workers as u32).map(|()| zstd))
                     .map_err(|e| Error::os("start zstd", TreePath::default(), e))?;
-                let packed = stream(payload, &mut zstd, progress);
+                let packed = stream(payload, &mut zstd, progress, &self.cancel);
                 let finished = packed.and_then(|p| {
                     let done = zstd.finish();
                     done.map(|_| p)
@@ -156,7 +166,7 @@ impl Send {
                 data.failed.take().map_or(finished, Err)?
             }
             false => {
-                let packed = stream(payload, &mut data, progress);
+                let packed = stream(payload, &mut data, progress, &self.cancel);
                 data.failed.take().map_or(packed, Err)?
             }
         };
@@ -196,7 +206,12 @@ impl Send {
             dry_run: true,
             ..self.hello(1, None)
         };
-        let channel = Channel::connect(self.connect()?, &self.key, self.timeout)?;
+        let channel = Channel::connect(
+            self.connect()?,
+            &self.key,
+            self.timeout,
+            self.cancel.clone(),
+        )?;
         let mut channel = self.start(channel, hello)?;
         let listing = self.what_dest_has(&mut channel)?;
         channel.close();
@@ -216,6 +231,7 @@ impl Send {
             let archive = Archive::from_reader(std::fs::File::from(read));
             let listed = Unpack::new()
                 .limits(Limits::default())
+                .cancel(self.cancel.clone())
                 .list(&archive, planner);
             match (packing.join().expect("the pack does not panic"), listed) {
                 (Ok(packed), Ok(())) => Ok(packed),
@@ -278,17 +294,18 @@ impl Send {
     /// more says its HELLO and closes.
     fn open_lanes(&self, transfer: String, n: u32) -> Joining {
         let (ready, joining) = mpsc::channel();
-        let over = Arc::new(AtomicBool::new(false));
+        let over = Cancel::new();
         for _ in 0..n {
             let (ready, send, transfer) = (ready.clone(), self.clone(), transfer.clone());
             let over = over.clone();
             std::thread::spawn(move || -> Result<()> {
-                if over.load(Ordering::Relaxed) {
+                if over.is_cancelled() {
                     return Ok(());
                 }
-                let mut lane = Channel::connect(send.connect()?, &send.key, send.timeout)?;
+                let stop = send.cancel.clone();
+                let mut lane = Channel::connect(send.connect()?, &send.key, send.timeout, stop)?;
                 let hello = send.hello(1, Some(transfer));
-                if over.load(Ordering::Relaxed) {
+                if over.is_cancelled() {
                     return lane
                         .send(kind::HELLO, &encode(&hello))
                         .and_then(|()| lane.flush());
@@ -324,27 +341,6 @@ impl Send {
         }
         Err(Error::os("connect", shown(), last))
     }
-}
-
-/// The connection's smoothed round trip as the kernel measured it (from the packets of
-/// its opening), when it says.
-fn round_trip(stream: &TcpStream) -> Option<Duration> {
-    use std::os::fd::AsRawFd;
-    // By hand: rustix has no TCP_INFO.
-    // SAFETY: tcp_info is plain integers, for which zero is a value.
-    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: the kernel writes at most `len` bytes into `info`, which has them.
-    let got = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&mut info as *mut libc::tcp_info).cast(),
-            &mut len,
-        )
-    };
-    (got == 0).then(|| Duration::from_micros(info.tcpi_rtt.into()))
 }
 
 /// An entry a [`Send::dry_run`] would send.
@@ -427,13 +423,14 @@ fn stream(
     payload: Payload<'_, '_>,
     out: &mut (impl Write + std::marker::Send),
     progress: &Progress,
+    cancel: &Cancel,
 ) -> Result<Option<PackSummary>> {
     match payload {
         Payload::Pack(pack) => pack.to_writer(out).map(Some),
         Payload::Archive(input) => {
             let mut buf = vec![0; 1 << 20];
             loop {
-                crate::interrupt::check()?;
+                cancel.check()?;
                 let n = match input.read(&mut buf) {
                     Ok(0) => break,
                     Ok(n) => n,

@@ -1,6 +1,7 @@
 //! The receiving server: a listener's accept loop, one thread per connection running
 //! [`Receive::connection`], within a budget of connections and a share of it per address,
-//! until a stop signal or, one-shot, the first sender that showed the key.
+//! until its token is cancelled (a stop signal) or, one-shot, the first sender that showed
+//! the key.
 
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::os::fd::OwnedFd;
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::peers::{PeerSlot, Peers};
 use super::recv::{Connection, DryRun, Failed, Receive, Received};
 use crate::error::{Error, NetError, Result, TreePath};
-use crate::interrupt::{keep_signals_off_this_thread, requested};
+use crate::interrupt::{keep_signals_off_this_thread, Cancel};
 
 /// Connections taken beyond the running transfers: in their handshake, later lanes waiting
 /// for their transfer's HELLO or slot, or connections waiting for a transfer to end (a
@@ -27,6 +28,7 @@ pub struct Receiver {
     listener: TcpListener,
     receive: Receive,
     keep: bool,
+    cancel: Cancel,
 }
 
 /// How one connection ended (or was turned away at once, given no thread).
@@ -115,20 +117,30 @@ impl Receiver {
             listener,
             receive,
             keep: false,
+            cancel: Cancel::new(),
         }
     }
 
-    /// Keeps receiving until a stop signal, which ends the loop once the running transfers
-    /// are done; without it, the first sender that shows the key (and makes no dry run) ends
-    /// it.
+    /// Keeps receiving until its token is cancelled, which ends the loop once the running
+    /// transfers are done; without it, the first sender that shows the key (and makes no
+    /// dry run) ends it.
     pub fn keep(mut self, yes: bool) -> Receiver {
         self.keep = yes;
         self
     }
 
+    /// Stops taking connections once `cancel` is cancelled (the default: a token of its
+    /// own, which nothing cancels), and ends once the running ones are done. The running
+    /// connections themselves stop by the token of the [`Receive`] (see
+    /// [`Receive::cancel`]): the same one, unless they are to drain.
+    pub fn cancel(mut self, cancel: Cancel) -> Receiver {
+        self.cancel = cancel;
+        self
+    }
+
     /// Runs the loop, calling `report` with each connection as it ends. Returns the
     /// connection that ended a one-shot receiver; `None` when a kept one stopped; a one-shot
-    /// receiver stopped by a signal fails with [`Error::Interrupted`].
+    /// receiver whose token was cancelled fails with [`Error::Interrupted`].
     pub fn run(self, mut report: impl FnMut(Report<'_>)) -> Result<Option<Done>> {
         let shown = || TreePath(b"<listener>".to_vec());
         (self.listener.set_nonblocking(true)).map_err(|e| Error::os("listen", shown(), e))?;
@@ -142,7 +154,7 @@ impl Receiver {
         loop {
             // Full, or stopping: wait for a connection to end; connections wait in the listen
             // queue meanwhile.
-            let stopping = requested().is_some();
+            let stopping = self.cancel.is_cancelled();
             let event = match budget.full() || stopping {
                 true if budget.running == 0 => break,
                 true => rx.recv_timeout(Duration::from_millis(100)).ok(),
@@ -210,7 +222,7 @@ impl Receiver {
                 }
             }
         }
-        match requested() {
+        match self.cancel.reason() {
             Some(signal) if !self.keep => Err(Error::Interrupted { signal }),
             _ => Ok(None),
         }
@@ -277,6 +289,25 @@ mod tests {
         assert!(!budget.full());
         budget.running += 1;
         assert!(budget.full(), "4 transfers and 64 more");
+    }
+
+    /// A cancelled token ends the loop once no connection runs: a one-shot receiver as
+    /// interrupted, a kept one as done.
+    #[test]
+    fn a_cancelled_token_stops_the_loop() {
+        let dest = tempfile::tempdir().unwrap();
+        for keep in [false, true] {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let receive = Receive::new(dest.path(), crate::net::Key::generate().unwrap());
+            let cancel = Cancel::new();
+            cancel.cancel();
+            let receiver = Receiver::new(listener, receive).keep(keep).cancel(cancel);
+            let ended = receiver.run(|_| panic!("no connection came"));
+            match keep {
+                false => assert!(matches!(ended, Err(Error::Interrupted { signal: 0 }))),
+                true => assert!(matches!(ended, Ok(None))),
+            }
+        }
     }
 
     #[test]

@@ -22,6 +22,13 @@ pub(crate) fn close_range(first: RawFd, last: RawFd) -> rustix::io::Result<()> {
     Ok(())
 }
 
+/// Closes `fd` with a plain system call (rustix's), without the cancellation-point
+/// bookkeeping libc's `close` does in a threaded process.
+pub(crate) fn close_now(fd: OwnedFd) {
+    // SAFETY: `fd` is owned here and closed once.
+    unsafe { rustix::io::close(fd.into_raw_fd()) };
+}
+
 /// Fds that are no longer used, closed in batches: each run of consecutive fd numbers
 /// goes in one `close_range`. Only fds handed to it are ever closed, so fds owned by
 /// anyone else (even inside a run's span) are never touched.

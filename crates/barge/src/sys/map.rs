@@ -1,9 +1,6 @@
 //! Memory maps: an archive region of a regular file or block device, at any offset.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::path::Path;
-
-use crate::error::{Error, Result, TreePath};
 
 /// An archive held in memory: a read-only private mapping of (a region of) a regular file
 /// or block device, and the file.
@@ -22,7 +19,7 @@ impl Mapped {
     /// Maps the `len` bytes of `file` from `offset` on (any offset) without reading them:
     /// pages are mapped on first use, or ahead of use by [`populate`]. An empty region maps
     /// to an empty slice.
-    pub fn new(file: OwnedFd, offset: u64, len: u64, path: &Path) -> Result<Mapped> {
+    pub fn new(file: OwnedFd, offset: u64, len: u64) -> rustix::io::Result<Mapped> {
         use rustix::mm::{mmap, MapFlags, ProtFlags};
         let page = rustix::param::page_size() as u64;
         let skip = offset % page;
@@ -51,15 +48,8 @@ impl Mapped {
                 offset - skip,
             )
         }
-        .map_err(|e| {
-            mapped.len = 0;
-            Error::io(
-                "mmap",
-                TreePath(path.as_os_str().as_encoded_bytes().to_vec()),
-                e,
-            )
-        })?;
-        crate::interrupt::watch_mapping(mapped.bytes());
+        .inspect_err(|_| mapped.len = 0)?;
+        super::signal::watch_mapping(mapped.bytes());
         Ok(mapped)
     }
 

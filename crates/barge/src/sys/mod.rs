@@ -1,20 +1,25 @@
-//! The system-call layer: what the sources and sinks share below their own logic (like xcp's
-//! libfs). Open-flag presets, directory listing with getdents64, memory maps of archive
-//! regions, the io_uring ring, the byte queue in shared memory to a confined lander, kernel
-//! copies with a read/write fallback, fd hygiene (checked `close_range`, batched closes, the
-//! fd limit), worker-thread placement and extended attributes. The one EINTR helper is
-//! `retry`, since a retry must first look for a stop request.
+//! The system-call layer, the bottom one: what the sources and sinks share below their own
+//! logic (like xcp's libfs), knowing no type of the crate above it. Open-flag presets,
+//! directory listing with getdents64, memory maps of archive regions, the io_uring ring,
+//! the byte queue in shared memory to a confined lander, fd hygiene (checked `close_range`,
+//! batched closes, the fd limit), worker-thread placement, `setxattrat`, signal handlers
+//! and masks, and the process calls rustix has no safe form of. Every `unsafe` block of
+//! the library is here, each with its reason, behind safe functions.
 
-pub(crate) mod copy;
 pub(crate) mod dir;
 pub mod fds;
 pub(crate) mod map;
+pub(crate) mod process;
 pub mod queue;
 pub(crate) mod ring;
+pub(crate) mod signal;
 pub(crate) mod thread;
 pub(crate) mod xattr;
 
+use std::os::fd::BorrowedFd;
+
 use rustix::fs::OFlags;
+use rustix::io::{pread, read};
 
 /// Opens a directory to read its entries (and to be the dirfd of `*at` calls).
 pub(crate) const DIR_FLAGS: OFlags = OFlags::RDONLY
@@ -42,3 +47,21 @@ pub(crate) const CREATE_FLAGS: OFlags = OFlags::WRONLY
     .union(OFlags::EXCL)
     .union(OFlags::NOFOLLOW)
     .union(OFlags::CLOEXEC);
+
+/// Reads at most `max` bytes of `fd` (at `offset`, or at its file position) onto the end of
+/// `buf`, which has room for them; returns how many (0 at its end).
+pub(crate) fn read_onto(
+    fd: BorrowedFd<'_>,
+    buf: &mut Vec<u8>,
+    max: usize,
+    offset: Option<u64>,
+) -> rustix::io::Result<usize> {
+    let spare = &mut buf.spare_capacity_mut()[..max];
+    let n = match offset {
+        None => read(fd, spare)?.0.len(),
+        Some(offset) => pread(fd, spare, offset)?.0.len(),
+    };
+    // SAFETY: the read initialized the first `n` spare bytes.
+    unsafe { buf.set_len(buf.len() + n) };
+    Ok(n)
+}

@@ -37,10 +37,6 @@ use rustix::net::{
     SocketFlags, SocketType,
 };
 
-use crate::error::{Error, Result, TreePath};
-use crate::interrupt::{retry, wait_readable};
-use crate::source::ByteSource;
-
 /// Where the ring starts in the mapping: the header takes a page.
 const HEADER: usize = 4096;
 
@@ -154,12 +150,17 @@ fn take_rings(bell: BorrowedFd<'_>) -> bool {
 }
 
 /// The memfd the writer sent first on `bell`.
-fn receive_memfd(bell: &OwnedFd) -> io::Result<OwnedFd> {
+fn receive_memfd(bell: &OwnedFd, stopped: impl Fn() -> bool) -> io::Result<OwnedFd> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let mut byte = [0u8; 1];
     let flags = RecvFlags::CMSG_CLOEXEC;
-    retry(|| recvmsg(bell, &mut [IoSliceMut::new(&mut byte)], &mut control, flags))?;
+    loop {
+        match recvmsg(bell, &mut [IoSliceMut::new(&mut byte)], &mut control, flags) {
+            Err(rustix::io::Errno::INTR) if !stopped() => {}
+            received => break received.map(drop)?,
+        }
+    }
     let memfd = control.drain().find_map(|message| match message {
         RecvAncillaryMessage::ScmRights(mut fds) => fds.next(),
         _ => None,
@@ -279,7 +280,7 @@ impl Write for QueueWriter {
     }
 }
 
-/// The reading end, in the child: the archive's [`ByteSource`].
+/// The reading end, in the child: the archive's source.
 pub(crate) struct QueueReader {
     map: Mapping,
     bell: OwnedFd,
@@ -289,10 +290,15 @@ pub(crate) struct QueueReader {
     ended: std::cell::Cell<bool>,
 }
 
+/// The queue's writer broke its protocol (published more than the ring holds).
+#[derive(Debug)]
+pub(crate) struct Broken;
+
 impl QueueReader {
-    /// Takes the queue whose memfd the writer sent on `bell`.
-    pub(crate) fn open(bell: OwnedFd) -> io::Result<QueueReader> {
-        let memfd = receive_memfd(&bell)?;
+    /// Takes the queue whose memfd the writer sent on `bell`; the wait for it ends on a
+    /// signal once `stopped` says so.
+    pub(crate) fn open(bell: OwnedFd, stopped: impl Fn() -> bool) -> io::Result<QueueReader> {
+        let memfd = receive_memfd(&bell, stopped)?;
         let len = usize::try_from(fstat(&memfd)?.st_size).unwrap_or(0);
         if len <= HEADER || !(len - HEADER).is_power_of_two() {
             return Err(io::Error::other(format!("a queue of {len} bytes")));
@@ -307,7 +313,7 @@ impl QueueReader {
     }
 
     /// Bytes published and not consumed yet.
-    fn queued(&self) -> Result<usize> {
+    fn queued(&self) -> Result<usize, Broken> {
         let queued = self
             .map
             .header()
@@ -317,50 +323,42 @@ impl QueueReader {
             .wrapping_sub(self.tail);
         match usize::try_from(queued) {
             Ok(queued) if queued <= self.map.capacity() => Ok(queued),
-            _ => Err(Error::os(
-                "read archive",
-                TreePath(b"<input queue>".to_vec()),
-                io::Error::other("the queue's writer broke its protocol"),
-            )),
+            _ => Err(Broken),
         }
     }
 }
 
-/// For a decoder over the queue (zstd's): the queue's errors as I/O errors.
-impl io::Read for QueueReader {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let at = self.tail;
-        ByteSource::read(self, buf, at).map_err(io::Error::other)
-    }
-}
-
-impl ByteSource for QueueReader {
-    fn read(&mut self, buf: &mut [u8], _offset: u64) -> Result<usize> {
-        loop {
-            let queued = self.queued()?;
-            if queued > 0 {
-                let n = queued.min(buf.len());
-                self.map.get(self.tail, &mut buf[..n]);
-                self.tail += n as u64;
-                let header = self.map.header();
-                header.tail.0.store(self.tail, SeqCst);
-                if header.writer_waits.0.swap(0, SeqCst) != 0 {
-                    ring(self.bell.as_fd());
-                }
-                return Ok(n);
+impl QueueReader {
+    /// Moves up to `buf.len()` queued bytes into `buf`: `Some(n)`, with `Some(0)` at the
+    /// end (the writer closed its end and everything was read), `None` while nothing is
+    /// queued.
+    pub(crate) fn take(&mut self, buf: &mut [u8]) -> Result<Option<usize>, Broken> {
+        let queued = self.queued()?;
+        if queued > 0 {
+            let n = queued.min(buf.len());
+            self.map.get(self.tail, &mut buf[..n]);
+            self.tail += n as u64;
+            let header = self.map.header();
+            header.tail.0.store(self.tail, SeqCst);
+            if header.writer_waits.0.swap(0, SeqCst) != 0 {
+                ring(self.bell.as_fd());
             }
-            if self.ended.get() {
-                return Ok(0);
-            }
-            self.wait(None)?;
+            return Ok(Some(n));
         }
+        Ok(self.ended.get().then_some(0))
     }
 
-    /// Waits for bytes as a [`ByteSource`] does. With patience, the reader has bytes to work
-    /// on meanwhile (the threaded engine's segment), so it is woken only once half the ring
-    /// is queued, or at the end, or after the patience: fewer wake-ups than one per message
-    /// (1.5% less CPU for a `send | recv` of many small files).
-    fn wait(&self, patience: Option<Duration>) -> Result<bool> {
+    /// Waits until [`QueueReader::take`] has something to return or `patience` has passed
+    /// (then false), through `wait_readable` (a wait for the bell, which may give up on a
+    /// stop). With patience, the reader has bytes to work on meanwhile (the threaded
+    /// engine's segment), so it is woken only once half the ring is queued, or at the end,
+    /// or after the patience: fewer wake-ups than one per message (1.5% less CPU for a
+    /// `send | recv` of many small files).
+    pub(crate) fn wait_with<E: From<Broken>>(
+        &self,
+        patience: Option<Duration>,
+        wait_readable: impl FnOnce(BorrowedFd<'_>, Option<Duration>) -> Result<bool, E>,
+    ) -> Result<bool, E> {
         let wanted = match patience {
             Some(_) => self.map.capacity() / 2,
             None => 1,
@@ -389,12 +387,14 @@ impl ByteSource for QueueReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::interrupt::Cancel;
+    use crate::source::ByteSource;
 
     /// Writes `data` from another thread in pieces of `piece` bytes, reading it back through
     /// a queue of `capacity` bytes with reads of `read` bytes.
     fn round_trip(data: &[u8], capacity: usize, piece: usize, read: usize) -> Vec<u8> {
         let (mut writer, bell) = QueueWriter::new(capacity).unwrap();
-        let mut reader = QueueReader::open(bell).unwrap();
+        let mut reader = QueueReader::open(bell, || false).unwrap();
         std::thread::scope(|s| {
             s.spawn(move || {
                 for part in data.chunks(piece) {
@@ -404,7 +404,10 @@ mod tests {
             let mut out = Vec::new();
             let mut buf = vec![0; read];
             loop {
-                match reader.read(&mut buf, out.len() as u64).unwrap() {
+                match reader
+                    .read(&mut buf, out.len() as u64, &Cancel::new())
+                    .unwrap()
+                {
                     0 => break out,
                     n => out.extend_from_slice(&buf[..n]),
                 }
@@ -428,20 +431,20 @@ mod tests {
     #[test]
     fn a_writer_gone_is_the_end_after_what_it_queued() {
         let (mut writer, bell) = QueueWriter::new(4096).unwrap();
-        let mut reader = QueueReader::open(bell).unwrap();
+        let mut reader = QueueReader::open(bell, || false).unwrap();
         writer.write_all(b"last words").unwrap();
         drop(writer);
         let mut buf = [0; 64];
-        assert_eq!(reader.read(&mut buf, 0).unwrap(), 10);
+        assert_eq!(reader.read(&mut buf, 0, &Cancel::new()).unwrap(), 10);
         assert_eq!(&buf[..10], b"last words");
-        assert_eq!(reader.read(&mut buf, 10).unwrap(), 0);
-        assert!(reader.wait(Some(Duration::ZERO)).unwrap());
+        assert_eq!(reader.read(&mut buf, 10, &Cancel::new()).unwrap(), 0);
+        assert!(reader.wait(Some(Duration::ZERO), &Cancel::new()).unwrap());
     }
 
     #[test]
     fn a_reader_gone_fails_a_writer_that_waits_for_room() {
         let (mut writer, bell) = QueueWriter::new(4096).unwrap();
-        let reader = QueueReader::open(bell).unwrap();
+        let reader = QueueReader::open(bell, || false).unwrap();
         writer.write_all(&[1; 4096]).unwrap();
         drop(reader);
         let e = writer.write_all(b"more").unwrap_err();
@@ -451,19 +454,25 @@ mod tests {
     #[test]
     fn a_reader_waits_with_patience_and_sees_bytes_that_come() {
         let (mut writer, bell) = QueueWriter::new(4096).unwrap();
-        let reader = QueueReader::open(bell).unwrap();
-        assert!(!reader.wait(Some(Duration::from_millis(20))).unwrap());
+        let reader = QueueReader::open(bell, || false).unwrap();
+        assert!(!reader
+            .wait(Some(Duration::from_millis(20)), &Cancel::new())
+            .unwrap());
         writer.write_all(b"x").unwrap();
-        assert!(reader.wait(Some(Duration::from_millis(20))).unwrap());
+        assert!(reader
+            .wait(Some(Duration::from_millis(20)), &Cancel::new())
+            .unwrap());
     }
 
     #[test]
     fn a_patient_reader_is_woken_by_half_the_ring_not_by_less() {
         let (mut writer, bell) = QueueWriter::new(4096).unwrap();
-        let reader = QueueReader::open(bell).unwrap();
+        let reader = QueueReader::open(bell, || false).unwrap();
         writer.write_all(&[1; 100]).unwrap();
         let start = std::time::Instant::now();
-        assert!(reader.wait(Some(Duration::from_millis(200))).unwrap());
+        assert!(reader
+            .wait(Some(Duration::from_millis(200)), &Cancel::new())
+            .unwrap());
         assert!(
             start.elapsed() >= Duration::from_millis(200),
             "woken for 100 bytes"
@@ -474,7 +483,9 @@ mod tests {
                 writer.write_all(&[2; 1948]).unwrap();
             });
             let start = std::time::Instant::now();
-            assert!(reader.wait(Some(Duration::from_secs(20))).unwrap());
+            assert!(reader
+                .wait(Some(Duration::from_secs(20)), &Cancel::new())
+                .unwrap());
             assert!(
                 start.elapsed() < Duration::from_secs(10),
                 "not woken by 2048 bytes"
@@ -485,7 +496,7 @@ mod tests {
     #[test]
     fn a_tail_out_of_bounds_stops_the_writer() {
         let (mut writer, bell) = QueueWriter::new(4096).unwrap();
-        let reader = QueueReader::open(bell).unwrap();
+        let reader = QueueReader::open(bell, || false).unwrap();
         reader.map.header().tail.0.store(1 << 40, SeqCst);
         let e = writer.write(b"x").unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::BrokenPipe);
@@ -494,7 +505,7 @@ mod tests {
     #[test]
     fn the_memfd_cannot_be_resized_by_the_reader() {
         let (_writer, bell) = QueueWriter::new(4096).unwrap();
-        let memfd = receive_memfd(&bell).unwrap();
+        let memfd = receive_memfd(&bell, || false).unwrap();
         assert_eq!(ftruncate(&memfd, 0), Err(rustix::io::Errno::PERM));
         assert_eq!(ftruncate(&memfd, 1 << 30), Err(rustix::io::Errno::PERM));
     }

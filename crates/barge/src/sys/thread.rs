@@ -27,7 +27,7 @@ pub fn spawn_elsewhere<'scope, T: Send + 'scope>(
 ) -> std::io::Result<ScopedJoinHandle<'scope, T>> {
     let cpu = sched_getcpu();
     let handle = std::thread::Builder::new().spawn_scoped(scope, move || {
-        crate::interrupt::keep_signals_off_this_thread();
+        super::signal::block();
         leave_cpu(cpu);
         work()
     })?;

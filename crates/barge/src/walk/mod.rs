@@ -17,9 +17,8 @@ use crate::error::{Error, TreePath};
 use crate::exclude::Exclude;
 use crate::format::MAX_SYMLINK;
 use crate::sys::dir::{dirent_buffer, Listing};
-use crate::sys::xattr::XattrReader;
 use crate::sys::DIR_FLAGS;
-use crate::tree::{Content, Device, DirPath, Entry, Kind, Meta, Sink, Xattrs};
+use crate::tree::{Content, Device, DirPath, Entry, Kind, Meta, Sink, XattrReader, Xattrs};
 
 /// Walks the tree below the directory `root` into `sink` with the default options (see
 /// [`Walk::run`]).

@@ -9,8 +9,8 @@
 //! fds are closed and reopened by name from the nearest open ancestor (checked by inode),
 //! so any depth works within the fd limit. Each opened directory costs one `openat` and one
 //! `statx` on its fd, every other entry one `statx` relative to its directory's fd (both
-//! with the one [`STATX_MASK`]): visitors get each entry with its [`Meta`] and that `statx`,
-//! and stat nothing themselves. Nothing is followed: directories are opened with
+//! with the one `compare::STATX_MASK`): visitors get each entry with its [`Meta`] and that
+//! `statx`, and stat nothing themselves. Nothing is followed: directories are opened with
 //! `O_NOFOLLOW`, by single-component names, entries stated with `AT_SYMLINK_NOFOLLOW`.
 //!
 //! A visitor attaches its own state to each directory it enters ([`ParallelVisitor::State`]:
@@ -76,7 +76,7 @@ pub trait ParallelVisitorBuilder {
 /// Sees the entries of a tree, one directory at a time per thread: [`enter_dir`], then
 /// [`entry`] for each entry of it that is not a directory, then [`listed`]. Its
 /// subdirectories are entered later, on any thread. Every entry comes stated, with its
-/// [`Meta`] filled and the `statx` (asked with [`STATX_MASK`]) beside it.
+/// [`Meta`] filled and the `statx` (asked with `compare::STATX_MASK`) beside it.
 ///
 /// [`enter_dir`]: ParallelVisitor::enter_dir
 /// [`entry`]: ParallelVisitor::entry
@@ -208,12 +208,12 @@ pub struct WalkParallel {
 
 impl WalkParallel {
     /// A walk of the directory `root`, named `name` in paths (the path it was opened by);
-    /// one thread.
+    /// at most [`Work::Walk`](crate::threads::Work::Walk) threads.
     pub fn new(root: OwnedFd, name: &[u8]) -> WalkParallel {
         WalkParallel {
             root,
             name: name.to_vec(),
-            threads: 1,
+            threads: crate::threads::Work::Walk.threads(),
             exclude: Exclude::default(),
         }
     }
@@ -329,7 +329,7 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
         let limit = getrlimit(Resource::Nofile).current.unwrap_or(1024) as usize;
         // Each worker holds up to 4 fds at once (a directory, a reopened chain, its cache).
         let threads = threads.clamp(1, (limit / 8).max(1));
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cores = crate::threads::Work::Cores.threads();
         Walk {
             builder: Mutex::new(builder),
             queue: Mutex::new(Queue {

@@ -7,7 +7,7 @@ use rustix::fs::{copy_file_range, sendfile};
 use rustix::io::{pread, write, Errno};
 
 use crate::error::{Error, Result, TreePath};
-use crate::interrupt::{check, retry};
+use crate::interrupt::{retry, Cancel};
 
 /// Most bytes one call moves: a stop request is seen between two.
 const CHUNK: usize = 1 << 30;
@@ -29,16 +29,17 @@ pub fn send_file(
     from: BorrowedFd<'_>,
     size: u64,
     path: &TreePath,
+    cancel: &Cancel,
     mut moved: impl FnMut(u64) -> Result<()>,
 ) -> Result<u64> {
     let mut offset = 0u64;
     while offset < size {
         let chunk = (size - offset).min(CHUNK as u64) as usize;
-        match retry(|| sendfile(to, from, Some(&mut offset), chunk)) {
+        match retry(cancel, || sendfile(to, from, Some(&mut offset), chunk)) {
             Ok(0) => return Ok(offset),
             Ok(n) => moved(n as u64)?,
             Err(Errno::INVAL | Errno::NOSYS) if offset == 0 => {
-                return read_write(to, from, size, path, moved)
+                return read_write(to, from, size, path, cancel, moved)
             }
             Err(e) => return Err(Error::io("sendfile", path.clone(), e)),
         }
@@ -52,11 +53,12 @@ fn read_write(
     from: BorrowedFd<'_>,
     size: u64,
     path: &TreePath,
+    cancel: &Cancel,
     mut moved: impl FnMut(u64) -> Result<()>,
 ) -> Result<u64> {
     let mut buf = vec![0u8; (size as usize).min(FALLBACK_BUFFER)];
-    read_chunks(from, 0, size, &mut buf, path, |chunk| {
-        write_all(to, chunk, &mut moved)
+    read_chunks(from, 0, size, &mut buf, path, cancel, |chunk| {
+        write_all(to, chunk, cancel, &mut moved)
     })
 }
 
@@ -69,12 +71,13 @@ pub(crate) fn read_chunks(
     len: u64,
     buf: &mut [u8],
     path: &TreePath,
+    cancel: &Cancel,
     mut each: impl FnMut(&[u8]) -> Result<()>,
 ) -> Result<u64> {
     let mut read = 0u64;
     while read < len {
         let want = (len - read).min(buf.len() as u64) as usize;
-        let n = retry(|| pread(from, &mut buf[..want], start + read))
+        let n = retry(cancel, || pread(from, &mut buf[..want], start + read))
             .map_err(|e| Error::io("read", path.clone(), e))?;
         if n == 0 {
             break;
@@ -97,27 +100,28 @@ pub(crate) struct Ranged {
 }
 
 /// Copies `len` bytes of the regular file `from` at `at` into `to` (at `to_at`, or at its
-/// file position) by `copy_file_range` in 64 MiB steps, with a stop check between two,
-/// calling `moved` after each. Errors name `path`.
+/// file position) by `copy_file_range` in 64 MiB steps, with a check of `cancel` between
+/// two, calling `moved` after each. Errors name `path`.
 pub(crate) fn copy_range(
-    from: BorrowedFd<'_>,
-    mut at: u64,
-    to: BorrowedFd<'_>,
-    mut to_at: Option<u64>,
+    (from, mut at): (BorrowedFd<'_>, u64),
+    (to, mut to_at): (BorrowedFd<'_>, Option<u64>),
     len: u64,
     path: &dyn Fn() -> TreePath,
+    cancel: &Cancel,
     mut moved: impl FnMut(u64),
 ) -> Result<Ranged> {
     let mut copied = 0;
     while copied < len {
         let chunk = (len - copied).min(RANGE_CHUNK) as usize;
-        match retry(|| copy_file_range(from, Some(&mut at), to, to_at.as_mut(), chunk)) {
+        match retry(cancel, || {
+            copy_file_range(from, Some(&mut at), to, to_at.as_mut(), chunk)
+        }) {
             Ok(0) => break,
             Ok(n) => {
                 copied += n as u64;
                 moved(n as u64);
                 if copied < len {
-                    check()?;
+                    cancel.check()?;
                 }
             }
             Err(Errno::XDEV | Errno::INVAL | Errno::OPNOTSUPP | Errno::NOSYS) => {
@@ -140,10 +144,11 @@ pub(crate) fn copy_range(
 pub(crate) fn write_all(
     to: BorrowedFd<'_>,
     mut bytes: &[u8],
+    cancel: &Cancel,
     mut moved: impl FnMut(u64) -> Result<()>,
 ) -> Result<()> {
     while !bytes.is_empty() {
-        let n = retry(|| write(to, bytes))
+        let n = retry(cancel, || write(to, bytes))
             .map_err(|e| Error::os("write archive", TreePath::default(), e.into()))?;
         bytes = &bytes[n..];
         moved(n as u64)?;
@@ -166,6 +171,7 @@ mod tests {
             from.as_fd(),
             size,
             &TreePath::default(),
+            &Cancel::new(),
             |_| {
                 steps += 1;
                 Ok(())

@@ -115,7 +115,7 @@ pub(crate) fn open_dest(
             Err(e) => return Err(Error::io("open destination", path, e)),
         },
         Some((parent, names)) => {
-            let (fd, staged) = Staged::create(parent, &names, &path)?;
+            let (fd, staged) = Staged::create(parent, &names, &path, dest_mode)?;
             (fd, Some(staged), names.len() == 1)
         }
     };
@@ -276,8 +276,14 @@ const STEPS: [&str; 3] = [
 impl Staged {
     /// Creates the hidden directory for `names` (the missing directories down to DEST) in
     /// `parent` and the rest of `names` inside it; returns the fd of the last, DEST (mode
-    /// 0o700; its parents get `0o777 & !umask`, as with `mkdir -p`).
-    fn create(parent: &Path, names: &[&[u8]], dest: &TreePath) -> Result<(OwnedFd, Staged)> {
+    /// 0o700; its parents get `parents_mode`, 0o777 less the umask, as with `mkdir -p`:
+    /// created under a cleared umask, they would get 0o777).
+    fn create(
+        parent: &Path,
+        names: &[&[u8]],
+        dest: &TreePath,
+        parents_mode: u32,
+    ) -> Result<(OwnedFd, Staged)> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
         let parent = match open(parent, flags, Mode::empty()) {
             Ok(fd) => fd,
@@ -307,7 +313,11 @@ impl Staged {
         let inside = || {
             let mut fd = openat(&staged.parent, &staged.temp[..], DEST_FLAGS, Mode::empty())?;
             for (i, name) in names.iter().enumerate().skip(1) {
-                let mode = if i + 1 == names.len() { 0o700 } else { 0o777 };
+                let mode = if i + 1 == names.len() {
+                    0o700
+                } else {
+                    parents_mode
+                };
                 mkdirat(&fd, *name, Mode::from_raw_mode(mode))?;
                 fd = openat(&fd, *name, DEST_FLAGS, Mode::empty())?;
             }

@@ -126,6 +126,17 @@ fn the_root_record_gives_a_new_dest_its_mode_and_time() {
             0o777 & !umask(),
             "a new parent"
         );
+        // Missing parents between the top one and DEST: as `mkdir -p` makes them.
+        let deeper = work.path().join(format!("top-{sandbox}/middle/dest"));
+        let mut cmd = barge(["unpack"]);
+        run_ok(cmd.args(flag).arg(&archive).arg(&deeper), None);
+        for dir in [
+            deeper.parent().unwrap(),
+            deeper.parent().unwrap().parent().unwrap(),
+        ] {
+            let mode = fs::metadata(dir).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o777 & !umask(), "{}", dir.display());
+        }
         let existing = work.path().join(format!("existing-{sandbox}"));
         fs::create_dir(&existing).unwrap();
         fs::set_permissions(&existing, fs::Permissions::from_mode(0o751)).unwrap();

@@ -1,10 +1,10 @@
 //! The global allocator.
 //!
 //! The release `barge` is a static musl binary (see `scripts/build`): in a VM, where each
-//! of the 43 `cpuid` instructions of glibc's start-up exits to the hypervisor, musl starts
-//! ~0.3 ms faster. musl's own allocator maps and unmaps small groups of pages as they fill
-//! and empty, though: 23 `munmap`s in an unpack of 90 files, each a TLB shoot-down across
-//! the CPUs while the landers run, which ate most of that gain. Here, blocks under
+//! of the `cpuid` instructions of glibc's start-up exits to the hypervisor, musl starts
+//! faster. musl's own allocator maps and unmaps small groups of pages as they fill and
+//! empty, though, each `munmap` a TLB shoot-down across the CPUs while the landers run,
+//! which ate most of that gain (docs/BENCHMARKS.md, "Design measurements"). Here, blocks under
 //! [`LARGE`] come from talc, a free-list allocator over [`REGION`]-sized mappings that are
 //! never unmapped (untouched pages cost nothing), and larger blocks get a mapping of their
 //! own, as every libc's `malloc` does, so that big buffers go back to the system when freed

@@ -9,9 +9,9 @@
 //! abort the walk. Symlinks are never followed.
 //!
 //! Plain `statx` calls beat `IORING_OP_STATX` batches: the kernel always runs io_uring statx
-//! on io-wq worker threads, which on the warm linux tree took 1.5x the CPU time of plain calls
-//! (185 ms against 115 ms), and on a cold ext4 tree lagged behind simply running more threads
-//! (1.11 s with io_uring on 2 workers, 0.36 s with plain calls on 64 workers, du -sb 1.40 s).
+//! on io-wq worker threads, which costs more CPU time on a warm tree and, on a cold one, lags
+//! behind simply running more threads of plain calls (docs/BENCHMARKS.md, "Design
+//! measurements").
 
 use std::collections::HashSet;
 use std::os::fd::BorrowedFd;

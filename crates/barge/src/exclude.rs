@@ -1,5 +1,5 @@
 //! `--exclude` patterns, one matcher for every walker (pack's ordered walker, du's parallel
-//! one, cp's to come): globs on an entry's name and on its path below the walked directory,
+//! one, cp's): globs on an entry's name and on its path below the walked directory,
 //! with the rules tar and rsync users expect.
 //!
 //! - `*`, `?`, `[abc]`, `{a,b}` as in a shell; `*` and `?` never match `/`; `**` matches

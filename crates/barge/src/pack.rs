@@ -6,8 +6,8 @@
 //! into an fd), unless the writer is behind (`WRITER_BEHIND` items queued): then the
 //! walking thread reads it into the output buffers, so each thread copies the data once
 //! instead of the writer twice (on tmpfs, `sendfile` copies into the pipe and again into
-//! the file). On the linux tree that keeps both threads busy: 593 ms against 620 ms with
-//! `sendfile` only.
+//! the file). That keeps both threads busy, which is faster than `sendfile` alone
+//! (docs/BENCHMARKS.md, "Design measurements").
 //!
 //! The walker announces regular files unopened. With io_uring, the files of a directory are
 //! taken in runs of up to `RING_FILES`: each is `statx`ed (a plain call: the ring runs
@@ -842,9 +842,8 @@ impl<'a> Packer<'a> {
 
     /// Appends the small files `files` of the run with one ring batch: each is opened into
     /// slot k, read into its place after its header, probed for growth with a one-byte read
-    /// at its size, and closed. (One read of size + 1 would come up short, and io_uring
-    /// finishes a short read of a regular file on an io-wq thread: linux pack 887 against
-    /// 702 ms.) A file that cannot be opened is left out with a warning: the files after
+    /// at its size, and closed. (Not one read of size + 1: it would come up short, and
+    /// io_uring finishes a short read of a regular file on a slow io-wq thread.) A file that cannot be opened is left out with a warning: the files after
     /// it move down over its place.
     fn read_ring(&mut self, dir: BorrowedFd<'_>, files: &[Listed]) -> Result<()> {
         let Some(ring) = self.ring.as_mut().filter(|_| !files.is_empty()) else {

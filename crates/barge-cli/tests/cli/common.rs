@@ -506,9 +506,39 @@ fn read_full(file: &mut fs::File, buf: &mut [u8]) -> usize {
     filled
 }
 
-/// Says, where `cargo test` output shows it, that a test did not run here and why.
+/// Fails unless the tests run as root. For the tests marked `#[ignore = "needs root: ..."]`:
+/// `cargo test` lists them as ignored where it does not run as root, and `scripts/test` runs
+/// them as root (CI) with `--include-ignored`.
+pub fn require_root() {
+    assert!(
+        is_root(),
+        "this test needs root: run it as root (scripts/test does, with --include-ignored)"
+    );
+}
+
+/// The file where [`skipped`] records each test that could not run (`scripts/test` lists
+/// it after the tests, and removes it before them).
+pub const SKIPPED_LOG: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/skipped-tests");
+
+/// Ends a test that cannot run here for a reason known only at run time (no ptrace, no
+/// loop device, no nested user namespaces, a mount that failed): the test passes, but the
+/// skip is recorded, test name and reason, in [`SKIPPED_LOG`], which `scripts/test` lists
+/// and counts (libtest cannot mark a test ignored at run time). With `BARGE_TEST_NO_SKIP`
+/// set the skip fails the test instead, for a machine that must run everything.
 pub fn skipped(reason: impl std::fmt::Display) {
+    let test = std::thread::current().name().unwrap_or("?").to_string();
+    assert!(
+        std::env::var_os("BARGE_TEST_NO_SKIP").is_none(),
+        "{test} cannot run here (BARGE_TEST_NO_SKIP is set): {reason}"
+    );
     eprintln!("\n*** SKIPPED: {reason} ***\n");
+    let mut log = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(SKIPPED_LOG)
+        .unwrap();
+    log.write_all(format!("{test}: {reason}\n").as_bytes())
+        .unwrap();
 }
 
 /// The calls the archive at `path` makes on a [`barge::tree::Recording`] (what `barge list`

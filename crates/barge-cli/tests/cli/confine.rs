@@ -270,18 +270,18 @@ fn inspect_waiting_child(prefix: &str, owner: u32, unconfined: bool) {
 }
 
 #[test]
+#[ignore = "needs root: the root sandbox needs root"]
 fn a_child_as_root_is_a_chroot_holding_only_its_input_and_report() {
-    if !is_root() {
-        skipped("the root sandbox needs root");
-        return;
-    }
+    require_root();
     inspect_waiting_child("", 0, false);
 }
 
 #[test]
+#[ignore = "needs root (for setpriv)"]
 fn a_child_as_user_is_a_chroot_holding_only_its_input_and_report() {
-    if !is_root() || !unprivileged_userns() {
-        skipped("needs root (for setpriv) and unprivileged user namespaces");
+    require_root();
+    if !unprivileged_userns() {
+        skipped("no unprivileged user namespaces here");
         return;
     }
     let setpriv = "setpriv --reuid 65534 --regid 65534 --clear-groups";

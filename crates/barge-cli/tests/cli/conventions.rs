@@ -270,10 +270,17 @@ fn every_message_has_one_style_and_says_things_once() {
         "{help}"
     );
     assert!(!help.contains("<PATH>"), "{help}");
-    if !is_root() {
-        return skipped("needs root to run as nobody");
-    }
-    // As nobody, a new DEST in a directory it may not write.
+}
+
+/// As nobody, a new DEST in a directory it may not write: one clean error that names DEST
+/// once.
+#[test]
+#[ignore = "needs root to run as nobody"]
+fn as_nobody_a_dest_it_may_not_create_is_one_clean_error() {
+    require_root();
+    let work = Work::new();
+    let archive = work.path("a.barge");
+    let archive = archive.to_str().unwrap();
     let closed = work.path("closed");
     fs::create_dir(&closed).unwrap();
     fs::set_permissions(&closed, fs::Permissions::from_mode(0o755)).unwrap();

@@ -302,10 +302,9 @@ fn archive_copy_of_every_kind_of_entry_equals_cp_a() {
 }
 
 #[test]
+#[ignore = "needs root: not root: cannot run the copiers as nobody"]
 fn archive_copy_of_every_kind_of_entry_as_nobody_equals_cp_a() {
-    if !is_root() {
-        return skipped("not root: cannot run the copiers as nobody");
-    }
+    require_root();
     let work = Work::new(User::Nobody);
     // ACLs have their own test.
     let tree = every_kind_tree(&work, false, false);
@@ -317,10 +316,9 @@ fn archive_copy_of_every_kind_of_entry_as_nobody_equals_cp_a() {
 /// The owner of a file may set its ACLs: cp -a keeps them as nobody too (issue 15's
 /// contract: "xattrs incl. ACLs (trusted/security only as root)").
 #[test]
+#[ignore = "needs root: not root: cannot run the copiers as nobody"]
 fn archive_copy_as_nobody_keeps_acls() {
-    if !is_root() {
-        return skipped("not root: cannot run the copiers as nobody");
-    }
+    require_root();
     let work = Work::new(User::Nobody);
     let tree = work.path("tree");
     fs::create_dir(&tree).unwrap();
@@ -332,10 +330,9 @@ fn archive_copy_as_nobody_keeps_acls() {
 /// Without -a: modes (setuid too: root), times, symlinks, hard links, fifos and sockets, as
 /// GNU cp keeps them with `--preserve=mode,timestamps,links`; no xattrs.
 #[test]
+#[ignore = "needs root: not root: the copies' owners would differ from the tree's"]
 fn default_copy_keeps_modes_times_and_links_as_cp_preserve() {
-    if !is_root() {
-        return skipped("not root: the copies' owners would differ from the tree's");
-    }
+    require_root();
     let work = Work::new(User::Caller);
     let tree = every_kind_tree(&work, false, true);
     let cp_args = &["-R", "-P", "--preserve=mode,timestamps,links"];
@@ -348,10 +345,9 @@ fn default_copy_keeps_modes_times_and_links_as_cp_preserve() {
 }
 
 #[test]
+#[ignore = "needs root: /etc holds files only root may read"]
 fn archive_copy_of_etc_equals_cp_a() {
-    if !is_root() {
-        return skipped("/etc holds files only root may read");
-    }
+    require_root();
     assert_like_cp(
         &Work::new(User::Caller),
         Path::new("/etc"),
@@ -369,10 +365,9 @@ fn archive_copy_of_usr_share_doc_equals_cp_a() {
 }
 
 #[test]
+#[ignore = "needs root: not root: cannot run the copiers as nobody"]
 fn archive_copy_of_usr_share_doc_as_nobody_equals_cp_a() {
-    if !is_root() {
-        return skipped("not root: cannot run the copiers as nobody");
-    }
+    require_root();
     // Root's files: nobody cannot keep their owners, which barge says (a warning, exit 0,
     // as unpack).
     let work = Work::new(User::Nobody);
@@ -385,9 +380,7 @@ fn archive_copy_of_usr_share_doc_as_nobody_equals_cp_a() {
 #[test]
 #[ignore = "copies /usr/lib twice (gigabytes): run with --ignored"]
 fn archive_copy_of_usr_lib_equals_cp_a() {
-    if !is_root() {
-        return skipped("owners of /usr/lib are kept only by root");
-    }
+    require_root();
     let size: u64 = 8 << 30;
     let dir = roomy_tempdir(size);
     let work = Work {
@@ -769,10 +762,9 @@ fn a_file_hard_linked_from_outside_is_replaced_not_written_through() {
 }
 
 #[test]
+#[ignore = "needs root: not root: cannot run barge as nobody"]
 fn unreadable_entries_are_named_and_the_rest_is_copied() {
-    if !is_root() {
-        return skipped("not root: cannot run barge as nobody");
-    }
+    require_root();
     let work = Work::new(User::Nobody);
     let src = small_tree(&work);
     file(&src.join("secret"), b"s", 0o644);
@@ -791,10 +783,9 @@ fn unreadable_entries_are_named_and_the_rest_is_copied() {
 }
 
 #[test]
+#[ignore = "needs root: not root: cannot mount a small tmpfs"]
 fn a_full_file_system_is_a_clear_error() {
-    if !is_root() {
-        return skipped("not root: cannot mount a small tmpfs");
-    }
+    require_root();
     let work = Work::new(User::Caller);
     let src = work.path("src");
     fs::create_dir(&src).unwrap();
@@ -1523,10 +1514,9 @@ fn json_summarizes_the_copy() {
 }
 
 #[test]
+#[ignore = "needs root: not root: cannot run barge as nobody"]
 fn exit_status_is_0_with_one_warning_when_only_metadata_could_not_be_kept() {
-    if !is_root() {
-        return skipped("not root: cannot run barge as nobody");
-    }
+    require_root();
     let work = Work::new(User::Nobody);
     let src = small_tree(&work);
     work.own();

@@ -270,29 +270,26 @@ fn usr_share_doc_as_tar_copies_it() {
 }
 
 #[test]
+#[ignore = "needs root: /etc holds files only root may read"]
 fn etc_with_archive_flag_as_tar_copies_it() {
-    if !is_root() {
-        return skipped("/etc holds files only root may read");
-    }
+    require_root();
     assert_faithful(&bin(), ["-a", "/etc"]);
 }
 
 #[test]
+#[ignore = "needs root: owners of /usr/lib are restored only by root"]
 fn usr_lib_with_archive_flag_as_tar_copies_it() {
     // /usr/lib can be gigabytes: contents are compared by size only (this test is about
     // metadata; the round-trip tests compare contents byte for byte) and barge's copy goes
     // through a pipe (no archive file; the other trees cover the mapped archive).
-    if !is_root() {
-        return skipped("owners of /usr/lib are restored only by root");
-    }
+    require_root();
     assert_faithful(&bin(), ["--no-content", "--pipe", "-a", "/usr/lib"]);
 }
 
 #[test]
+#[ignore = "needs root: not root: cannot run the tools as nobody"]
 fn usr_share_doc_as_nobody_as_tar_copies_it() {
-    if !is_root() {
-        return skipped("not root: cannot run the tools as nobody");
-    }
+    require_root();
     assert_faithful(&bin(), ["--as", "nobody", "/usr/share/doc"]);
 }
 
@@ -307,10 +304,9 @@ fn every_kind_of_entry_as_tar_copies_it() {
 }
 
 #[test]
+#[ignore = "needs root: not root: cannot run the tools as nobody"]
 fn every_kind_of_entry_as_nobody_as_tar_copies_it() {
-    if !is_root() {
-        return skipped("not root: cannot run the tools as nobody");
-    }
+    require_root();
     assert_faithful_as_nobody(&bin());
 }
 

@@ -15,10 +15,9 @@ fn alone(bin: &Path, uid: u32, args: &[&std::ffi::OsStr]) -> Output {
 }
 
 #[test]
+#[ignore = "needs root to run barge as a user of its own under a task limit"]
 fn without_a_thread_to_start_commands_go_on_alone_or_say_why() {
-    if !is_root() {
-        return skipped("needs root to run barge as a user of its own under a task limit");
-    }
+    require_root();
     let work = tempdir();
     fs::set_permissions(work.path(), fs::Permissions::from_mode(0o777)).unwrap();
     let bin = copy_bin(work.path());

@@ -1223,10 +1223,9 @@ fn strangers_beyond_the_cap_wait_in_the_listen_queue_and_each_handshake_has_a_de
 }
 
 #[test]
+#[ignore = "needs root to run recv as a user of its own under a task limit"]
 fn a_thread_recv_cannot_start_turns_one_connection_away_and_recv_goes_on() {
-    if !is_root() {
-        return skipped("needs root to run recv as a user of its own under a task limit");
-    }
+    require_root();
     // recv as a uid of its own (no other process counts against its task limit) with 8
     // tasks at most: most of 40 trickling strangers (within the address share and the cap)
     // find no thread, and are closed; once the others' handshakes ended, a sender lands.
@@ -1263,10 +1262,9 @@ fn a_thread_recv_cannot_start_turns_one_connection_away_and_recv_goes_on() {
 }
 
 #[test]
+#[ignore = "needs root to give a sender a host name of its own (unshare --uts)"]
 fn a_sender_name_that_forges_log_lines_is_escaped() {
-    if !is_root() {
-        return skipped("needs root to give a sender a host name of its own (unshare --uts)");
-    }
+    require_root();
     // A sender with the key names itself in its HELLO by its host name, which any bytes can
     // make: here a line break, a forged log line and a terminal escape.
     let work = tempdir();

@@ -189,11 +189,9 @@ impl Drop for Loop {
 }
 
 #[test]
+#[ignore = "needs root for losetup"]
 fn a_loop_device_holds_an_archive_at_an_offset_or_at_its_start() {
-    if !is_root() {
-        skipped("needs root for losetup");
-        return;
-    }
+    require_root();
     let work = tempdir();
     let (src, archive) = tree_and_archive(work.path());
     // A device padded to 8 MiB, the archive at an odd offset; and one with it at the start.

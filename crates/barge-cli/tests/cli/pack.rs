@@ -418,10 +418,9 @@ fn symlinks_hard_links_fifos_setuid_bits_and_nanosecond_times_are_recorded() {
 /// large) and a directory it may not open are named in warnings, the rest is packed (the
 /// directory empty), and the exit status is 2; `-q` silences the warnings, not the status.
 #[test]
+#[ignore = "needs root to run barge as nobody"]
 fn unreadable_entries_are_warnings_the_rest_is_packed_and_the_status_is_2() {
-    if !is_root() {
-        return skipped("needs root to run barge as nobody");
-    }
+    require_root();
     let work = tempdir();
     fs::set_permissions(work.path(), fs::Permissions::from_mode(0o755)).unwrap();
     let src = work.path().join("src");
@@ -606,10 +605,9 @@ fn several_inputs_and_change_directory_work_as_in_tar() {
 /// With `-a` (as root) owners, extended attributes (sorted by name) and devices are
 /// recorded; without it, none of them, and the device is left out with a warning.
 #[test]
+#[ignore = "needs root to give files away and to make a device"]
 fn archive_mode_records_owners_extended_attributes_and_devices() {
-    if !is_root() {
-        return skipped("needs root to give files away and to make a device");
-    }
+    require_root();
     use barge::tree::{Meta, Xattrs};
     use rustix::fs::{
         chownat, makedev, mknodat, setxattr, AtFlags, FileType, Mode, XattrFlags, CWD,

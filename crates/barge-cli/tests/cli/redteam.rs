@@ -454,11 +454,9 @@ impl Drop for Mounted {
 /// missing (always with the sync engine) or whole (the threaded engines land batches
 /// concurrently, so some after the failure may have landed).
 #[test]
+#[ignore = "needs root to mount a small tmpfs"]
 fn a_full_disk_leaves_every_earlier_entry_whole_and_no_short_file() {
-    if !is_root() {
-        skipped("needs root to mount a small tmpfs");
-        return;
-    }
+    require_root();
     let work = Work::new();
     let small = work.path("small");
     fs::create_dir(&small).unwrap();
@@ -640,13 +638,9 @@ fn a_mapped_archive_truncated_while_it_lands_fails_cleanly() {
 /// F5 as an unprivileged user: a pack that fails (a file changes size while read) leaves an
 /// archive, a symlink (and its target) and a fifo at `-o` as they were, and no temporary file.
 #[test]
+#[ignore = "needs root to switch to uid 65534 (nobody) with setpriv"]
 fn a_failed_pack_as_nobody_leaves_what_output_names() {
-    if !is_root() {
-        skipped(format_args!(
-            "needs root to switch to uid {NOBODY} with setpriv"
-        ));
-        return;
-    }
+    require_root();
     let work = Work::new();
     let out_dir = work.path("out");
     fs::create_dir(&out_dir).unwrap();

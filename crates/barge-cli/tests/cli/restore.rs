@@ -211,10 +211,9 @@ fn metadata_lands_exactly_as_root_and_what_others_may_not_restore_is_warned_abou
 }
 
 #[test]
+#[ignore = "needs root: owners can be restored only by root"]
 fn touch_and_no_same_owner_turn_times_and_owners_off_and_what_they_grant() {
-    if !is_root() {
-        return skipped("owners can be restored only by root");
-    }
+    require_root();
     let work = Work::new();
     let archive = work.archive("a.barge", &everything());
     for (i, way) in ways().iter().filter(|w| !w.nobody).enumerate() {
@@ -404,10 +403,9 @@ fn existing_directories_get_the_archives_mode_and_time_only_with_overwrite() {
 }
 
 #[test]
+#[ignore = "needs root: a directory of root's in a DEST of nobody's"]
 fn overwrite_lands_into_a_directory_it_does_not_own_with_a_warning() {
-    if !is_root() {
-        return skipped("needs a directory of root's in a DEST of nobody's");
-    }
+    require_root();
     let work = Work::new();
     // `shared/` as DEST has it (1777), then files; an empty one with another mode.
     let mut e = Encoder::extended(Vec::new());
@@ -445,10 +443,9 @@ fn overwrite_lands_into_a_directory_it_does_not_own_with_a_warning() {
 }
 
 #[test]
+#[ignore = "needs root to mount an ext4 image"]
 fn an_xattr_the_file_system_cannot_hold_is_a_warning_for_unpack_and_cp() {
-    if !is_root() {
-        return skipped("needs root to mount an ext4 image");
-    }
+    require_root();
     let work = Work::new();
     let Some(_ext4) = Mount::ext4(&work.path("ext4.img"), &work.path("ext4"), 32) else {
         return skipped("cannot make or mount an ext4 image");
@@ -653,11 +650,10 @@ fn a_hard_link_does_not_follow_its_files_name_swapped_for_a_symlink() {
 /// `trusted.*` attributes of files and directories, symlink targets, hard-link groups,
 /// device numbers.
 #[test]
+#[ignore = "needs root: only root may restore every kind of metadata"]
 fn every_valid_vector_lands_as_its_description_says() {
     use crate::vectors::{hex, vectors};
-    if !is_root() {
-        return skipped("only root may restore every kind of metadata");
-    }
+    require_root();
     let work = tempdir();
     for (i, (archive, json)) in vectors("valid").iter().enumerate() {
         let entries = json["entries"].as_array().unwrap();

@@ -65,13 +65,9 @@ pub fn unprivileged_userns() -> bool {
 }
 
 #[test]
+#[ignore = "needs root to switch to uid 65534 (nobody) with setpriv"]
 fn unprivileged_user_unpacks_inside_the_sandbox() {
-    if !is_root() {
-        skipped(format_args!(
-            "needs root to switch to uid {NOBODY} with setpriv"
-        ));
-        return;
-    }
+    require_root();
     let setup = Setup::new();
     let userns = unprivileged_userns();
     for (name, extra, piped) in [
@@ -239,18 +235,18 @@ fn inspect_waiting_unpack(as_user: bool) {
 }
 
 #[test]
+#[ignore = "needs root: the root sandbox needs root"]
 fn sandbox_as_root_is_a_chroot_holding_no_outside_fd() {
-    if !is_root() {
-        skipped("the root sandbox needs root");
-        return;
-    }
+    require_root();
     inspect_waiting_unpack(false);
 }
 
 #[test]
+#[ignore = "needs root (for setpriv)"]
 fn sandbox_as_user_is_a_chroot_holding_no_outside_fd() {
-    if !is_root() || !unprivileged_userns() {
-        skipped("needs root (for setpriv) and unprivileged user namespaces");
+    require_root();
+    if !unprivileged_userns() {
+        skipped("no unprivileged user namespaces here");
         return;
     }
     inspect_waiting_unpack(true);

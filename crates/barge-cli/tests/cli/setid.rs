@@ -77,10 +77,9 @@ fn warned(out: &std::process::Output, n: usize) -> bool {
 }
 
 #[test]
+#[ignore = "needs root: only root can make files of other owners to pack"]
 fn unpack_lands_a_set_id_bit_only_with_the_recorded_owner_or_group() {
-    if !is_root() {
-        return skipped("only root can make files of other owners to pack");
-    }
+    require_root();
     let work = Work::new();
     let src = source(&work);
     let pack = |name: &str, extra: &[&str]| {
@@ -149,10 +148,9 @@ fn unpack_lands_a_set_id_bit_only_with_the_recorded_owner_or_group() {
 }
 
 #[test]
+#[ignore = "needs root: needs a setgid directory of another group"]
 fn a_setgid_bit_kept_as_the_process_group_is_checked_against_the_group_the_file_got() {
-    if !is_root() {
-        return skipped("needs a setgid directory of another group");
-    }
+    require_root();
     let work = Work::new();
     let src = work.path("src");
     fs::create_dir(&src).unwrap();
@@ -195,10 +193,9 @@ fn a_setgid_bit_kept_as_the_process_group_is_checked_against_the_group_the_file_
 }
 
 #[test]
+#[ignore = "needs root: only root can make files of other owners to copy"]
 fn cp_keeps_a_set_id_bit_only_where_the_copy_has_the_ids_it_grants() {
-    if !is_root() {
-        return skipped("only root can make files of other owners to copy");
-    }
+    require_root();
     let work = Work::new();
     let src = source(&work);
     let bin = copy_bin(&work.path(""));

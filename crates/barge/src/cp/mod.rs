@@ -14,10 +14,8 @@
 //! next `--update`. A directory gets its mode, extended attributes and time when the walker
 //! drops its state, which is after everything below it (its subdirectories hold it).
 //!
-//! Small files go by `copy_file_range` too: `read` + `write` instead cost the same CPU time
-//! per file on tmpfs (11.6 us against 11.6 us for a 100-byte file, 12.0 against 12.1 for
-//! 4 KB: open, copy, close on both sides, 20,000 files), and a 30 KB file costs more (29
-//! against 28 us). A file costs the walker's `statx` + `openat` + `openat(O_EXCL)` + the copy +
+//! Small files go by `copy_file_range` too: one path for every size, since `read` + `write`
+//! cost no less per small file on tmpfs (docs/BENCHMARKS.md, "Design measurements"). A file costs the walker's `statx` + `openat` + `openat(O_EXCL)` + the copy +
 //! `futimens` + two `close`s, and `-a` adds `flistxattr` (and `fchown` where creating the
 //! copy does not give it its owner already): 7 and 8 calls, where GNU `cp -a` makes 17.
 

@@ -58,8 +58,9 @@ use channel::{protocol, Channel, MAX_PAYLOAD};
 const VERSION: u32 = 5;
 /// The port `recv` listens on unless told otherwise.
 pub const DEFAULT_PORT: u16 = 7361;
-/// zstd's level for `--compress`: its fastest but negative ones, run on every core (level
-/// 3 on one core compressed the linux tree at 100 MB/s, below a gigabit link's rate).
+/// zstd's level for `--compress`: its fastest but negative ones, run on every core, so that
+/// compressing keeps up with a gigabit link (the default level 3 on one core does not:
+/// docs/BENCHMARKS.md, "Design measurements").
 const ZSTD_LEVEL: i32 = 1;
 
 /// The message types (the first byte of each message's plaintext).

@@ -12,12 +12,10 @@ use rustix::thread::{sched_getaffinity, sched_getcpu, sched_setaffinity};
 ///
 /// The scheduler puts a new thread on its creator's CPU, where it either preempts the
 /// creator or waits behind it, and moves one of the two to an idle CPU only at a later
-/// balancing pass: on this kind of 2-core VM the two shared one CPU for the first ~0.8 ms
-/// (a C test writing 3 MiB into 90 tmpfs files on two threads took 1.7 ms, as long as one
-/// thread; starting the second elsewhere, 1.0 ms). So the new thread moves itself off the
-/// creator's CPU first, and the creator yields once so that a new thread waiting behind it
-/// gets to do that at once. `barge unpack` of a 3 MiB, 90-file archive: 3.00 -> 2.26 ms
-/// (medians of 150 interleaved runs).
+/// balancing pass, so for a short job the second thread gains nothing. So the new thread
+/// moves itself off the creator's CPU first, and the creator yields once so that a new
+/// thread waiting behind it gets to do that at once (docs/BENCHMARKS.md, "Design
+/// measurements").
 ///
 /// Fails where no thread can be started (a task limit, `ulimit -u`): the caller goes on
 /// with the threads it has, or says so.

@@ -42,8 +42,8 @@ const SLOW_DIR: Duration = Duration::from_micros(100);
 const SLOW_ENTRY: Duration = Duration::from_micros(10);
 
 /// Helper threads start only once the walk has listed this many entries (or met a slow
-/// directory): below that, starting a thread costs more than it saves (a 95-entry tree took
-/// 2.06 ms with helpers against 1.95 ms for `du -sb`).
+/// directory): below that, starting a thread costs more than it saves (docs/BENCHMARKS.md,
+/// "Design measurements").
 const SPAWN_AFTER: u64 = 512;
 
 /// The CPU time the calling thread has used.

@@ -516,26 +516,28 @@ impl Archive {
     /// The first `n` bytes (at most 512, fewer when the archive is shorter), read ahead from
     /// a stream and kept for its reader.
     fn peek(&self, n: usize, cancel: &Cancel) -> Result<Vec<u8>> {
-        let n = n.min(HEAD);
         if let Input::Mapped(m) = &self.input {
-            return Ok(m.bytes()[..n.min(m.bytes().len())].to_vec());
+            return Ok(m.bytes()[..n.min(HEAD).min(m.bytes().len())].to_vec());
         }
+        // A stream is read ahead as far as `head` shows, so that what it is can still be
+        // named when decoding fails at its first bytes.
         let mut stream = self.stream(cancel);
-        let mut buf = vec![0; n];
-        let mut got = self.head.borrow().len().min(n);
-        buf[..got].copy_from_slice(&self.head.borrow()[..got]);
-        while got < n {
+        let mut scratch = [0; HEAD];
+        loop {
+            let got = self.head.borrow().len();
+            if got >= HEAD {
+                break;
+            }
             let was = self.ahead.get();
             self.ahead.set(0);
-            let read = stream.read(&mut buf[got..], got as u64);
+            let read = stream.read(&mut scratch[..HEAD - got], got as u64);
             self.ahead.set(was + *read.as_ref().unwrap_or(&0));
-            match read? {
-                0 => break,
-                more => got += more,
+            if read? == 0 {
+                break;
             }
         }
-        buf.truncate(got);
-        Ok(buf)
+        let head = self.head.borrow();
+        Ok(head[..n.min(head.len())].to_vec())
     }
 
     /// Whether the archive is in format version 2 (which lands on one thread for now).

@@ -567,6 +567,8 @@ fn a_tar_or_compressed_file_is_named_as_such() {
     let mut tar = vec![0u8; 1024];
     tar[..4].copy_from_slice(b"src/");
     tar[257..263].copy_from_slice(b"ustar\0");
+    // A zstd-compressed file is read through zstd: inside it, the tar is named.
+    let tar_zst = zstd::encode_all(&tar[..], 3).unwrap();
     let cases: [(&str, Vec<u8>, &str); 5] = [
         ("a.tar", tar, "a tar archive"),
         (
@@ -574,11 +576,7 @@ fn a_tar_or_compressed_file_is_named_as_such() {
             b"\x1f\x8b\x08\x00rest".to_vec(),
             "a gzip-compressed file",
         ),
-        (
-            "a.tar.zst",
-            b"\x28\xb5\x2f\xfdrest".to_vec(),
-            "a zstd-compressed file",
-        ),
+        ("a.tar.zst", tar_zst, "a tar archive"),
         (
             "a.tar.xz",
             b"\xfd7zXZ\0rest".to_vec(),
@@ -626,6 +624,7 @@ fn a_manual_page_and_completions_come_from_the_command_line_definition() {
     fs::create_dir(&dir).unwrap();
     run_ok(barge(["man", "--dir"]).arg(&dir), None);
     let pages = [
+        "barge-cat.1",
         "barge-cp.1",
         "barge-du.1",
         "barge-key.1",

@@ -103,7 +103,9 @@ impl Entry {
 }
 
 fn record(entries: &mut Vec<Entry>, decoder: &Decoder, event: Event<'_>) {
-    let number = entries.iter().filter(|e| e.kind != "root").count() as u64;
+    // A root record can only come first.
+    let root = entries.first().is_some_and(|e| e.kind == "root");
+    let number = (entries.len() - usize::from(root)) as u64;
     let names = decoder.owner_names();
     let names = (names.0.to_vec(), names.1.to_vec());
     let entry = match event {

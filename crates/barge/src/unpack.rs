@@ -514,18 +514,19 @@ impl Archive {
     }
 
     /// The first `n` bytes (at most 512, fewer when the archive is shorter), read ahead from
-    /// a stream and kept for its reader.
+    /// a stream and kept for its reader. It waits for `n` bytes only; what a read brings
+    /// beyond them (up to 512) is kept too, so that what the input is can still be named
+    /// when decoding fails at its first bytes.
     fn peek(&self, n: usize, cancel: &Cancel) -> Result<Vec<u8>> {
+        let n = n.min(HEAD);
         if let Input::Mapped(m) = &self.input {
-            return Ok(m.bytes()[..n.min(HEAD).min(m.bytes().len())].to_vec());
+            return Ok(m.bytes()[..n.min(m.bytes().len())].to_vec());
         }
-        // A stream is read ahead as far as `head` shows, so that what it is can still be
-        // named when decoding fails at its first bytes.
         let mut stream = self.stream(cancel);
         let mut scratch = [0; HEAD];
         loop {
             let got = self.head.borrow().len();
-            if got >= HEAD {
+            if got >= n {
                 break;
             }
             let was = self.ahead.get();

@@ -334,9 +334,9 @@ pub(crate) fn cases() -> Vec<Case> {
         Case {
             name: "bad version",
             setup: no_setup,
-            archive: [&b"BARGE\0\x02\0"[..], &[0; 9]].concat(),
+            archive: [&b"BARGE\0\x03\0"[..], &[0; 9]].concat(),
             args: &[],
-            needles: &["unsupported format version 2"],
+            needles: &["unsupported format version 3"],
         },
         Case {
             name: "empty input",

@@ -47,6 +47,8 @@ pub(super) fn head(bytes: &[u8; FRAME_HEAD]) -> Result<Head, FormatError> {
 
 /// Decompresses the zstd frame `stored` into `out`, which then holds exactly `body` bytes:
 /// one frame, all of `stored`, a window of at most 2^27, never more output than `body`.
+/// `out` grows as the frame decompresses, so a frame that claims a large body and makes
+/// little costs little.
 pub fn inflate(stored: &[u8], body: u32, out: &mut Vec<u8>) -> Result<(), FormatError> {
     use zstd::stream::raw::{Decoder, InBuffer, Operation, OutBuffer};
     use zstd::zstd_safe::DParameter;
@@ -57,32 +59,32 @@ pub fn inflate(stored: &[u8], body: u32, out: &mut Vec<u8>) -> Result<(), Format
         .map_err(|e| bad(&e.to_string()))?;
     let body = body as usize;
     out.clear();
-    out.resize(body + 1, 0);
+    let mut chunk = vec![0; (body + 1).min(1 << 20)];
     let mut input = InBuffer::around(stored);
-    let mut output = OutBuffer::around(&mut out[..]);
     loop {
-        let before = (input.pos(), output.pos());
+        let used = input.pos();
+        let mut output = OutBuffer::around(&mut chunk[..]);
         let hint = decoder
             .run(&mut input, &mut output)
             .map_err(|e| bad(&e.to_string()))?;
-        if output.pos() > body {
+        let made = output.pos();
+        out.extend_from_slice(&chunk[..made]);
+        if out.len() > body {
             return Err(bad("more bytes than its body"));
         }
         if hint == 0 {
             break;
         }
-        if (input.pos(), output.pos()) == before {
+        if made == 0 && input.pos() == used {
             return Err(bad("the frame is cut short"));
         }
     }
-    let (used, made) = (input.pos(), output.pos());
-    if used != stored.len() {
+    if input.pos() != stored.len() {
         return Err(bad("bytes after the frame"));
     }
-    if made != body {
+    if out.len() != body {
         return Err(bad("fewer bytes than its body"));
     }
-    out.truncate(body);
     Ok(())
 }
 

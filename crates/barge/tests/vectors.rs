@@ -223,9 +223,9 @@ fn valid_vectors_decode_to_their_trees_and_reencode_byte_exactly() {
     }
 }
 
-#[test]
-fn invalid_vectors_fail_with_their_code_at_their_offset() {
-    for file in vector_files("invalid") {
+/// Every invalid vector in `kind` fails with its code at its offset, whole and streamed.
+fn assert_invalid_vectors_fail(kind: &str) {
+    for file in vector_files(kind) {
         let name = file.display().to_string();
         let json = json_of(&file);
         let input = std::fs::read(&file).unwrap();
@@ -236,6 +236,11 @@ fn invalid_vectors_fail_with_their_code_at_their_offset() {
             Err(got) => assert_eq!(got, (code, offset), "{name}: wrong error"),
         }
     }
+}
+
+#[test]
+fn invalid_vectors_fail_with_their_code_at_their_offset() {
+    assert_invalid_vectors_fail("invalid");
 }
 
 #[test]
@@ -289,17 +294,7 @@ fn v2_valid_vectors_decode_to_their_trees_whole_streamed_and_whole_files() {
 
 #[test]
 fn v2_invalid_vectors_fail_with_their_code_at_their_offset() {
-    for file in vector_files("v2/invalid") {
-        let name = file.display().to_string();
-        let json = json_of(&file);
-        let input = std::fs::read(&file).unwrap();
-        let code = json["error"].as_str().expect("error");
-        let offset = json["offset"].as_u64().expect("offset");
-        match decode_both(&input, limits_of(&json), &name) {
-            Ok(_) => panic!("{name}: invalid vector decodes without error"),
-            Err(got) => assert_eq!(got, (code, offset), "{name}: wrong error"),
-        }
-    }
+    assert_invalid_vectors_fail("v2/invalid");
 }
 
 /// Re-encodes a v2 archive from its decoded events with the library's segment encoder,

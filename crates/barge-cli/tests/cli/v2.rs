@@ -10,16 +10,9 @@ use std::path::Path;
 use crate::common::*;
 use crate::vectors::vectors;
 
-/// Unpacks `archive` (its bytes) into `dest`, from a file or through stdin.
+/// Unpacks `archive` into `dest`, from the file or through stdin.
 fn unpack(archive: &Path, dest: &Path, piped: bool) -> std::process::Output {
-    let mut cmd = barge(["unpack"]);
-    if piped {
-        cmd.arg("-").arg(dest);
-        run(&mut cmd, Some(&fs::read(archive).unwrap()))
-    } else {
-        cmd.arg(archive).arg(dest);
-        run(&mut cmd, None)
-    }
+    crate::vectors::unpack(archive, dest, piped, &[])
 }
 
 #[test]

@@ -45,7 +45,12 @@ fn limit_args(json: &Value) -> Vec<String> {
 }
 
 /// Unpacks `archive` into `dest`, from the file (mapped) or through stdin (streamed).
-fn unpack(archive: &Path, dest: &Path, piped: bool, extra: &[String]) -> std::process::Output {
+pub(crate) fn unpack(
+    archive: &Path,
+    dest: &Path,
+    piped: bool,
+    extra: &[String],
+) -> std::process::Output {
     let mut cmd = barge(["unpack"]);
     cmd.args(extra);
     if piped {

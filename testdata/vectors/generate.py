@@ -734,10 +734,10 @@ def build():
     return files
 
 
-def existing():
+def existing(root=HERE):
     found = {}
     for sub in ("valid", "invalid"):
-        folder = os.path.join(HERE, sub)
+        folder = os.path.join(root, sub)
         if os.path.isdir(folder):
             for entry in sorted(os.listdir(folder)):
                 with open(os.path.join(folder, entry), "rb") as fh:
@@ -745,12 +745,13 @@ def existing():
     return found
 
 
-def main(argv):
+def write_or_check(argv, want, root, usage, counts):
+    """Writes the files `want` under `root` (removing others), or with --check says which
+    committed files differ; `counts` is (valid, invalid) for the summary."""
     if argv not in ([], ["--check"]):
-        sys.stderr.write("usage: generate.py [--check]\n")
+        sys.stderr.write("usage: %s [--check]\n" % usage)
         return 2
-    want = build()
-    have = existing()
+    have = existing(root)
     if argv == ["--check"]:
         bad = sorted(p for p in set(want) | set(have) if want.get(p) != have.get(p))
         for path in bad:
@@ -759,14 +760,19 @@ def main(argv):
         print("%d files checked, %d differ" % (len(want), len(bad)))
         return 1 if bad else 0
     for path in sorted(set(have) - set(want)):
-        os.remove(os.path.join(HERE, path))
+        os.remove(os.path.join(root, path))
     for path, data in sorted(want.items()):
-        full = os.path.join(HERE, path)
+        full = os.path.join(root, path)
         os.makedirs(os.path.dirname(full), exist_ok=True)
         with open(full, "wb") as fh:
             fh.write(data)
-    print("wrote %d files (%d valid, %d invalid vectors)" % (len(want), len(VALID) + len(EXTENDED), len(INVALID)))
+    print("wrote %d files (%d valid, %d invalid vectors)" % ((len(want),) + counts))
     return 0
+
+
+def main(argv):
+    counts = (len(VALID) + len(EXTENDED), len(INVALID))
+    return write_or_check(argv, build(), HERE, "generate.py", counts)
 
 
 if __name__ == "__main__":

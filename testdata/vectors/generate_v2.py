@@ -23,7 +23,7 @@ sys.path.insert(0, HERE)
 from generate import (  # noqa: E402  (v1's message writers and entry ops)
     D, F, H, P, S, X, POP, DEFAULT_DIR_MODE, DEFAULT_FILE_MODE, DEFAULT_SPECIAL_MODE, LINKED,
     SPECIAL_TYPES, dir_msg, dump_json, hardlink_msg, perm_msg, special_msg, symlink_msg, time_msg,
-    xattr_msg,
+    write_or_check, xattr_msg,
 )
 
 OUT = os.path.join(HERE, "v2")
@@ -504,37 +504,8 @@ def build():
     return files
 
 
-def existing():
-    found = {}
-    for sub in ("valid", "invalid"):
-        folder = os.path.join(OUT, sub)
-        if os.path.isdir(folder):
-            for entry in sorted(os.listdir(folder)):
-                with open(os.path.join(folder, entry), "rb") as fh:
-                    found["%s/%s" % (sub, entry)] = fh.read()
-    return found
-
-
 def main(argv):
-    if argv not in ([], ["--check"]):
-        sys.stderr.write("usage: generate_v2.py [--check]\n")
-        return 2
-    want, have = build(), existing()
-    if argv == ["--check"]:
-        bad_files = sorted(p for p in set(want) | set(have) if want.get(p) != have.get(p))
-        for path in bad_files:
-            print("%s: %s" % (path, "missing" if path not in have else "unexpected" if path not in want else "differs"))
-        print("%d files checked, %d differ" % (len(want), len(bad_files)))
-        return 1 if bad_files else 0
-    for path in sorted(set(have) - set(want)):
-        os.remove(os.path.join(OUT, path))
-    for path, data in sorted(want.items()):
-        full = os.path.join(OUT, path)
-        os.makedirs(os.path.dirname(full), exist_ok=True)
-        with open(full, "wb") as fh:
-            fh.write(data)
-    print("wrote %d files (%d valid, %d invalid vectors)" % (len(want), len(VALID), len(INVALID)))
-    return 0
+    return write_or_check(argv, build(), OUT, "generate_v2.py", (len(VALID), len(INVALID)))
 
 
 if __name__ == "__main__":

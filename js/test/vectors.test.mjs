@@ -40,6 +40,17 @@ async function decodeError(input, options) {
   assert.fail("decoding succeeded");
 }
 
+/** A test that every proper prefix of the archive `bytes` fails as truncated at or before its end. */
+function testPrefixesTruncated(name, bytes) {
+  test(`${name}: every proper prefix fails as truncated at or before its end`, async () => {
+    for (let n = 0; n < bytes.length; n++) {
+      const err = await decodeError(bytes.subarray(0, n));
+      assert.equal(err.code, "truncated", `prefix of ${n} bytes: ${err.message}`);
+      assert.ok(err.offset <= n, `prefix of ${n} bytes: offset ${err.offset}`);
+    }
+  });
+}
+
 describe("valid vectors", () => {
   for (const { name, bytes, meta } of valid) {
     test(`${name}: pack reproduces the archive byte for byte`, async () => {
@@ -55,15 +66,7 @@ describe("valid vectors", () => {
     test(`${name}: unpack from 7-byte chunks gives the same entries`, async () => {
       assert.deepEqual(await decodeAll(chunked(bytes, 7)), strip(meta.entries));
     });
-    if (bytes.length < 4096) {
-      test(`${name}: every proper prefix fails as truncated at or before its end`, async () => {
-        for (let n = 0; n < bytes.length; n++) {
-          const err = await decodeError(bytes.subarray(0, n));
-          assert.equal(err.code, "truncated", `prefix of ${n} bytes: ${err.message}`);
-          assert.ok(err.offset <= n, `prefix of ${n} bytes: offset ${err.offset}`);
-        }
-      });
-    }
+    if (bytes.length < 4096) testPrefixesTruncated(name, bytes);
   }
 });
 
@@ -116,15 +119,7 @@ describe("v2 valid vectors", () => {
       assert.deepEqual(await decode(chunked(bytes, 7)), want);
       if (bytes.length < 4096) assert.deepEqual(await decode(chunked(bytes, 1)), want);
     });
-    if (bytes.length < 4096) {
-      test(`${name}: every proper prefix fails as truncated at or before its end`, async () => {
-        for (let n = 0; n < bytes.length; n++) {
-          const err = await decodeError(bytes.subarray(0, n));
-          assert.equal(err.code, "truncated", `prefix of ${n} bytes: ${err.message}`);
-          assert.ok(err.offset <= n, `prefix of ${n} bytes: offset ${err.offset}`);
-        }
-      });
-    }
+    if (bytes.length < 4096) testPrefixesTruncated(name, bytes);
   }
 });
 

@@ -13,14 +13,13 @@
 //! unsandboxed one killed at any point does).
 
 use std::fs;
-use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 
 use rustix::fs::{
-    fchmod, mkdirat, open, openat, renameat, renameat_with, statat, unlinkat, AtFlags, FileType,
-    Mode, OFlags, RenameFlags, CWD,
+    fchmod, mkdirat, open, openat, renameat, renameat_with, statat, AtFlags, FileType, Mode,
+    OFlags, RenameFlags, CWD,
 };
 use rustix::io::{read, write, Errno};
 use rustix::pipe::{pipe_with, PipeFlags};
@@ -29,7 +28,7 @@ use rustix::process::{chroot, fchdir, getgid, getuid, waitpid, Pid, WaitOptions}
 use crate::error::{Error, Result, TreePath};
 use crate::output::with_temp_name;
 use crate::sys;
-use crate::sys::dir::{dirent_buffer, Listing};
+use crate::sys::dir::{dirent_buffer, remove_tree};
 use crate::sys::fds::close_range;
 use crate::sys::DIR_FLAGS;
 use crate::tree::Kind;
@@ -360,33 +359,6 @@ impl Staged {
         remove_tree(self.parent.as_fd(), &self.temp, &mut dirent_buffer())
             .map_err(|e| (STEPS[2], e))
     }
-}
-
-/// Removes the directory `name` in `dir` and everything below it, never following a
-/// symlink; `buf` is a getdents buffer.
-fn remove_tree(
-    dir: BorrowedFd<'_>,
-    name: &[u8],
-    buf: &mut [MaybeUninit<u8>],
-) -> rustix::io::Result<()> {
-    let fd = openat(dir, name, DIR_FLAGS, Mode::empty())?;
-    // A directory the landing made read-only would keep its entries.
-    fchmod(&fd, Mode::RWXU)?;
-    let mut listing = Listing::default();
-    listing.read(fd.as_fd(), buf)?;
-    for i in 0..listing.len() {
-        let (entry, kind) = listing.get(i);
-        let removed = match kind {
-            FileType::Directory => Err(Errno::ISDIR),
-            _ => unlinkat(&fd, entry, AtFlags::empty()),
-        };
-        match removed {
-            // Also where the filesystem does not give types in listings.
-            Err(Errno::ISDIR) => remove_tree(fd.as_fd(), entry, buf)?,
-            other => other?,
-        }
-    }
-    unlinkat(dir, name, AtFlags::REMOVEDIR)
 }
 
 /// A process holding a [`Staged`] tree for a sandboxed lander (see the [module](self)

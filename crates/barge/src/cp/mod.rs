@@ -44,7 +44,7 @@ use crate::exclude::Exclude;
 use crate::interrupt::{retry, Cancel};
 use crate::land::restore::{Apply, Existing, NotRestored, Policy, Restore, Target};
 use crate::land::sync::{create_at, exists, replace, replace_by_dir, LinkTarget, Made};
-use crate::sys::dir::{dirent_buffer, Listing};
+use crate::sys::dir::{dirent_buffer, remove_tree, Listing};
 use crate::sys::{CREATE_FLAGS, DIR_FLAGS, FILE_FLAGS};
 use crate::threads::Work;
 use crate::tree::{Entry, Kind, Meta, Owner, XattrReader, Xattrs};
@@ -766,7 +766,7 @@ impl<'a> Copier<'a> {
                     change = Change::Replace;
                     if !self.cp().dry_run {
                         let dest = at.dest.expect("found in it");
-                        remove_tree(dest.as_fd(), at.name, &at.dest_path(self.shared))?;
+                        remove(dest.as_fd(), at.name, || at.dest_path(self.shared))?;
                     }
                 }
                 Found::Dir => return Err(exists_error()),
@@ -1288,7 +1288,7 @@ impl<'a> Copier<'a> {
                 self.shared.report.change(Change::Delete, &dest_path(name));
             }
             if !self.cp().dry_run {
-                remove_tree(dest.as_fd(), name, &dest_path(name))?;
+                remove(dest.as_fd(), name, || dest_path(name))?;
             }
             self.counts.deleted += 1;
         }
@@ -1296,26 +1296,9 @@ impl<'a> Copier<'a> {
     }
 }
 
-/// Removes the entry `name` of `dir`, and when it is a directory everything below it, all
-/// relative to directory fds, never following a symlink.
-fn remove_tree(dir: BorrowedFd<'_>, name: &[u8], path: &TreePath) -> Result<()> {
-    let path = || path.clone();
-    match unlinkat(dir, name, AtFlags::empty()) {
-        Ok(()) | Err(Errno::NOENT) => return Ok(()),
-        Err(Errno::ISDIR) => {}
-        Err(e) => return Err(Error::io("unlinkat", path(), e)),
-    }
-    let fd = openat(dir, name, DIR_FLAGS, Mode::empty())
-        .map_err(|e| Error::io("open directory", path(), e))?;
-    let mut listing = Listing::default();
-    listing
-        .read(fd.as_fd(), &mut dirent_buffer())
-        .map_err(|e| Error::io("getdents64", path(), e))?;
-    for i in 0..listing.len() {
-        let (child, _) = listing.get(i);
-        remove_tree(fd.as_fd(), child, &TreePath::join([&path().0[..]], child))?;
-    }
-    unlinkat(dir, name, AtFlags::REMOVEDIR).map_err(|e| Error::io("rmdir", path(), e))
+/// Removes the entry `name` of `dir` and everything below it.
+fn remove(dir: BorrowedFd<'_>, name: &[u8], path: impl Fn() -> TreePath) -> Result<()> {
+    remove_tree(dir, name, &mut dirent_buffer()).map_err(|e| Error::io("remove", path(), e))
 }
 
 impl<'a> ParallelVisitor for Copier<'a> {

@@ -1,4 +1,5 @@
-//! The destination root and its confinement: the lander only ever works below a directory
+//! The roots: the paths above them as the user named them (`split`, `open_parent`), and the
+//! destination root and its confinement: the lander only ever works below a directory
 //! fd it opened itself, and optionally (layer 3) inside a user namespace chrooted to it.
 //!
 //! A DEST that does not exist yet appears whole or not at all: the tree lands in a hidden
@@ -32,6 +33,27 @@ use crate::sys::dir::{dirent_buffer, remove_tree};
 use crate::sys::fds::close_range;
 use crate::sys::DIR_FLAGS;
 use crate::tree::Kind;
+
+/// The directory part of `path` and its last component (`.` and `..` have none).
+pub(crate) fn split(path: &Path) -> Result<(&Path, &[u8])> {
+    let name = path.file_name().ok_or_else(|| Error::Argument {
+        arg: path.display().to_string(),
+        problem: "names no entry (a copy needs a last path component)".into(),
+    })?;
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    Ok((parent, name.as_bytes()))
+}
+
+/// Opens the directory `dir` that holds SRC or DEST (`path` in errors), following symlinks:
+/// it is above the roots, as the user named it.
+pub(crate) fn open_parent(dir: &Path, path: &[u8]) -> Result<OwnedFd> {
+    let flags = OFlags::DIRECTORY | OFlags::CLOEXEC;
+    openat(CWD, dir, flags, Mode::empty())
+        .map_err(|e| Error::io("open directory", TreePath(path.to_vec()), e))
+}
 
 /// How the destination is confined.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

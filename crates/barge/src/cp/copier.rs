@@ -15,13 +15,13 @@ use rustix::fs::{
 use rustix::io::Errno;
 
 use super::{Change, Cp, CpCounts, CpReport, CpSummary};
-use crate::compare::{inode_key, Facts, Rule, STATX_MASK};
+use crate::compare::{inode_key, Facts, Rule};
 use crate::error::{Error, Result, TreePath};
 use crate::land::restore::{Apply, Existing, NotRestored, Policy, Target};
 use crate::land::sync::{create_at, exists, replace, replace_by_dir, LinkTarget, Made};
 use crate::sys::dir::{dirent_buffer, remove_tree, Listing};
 use crate::sys::DIR_FLAGS;
-use crate::tree::{Entry, Kind, Meta, Owner, XattrReader, Xattrs};
+use crate::tree::{Entry, Kind, Meta, Owner, XattrReader, Xattrs, STATX_MASK};
 use crate::walk::parallel::{Dir, ParallelVisitor, ParallelVisitorBuilder, WalkState};
 use crate::Progress;
 

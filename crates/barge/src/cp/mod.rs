@@ -24,26 +24,27 @@ mod copier;
 mod dest;
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use rustix::fs::{openat, statx, AtFlags, Mode, OFlags, Statx, StatxFlags, CWD};
+use rustix::fs::{openat, statx, AtFlags, Mode, Statx, StatxFlags, CWD};
 
 pub use crate::compare::Verified;
 pub use dest::targets;
 
-use crate::compare::{inode_key, Compare, STATX_MASK};
+use crate::compare::{inode_key, Compare};
 use crate::error::{Error, Result, TreePath};
 use crate::exclude::Exclude;
 use crate::interrupt::Cancel;
 use crate::land::restore::{NotRestored, Policy, Restore};
 use crate::land::sync::LinkTarget;
+use crate::root::{open_parent, split};
 use crate::sys::DIR_FLAGS;
 use crate::threads::Work;
-use crate::tree::{Kind, Owner};
+use crate::tree::{Kind, Owner, STATX_MASK};
 use crate::walk::parallel::WalkParallel;
 use crate::Progress;
 use copier::{Builder, Copier, Pair, Shared};
@@ -381,27 +382,6 @@ impl Cp {
             .cancel(self.cancel.clone())
             .run(src, dest, &|e| report.error(e))
     }
-}
-
-/// The directory part of `path` and its last component (`.` and `..` have none).
-pub(crate) fn split(path: &Path) -> Result<(&Path, &[u8])> {
-    let name = path.file_name().ok_or_else(|| Error::Argument {
-        arg: path.display().to_string(),
-        problem: "names no entry (a copy needs a last path component)".into(),
-    })?;
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    Ok((parent, name.as_bytes()))
-}
-
-/// Opens the directory `dir` that holds SRC or DEST (`path` in errors), following symlinks:
-/// it is above the roots, as the user named it.
-pub(crate) fn open_parent(dir: &Path, path: &[u8]) -> Result<OwnedFd> {
-    let flags = OFlags::DIRECTORY | OFlags::CLOEXEC;
-    openat(CWD, dir, flags, Mode::empty())
-        .map_err(|e| Error::io("open directory", TreePath(path.to_vec()), e))
 }
 
 /// Refuses a copy of the directory `src` (stated as `stat`) into `parent` or any directory

@@ -25,12 +25,12 @@ use std::sync::Mutex;
 
 use rustix::fs::{openat, statx, AtFlags, Mode, Statx};
 
-use crate::compare::{Facts, Rule, STATX_MASK};
+use crate::compare::{Facts, Rule};
 use crate::error::Result;
 use crate::exclude::Exclude;
 use crate::format::MAX_NAME;
 use crate::sys::DIR_FLAGS;
-use crate::tree::{Kind, Meta, Owner, Timestamp};
+use crate::tree::{Kind, Meta, Owner, Timestamp, STATX_MASK};
 use crate::walk::parallel::WalkParallel;
 
 /// The first bytes of a listing: its magic and version 3; the last byte is its flags.

@@ -16,6 +16,7 @@ use crate::error::{Error, Result, TreePath};
 use crate::exclude::Exclude;
 use crate::interrupt::{retry, Cancel};
 use crate::root::{open_parent, split};
+use crate::threads::Work;
 use crate::sys::{DIR_FLAGS, FILE_FLAGS};
 use crate::tree::{Entry, Kind, Meta, STATX_MASK};
 use crate::walk::parallel::{
@@ -113,10 +114,11 @@ impl Default for Compare {
 }
 
 impl Compare {
-    /// Kinds, contents and symlink targets of the source's entries, on one thread.
+    /// Kinds, contents and symlink targets of the source's entries, on a walk's threads
+    /// ([`Work::Walk`]).
     pub fn new() -> Compare {
         Compare {
-            threads: 1,
+            threads: Work::Walk.threads(),
             exclude: Exclude::default(),
             umask: None,
             whole: false,

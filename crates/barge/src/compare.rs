@@ -16,8 +16,8 @@ use crate::error::{Error, Result, TreePath};
 use crate::exclude::Exclude;
 use crate::interrupt::{retry, Cancel};
 use crate::root::{open_parent, split};
-use crate::threads::Work;
 use crate::sys::{DIR_FLAGS, FILE_FLAGS};
+use crate::threads::Work;
 use crate::tree::{Entry, Kind, Meta, STATX_MASK};
 use crate::walk::parallel::{
     Dir, ParallelVisitor, ParallelVisitorBuilder, WalkParallel, WalkState,

@@ -129,6 +129,24 @@ fn tree(root: &Path) {
     chmod(&root.join("fifo"), 0o644);
     mkdir(&root.join("shared"), 0o2775);
     write(&root.join("shared/g"), b"g", 0o644);
+    age(root);
+}
+
+/// Gives every entry below `root`, and `root`, a time of its own in the past: a copy made
+/// at once would otherwise get the same coarse clock tick as its source.
+fn age(root: &Path) {
+    let paths = snapshot(root).into_keys().map(|path| root.join(path));
+    for (i, path) in paths.chain([root.to_path_buf()]).enumerate() {
+        let time = rustix::fs::Timespec {
+            tv_sec: 1_000_000_000 + i as i64,
+            tv_nsec: 123_456_789,
+        };
+        let times = rustix::fs::Timestamps {
+            last_access: time,
+            last_modification: time,
+        };
+        rustix::fs::utimensat(CWD, &path, &times, AtFlags::SYMLINK_NOFOLLOW).unwrap();
+    }
 }
 
 /// Each entry below `root` (not followed): inode, mode, mtime and size, by path.
@@ -180,7 +198,7 @@ fn a_copy_of_a_tree_equals_its_source() {
     assert_eq!((counts.symlinks, counts.specials), (2, 1), "{counts:?}");
     assert_eq!(counts.bytes, 6 + 300_000 + (4 << 20) + 10 + 4 + 6 + 1);
     // Times are kept, a directory's too (set after what is below it).
-    for path in ["big", "sub", "sub/deep", "sub/link"] {
+    for path in ["big", "sub", "sub/deep", "sub/link", ""] {
         let (a, b) = (src.join(path), dest.join(path));
         let time = |p: &Path| {
             let meta = fs::symlink_metadata(p).unwrap();

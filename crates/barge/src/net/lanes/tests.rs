@@ -133,6 +133,8 @@ fn a_failure_wakes_the_waiting_lanes_and_closes_the_transfer_to_new_ones() {
     transfer.fail(Stop::Channel(protocol("first")));
     transfer.fail(Stop::Channel(protocol("second")));
     assert_eq!(waiting.join().unwrap(), "another lane failed");
+    // Lanes waiting for data on their channels stop too (see `Channel::cancel_on`).
+    assert!(transfer.cancel.is_cancelled());
     assert_eq!(shown(transfer.failure().unwrap()), "protocol error: first");
     assert!(transfer.failure().is_none(), "told once");
     assert!(!transfer.join(), "a failed transfer takes no lane");

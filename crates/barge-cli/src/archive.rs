@@ -10,7 +10,7 @@ use barge::format::sniff::{sniff, Foreign};
 use barge::format::FormatError;
 use barge::interrupt::Cancel;
 use barge::output::{Kind, Output};
-use barge::pack::Pack;
+use barge::pack::{Format as PackFormat, Pack};
 use barge::root::Confinement;
 use barge::sys::fds::raise_fd_limit;
 use barge::tree;
@@ -64,6 +64,26 @@ pub struct PackArgs {
     /// matches '/', '**' matches any directories.
     #[arg(long, value_name = "PATTERN")]
     exclude: Vec<String>,
+    /// The archive format: 1 (one stream, the default) or 2 (segments packed on every core,
+    /// a digest of every file, an index, sparse files kept sparse and the packed
+    /// directory's own mode and time). Every barge reading version 2 reads both.
+    #[arg(long, value_name = "VERSION", value_parser = clap::value_parser!(u8).range(1..=2))]
+    format: Option<u8>,
+    /// Compress each segment with zstd at LEVEL (1-19, default 3) on every core: implies
+    /// --format 2. unpack, list and cat read the archive as they read any other.
+    #[arg(
+        long,
+        value_name = "LEVEL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "3",
+        value_parser = clap::value_parser!(i32).range(1..=19)
+    )]
+    zstd: Option<i32>,
+    /// Threads that read and compress segments with --format 2 (default: one per core).
+    /// The archive is the same whatever their number.
+    #[arg(short = 'j', long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    threads: Option<u32>,
     #[command(flatten)]
     out: OutputArgs,
 }
@@ -78,6 +98,13 @@ impl PackArgs {
 /// `barge pack DIR... [-o FILE|-]`.
 pub fn pack(args: PackArgs, cancel: &Cancel) -> Result<Exit> {
     raise_fd_limit();
+    let format = match (args.format, args.zstd) {
+        (Some(1), Some(_)) => {
+            bail!("--zstd compresses version 2 segments: it cannot go with --format 1")
+        }
+        (None | Some(1), None) => PackFormat::V1,
+        _ => PackFormat::V2,
+    };
     let exclude = Exclude::new(&args.exclude)?;
     let pack = open_pack(&args.dirs, args.directory.as_deref(), cancel)?;
     let output = args.output.as_deref();
@@ -91,10 +118,17 @@ pub fn pack(args: PackArgs, cancel: &Cancel) -> Result<Exit> {
     };
     let kind = file.as_ref().map(Output::kind);
     let progress = Progress::default();
-    let pack = pack
+    let mut pack = pack
         .progress(&progress)
         .archive(args.archive)
-        .exclude(exclude);
+        .exclude(exclude)
+        .format(format);
+    if let Some(level) = args.zstd {
+        pack = pack.zstd(level);
+    }
+    if let Some(threads) = args.threads {
+        pack = pack.threads(threads as usize);
+    }
     let (result, elapsed) = with_progress(
         args.out,
         &progress,

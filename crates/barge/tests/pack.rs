@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use barge::format::{decode_all, Event, Limits};
-use barge::pack::{Pack, PackSummary};
+use barge::pack::{Format, Pack, PackSummary};
 use barge::tree::{Kind, Meta, Recorded, Recording};
 use barge::unpack::{Archive, Unpack};
 use barge::walk::walk;
@@ -83,19 +83,40 @@ fn comparable(recording: &Recording) -> Vec<Recorded> {
 }
 
 fn pack_to_vec(root: &Path) -> (Vec<u8>, PackSummary) {
+    pack_as(root, Format::V1)
+}
+
+/// Packs `root` in `format` into bytes; a version 2 archive is also checked by the
+/// decoder alone.
+fn pack_as(root: &Path, format: Format) -> (Vec<u8>, PackSummary) {
     let mut archive = Vec::new();
-    let summary = Pack::new(open_dir(root)).to_writer(&mut archive).unwrap();
+    let summary = Pack::new(open_dir(root))
+        .format(format)
+        .to_writer(&mut archive)
+        .unwrap();
+    let version = match format {
+        Format::V1 => 1,
+        _ => 2,
+    };
+    assert_eq!(archive[6], version, "the header's version");
+    decode_all(&archive, Limits::default(), |_, _| Ok(())).unwrap();
     (archive, summary)
 }
 
 #[test]
 fn packing_keeps_what_the_walker_sees_but_sockets() {
+    for format in [Format::V1, Format::V2] {
+        packing_keeps_what_the_walker_sees_but_sockets_in(format);
+    }
+}
+
+fn packing_keeps_what_the_walker_sees_but_sockets_in(format: Format) {
     let dir = tempfile::tempdir().unwrap();
     varied_tree(dir.path());
     let _socket = std::os::unix::net::UnixListener::bind(dir.path().join("a/socket")).unwrap();
     let mut walked = Recording::default();
     walk(open_dir(dir.path()), &mut walked).unwrap();
-    let (archive, summary) = pack_to_vec(dir.path());
+    let (archive, summary) = pack_as(dir.path(), format);
     let unpacked = listed(archive);
 
     let kinds = |calls: &[Recorded]| -> Vec<(Vec<u8>, Kind)> {

@@ -245,6 +245,11 @@ impl Default for Segs {
 }
 
 impl Segs {
+    /// Where the next frame goes.
+    pub(crate) fn at(&self) -> u64 {
+        self.at
+    }
+
     /// Lists `sealed`, written at the end of the archive.
     pub(crate) fn add(&mut self, sealed: &Sealed) {
         let stored = (sealed.frame.len() - FRAME_HEAD) as u32;

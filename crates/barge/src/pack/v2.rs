@@ -1,0 +1,784 @@
+//! Version 2 pack on every core. The calling thread walks the tree and plans the archive
+//! (a [`Planner`], the walk's sink): one `statx` per file fixes its size, records and entry
+//! number, files with several links become hard links to their first name, files above
+//! [`CHUNK`] or with holes become `EXTFILE`s of chunk-sized extents, and a [`Layout`] cuts
+//! the groups into segment bodies whose file data is still in the files. Worker threads
+//! take the bodies as jobs, read the files into them (`openat` relative to a duplicate of
+//! the directory's fd, never following symlinks), compute the digests and compress; one
+//! writer thread writes the frames in job order, then the index and the footer.
+//!
+//! Everything but the file data is fixed by the plan, so the archive does not depend on
+//! the number of threads or their timing. A file that changed after it was planned is
+//! stored at its planned size, as tar does: cut where it grew, padded with zeros where it
+//! shrank or could not be read, with a warning naming it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rustix::fs::{
+    accessat, fstat, openat, seek, statx, Access, AtFlags, FileType, Mode, SeekFrom, Statx,
+};
+use rustix::io::{fcntl_dupfd_cloexec, Errno};
+
+use super::{recorded, writer_gone, PackSummary, Update, Warning};
+use crate::compare::{inode_key, STATX_MASK};
+use crate::error::{Error, Result, TreePath};
+use crate::format::segments::{tail, Body, Layout, Rows, Sealed, Segs, Zstd};
+use crate::format::{CHUNK, HEADER_V2};
+use crate::interrupt::{retry, Cancel};
+use crate::listing::Listing;
+use crate::output::ArchiveWriter;
+use crate::sys::thread::spawn_elsewhere;
+use crate::sys::{self, FILE_FLAGS};
+use crate::tree::{Content, Device, DirPath, Entry, Kind, Meta, Sink, XattrReader, Xattrs};
+use crate::walk::too_many_xattrs;
+use crate::Progress;
+
+/// An `EXTFILE` with at most this much data is read while planning, so that bodies of many
+/// small sparse files hold no open files.
+const READ_WHEN_PLANNED: u64 = 64 << 10;
+/// Jobs in flight (planned, in a worker or waiting for the writer) per worker, at most.
+const JOBS_PER_WORKER: usize = 3;
+/// Buffers kept for reuse between the writer and the workers.
+const SPARE_BUFFERS: usize = 8;
+
+/// How a version 2 pack runs.
+pub(super) struct Settings<'a> {
+    /// Owners, extended attributes and devices are recorded.
+    pub archive: bool,
+    /// Bodies are stored as zstd frames at this level where smaller.
+    pub zstd: Option<i32>,
+    /// Worker threads.
+    pub threads: usize,
+    /// Where bodies close.
+    pub target: usize,
+    /// Device and inode of the archive being written and of the file it replaces.
+    pub itself: [Option<(u64, u64)>; 2],
+    /// What the destination holds: unchanged files and symlinks are left out.
+    pub listing: Option<&'a Listing>,
+    pub progress: &'a Progress,
+    pub cancel: Cancel,
+}
+
+/// Where the data of a piece of a body comes from.
+enum Source {
+    /// The regular file at the end of `path` in `dir`, whole.
+    File { dir: Arc<OwnedFd>, path: TreePath },
+    /// `at` onwards of an open file; `last`: its last extent, after which it should end.
+    Region {
+        file: Arc<Opened>,
+        at: u64,
+        last: bool,
+    },
+    /// Data read while planning.
+    Bytes(Vec<u8>),
+}
+
+/// How a regular file is stored.
+enum Stored {
+    /// As a `FILE`: no holes, at most a chunk.
+    File,
+    /// As an `EXTFILE` of these extents (offset, length), open.
+    Extents(OwnedFd, Vec<(u64, u64)>),
+}
+
+/// A file opened while planning, read by extents.
+struct Opened {
+    fd: OwnedFd,
+    path: TreePath,
+    size: u64,
+}
+
+/// A body to seal, numbered in archive order.
+type Job = (u64, Body<Source>);
+
+/// What reaches the writer.
+enum Done {
+    /// Job `n` sealed, with the warnings of its files.
+    Frame(u64, Result<(Sealed, Vec<Warning>)>),
+    /// The plan is complete: `jobs` jobs, and the index rows.
+    End(u64, Rows),
+}
+
+/// Buffers going back from the writer to the workers.
+#[derive(Default)]
+struct Spare(Mutex<Vec<Vec<u8>>>);
+
+impl Spare {
+    fn take(&self) -> Vec<u8> {
+        let mut spare = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        spare.pop().unwrap_or_default()
+    }
+
+    fn give(&self, buf: Vec<u8>) {
+        let mut spare = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if spare.len() < SPARE_BUFFERS {
+            spare.push(buf);
+        }
+    }
+}
+
+/// Packs what `source` (a walk) feeds a [`Planner`] into a version 2 archive written to
+/// `out`, with the records of the root directory `root` first when given.
+pub(super) fn encode<W: ArchiveWriter>(
+    mut out: W,
+    settings: Settings<'_>,
+    root: Option<OwnedFd>,
+    source: impl FnOnce(&mut Planner<'_>) -> Result<()>,
+) -> Result<PackSummary> {
+    let threads = settings.threads.max(1);
+    let (jobs_tx, jobs_rx) = channel::<Job>();
+    let jobs_rx = Mutex::new(jobs_rx);
+    let (done_tx, done_rx) = channel();
+    let in_flight = JOBS_PER_WORKER * threads;
+    let (tokens_tx, tokens) = sync_channel(in_flight);
+    for _ in 0..in_flight {
+        tokens_tx.send(()).expect("room for every token");
+    }
+    let spare = Spare::default();
+    let (progress, cancel, level) = (settings.progress, settings.cancel.clone(), settings.zstd);
+    std::thread::scope(|scope| {
+        let start = |e| Error::os("start the pack's threads", TreePath::default(), e);
+        let (spare, jobs_rx) = (&spare, &jobs_rx);
+        let written = spawn_elsewhere(scope, move || {
+            write(&mut out, done_rx, tokens_tx, spare, progress, level)
+        })
+        .map_err(start)?;
+        let mut workers = Vec::with_capacity(threads);
+        for _ in 0..threads {
+            let (done, cancel) = (done_tx.clone(), cancel.clone());
+            match spawn_elsewhere(scope, move || work(jobs_rx, done, spare, level, &cancel)) {
+                Ok(worker) => workers.push(worker),
+                // Fewer workers where the system runs out of threads.
+                Err(_) if !workers.is_empty() => break,
+                Err(e) => return Err(start(e)),
+            }
+        }
+        let mut planner = Planner::new(&settings, jobs_tx, tokens, done_tx);
+        let planned = root
+            .map_or(Ok(()), |root| planner.root(root))
+            .and_then(|()| source(&mut planner))
+            .and_then(|()| planner.end());
+        let summary = std::mem::take(&mut planner.summary);
+        let update = planner.update.counted(PackSummary::default());
+        drop(planner);
+        let written = written.join().expect("the writer does not panic");
+        for worker in workers {
+            worker.join().expect("workers do not panic");
+        }
+        // The writer's failure is the cause of the planner's, if both failed.
+        let (archive_bytes, warnings) = match (written?, planned) {
+            (Some(written), Ok(())) => written,
+            (_, Err(e)) => return Err(e),
+            (None, Ok(())) => unreachable!("the writer ends early only when the planner failed"),
+        };
+        let mut summary = PackSummary {
+            archive_bytes,
+            unchanged: update.unchanged,
+            unchanged_bytes: update.unchanged_bytes,
+            ..summary
+        };
+        summary.warnings.extend(warnings);
+        Ok(summary)
+    })
+}
+
+/// Writes the frames of the jobs in order as they come, handing back a token for each,
+/// then the index and the footer; returns the bytes written and the warnings of the jobs
+/// (one per file), or `None` when the plan stopped before its end.
+fn write(
+    out: &mut impl ArchiveWriter,
+    done: Receiver<Done>,
+    tokens: SyncSender<()>,
+    spare: &Spare,
+    progress: &Progress,
+    level: Option<i32>,
+) -> Result<Option<(u64, Vec<Warning>)>> {
+    out.write_bytes(&HEADER_V2, progress)?;
+    let mut segs = Segs::default();
+    let mut waiting: BTreeMap<u64, (Sealed, Vec<Warning>)> = BTreeMap::new();
+    let (mut next, mut end) = (0, None);
+    let mut warnings: Vec<Warning> = Vec::new();
+    loop {
+        while let Some((sealed, found)) = waiting.remove(&next) {
+            out.write_bytes(&sealed.frame, progress)?;
+            segs.add(&sealed);
+            spare.give(sealed.frame);
+            for warning in found {
+                // Each extent of a changed file may say so: once is enough.
+                if warnings.last().is_none_or(|w| w.path != warning.path) {
+                    warnings.push(warning);
+                }
+            }
+            // The planner may have stopped: then nobody needs the token.
+            let _ = tokens.send(());
+            next += 1;
+        }
+        if let Some((jobs, rows)) = &end {
+            if next == *jobs {
+                let tail = tail(&segs, rows, level.map(Zstd::new).as_mut());
+                out.write_bytes(&tail, progress)?;
+                out.finish()?;
+                return Ok(Some((segs.at() + tail.len() as u64, warnings)));
+            }
+        }
+        match done.recv() {
+            Ok(Done::Frame(n, sealed)) => {
+                waiting.insert(n, sealed?);
+            }
+            Ok(Done::End(jobs, rows)) => end = Some((jobs, rows)),
+            Err(_) => return Ok(None),
+        }
+    }
+}
+
+/// Seals the jobs it takes until there are no more (or nobody takes the frames).
+fn work(
+    jobs: &Mutex<Receiver<Job>>,
+    done: Sender<Done>,
+    spare: &Spare,
+    level: Option<i32>,
+    cancel: &Cancel,
+) {
+    let mut zstd = level.map(Zstd::new);
+    loop {
+        let job = jobs.lock().unwrap_or_else(PoisonError::into_inner).recv();
+        let Ok((n, body)) = job else {
+            return;
+        };
+        let mut warnings = Vec::new();
+        let sealed = cancel.check().and_then(|()| {
+            let fill =
+                |source, buf: &mut Vec<u8>, len| fill(source, buf, len, &mut warnings, cancel);
+            body.seal(spare.take(), fill, zstd.as_mut())
+        });
+        if done
+            .send(Done::Frame(n, sealed.map(|s| (s, warnings))))
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// Appends the `len` bytes of `source` to `buf`: as planned, whatever the file holds now
+/// (with a warning in `warnings` where that differs).
+fn fill(
+    source: Source,
+    buf: &mut Vec<u8>,
+    len: usize,
+    warnings: &mut Vec<Warning>,
+    cancel: &Cancel,
+) -> Result<()> {
+    match source {
+        Source::Bytes(bytes) => buf.extend_from_slice(&bytes),
+        Source::File { dir, path } => {
+            let name = path.0.rsplit(|&b| b == b'/').next().expect("a name");
+            match openat(&*dir, name, FILE_FLAGS, Mode::empty()) {
+                Ok(file) => read_planned(file.as_fd(), 0, len, Some(len as u64), buf, cancel)?
+                    .warn(&path, warnings),
+                Err(e) => {
+                    buf.resize(buf.len() + len, 0);
+                    warnings.push(Warning {
+                        path,
+                        problem: format!("open failed: {e}; stored as {len} zero bytes"),
+                        lost: true,
+                    });
+                }
+            }
+        }
+        Source::Region { file, at, last } => {
+            let end = last.then_some(file.size);
+            read_planned(file.fd.as_fd(), at, len, end, buf, cancel)?.warn(&file.path, warnings)
+        }
+    }
+    Ok(())
+}
+
+/// How a planned read went.
+#[derive(Debug, PartialEq, Eq)]
+enum Got {
+    /// As planned.
+    Planned,
+    /// The file ended this many bytes early (padded with zeros).
+    Shrank(usize),
+    /// The file goes on after its planned end.
+    Grew,
+    /// Reading failed after this many bytes (the rest padded with zeros).
+    Failed(usize, Errno),
+}
+
+impl Got {
+    /// Adds the warning for the file `path`, unless it went as planned.
+    fn warn(self, path: &TreePath, warnings: &mut Vec<Warning>) {
+        let problem = match self {
+            Got::Planned => return,
+            Got::Shrank(by) => format!("file shrank by {by} bytes; padding with zeros"),
+            Got::Grew => "file changed as we read it".to_string(),
+            Got::Failed(at, e) => format!("read failed at byte {at}: {e}; padding with zeros"),
+        };
+        warnings.push(Warning {
+            path: path.clone(),
+            problem,
+            lost: true,
+        });
+    }
+}
+
+/// Appends exactly `len` bytes of `file` from `at` to `buf` (which has room for one more):
+/// zeros for what it lacks. With `end` (the file's planned size), also checks that nothing
+/// follows it: a read of one byte more when the range ends there, else a read at `end`.
+fn read_planned(
+    file: BorrowedFd<'_>,
+    at: u64,
+    len: usize,
+    end: Option<u64>,
+    buf: &mut Vec<u8>,
+    cancel: &Cancel,
+) -> Result<Got> {
+    let start = buf.len();
+    let probe_here = end == Some(at + len as u64);
+    let wanted = len + usize::from(probe_here);
+    let mut got = Got::Planned;
+    loop {
+        let have = buf.len() - start;
+        let ask = wanted - have;
+        if ask == 0 {
+            break;
+        }
+        match retry(cancel, || {
+            sys::read_onto(file, buf, ask, Some(at + have as u64))
+        }) {
+            // A short read of a regular file ends it; one ending at `len` needs no probe.
+            Ok(n) if n == 0 || (n < ask && buf.len() - start == len) => break,
+            Ok(_) => {}
+            Err(e) => {
+                cancel.check()?;
+                got = Got::Failed(buf.len() - start, e);
+                break;
+            }
+        }
+    }
+    let have = buf.len() - start;
+    if have > len {
+        buf.truncate(start + len);
+        got = Got::Grew;
+    } else if have < len && got == Got::Planned {
+        got = Got::Shrank(len - have);
+    }
+    buf.resize(start + len, 0);
+    if let (Some(end), false, Got::Planned) = (end, probe_here, &got) {
+        let mut probe = [0u8; 1];
+        if retry(cancel, || rustix::io::pread(file, &mut probe, end)).is_ok_and(|n| n > 0) {
+            got = Got::Grew;
+        }
+    }
+    Ok(got)
+}
+
+/// The walk's sink: plans the archive and hands each body to the workers as it closes.
+pub(super) struct Planner<'a> {
+    layout: Layout<Source>,
+    jobs: Sender<Job>,
+    /// One per job that may be started.
+    tokens: Receiver<()>,
+    /// To the writer, for the end of the plan.
+    done: Sender<Done>,
+    /// Jobs handed out.
+    started: u64,
+    /// Owners, extended attributes and devices are recorded.
+    archive: bool,
+    itself: [Option<(u64, u64)>; 2],
+    /// Files are checked readable before they are planned (the process is not root).
+    check_access: bool,
+    /// The current directory: its path, and a duplicate of its fd once a file in it is
+    /// planned.
+    dir: DirPath,
+    dir_fd: Option<Arc<OwnedFd>>,
+    /// The entry number of each file with several links planned so far, by device and inode.
+    links: HashMap<(u64, u64), u64>,
+    update: Update<'a>,
+    summary: PackSummary,
+    progress: &'a Progress,
+    cancel: Cancel,
+    xattrs: XattrReader,
+}
+
+impl<'a> Planner<'a> {
+    fn new(
+        settings: &Settings<'a>,
+        jobs: Sender<Job>,
+        tokens: Receiver<()>,
+        done: Sender<Done>,
+    ) -> Planner<'a> {
+        Planner {
+            layout: Layout::new(settings.target),
+            jobs,
+            tokens,
+            done,
+            started: 0,
+            archive: settings.archive,
+            itself: settings.itself,
+            check_access: !rustix::process::geteuid().is_root(),
+            dir: DirPath::default(),
+            dir_fd: None,
+            links: HashMap::new(),
+            update: Update::new(settings.listing, settings.archive),
+            summary: PackSummary::default(),
+            progress: settings.progress,
+            cancel: settings.cancel.clone(),
+            xattrs: XattrReader::default(),
+        }
+    }
+
+    /// The records of the root directory `fd`: its metadata, and its extended attributes
+    /// when `archive`.
+    fn root(&mut self, fd: OwnedFd) -> Result<()> {
+        let stat = fstat(&fd).map_err(|e| Error::io("fstat", TreePath::default(), e))?;
+        self.xattrs.wire.clear();
+        if self.archive {
+            match self.xattrs.read(fd.as_fd()) {
+                Ok(0) => {}
+                Ok(_) => self.warn(too_many_xattrs(TreePath::default()))?,
+                Err(e) => self.warn(Error::io("flistxattr", TreePath::default(), e))?,
+            }
+        }
+        let xattrs = std::mem::take(&mut self.xattrs.wire);
+        let entry = Entry {
+            xattrs: Xattrs(&xattrs),
+            ..Entry::dir(b".", Meta::of_stat(&stat))
+        };
+        let full = self
+            .layout
+            .root(&recorded(&entry, self.archive), (b"", b""));
+        self.xattrs.wire = xattrs;
+        self.start(full)
+    }
+
+    /// Closes the last body and tells the writer how many jobs there are.
+    fn end(&mut self) -> Result<()> {
+        let layout = std::mem::replace(&mut self.layout, Layout::new(0));
+        let (full, rows) = layout.finish();
+        self.start(full)?;
+        let end = Done::End(self.started, rows);
+        self.done.send(end).map_err(|_| writer_gone())
+    }
+
+    /// Hands the body `full` closed, if any, to the workers once a job may start.
+    fn start(&mut self, full: Option<Body<Source>>) -> Result<()> {
+        let Some(body) = full else {
+            return Ok(());
+        };
+        self.cancel.check()?;
+        self.tokens.recv().map_err(|_| writer_gone())?;
+        self.jobs
+            .send((self.started, body))
+            .map_err(|_| writer_gone())?;
+        self.started += 1;
+        Ok(())
+    }
+
+    /// Plans the regular file `name` in `dir`: left out, a hard link, a `FILE` or an
+    /// `EXTFILE`.
+    fn file(&mut self, dir: BorrowedFd<'_>, name: &[u8]) -> Result<()> {
+        let st = match statx(dir, name, AtFlags::SYMLINK_NOFOLLOW, STATX_MASK) {
+            Ok(st) => st,
+            Err(e) => return self.warn(Error::io("statx", self.dir.join(name), e)),
+        };
+        let kind = FileType::from_raw_mode(st.stx_mode.into());
+        if kind != FileType::RegularFile {
+            // Replaced since the directory was listed.
+            self.ignore(self.dir.join(name), Kind::of(kind));
+            return Ok(());
+        }
+        let key = inode_key(&st);
+        if self.itself.contains(&Some(key)) {
+            return Ok(());
+        }
+        let several = st.stx_nlink > 1;
+        if let Some(&target) = self.links.get(&key).filter(|_| several) {
+            let full = self.layout.hard_link(name, target);
+            self.summary.hard_links += 1;
+            self.progress.add_entry(0);
+            return self.start(full);
+        }
+        let there = self.update.listed_here(name);
+        if self.update.unchanged_file(there, &st, false) {
+            return Ok(());
+        }
+        let Some(opened) = self.opened(dir, name, &st)? else {
+            return Ok(());
+        };
+        let size = st.stx_size;
+        let number = self.layout.entries();
+        let xattrs = std::mem::take(&mut self.xattrs.wire);
+        let entry = Entry {
+            xattrs: Xattrs(&xattrs),
+            link_id: several.then_some(number),
+            ..Entry::file(name, Meta::of_statx(&st))
+        };
+        let entry = recorded(&entry, self.archive);
+        let planned = match opened {
+            Stored::Extents(fd, extents) => self.ext_file(&entry, fd, size, &extents),
+            Stored::File => {
+                let dir = match &self.dir_fd {
+                    Some(fd) => fd.clone(),
+                    None => {
+                        let dup = fcntl_dupfd_cloexec(dir, 0)
+                            .map_err(|e| Error::io("dup directory", self.dir.join(b""), e))?;
+                        self.dir_fd.insert(Arc::new(dup)).clone()
+                    }
+                };
+                let path = self.dir.join(name);
+                let full =
+                    self.layout
+                        .file(&entry, size as u32, Source::File { dir, path }, (b"", b""));
+                self.start(full)
+            }
+        };
+        self.xattrs.wire = xattrs;
+        planned?;
+        if several {
+            self.links.insert(key, number);
+        }
+        self.summary.files += 1;
+        self.summary.bytes += size;
+        self.progress.add_entry(size);
+        Ok(())
+    }
+
+    /// How the regular file `name` in `dir` (as `st` describes it) is stored, once checked
+    /// readable (`None`, with a warning, where it is not), its extended attributes read
+    /// when `archive`.
+    fn opened(&mut self, dir: BorrowedFd<'_>, name: &[u8], st: &Statx) -> Result<Option<Stored>> {
+        let size = st.stx_size;
+        // Only a file with fewer blocks than its size can have holes.
+        let holes = st.stx_blocks.saturating_mul(512) < size;
+        self.xattrs.wire.clear();
+        if !(self.archive || holes || size > CHUNK) {
+            let flags = AtFlags::EACCESS | AtFlags::SYMLINK_NOFOLLOW;
+            let readable = match self.check_access {
+                true => accessat(dir, name, Access::READ_OK, flags),
+                false => Ok(()),
+            };
+            return match readable {
+                Ok(()) => Ok(Some(Stored::File)),
+                Err(e) => self
+                    .warn(Error::io("open", self.dir.join(name), e))
+                    .map(|()| None),
+            };
+        }
+        let file = match openat(dir, name, FILE_FLAGS, Mode::empty()) {
+            Ok(file) => file,
+            Err(e) => {
+                return self
+                    .warn(Error::io("open", self.dir.join(name), e))
+                    .map(|()| None)
+            }
+        };
+        if self.archive {
+            match self.xattrs.read(file.as_fd()) {
+                Ok(0) => {}
+                Ok(_) => self.warn(too_many_xattrs(self.dir.join(name)))?,
+                Err(e) => self.warn(Error::io("flistxattr", self.dir.join(name), e))?,
+            }
+        }
+        let regions = match holes {
+            true => data_regions(file.as_fd(), size),
+            false => vec![(0, size)],
+        };
+        let extents = chunks(&regions);
+        let whole = size <= CHUNK && (size == 0 || extents == [(0, size)]);
+        Ok(Some(match whole {
+            true => Stored::File,
+            false => Stored::Extents(file, extents),
+        }))
+    }
+
+    /// Plans the `EXTFILE` `entry` of `size` bytes open as `fd`, with `extents` (offset,
+    /// length): read now when they are small, else by the workers.
+    fn ext_file(
+        &mut self,
+        entry: &Entry<'_>,
+        fd: OwnedFd,
+        size: u64,
+        extents: &[(u64, u64)],
+    ) -> Result<()> {
+        let count = extents.len() as u32;
+        let full = self.layout.ext_file(entry, size, count, (b"", b""));
+        self.start(full)?;
+        let path = self.dir.join(entry.name);
+        let file = Arc::new(Opened { fd, path, size });
+        let data: u64 = extents.iter().map(|(_, len)| len).sum();
+        let mut warnings = Vec::new();
+        for (i, &(at, len)) in extents.iter().enumerate() {
+            let last = i + 1 == extents.len();
+            let source = match data <= READ_WHEN_PLANNED {
+                true => {
+                    let mut bytes = Vec::with_capacity(len as usize + 1);
+                    let end = last.then_some(size);
+                    let got = read_planned(
+                        file.fd.as_fd(),
+                        at,
+                        len as usize,
+                        end,
+                        &mut bytes,
+                        &self.cancel,
+                    )?;
+                    got.warn(&file.path, &mut warnings);
+                    Source::Bytes(bytes)
+                }
+                false => Source::Region {
+                    file: file.clone(),
+                    at,
+                    last,
+                },
+            };
+            let full = self.layout.extent(at, len as u32, source);
+            self.start(full)?;
+        }
+        if let Some(warning) = warnings.into_iter().next() {
+            self.summary.warnings.push(warning);
+        }
+        Ok(())
+    }
+
+    /// Records something that could not be read, and goes on.
+    fn warn(&mut self, error: Error) -> Result<()> {
+        self.summary.warnings.push(Warning::unreadable(error));
+        Ok(())
+    }
+
+    /// Records an entry left out because the archive does not take its kind.
+    fn ignore(&mut self, path: TreePath, kind: Kind) {
+        self.summary.warnings.push(Warning::ignored(path, kind));
+    }
+}
+
+/// The data regions (offset, length) of the file `fd` of `size` bytes, by `SEEK_DATA` and
+/// `SEEK_HOLE`; the whole file where the file system cannot tell.
+fn data_regions(fd: BorrowedFd<'_>, size: u64) -> Vec<(u64, u64)> {
+    let mut regions = Vec::new();
+    let mut at = 0;
+    while at < size {
+        let start = match seek(fd, SeekFrom::Data(at)) {
+            Ok(start) => start,
+            Err(Errno::NXIO) => break,
+            Err(_) => return vec![(0, size)],
+        };
+        let Ok(end) = seek(fd, SeekFrom::Hole(start)) else {
+            return vec![(0, size)];
+        };
+        let end = end.min(size);
+        if start >= end {
+            break;
+        }
+        regions.push((start, end - start));
+        at = end;
+    }
+    regions
+}
+
+/// `regions` cut at every multiple of [`CHUNK`], empty ones left out.
+fn chunks(regions: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut extents = Vec::new();
+    for &(mut at, len) in regions {
+        let end = at + len;
+        while at < end {
+            let next = end.min((at / CHUNK + 1) * CHUNK);
+            extents.push((at, next - at));
+            at = next;
+        }
+    }
+    extents
+}
+
+impl Sink for Planner<'_> {
+    type Error = Error;
+
+    fn enter_dir(&mut self, entry: &Entry<'_>) -> Result<()> {
+        self.cancel.check()?;
+        let full = self.layout.dir(&recorded(entry, self.archive), (b"", b""));
+        self.summary.dirs += 1;
+        self.progress.add_entry(0);
+        self.dir.enter(entry.name);
+        self.dir_fd = None;
+        self.update.relisted(&self.dir);
+        self.start(full)
+    }
+
+    fn leave_dir(&mut self) -> Result<()> {
+        let full = self.layout.pop();
+        self.dir.leave();
+        self.dir_fd = None;
+        self.update.relisted(&self.dir);
+        self.start(full)
+    }
+
+    /// Plans a file the walker announced unopened (it announces no other content).
+    fn file(&mut self, entry: &Entry<'_>, content: Content<'_>) -> Result<()> {
+        match content {
+            Content::Unopened { dir } => self.file(dir, entry.name),
+            _ => Err(Error::Argument {
+                arg: self.dir.join(entry.name).to_string(),
+                problem: "only files of a walked tree are packed as version 2".into(),
+            }),
+        }
+    }
+
+    /// Plans a symlink, unless the listing shows it unchanged.
+    fn symlink(&mut self, entry: &Entry<'_>, target: &[u8]) -> Result<()> {
+        if self.update.unchanged_symlink(entry, target) {
+            return Ok(());
+        }
+        let full = self
+            .layout
+            .symlink(&recorded(entry, self.archive), target, (b"", b""));
+        self.summary.symlinks += 1;
+        self.progress.add_entry(0);
+        self.start(full)
+    }
+
+    /// Plans a fifo, or a device when `archive` (else it is ignored).
+    fn special(&mut self, entry: &Entry<'_>, device: Device) -> Result<()> {
+        if entry.kind != Kind::Fifo && !self.archive {
+            self.ignore(self.dir.join(entry.name), entry.kind);
+            return Ok(());
+        }
+        let entry = recorded(entry, self.archive);
+        let full = self.layout.special(&entry, device, (b"", b""));
+        self.summary.specials += 1;
+        self.progress.add_entry(0);
+        self.start(full)
+    }
+
+    /// Ignores the entry (a socket), with a warning.
+    fn other(&mut self, entry: &Entry<'_>) -> Result<()> {
+        self.ignore(self.dir.join(entry.name), entry.kind);
+        Ok(())
+    }
+
+    /// Notes the entry as not packed, and goes on.
+    fn unreadable(&mut self, error: Error) -> Result<()> {
+        self.warn(error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_are_cut_at_every_multiple_of_a_chunk() {
+        let c = CHUNK;
+        assert_eq!(chunks(&[(0, 0)]), []);
+        assert_eq!(chunks(&[(0, c)]), [(0, c)]);
+        assert_eq!(chunks(&[(0, 2 * c + 1)]), [(0, c), (c, c), (2 * c, 1)]);
+        assert_eq!(
+            chunks(&[(5, 10), (c - 1, 2)]),
+            [(5, 10), (c - 1, 1), (c, 1)]
+        );
+    }
+}

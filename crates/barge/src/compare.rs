@@ -12,27 +12,16 @@ use std::sync::Mutex;
 use rustix::fs::{makedev, openat, readlinkat, statx, AtFlags, Mode, Statx, StatxFlags, CWD};
 use rustix::io::{pread, Errno};
 
-use crate::cp::{open_parent, split};
 use crate::error::{Error, Result, TreePath};
 use crate::exclude::Exclude;
 use crate::interrupt::{retry, Cancel};
+use crate::root::{open_parent, split};
 use crate::sys::{DIR_FLAGS, FILE_FLAGS};
-use crate::tree::{Entry, Kind, Meta};
+use crate::threads::Work;
+use crate::tree::{Entry, Kind, Meta, STATX_MASK};
 use crate::walk::parallel::{
     Dir, ParallelVisitor, ParallelVisitorBuilder, WalkParallel, WalkState,
 };
-
-/// What every `statx` of an entry asks for, by every walker and operation: everything they
-/// use, all of it filled from the inode by local filesystems at no extra cost.
-pub(crate) const STATX_MASK: StatxFlags = StatxFlags::TYPE
-    .union(StatxFlags::MODE)
-    .union(StatxFlags::SIZE)
-    .union(StatxFlags::BLOCKS)
-    .union(StatxFlags::MTIME)
-    .union(StatxFlags::UID)
-    .union(StatxFlags::GID)
-    .union(StatxFlags::INO)
-    .union(StatxFlags::NLINK);
 
 /// An inode: its device (`makedev` of the device numbers) and inode number.
 pub(crate) type InodeKey = (u64, u64);
@@ -125,10 +114,11 @@ impl Default for Compare {
 }
 
 impl Compare {
-    /// Kinds, contents and symlink targets of the source's entries, on one thread.
+    /// Kinds, contents and symlink targets of the source's entries, on a walk's threads
+    /// ([`Work::Walk`]).
     pub fn new() -> Compare {
         Compare {
-            threads: 1,
+            threads: Work::Walk.threads(),
             exclude: Exclude::default(),
             umask: None,
             whole: false,

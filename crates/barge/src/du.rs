@@ -22,14 +22,14 @@ use std::sync::Mutex;
 use rustix::fs::{openat, statx, AtFlags, FileType, Mode, Statx, CWD};
 use rustix::io::Errno;
 
-use crate::compare::{inode_key, InodeKey, STATX_MASK};
+use crate::compare::{inode_key, InodeKey};
 use crate::error::{Error, Result, TreePath};
 use crate::exclude::Exclude;
 use crate::format;
 use crate::interrupt::Cancel;
 use crate::sys::DIR_FLAGS;
 use crate::threads::Work;
-use crate::tree::Entry;
+use crate::tree::{Entry, STATX_MASK};
 use crate::walk::parallel::{
     Dir, ParallelVisitor, ParallelVisitorBuilder, WalkParallel, WalkState,
 };

@@ -26,6 +26,7 @@ pub(crate) mod land;
 pub mod listing;
 pub mod net;
 pub mod output;
+pub mod owners;
 pub mod pack;
 pub mod root;
 pub(crate) mod source;

@@ -1,4 +1,5 @@
-//! The destination root and its confinement: the lander only ever works below a directory
+//! The roots: the paths above them as the user named them (`split`, `open_parent`), and the
+//! destination root and its confinement: the lander only ever works below a directory
 //! fd it opened itself, and optionally (layer 3) inside a user namespace chrooted to it.
 //!
 //! A DEST that does not exist yet appears whole or not at all: the tree lands in a hidden
@@ -13,14 +14,13 @@
 //! unsandboxed one killed at any point does).
 
 use std::fs;
-use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 
 use rustix::fs::{
-    fchmod, mkdirat, open, openat, renameat, renameat_with, statat, unlinkat, AtFlags, FileType,
-    Mode, OFlags, RenameFlags, CWD,
+    fchmod, mkdirat, open, openat, renameat, renameat_with, statat, AtFlags, FileType, Mode,
+    OFlags, RenameFlags, CWD,
 };
 use rustix::io::{read, write, Errno};
 use rustix::pipe::{pipe_with, PipeFlags};
@@ -29,10 +29,31 @@ use rustix::process::{chroot, fchdir, getgid, getuid, waitpid, Pid, WaitOptions}
 use crate::error::{Error, Result, TreePath};
 use crate::output::with_temp_name;
 use crate::sys;
-use crate::sys::dir::{dirent_buffer, Listing};
+use crate::sys::dir::{dirent_buffer, remove_tree};
 use crate::sys::fds::close_range;
 use crate::sys::DIR_FLAGS;
 use crate::tree::Kind;
+
+/// The directory part of `path` and its last component (`.` and `..` have none).
+pub(crate) fn split(path: &Path) -> Result<(&Path, &[u8])> {
+    let name = path.file_name().ok_or_else(|| Error::Argument {
+        arg: path.display().to_string(),
+        problem: "names no entry (a copy needs a last path component)".into(),
+    })?;
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    Ok((parent, name.as_bytes()))
+}
+
+/// Opens the directory `dir` that holds SRC or DEST (`path` in errors), following symlinks:
+/// it is above the roots, as the user named it.
+pub(crate) fn open_parent(dir: &Path, path: &[u8]) -> Result<OwnedFd> {
+    let flags = OFlags::DIRECTORY | OFlags::CLOEXEC;
+    openat(CWD, dir, flags, Mode::empty())
+        .map_err(|e| Error::io("open directory", TreePath(path.to_vec()), e))
+}
 
 /// How the destination is confined.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -360,33 +381,6 @@ impl Staged {
         remove_tree(self.parent.as_fd(), &self.temp, &mut dirent_buffer())
             .map_err(|e| (STEPS[2], e))
     }
-}
-
-/// Removes the directory `name` in `dir` and everything below it, never following a
-/// symlink; `buf` is a getdents buffer.
-fn remove_tree(
-    dir: BorrowedFd<'_>,
-    name: &[u8],
-    buf: &mut [MaybeUninit<u8>],
-) -> rustix::io::Result<()> {
-    let fd = openat(dir, name, DIR_FLAGS, Mode::empty())?;
-    // A directory the landing made read-only would keep its entries.
-    fchmod(&fd, Mode::RWXU)?;
-    let mut listing = Listing::default();
-    listing.read(fd.as_fd(), buf)?;
-    for i in 0..listing.len() {
-        let (entry, kind) = listing.get(i);
-        let removed = match kind {
-            FileType::Directory => Err(Errno::ISDIR),
-            _ => unlinkat(&fd, entry, AtFlags::empty()),
-        };
-        match removed {
-            // Also where the filesystem does not give types in listings.
-            Err(Errno::ISDIR) => remove_tree(fd.as_fd(), entry, buf)?,
-            other => other?,
-        }
-    }
-    unlinkat(dir, name, AtFlags::REMOVEDIR)
 }
 
 /// A process holding a [`Staged`] tree for a sandboxed lander (see the [module](self)

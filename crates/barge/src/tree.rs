@@ -7,13 +7,25 @@
 
 use std::os::fd::BorrowedFd;
 
-use rustix::fs::{FileType, Stat, Statx};
+use rustix::fs::{FileType, Stat, Statx, StatxFlags};
 
 use rustix::fs::{fgetxattr, flistxattr};
 use rustix::io::Errno;
 
 use crate::error::{Error, TreePath};
 use crate::sys::FILE_FLAGS;
+
+/// What every `statx` of an entry asks for, by every walker and operation: everything they
+/// use, all of it filled from the inode by local filesystems at no extra cost.
+pub(crate) const STATX_MASK: StatxFlags = StatxFlags::TYPE
+    .union(StatxFlags::MODE)
+    .union(StatxFlags::SIZE)
+    .union(StatxFlags::BLOCKS)
+    .union(StatxFlags::MTIME)
+    .union(StatxFlags::UID)
+    .union(StatxFlags::GID)
+    .union(StatxFlags::INO)
+    .union(StatxFlags::NLINK);
 
 /// What kind of entry a name is.
 #[non_exhaustive]

@@ -41,6 +41,19 @@ fn entries(dir: &Path) -> Vec<(String, bool)> {
     names
 }
 
+/// Adds to `missing` the files below `dir` (a path below src/, "" for src/ itself) that
+/// `named` lacks; a directory is named whole (`format/`) or file by file (`land/sync.rs`).
+fn unnamed(named: &BTreeSet<&str>, dir: &str, missing: &mut Vec<String>) {
+    for (name, is_dir) in entries(&src().join(dir)) {
+        let path = format!("{dir}{name}");
+        if is_dir && !named.contains(format!("{path}/").as_str()) {
+            unnamed(named, &format!("{path}/"), missing);
+        } else if !is_dir && !named.contains(path.as_str()) {
+            missing.push(path);
+        }
+    }
+}
+
 #[test]
 fn the_module_table_names_every_module_and_only_those() {
     let named = table_names();
@@ -52,24 +65,7 @@ fn the_module_table_names_every_module_and_only_those() {
     assert_eq!(set.len(), named.len(), "a module is named twice: {named:?}");
 
     let mut missing = Vec::new();
-    for (name, is_dir) in entries(&src()) {
-        if !is_dir {
-            if !set.contains(name.as_str()) {
-                missing.push(name);
-            }
-            continue;
-        }
-        // A directory is named whole (`format/`) or file by file (`land/sync.rs`).
-        if set.contains(format!("{name}/").as_str()) {
-            continue;
-        }
-        for (file, _) in entries(&src().join(&name)) {
-            let path = format!("{name}/{file}");
-            if !set.contains(path.as_str()) {
-                missing.push(path);
-            }
-        }
-    }
+    unnamed(&set, "", &mut missing);
     assert!(
         missing.is_empty(),
         "docs/ARCHITECTURE.md's module table lacks {missing:?}: add a row for each"

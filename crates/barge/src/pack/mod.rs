@@ -31,7 +31,7 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use rustix::fs::{fstat, openat, statx, AtFlags, FileType, Mode, Stat, Statx};
 use rustix::io::{fcntl_dupfd_cloexec, pread, Errno};
 
-use crate::compare::{inode_key, Rule, STATX_MASK};
+use crate::compare::{inode_key, Rule};
 use crate::error::{Error, Result, TreePath};
 use crate::exclude::Exclude;
 use crate::format::encode::{
@@ -47,7 +47,7 @@ use crate::sys::thread::spawn_elsewhere;
 use crate::sys::FILE_FLAGS;
 use crate::threads::Work;
 use crate::tree::{
-    Content, Device, DirPath, Entry, Kind, Meta as TreeMeta, Sink, XattrReader, Xattrs,
+    Content, Device, DirPath, Entry, Kind, Meta as TreeMeta, Sink, XattrReader, Xattrs, STATX_MASK,
 };
 use crate::walk::{too_many_xattrs, Walk};
 use crate::Progress;

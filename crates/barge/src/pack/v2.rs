@@ -23,7 +23,7 @@ use rustix::fs::{
 use rustix::io::{fcntl_dupfd_cloexec, Errno};
 
 use super::{recorded, writer_gone, PackSummary, Update, Warning};
-use crate::compare::{inode_key, STATX_MASK};
+use crate::compare::inode_key;
 use crate::error::{Error, Result, TreePath};
 use crate::format::segments::{tail, Body, Layout, Rows, Sealed, Segs, Zstd};
 use crate::format::{CHUNK, HEADER_V2};
@@ -32,7 +32,9 @@ use crate::listing::Listing;
 use crate::output::ArchiveWriter;
 use crate::sys::thread::spawn_elsewhere;
 use crate::sys::{self, FILE_FLAGS};
-use crate::tree::{Content, Device, DirPath, Entry, Kind, Meta, Sink, XattrReader, Xattrs};
+use crate::tree::{
+    Content, Device, DirPath, Entry, Kind, Meta, Sink, XattrReader, Xattrs, STATX_MASK,
+};
 use crate::walk::too_many_xattrs;
 use crate::Progress;
 

@@ -14,6 +14,7 @@ pub mod queue;
 pub(crate) mod ring;
 pub(crate) mod signal;
 pub(crate) mod thread;
+pub(crate) mod users;
 pub(crate) mod xattr;
 
 use std::os::fd::BorrowedFd;

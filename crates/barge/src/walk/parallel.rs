@@ -9,7 +9,7 @@
 //! fds are closed and reopened by name from the nearest open ancestor (checked by inode),
 //! so any depth works within the fd limit. Each opened directory costs one `openat` and one
 //! `statx` on its fd, every other entry one `statx` relative to its directory's fd (both
-//! with the one `compare::STATX_MASK`): visitors get each entry with its [`Meta`] and that
+//! with the one `tree::STATX_MASK`): visitors get each entry with its [`Meta`] and that
 //! `statx`, and stat nothing themselves. Nothing is followed: directories are opened with
 //! `O_NOFOLLOW`, by single-component names, entries stated with `AT_SYMLINK_NOFOLLOW`.
 //!
@@ -27,12 +27,12 @@ use rustix::fs::{openat, statx, AtFlags, FileType, Mode, Statx, StatxFlags};
 use rustix::io::Errno;
 use rustix::process::{getrlimit, Resource};
 
-use crate::compare::STATX_MASK;
 use crate::error::{Error, TreePath};
 use crate::exclude::Exclude;
 use crate::sys::dir::{dirent_buffer, Listing};
 use crate::sys::thread::spawn_elsewhere;
 use crate::sys::DIR_FLAGS;
+use crate::tree::STATX_MASK;
 use crate::tree::{Entry, Kind, Meta};
 
 /// A directory taking longer than this plus [`SLOW_ENTRY`] per entry, its thread on the CPU
@@ -76,7 +76,7 @@ pub trait ParallelVisitorBuilder {
 /// Sees the entries of a tree, one directory at a time per thread: [`enter_dir`], then
 /// [`entry`] for each entry of it that is not a directory, then [`listed`]. Its
 /// subdirectories are entered later, on any thread. Every entry comes stated, with its
-/// [`Meta`] filled and the `statx` (asked with `compare::STATX_MASK`) beside it.
+/// [`Meta`] filled and the `statx` (asked with `tree::STATX_MASK`) beside it.
 ///
 /// [`enter_dir`]: ParallelVisitor::enter_dir
 /// [`entry`]: ParallelVisitor::entry

@@ -1,0 +1,769 @@
+//! The landing visitor of `cp`: one `Copier` per walking thread, the copy of each directory
+//! as the walk's per-directory state (`DestDir`), and what the threads share.
+
+mod content;
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+
+use rustix::fs::{
+    fchmod, makedev, mkdirat, mknodat, openat, readlinkat, statx, symlinkat, unlinkat, AtFlags,
+    FileType, Mode, Statx, StatxFlags,
+};
+use rustix::io::Errno;
+
+use super::{Change, Cp, CpCounts, CpReport, CpSummary};
+use crate::compare::{inode_key, Facts, Rule};
+use crate::error::{Error, Result, TreePath};
+use crate::land::restore::{Apply, Existing, NotRestored, Policy, Target};
+use crate::land::sync::{create_at, exists, replace, replace_by_dir, LinkTarget, Made};
+use crate::sys::dir::{dirent_buffer, remove_tree, Listing};
+use crate::sys::DIR_FLAGS;
+use crate::tree::{Entry, Kind, Meta, Owner, XattrReader, Xattrs, STATX_MASK};
+use crate::walk::parallel::{Dir, ParallelVisitor, ParallelVisitorBuilder, WalkState};
+use crate::Progress;
+
+/// What the threads of one [`Cp::run`] share.
+pub(super) struct Shared<'a> {
+    pub(super) cp: &'a Cp,
+    pub(super) policy: Policy,
+    pub(super) root: bool,
+    /// The effective user and group.
+    pub(super) me: Owner,
+    pub(super) report: &'a dyn CpReport,
+    pub(super) progress: &'a Progress,
+    /// SRC and DEST as given, for paths in messages.
+    pub(super) src: Vec<u8>,
+    pub(super) dest: Vec<u8>,
+    /// The copies of multi-link files (see [`Linked`]).
+    pub(super) links: &'a Mutex<HashMap<(u64, u64), LinkTarget>>,
+    /// `FICLONE` failed as unsupported (or `--reflink=never`): not tried again.
+    pub(super) no_clone: AtomicBool,
+    /// `copy_file_range` failed as unsupported (or `--reflink=never`): not tried again.
+    pub(super) no_range: AtomicBool,
+    /// The device and inode of the copy's root directory, which the walk never enters.
+    pub(super) target: Mutex<Option<(u64, u64)>>,
+    pub(super) summary: Mutex<CpSummary>,
+}
+
+impl Shared<'_> {
+    /// The path in DEST of `relative` (a path below the copy's root).
+    fn dest_path(&self, relative: &[u8]) -> TreePath {
+        TreePath::join([&self.dest[..]], relative)
+    }
+
+    /// The path in SRC of `relative`.
+    fn src_path(&self, relative: &[u8]) -> TreePath {
+        TreePath::join([&self.src[..]], relative)
+    }
+
+    /// Reports an error that was not counted by a visitor.
+    fn error(&self, error: Error) {
+        self.summary.lock().expect("no panics").counts.errors += 1;
+        self.report.error(error);
+    }
+}
+
+pub(super) struct Builder<'a>(pub(super) &'a Shared<'a>);
+
+impl<'a> ParallelVisitorBuilder for Builder<'a> {
+    type Visitor = Copier<'a>;
+
+    fn build(&mut self) -> Copier<'a> {
+        Copier::new(self.0)
+    }
+}
+
+/// Where an entry is copied from and to.
+pub(super) struct Pair<'p> {
+    /// Its directory in SRC.
+    pub(super) src: BorrowedFd<'p>,
+    pub(super) src_name: &'p [u8],
+    /// The copy of that directory (`None` in a dry run where it does not exist yet).
+    pub(super) dest: Option<&'p Arc<OwnedFd>>,
+    /// Its name in DEST.
+    pub(super) name: &'p [u8],
+    /// The copy of its directory is setgid.
+    pub(super) setgid: bool,
+    /// Its path below the copy's root (empty for the root), made only for messages.
+    pub(super) path: &'p dyn Fn() -> Vec<u8>,
+}
+
+impl Pair<'_> {
+    fn dest_path(&self, shared: &Shared<'_>) -> TreePath {
+        shared.dest_path(&(self.path)())
+    }
+
+    fn src_path(&self, shared: &Shared<'_>) -> TreePath {
+        shared.src_path(&(self.path)())
+    }
+}
+
+/// The state of a directory of the walk: its copy, and what the copy gets once everything
+/// below it is copied (when the walker drops it).
+pub(super) struct DestDir<'a> {
+    fd: Option<Arc<OwnedFd>>,
+    /// The copy is setgid: what is created in it gets its group, not the process's.
+    setgid: bool,
+    last: Option<Last>,
+    shared: &'a Shared<'a>,
+}
+
+/// A directory's metadata, set after its content.
+struct Last {
+    /// Its mode, when it differs from the one it was created with.
+    mode: Option<u32>,
+    /// Owner (of a directory merged into; a new one got it when created) and time.
+    apply: Apply,
+    /// Its extended attributes, in archive form (a default ACL set before would change the
+    /// modes of what is created in it).
+    xattrs: Vec<u8>,
+    /// Its path below the copy's root.
+    path: Vec<u8>,
+}
+
+impl Last {
+    /// Whether the directory `fd` has this metadata already (as most have on a `--update`:
+    /// one `statx` then saves a `fchmod` and a `utimensat`). An error says no: the
+    /// restore that follows names it.
+    fn settled(&self, fd: &OwnedFd) -> bool {
+        if !self.xattrs.is_empty() {
+            return false;
+        }
+        let mask = StatxFlags::MODE | StatxFlags::UID | StatxFlags::GID | StatxFlags::MTIME;
+        let Ok(there) = statx(fd, "", AtFlags::EMPTY_PATH, mask) else {
+            return false;
+        };
+        let mode = self
+            .mode
+            .is_none_or(|mode| u32::from(there.stx_mode) & 0o7777 == mode);
+        let owner = self.apply.owner.is_none_or(|owner| {
+            (owner.uid == u32::MAX || owner.uid == there.stx_uid)
+                && (owner.gid == u32::MAX || owner.gid == there.stx_gid)
+        });
+        let time = self.apply.mtime.is_none_or(|time| {
+            (time.sec, time.nsec) == (there.stx_mtime.tv_sec, there.stx_mtime.tv_nsec)
+        });
+        mode && owner && time
+    }
+}
+
+impl Drop for DestDir<'_> {
+    fn drop(&mut self) {
+        let (Some(fd), Some(last)) = (&self.fd, self.last.take()) else {
+            return;
+        };
+        let shared = self.shared;
+        if shared.cp.update && last.settled(fd) {
+            return;
+        }
+        let mut skipped = NotRestored::default();
+        let path = || shared.dest_path(&last.path);
+        let policy = &shared.policy;
+        let owner = Apply {
+            owner: last.apply.owner,
+            ..Apply::default()
+        };
+        let done = policy
+            .restore(
+                Target::Fd(fd.as_fd()),
+                &owner,
+                Xattrs::default(),
+                &mut skipped,
+                path,
+            )
+            .and_then(|()| match last.mode {
+                Some(mode) => fchmod(&**fd, Mode::from_raw_mode(mode))
+                    .map_err(|e| Error::io("fchmod", path(), e)),
+                None => Ok(()),
+            })
+            .and_then(|()| {
+                let time = Apply {
+                    mtime: last.apply.mtime,
+                    ..Apply::default()
+                };
+                let xattrs = Xattrs(&last.xattrs);
+                policy.restore(Target::Fd(fd.as_fd()), &time, xattrs, &mut skipped, path)
+            });
+        shared
+            .summary
+            .lock()
+            .expect("no panics")
+            .not_restored
+            .add(&skipped);
+        if let Err(e) = done {
+            shared.error(e);
+        }
+    }
+}
+
+/// The landing visitor of one walking thread.
+pub(super) struct Copier<'a> {
+    shared: &'a Shared<'a>,
+    counts: CpCounts,
+    not_restored: NotRestored,
+    xattrs: XattrReader,
+    /// The temporary name of a replacement.
+    temp: Vec<u8>,
+    /// A symlink's target.
+    target: Vec<u8>,
+    /// Content copied through memory ([`Copier::copy_range`]'s fallback).
+    buf: Vec<u8>,
+}
+
+impl Drop for Copier<'_> {
+    fn drop(&mut self) {
+        let mut summary = self.shared.summary.lock().expect("no panics");
+        summary.counts.add(&self.counts);
+        summary.not_restored.add(&self.not_restored);
+    }
+}
+
+/// What DEST has at an entry's name, with [`Cp::update`].
+enum Found {
+    Nothing,
+    /// The same type, size, mtime, permission bits (and owner, where kept): left alone.
+    Same,
+    /// Something else of the same kind (a file, a symlink, ...): replaced by rename.
+    Other,
+    /// A directory where SRC has something else.
+    Dir,
+}
+
+impl<'a> Copier<'a> {
+    pub(super) fn new(shared: &'a Shared<'a>) -> Copier<'a> {
+        Copier {
+            shared,
+            counts: CpCounts::default(),
+            not_restored: NotRestored::default(),
+            xattrs: XattrReader::default(),
+            temp: Vec::new(),
+            target: Vec::new(),
+            buf: Vec::new(),
+        }
+    }
+
+    fn cp(&self) -> &'a Cp {
+        self.shared.cp
+    }
+
+    /// Counts and reports an entry not copied; stops the walk when a stop was requested.
+    /// Stops the copy when DEST can take no more (no entry after it could be copied, and
+    /// each would say so), or a stop was requested.
+    fn failed(&mut self, error: Error) -> WalkState {
+        let full = [Errno::NOSPC, Errno::DQUOT, Errno::ROFS].map(|e| e.raw_os_error());
+        let dest_full = matches!(&error, Error::Io { cause, .. }
+            if cause.raw_os_error().is_some_and(|e| full.contains(&e)));
+        self.counts.errors += 1;
+        self.shared.report.error(error);
+        if dest_full {
+            self.shared.summary.lock().expect("no panics").stopped = true;
+        }
+        match dest_full || self.shared.cp.cancel.is_cancelled() {
+            true => WalkState::Quit,
+            false => WalkState::Continue,
+        }
+    }
+
+    fn change(&self, change: Change, at: &Pair<'_>) {
+        if self.cp().changes {
+            self.shared
+                .report
+                .change(change, &at.dest_path(self.shared));
+        }
+    }
+
+    /// What a copy restores of the source `entry`: what the one policy decides (setuid and
+    /// setgid where the copy keeps the ids they grant), less the `chown` where creating it
+    /// in a directory that is not setgid (`in_setgid`) gives the owner already.
+    fn apply(&mut self, entry: &Entry<'_>, in_setgid: bool) -> Apply {
+        let mut apply = self.shared.policy.entry(entry, &mut self.not_restored);
+        if apply.owner == Some(self.shared.me) && !in_setgid {
+            apply.owner = None;
+        }
+        apply
+    }
+
+    /// The extended attributes of the open source entry `fd` with [`Cp::archive`], in
+    /// archive form (in `self.xattrs.wire`).
+    fn read_xattrs(&mut self, fd: BorrowedFd<'_>, path: impl Fn() -> TreePath) -> Result<()> {
+        self.xattrs.wire.clear();
+        if self.cp().archive {
+            self.xattrs
+                .read(fd)
+                .map_err(|e| Error::io("flistxattr", path(), e))?;
+        }
+        Ok(())
+    }
+
+    /// What DEST has at `at.name`, compared with the source `stat` of kind `kind`.
+    fn found(&self, at: &Pair<'_>, stat: &Statx, kind: Kind) -> Result<Found> {
+        let Some(dest) = at.dest else {
+            return Ok(Found::Nothing);
+        };
+        match statx(&**dest, at.name, AtFlags::SYMLINK_NOFOLLOW, STATX_MASK) {
+            Ok(there) => {
+                let there_kind = Kind::of_mode(there.stx_mode.into());
+                let rule = Rule {
+                    owners: self.cp().archive && self.shared.root,
+                };
+                let same = rule.unchanged(&Facts::of_statx(stat), &Facts::of_statx(&there));
+                Ok(if there_kind == Kind::Dir && kind != Kind::Dir {
+                    Found::Dir
+                } else if same {
+                    Found::Same
+                } else {
+                    Found::Other
+                })
+            }
+            Err(Errno::NOENT) => Ok(Found::Nothing),
+            Err(e) => Err(Error::io("statx", at.dest_path(self.shared), e)),
+        }
+    }
+
+    /// Copies the non-directory `at` (stated as `stat`).
+    pub(super) fn copy(&mut self, at: &Pair<'_>, stat: &Statx) -> Result<()> {
+        let kind = Kind::of_mode(stat.stx_mode.into());
+        let (update, delete) = (self.cp().update, self.cp().delete);
+        let mut existing = self.shared.policy.existing();
+        let mut change = Change::Create;
+        if update || self.cp().dry_run {
+            let exists_error = || {
+                let dest = at.dest.expect("found in it");
+                exists(dest.as_fd(), at.name, at.dest_path(self.shared))
+            };
+            match self.found(at, stat, kind)? {
+                Found::Nothing => {}
+                Found::Same if update => {
+                    self.counts.up_to_date += 1;
+                    let size = if kind == Kind::File { stat.stx_size } else { 0 };
+                    self.shared.progress.add_entry(size);
+                    if stat.stx_nlink > 1 && kind == Kind::File {
+                        if let Some(dest) = at.dest {
+                            self.note_link(stat, dest, at.name);
+                        }
+                    }
+                    return Ok(());
+                }
+                Found::Dir if update && delete => {
+                    change = Change::Replace;
+                    if !self.cp().dry_run {
+                        let dest = at.dest.expect("found in it");
+                        remove(dest.as_fd(), at.name, || at.dest_path(self.shared))?;
+                    }
+                }
+                Found::Dir => return Err(exists_error()),
+                // Only a dry run gets here without `update`: it says what the copy would.
+                Found::Same | Found::Other => match (update, existing) {
+                    (false, Existing::Keep) => return Err(exists_error()),
+                    (false, Existing::Skip) => {
+                        self.counts.kept += 1;
+                        return Ok(());
+                    }
+                    _ => {
+                        change = Change::Replace;
+                        existing = Existing::Overwrite;
+                    }
+                },
+            }
+        }
+        if self.cp().dry_run {
+            self.change(change, at);
+            self.count(kind, stat.stx_size);
+            return Ok(());
+        }
+        let dest = at.dest.expect("not a dry run");
+        let entry = Entry::new(at.name, kind, Meta::of_statx(stat));
+        let apply = self.apply(&entry, at.setgid);
+        let replaced = match kind {
+            Kind::File => self.copy_file(at, dest, stat, &apply, existing)?,
+            Kind::Symlink => {
+                let target = readlinkat(at.src, at.src_name, std::mem::take(&mut self.target))
+                    .map_err(|e| Error::io("readlinkat", at.src_path(self.shared), e))?;
+                let made = self.make(at, dest, &apply, existing, "symlinkat", |dir, name| {
+                    symlinkat(target.as_c_str(), dir, name)
+                });
+                self.target = target.into_bytes();
+                made?
+            }
+            Kind::Fifo | Kind::Socket => {
+                let file_type = match kind {
+                    Kind::Fifo => FileType::Fifo,
+                    _ => FileType::Socket,
+                };
+                self.make(at, dest, &apply, existing, "mknodat", |dir, name| {
+                    mknodat(dir, name, file_type, Mode::from_raw_mode(apply.mode), 0)
+                })?
+            }
+            Kind::CharDevice | Kind::BlockDevice => {
+                if !self.cp().archive {
+                    self.counts.left_out += 1;
+                    return Ok(());
+                }
+                if !self.shared.policy.devices(&mut self.not_restored) {
+                    return Ok(());
+                }
+                let file_type = match kind {
+                    Kind::CharDevice => FileType::CharacterDevice,
+                    _ => FileType::BlockDevice,
+                };
+                let device = makedev(stat.stx_rdev_major, stat.stx_rdev_minor);
+                self.make(at, dest, &apply, existing, "mknodat", |dir, name| {
+                    mknodat(
+                        dir,
+                        name,
+                        file_type,
+                        Mode::from_raw_mode(apply.mode),
+                        device,
+                    )
+                })?
+            }
+            Kind::Dir | Kind::Unknown => return Ok(()),
+        };
+        match replaced {
+            None => self.counts.kept += 1,
+            Some(replaced) => {
+                if kind != Kind::File {
+                    self.count(kind, 0);
+                }
+                self.counts.replaced += u64::from(replaced);
+                self.change(
+                    if replaced {
+                        Change::Replace
+                    } else {
+                        Change::Create
+                    },
+                    at,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts an entry of `kind` copied.
+    fn count(&mut self, kind: Kind, size: u64) {
+        match kind {
+            Kind::File => {
+                self.counts.files += 1;
+                self.counts.bytes += size;
+            }
+            Kind::Symlink => self.counts.symlinks += 1,
+            Kind::Dir => self.counts.dirs += 1,
+            _ => self.counts.specials += 1,
+        }
+        self.shared
+            .progress
+            .add_entry(if kind == Kind::File { size } else { 0 });
+    }
+
+    /// Creates a symlink, special file or hard link with `make` and restores its metadata
+    /// by name;
+    /// `None` when it existed and was skipped, else whether it replaced an entry.
+    fn make(
+        &mut self,
+        at: &Pair<'_>,
+        dest: &Arc<OwnedFd>,
+        apply: &Apply,
+        existing: Existing,
+        op: &'static str,
+        make: impl FnMut(BorrowedFd<'_>, &[u8]) -> rustix::io::Result<()>,
+    ) -> Result<Option<bool>> {
+        let dir = dest.as_fd();
+        let path = || at.dest_path(self.shared);
+        let replacing = match create_at(dir, at.name, existing, &mut self.temp, op, path, make)? {
+            Made::Skipped => return Ok(None),
+            Made::Here(()) => false,
+            Made::Replacing(()) => true,
+        };
+        let name = if replacing { &self.temp[..] } else { at.name };
+        let path = || at.dest_path(self.shared);
+        let restored = self.shared.policy.restore(
+            Target::At(dir, name),
+            apply,
+            Xattrs::default(),
+            &mut self.not_restored,
+            path,
+        );
+        if let Err(e) = restored {
+            if replacing {
+                let _ = unlinkat(dir, name, AtFlags::empty());
+            }
+            return Err(e);
+        }
+        if replacing {
+            replace(dir, &self.temp, at.name, path)?;
+        }
+        Ok(Some(replacing))
+    }
+
+    /// Notes the copy of a multi-link file, for its later names to link to.
+    fn note_link(&self, stat: &Statx, dest: &Arc<OwnedFd>, name: &[u8]) {
+        let mut links = self.shared.links.lock().expect("no panics");
+        links
+            .entry(inode_key(stat))
+            .or_insert((dest.clone(), name.into()));
+    }
+
+    /// Creates (or merges into) the copy of the directory `name` (open as `src`, stated as
+    /// `stat`) in `dest` (setgid when `in_setgid`), and returns its state; with [`Cp::delete`], first removes what the
+    /// copy has and the source lacks.
+    pub(super) fn enter(
+        &mut self,
+        dest: Option<&Arc<OwnedFd>>,
+        in_setgid: bool,
+        name: &[u8],
+        src: BorrowedFd<'_>,
+        stat: &Statx,
+        path: &[u8],
+    ) -> Result<DestDir<'a>> {
+        let shared = self.shared;
+        let dest_path = || shared.dest_path(path);
+        let entry = Entry::dir(name, Meta::of_statx(stat));
+        let apply = self.apply(&entry, in_setgid);
+        let (create, last_mode) = shared.policy.dir_modes(&apply);
+        let Some(dest) = dest else {
+            // A dry run below a directory that does not exist yet.
+            self.count(Kind::Dir, 0);
+            return Ok(DestDir {
+                fd: None,
+                setgid: false,
+                last: None,
+                shared,
+            });
+        };
+        let mut created = true;
+        if self.cp().dry_run {
+            let fd = match openat(&**dest, name, DIR_FLAGS, Mode::empty()) {
+                Ok(fd) => Some(Arc::new(fd)),
+                Err(Errno::NOENT) => {
+                    if self.cp().changes {
+                        shared.report.change(Change::Create, &dest_path());
+                    }
+                    None
+                }
+                Err(Errno::NOTDIR | Errno::LOOP) if self.cp().update => None,
+                Err(Errno::NOTDIR | Errno::LOOP) => {
+                    return Err(exists(dest.as_fd(), name, dest_path()))
+                }
+                Err(e) => return Err(Error::io("open directory", dest_path(), e)),
+            };
+            self.count(Kind::Dir, 0);
+            if let Some(fd) = &fd {
+                self.delete_missing(src, fd, path)?;
+            }
+            return Ok(DestDir {
+                fd,
+                setgid: false,
+                last: None,
+                shared,
+            });
+        }
+        // With --update most directories are there already: open first, create only when
+        // missing (two syscalls fewer per directory).
+        let existing = match self.cp().update {
+            true => match openat(&**dest, name, DIR_FLAGS, Mode::empty()) {
+                Ok(fd) => Some(fd),
+                Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => None,
+                Err(e) => return Err(Error::io("open directory", dest_path(), e)),
+            },
+            false => None,
+        };
+        let fd = match existing {
+            Some(fd) => {
+                created = false;
+                fd
+            }
+            None => {
+                match mkdirat(&**dest, name, Mode::from_raw_mode(create)) {
+                    Ok(()) => {}
+                    Err(Errno::EXIST) => {
+                        let there =
+                            statx(&**dest, name, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE)
+                                .map_err(|e| Error::io("statx", dest_path(), e))?;
+                        if Kind::of_mode(there.stx_mode.into()) == Kind::Dir {
+                            created = false;
+                        } else if self.cp().update
+                            || shared.policy.existing() == Existing::Overwrite
+                        {
+                            let mode = Mode::from_raw_mode(create);
+                            replace_by_dir(dest.as_fd(), name, mode, &mut self.temp, dest_path)?;
+                            self.counts.replaced += 1;
+                        } else {
+                            return Err(exists(dest.as_fd(), name, dest_path()));
+                        }
+                    }
+                    Err(e) => return Err(Error::io("mkdirat", dest_path(), e)),
+                }
+                match openat(&**dest, name, DIR_FLAGS, Mode::empty()) {
+                    Ok(fd) => fd,
+                    // Swapped for something else since.
+                    Err(Errno::NOTDIR | Errno::LOOP) => {
+                        return Err(exists(dest.as_fd(), name, dest_path()))
+                    }
+                    Err(e) => return Err(Error::io("open directory", dest_path(), e)),
+                }
+            }
+        };
+        if created {
+            let owner = Apply {
+                owner: apply.owner,
+                ..Apply::default()
+            };
+            let target = Target::Fd(fd.as_fd());
+            (shared.policy).restore(
+                target,
+                &owner,
+                Xattrs::default(),
+                &mut self.not_restored,
+                dest_path,
+            )?;
+        }
+        let there = statx(
+            &fd,
+            "",
+            AtFlags::EMPTY_PATH,
+            StatxFlags::MODE | StatxFlags::INO,
+        )
+        .map_err(|e| Error::io("statx", dest_path(), e))?;
+        let mode = u32::from(there.stx_mode) & 0o7777;
+        // Merging into a directory that does not let its owner in: let it, for now.
+        if !created && !shared.root && mode & 0o700 != 0o700 {
+            fchmod(&fd, Mode::from_raw_mode(mode | 0o700))
+                .map_err(|e| Error::io("fchmod", dest_path(), e))?;
+        }
+        self.read_xattrs(src, dest_path)?;
+        let fd = Arc::new(fd);
+        self.delete_missing(src, &fd, path)?;
+        self.count(Kind::Dir, 0);
+        if path.is_empty() {
+            *shared.target.lock().expect("no panics") = Some(inode_key(&there));
+        }
+        let last = Last {
+            mode: match created {
+                true => last_mode,
+                false => Some(apply.mode & !shared.cp.umask),
+            },
+            apply: Apply {
+                owner: apply.owner.filter(|_| !created),
+                ..apply
+            },
+            xattrs: self.xattrs.wire.clone(),
+            path: path.to_vec(),
+        };
+        Ok(DestDir {
+            fd: Some(fd),
+            setgid: mode & 0o2000 != 0,
+            last: Some(last),
+            shared,
+        })
+    }
+
+    /// With [`Cp::delete`], removes the entries of the copy `dest` that its source `src`
+    /// lacks (unless excluded); a dry run only tells them.
+    fn delete_missing(
+        &mut self,
+        src: BorrowedFd<'_>,
+        dest: &Arc<OwnedFd>,
+        path: &[u8],
+    ) -> Result<()> {
+        if !self.cp().delete {
+            return Ok(());
+        }
+        let dest_path = |name: &[u8]| self.shared.dest_path(&TreePath::join([path], name).0);
+        let mut listing = Listing::default();
+        listing
+            .read(dest.as_fd(), &mut dirent_buffer())
+            .map_err(|e| Error::io("getdents64", dest_path(b""), e))?;
+        for i in 0..listing.len() {
+            let (name, file_type) = listing.get(i);
+            let below_root = || TreePath::join([path], name).0;
+            let is_dir = file_type == FileType::Directory;
+            if self.cp().exclude.excludes(name, below_root, is_dir) {
+                continue;
+            }
+            match statx(src, name, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE) {
+                Err(Errno::NOENT) => {}
+                _ => continue,
+            }
+            if self.cp().changes {
+                self.shared.report.change(Change::Delete, &dest_path(name));
+            }
+            if !self.cp().dry_run {
+                remove(dest.as_fd(), name, || dest_path(name))?;
+            }
+            self.counts.deleted += 1;
+        }
+        Ok(())
+    }
+}
+
+/// Removes the entry `name` of `dir` and everything below it.
+fn remove(dir: BorrowedFd<'_>, name: &[u8], path: impl Fn() -> TreePath) -> Result<()> {
+    remove_tree(dir, name, &mut dirent_buffer()).map_err(|e| Error::io("remove", path(), e))
+}
+
+impl<'a> ParallelVisitor for Copier<'a> {
+    type State = DestDir<'a>;
+
+    fn enter_dir(
+        &mut self,
+        parent: &Dir<DestDir<'a>>,
+        entry: &Entry<'_>,
+        fd: BorrowedFd<'_>,
+        stat: &Statx,
+    ) -> std::result::Result<DestDir<'a>, WalkState> {
+        if self.shared.cp.cancel.is_cancelled() {
+            return Err(WalkState::Quit);
+        }
+        let path = parent.relative(Some(entry.name));
+        if *self.shared.target.lock().expect("no panics") == Some(inode_key(stat)) {
+            let error = Error::Argument {
+                arg: parent.path(Some(entry.name)).to_string(),
+                problem: "is the copy itself (DEST is inside SRC); not copied into itself".into(),
+            };
+            return Err(match self.failed(error) {
+                WalkState::Continue => WalkState::Skip,
+                state => state,
+            });
+        }
+        let dest = parent.state();
+        match self.enter(dest.fd.as_ref(), dest.setgid, entry.name, fd, stat, &path) {
+            Ok(state) => Ok(state),
+            Err(e) => Err(match self.failed(e) {
+                WalkState::Continue => WalkState::Skip,
+                state => state,
+            }),
+        }
+    }
+
+    fn entry(
+        &mut self,
+        dir: &Dir<DestDir<'a>>,
+        fd: BorrowedFd<'_>,
+        entry: &Entry<'_>,
+        stat: &Statx,
+    ) -> WalkState {
+        if self.shared.cp.cancel.is_cancelled() {
+            return WalkState::Quit;
+        }
+        let path = || dir.relative(Some(entry.name));
+        let at = Pair {
+            src: fd,
+            src_name: entry.name,
+            dest: dir.state().fd.as_ref(),
+            name: entry.name,
+            setgid: dir.state().setgid,
+            path: &path,
+        };
+        match self.copy(&at, stat) {
+            Ok(()) => WalkState::Continue,
+            Err(e) => self.failed(e),
+        }
+    }
+
+    fn error(&mut self, error: Error) -> WalkState {
+        self.failed(error)
+    }
+}

@@ -168,9 +168,11 @@ pub struct Pack<'a> {
     unchanged: Option<&'a Listing>,
     cancel: Cancel,
     format: Format,
-    zstd: Option<i32>,
-    threads: Option<usize>,
-    segment_target: usize,
+    /// The zstd level of a version 2 pack's segments (0: stored raw).
+    zstd: i32,
+    /// Worker threads of a version 2 pack (0: one per core).
+    threads: u32,
+    segment_target: u32,
 }
 
 /// The archive format a pack writes (docs/FORMAT.md).
@@ -204,9 +206,9 @@ impl<'a> Pack<'a> {
             unchanged: None,
             cancel: Cancel::new(),
             format: Format::V1,
-            zstd: None,
-            threads: None,
-            segment_target: crate::format::SEGMENT_TARGET,
+            zstd: 0,
+            threads: 0,
+            segment_target: crate::format::SEGMENT_TARGET as u32,
         }
     }
 
@@ -289,7 +291,7 @@ impl<'a> Pack<'a> {
     /// Stores each segment as a zstd frame at `level` (1 to 19; see
     /// [`DEFAULT_ZSTD_LEVEL`]) where that is smaller; implies [`Format::V2`].
     pub fn zstd(mut self, level: i32) -> Pack<'a> {
-        self.zstd = Some(level);
+        self.zstd = level.clamp(1, 19);
         self.format = Format::V2;
         self
     }
@@ -297,14 +299,14 @@ impl<'a> Pack<'a> {
     /// Seals version 2 segments on `threads` worker threads (at least 1; the default: one
     /// per core). The archive is the same whatever their number.
     pub fn threads(mut self, threads: usize) -> Pack<'a> {
-        self.threads = Some(threads.max(1));
+        self.threads = threads.clamp(1, u32::MAX as usize) as u32;
         self
     }
 
     /// Closes version 2 segments at `target` bytes instead (tests: many segments from a
     /// small tree).
     #[cfg(test)]
-    pub(crate) fn segment_target(mut self, target: usize) -> Pack<'a> {
+    pub(crate) fn segment_target(mut self, target: u32) -> Pack<'a> {
         self.segment_target = target;
         self
     }
@@ -378,9 +380,12 @@ impl<'a> Pack<'a> {
                 };
                 let settings = v2::Settings {
                     archive: self.archive,
-                    zstd: self.zstd,
-                    threads: self.threads.unwrap_or_else(|| Work::Cores.threads()),
-                    target: self.segment_target,
+                    zstd: (self.zstd > 0).then_some(self.zstd),
+                    threads: match self.threads {
+                        0 => Work::Cores.threads(),
+                        n => n as usize,
+                    },
+                    target: self.segment_target as usize,
                     itself,
                     listing: self.unchanged,
                     progress,

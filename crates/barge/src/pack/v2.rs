@@ -25,11 +25,12 @@ use rustix::io::{fcntl_dupfd_cloexec, Errno};
 use super::{recorded, writer_gone, PackSummary, Update, Warning};
 use crate::compare::inode_key;
 use crate::error::{Error, Result, TreePath};
-use crate::format::segments::{tail, Body, Layout, Rows, Sealed, Segs, Zstd};
+use crate::format::segments::{tail, Body, Layout, Names, Rows, Sealed, Segs, Zstd};
 use crate::format::{CHUNK, HEADER_V2};
 use crate::interrupt::{retry, Cancel};
 use crate::listing::Listing;
 use crate::output::ArchiveWriter;
+use crate::owners::Owners;
 use crate::sys::thread::spawn_elsewhere;
 use crate::sys::{self, FILE_FLAGS};
 use crate::tree::{
@@ -406,6 +407,18 @@ pub(super) struct Planner<'a> {
     progress: &'a Progress,
     cancel: Cancel,
     xattrs: XattrReader,
+    /// The names of users and groups, when owners are recorded.
+    owners: Owners,
+}
+
+/// The user and group names an `OWNER` of `entry` carries: its ids' names here, where they
+/// have one.
+fn names<'o>(owners: &'o Owners, entry: &Entry<'_>) -> Names<'o> {
+    let Some(owner) = entry.meta.owner else {
+        return (b"", b"");
+    };
+    let user = owners.user_name(owner.uid).unwrap_or_default();
+    (user, owners.group_name(owner.gid).unwrap_or_default())
 }
 
 impl<'a> Planner<'a> {
@@ -432,6 +445,10 @@ impl<'a> Planner<'a> {
             progress: settings.progress,
             cancel: settings.cancel.clone(),
             xattrs: XattrReader::default(),
+            owners: match settings.archive {
+                true => Owners::system(),
+                false => Owners::default(),
+            },
         }
     }
 
@@ -452,9 +469,8 @@ impl<'a> Planner<'a> {
             xattrs: Xattrs(&xattrs),
             ..Entry::dir(b".", Meta::of_stat(&stat))
         };
-        let full = self
-            .layout
-            .root(&recorded(&entry, self.archive), (b"", b""));
+        let entry = recorded(&entry, self.archive);
+        let full = self.layout.root(&entry, names(&self.owners, &entry));
         self.xattrs.wire = xattrs;
         self.start(full)
     }
@@ -534,9 +550,12 @@ impl<'a> Planner<'a> {
                     }
                 };
                 let path = self.dir.join(name);
-                let full =
-                    self.layout
-                        .file(&entry, size as u32, Source::File { dir, path }, (b"", b""));
+                let full = self.layout.file(
+                    &entry,
+                    size as u32,
+                    Source::File { dir, path },
+                    names(&self.owners, &entry),
+                );
                 self.start(full)
             }
         };
@@ -609,7 +628,7 @@ impl<'a> Planner<'a> {
         extents: &[(u64, u64)],
     ) -> Result<()> {
         let count = extents.len() as u32;
-        let full = self.layout.ext_file(entry, size, count, (b"", b""));
+        let full = (self.layout).ext_file(entry, size, count, names(&self.owners, entry));
         self.start(full)?;
         let path = self.dir.join(entry.name);
         let file = Arc::new(Opened { fd, path, size });
@@ -702,7 +721,8 @@ impl Sink for Planner<'_> {
 
     fn enter_dir(&mut self, entry: &Entry<'_>) -> Result<()> {
         self.cancel.check()?;
-        let full = self.layout.dir(&recorded(entry, self.archive), (b"", b""));
+        let entry = &recorded(entry, self.archive);
+        let full = self.layout.dir(entry, names(&self.owners, entry));
         self.summary.dirs += 1;
         self.progress.add_entry(0);
         self.dir.enter(entry.name);
@@ -735,9 +755,8 @@ impl Sink for Planner<'_> {
         if self.update.unchanged_symlink(entry, target) {
             return Ok(());
         }
-        let full = self
-            .layout
-            .symlink(&recorded(entry, self.archive), target, (b"", b""));
+        let entry = &recorded(entry, self.archive);
+        let full = (self.layout).symlink(entry, target, names(&self.owners, entry));
         self.summary.symlinks += 1;
         self.progress.add_entry(0);
         self.start(full)
@@ -750,7 +769,7 @@ impl Sink for Planner<'_> {
             return Ok(());
         }
         let entry = recorded(entry, self.archive);
-        let full = self.layout.special(&entry, device, (b"", b""));
+        let full = (self.layout).special(&entry, device, names(&self.owners, &entry));
         self.summary.specials += 1;
         self.progress.add_entry(0);
         self.start(full)
@@ -770,7 +789,17 @@ impl Sink for Planner<'_> {
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+
+    use rustix::fs::{open, OFlags, CWD};
+
     use super::*;
+    use crate::format::{decode_all, Event, Limits, SEGMENT_TARGET};
+    use crate::pack::{Format, Pack};
+    use crate::tree::Recording;
+    use crate::unpack::{Archive, Unpack};
 
     #[test]
     fn regions_are_cut_at_every_multiple_of_a_chunk() {
@@ -782,5 +811,222 @@ mod tests {
             chunks(&[(5, 10), (c - 1, 2)]),
             [(5, 10), (c - 1, 1), (c, 1)]
         );
+    }
+
+    /// A planned read gets exactly the planned bytes: a file that shrank is padded with
+    /// zeros, one that grew is cut, and each says so; a read that fails is padded too.
+    #[test]
+    fn a_file_that_changed_since_it_was_planned_is_stored_as_planned() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        fs::write(&path, b"0123456789").unwrap();
+        let file = open(&path, OFlags::RDONLY, Mode::empty()).unwrap();
+        let cancel = Cancel::new();
+        let read = |at: u64, len: usize, end: Option<u64>| {
+            let mut buf = Vec::with_capacity(len + 1);
+            let got = read_planned(file.as_fd(), at, len, end, &mut buf, &cancel).unwrap();
+            (got, buf)
+        };
+        assert_eq!(
+            read(0, 10, Some(10)),
+            (Got::Planned, b"0123456789".to_vec())
+        );
+        assert_eq!(
+            read(0, 12, Some(12)),
+            (Got::Shrank(2), b"0123456789\0\0".to_vec())
+        );
+        assert_eq!(read(0, 8, Some(8)), (Got::Grew, b"01234567".to_vec()));
+        // An extent in the middle, and a last one before a hole at the end.
+        assert_eq!(read(2, 3, None), (Got::Planned, b"234".to_vec()));
+        assert_eq!(read(2, 3, Some(10)), (Got::Planned, b"234".to_vec()));
+        assert_eq!(read(2, 3, Some(9)), (Got::Grew, b"234".to_vec()));
+        assert_eq!(read(8, 4, None), (Got::Shrank(2), b"89\0\0".to_vec()));
+        let not_a_file = open(dir.path(), OFlags::RDONLY, Mode::empty()).unwrap();
+        let mut buf = Vec::with_capacity(5);
+        let got = read_planned(not_a_file.as_fd(), 0, 4, Some(4), &mut buf, &cancel);
+        assert_eq!(got.unwrap(), Got::Failed(0, Errno::ISDIR));
+        assert_eq!(buf, [0; 4]);
+        let mut warnings = Vec::new();
+        Got::Shrank(2).warn(&TreePath(b"d/f".to_vec()), &mut warnings);
+        assert_eq!(
+            warnings[0].to_string(),
+            "d/f: file shrank by 2 bytes; padding with zeros"
+        );
+        assert!(warnings[0].lost);
+    }
+
+    /// A tree of many small files in nested directories, a file of several chunks, hard
+    /// links far apart, a sparse file, an empty one, a symlink and a fifo.
+    fn tree(root: &Path) {
+        for d in ["a/b", "a/c", "z"] {
+            fs::create_dir_all(root.join(d)).unwrap();
+        }
+        for i in 0..120 {
+            let dir = ["a", "a/b", "a/c", "z"][i % 4];
+            let data: Vec<u8> = (0..i * 97).map(|b| (b * 13 + i) as u8).collect();
+            fs::write(root.join(format!("{dir}/f{i:03}")), data).unwrap();
+        }
+        let big: Vec<u8> = (0..CHUNK as usize * 2 + 12_345)
+            .map(|b| (b % 251) as u8)
+            .collect();
+        fs::write(root.join("a/big"), big).unwrap();
+        fs::hard_link(root.join("a/b/f001"), root.join("z/link")).unwrap();
+        fs::hard_link(root.join("a/big"), root.join("z/big-link")).unwrap();
+        let sparse = fs::File::create(root.join("a/sparse")).unwrap();
+        sparse.set_len(50 << 20).unwrap();
+        rustix::io::pwrite(&sparse, b"A", 0).unwrap();
+        rustix::io::pwrite(&sparse, b"Z", (50 << 20) - 1).unwrap();
+        fs::write(root.join("a/empty"), b"").unwrap();
+        std::os::unix::fs::symlink("a/big", root.join("link")).unwrap();
+        rustix::fs::mknodat(
+            CWD,
+            root.join("z/fifo"),
+            FileType::Fifo,
+            Mode::from(0o600),
+            0,
+        )
+        .unwrap();
+        fs::set_permissions(root, fs::Permissions::from_mode(0o700)).unwrap();
+    }
+
+    fn packed(root: &Path, pack: impl FnOnce(Pack<'_>) -> Pack<'_>) -> (Vec<u8>, PackSummary) {
+        let fd = open(root, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()).unwrap();
+        let mut archive = Vec::new();
+        let summary = pack(Pack::new(fd)).to_writer(&mut archive).unwrap();
+        (archive, summary)
+    }
+
+    /// Every event of `archive`, decoded alone; and the number of segments.
+    fn decoded(archive: &[u8]) -> (Vec<String>, usize) {
+        let (mut events, mut segments) = (Vec::new(), 0);
+        decode_all(archive, Limits::default(), |_, event| {
+            match event {
+                Event::Segment => segments += 1,
+                Event::Index(_) => {}
+                event => events.push(format!("{event:?}")),
+            }
+            Ok(())
+        })
+        .unwrap();
+        (events, segments)
+    }
+
+    /// What a listing of `archive` sees (root record aside).
+    fn listed(archive: Vec<u8>) -> Vec<crate::tree::Recorded> {
+        let mut recording = Recording::default();
+        let input = Archive::from_reader(std::io::Cursor::new(archive));
+        Unpack::new().list(&input, &mut recording).unwrap();
+        recording.normalized()
+    }
+
+    /// Small segments: many of them, extents of the large file across them, hard links to
+    /// entries of earlier segments; the same bytes on 1 and 4 threads, raw or zstd; the same
+    /// tree as version 1 holds.
+    #[test]
+    fn many_segments_are_the_same_whatever_the_threads() {
+        let dir = tempfile::tempdir().unwrap();
+        tree(dir.path());
+        let v1 = packed(dir.path(), |p| p).0;
+        let mut raw = Vec::new();
+        for zstd in [None, Some(3)] {
+            let mut archives = Vec::new();
+            for threads in [1, 4] {
+                let (archive, summary) = packed(dir.path(), |p| {
+                    let p = p.format(Format::V2).threads(threads).segment_target(4096);
+                    match zstd {
+                        Some(level) => p.zstd(level),
+                        None => p,
+                    }
+                });
+                assert!(summary.warnings.is_empty(), "{:?}", summary.warnings);
+                assert_eq!((summary.files, summary.hard_links), (123, 2));
+                assert_eq!(summary.archive_bytes, archive.len() as u64);
+                archives.push(archive);
+            }
+            assert!(
+                archives[0] == archives[1],
+                "1 and 4 threads differ (zstd {zstd:?})"
+            );
+            let (events, segments) = decoded(&archives[0]);
+            assert!(segments > 30, "{segments} segments");
+            let extents = events.iter().filter(|e| e.starts_with("Extent")).count();
+            // The large file in three chunks, the sparse one's two data blocks.
+            assert_eq!(extents, 3 + 2, "{events:#?}");
+            assert!(
+                listed(v1.clone()) == listed(archives[0].clone()),
+                "v1 and v2 differ"
+            );
+            match zstd {
+                None => raw = archives.swap_remove(0),
+                Some(_) => assert!(archives[0].len() < raw.len() / 2),
+            }
+        }
+        // With the default target, big files still spread over segments.
+        let (archive, _) = packed(dir.path(), |p| p.format(Format::V2));
+        let (_, segments) = decoded(&archive);
+        assert!(
+            segments >= (2 * CHUNK as usize) / SEGMENT_TARGET,
+            "{segments}"
+        );
+    }
+
+    /// Landed into a new DEST, the archive gives back the tree: contents, modes, the root's
+    /// mode and time, hard links as links, the sparse file sparse; with owners (as root)
+    /// the names come along.
+    #[test]
+    fn a_landed_archive_is_the_tree_it_was_packed_from() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src");
+        fs::create_dir(&src).unwrap();
+        tree(&src);
+        let times = rustix::fs::Timestamps {
+            last_access: rustix::fs::Timespec::default(),
+            last_modification: rustix::fs::Timespec {
+                tv_sec: 978_307_200,
+                tv_nsec: 0,
+            },
+        };
+        rustix::fs::utimensat(CWD, &src, &times, AtFlags::empty()).unwrap();
+        let (archive, _) = packed(&src, |p| p.zstd(3).archive(true).segment_target(1 << 16));
+        let file = dir.path().join("a.barge");
+        fs::write(&file, &archive).unwrap();
+        let dest = dir.path().join("new/dest");
+        let unpack = Unpack::new().sandbox(false).umask(0);
+        let opened = unpack.open(Some(&file)).unwrap();
+        let mut destination = unpack.prepare(&dest, &opened).unwrap();
+        unpack
+            .land(&opened, &mut destination, &Progress::default())
+            .unwrap();
+        let differences = Mutex::new(Vec::new());
+        let report = |e: Error| differences.lock().unwrap().push(e.to_string());
+        crate::compare::Compare::new()
+            .modes(0)
+            .whole()
+            .run(&src, &dest, &report)
+            .unwrap();
+        assert_eq!(differences.into_inner().unwrap(), Vec::<String>::new());
+        let root = fs::metadata(&dest).unwrap();
+        assert_eq!((root.mode() & 0o7777, root.mtime()), (0o700, 978_307_200));
+        let inode = |path: &str| fs::metadata(dest.join(path)).unwrap().ino();
+        assert_eq!(inode("a/b/f001"), inode("z/link"));
+        assert_eq!(inode("a/big"), inode("z/big-link"));
+        let sparse = fs::metadata(dest.join("a/sparse")).unwrap();
+        assert!(
+            sparse.blocks() * 512 < 1 << 20,
+            "{} blocks",
+            sparse.blocks()
+        );
+        if rustix::process::geteuid().is_root() {
+            let mut names = Vec::new();
+            decode_all(&archive, Limits::default(), |decoder, event| {
+                if let Event::Dir(entry) = event {
+                    names.push((entry.name.to_vec(), decoder.owner_names().0.to_vec()));
+                }
+                Ok(())
+            })
+            .unwrap();
+            assert!(names.iter().all(|(_, user)| user == b"root"), "{names:?}");
+        }
     }
 }

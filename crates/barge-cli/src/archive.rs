@@ -37,7 +37,8 @@ fn is_stdio(path: Option<&Path>) -> bool {
 #[command(after_help = crate::report::exit_status!())]
 pub struct PackArgs {
     /// The directory to pack (its entries at the top of the archive); with several, each
-    /// becomes a top-level directory named by its last component, as tar does.
+    /// becomes a top-level directory named by its last component, as tar does (in the
+    /// order given; with --format 2 sorted by name).
     #[arg(required = true, value_name = "DIR")]
     dirs: Vec<PathBuf>,
     /// Where to write the archive ('-' for stdout, the default when it is not a terminal).
@@ -149,7 +150,8 @@ pub fn pack(args: PackArgs, cancel: &Cancel) -> Result<Exit> {
     let lost = packed.warnings.iter().filter(|w| w.lost).count();
     if lost > 0 && !args.out.quiet {
         warn(format_args!(
-            "the archive lacks {lost} entries that could not be read (exit status 2)"
+            "the archive lacks {lost} entries, or parts of them, that could not be read \
+             (exit status 2)"
         ));
     }
     let mut line = format!("packed {} dirs, {} files", packed.dirs, packed.files);

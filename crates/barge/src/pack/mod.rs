@@ -213,8 +213,9 @@ impl<'a> Pack<'a> {
     }
 
     /// A pack of several directories, each a top-level directory of the archive named by
-    /// its name (`tar -c A B` keeps `A/...` and `B/...`), in the order given. A name that
-    /// is no valid entry name, or given twice, is an [`Error::Argument`].
+    /// its name (`tar -c A B` keeps `A/...` and `B/...`), in the order given (version 2:
+    /// sorted by name, as every directory's entries are). A name that is no valid entry
+    /// name, or given twice, is an [`Error::Argument`].
     pub fn named(roots: Vec<(Vec<u8>, OwnedFd)>) -> Result<Pack<'a>> {
         for (i, (name, _)) in roots.iter().enumerate() {
             let bad = |problem: String| Error::Argument {
@@ -369,9 +370,12 @@ impl<'a> Pack<'a> {
                 |packer| walk.run_named(self.roots, packer),
             ),
             Format::V2 => {
+                // Version 2 sorts the entries of every directory, named roots too.
+                let mut roots = self.roots;
+                roots.sort_by(|a, b| a.0.cmp(&b.0));
                 // A single root's own records, from a duplicate of its fd (the walk takes
                 // the fd); several named roots are entries of their own.
-                let root = match &self.roots[..] {
+                let root = match &roots[..] {
                     [(name, fd)] if name.is_empty() => Some(
                         fcntl_dupfd_cloexec(fd, 0)
                             .map_err(|e| Error::io("dup directory", TreePath::default(), e))?,
@@ -392,7 +396,7 @@ impl<'a> Pack<'a> {
                     cancel: self.cancel.clone(),
                 };
                 v2::encode(out, settings, root, |planner| {
-                    walk.run_named(self.roots, planner)
+                    walk.run_named(roots, planner)
                 })
             }
         };

@@ -52,6 +52,14 @@ pub(crate) struct Body<D> {
     len: usize,
 }
 
+/// A piece of file data as [`Body::seal`] hands it out: the skeleton bytes that go before
+/// it, how long it is, and where it comes from.
+pub(crate) struct Part<'b, D> {
+    pub(crate) prefix: &'b [u8],
+    pub(crate) len: usize,
+    pub(crate) source: D,
+}
+
 /// A framed segment: its head and stored bytes, and what the index says of it.
 pub(crate) struct Sealed {
     pub(crate) frame: Vec<u8>,
@@ -99,29 +107,52 @@ impl<D> Body<D> {
         self.len += len + 8;
     }
 
-    /// The frame of this body, built in `buf`: each piece's bytes appended by
-    /// `fill(source, buf, len)` (exactly `len` of them), each piece's digest and the
-    /// skeleton's computed, stored as zstd by `zstd` where that is smaller.
+    /// The frame of this body, built in `buf`: `fill` appends each [`Part`] in order (its
+    /// prefix, then exactly its `len` bytes), then the digests of the pieces and of the
+    /// skeleton are computed, and the body is stored as zstd by `zstd` where that is smaller.
+    /// `buf` has room for the body; after each piece comes its digest's place, so a `fill`
+    /// may read one byte past a piece there (a probe for growth).
     pub(crate) fn seal<E>(
         mut self,
         mut buf: Vec<u8>,
-        mut fill: impl FnMut(D, &mut Vec<u8>, usize) -> Result<(), E>,
+        fill: impl FnOnce(&mut dyn Iterator<Item = Part<'_, D>>, &mut Vec<u8>) -> Result<(), E>,
         zstd: Option<&mut Zstd>,
     ) -> Result<Sealed, E> {
         buf.clear();
         buf.reserve(FRAME_HEAD + self.len);
         buf.resize(FRAME_HEAD, 0);
+        let pieces = std::mem::take(&mut self.pieces);
+        let places: Vec<(usize, usize)> = pieces.iter().map(|p| (p.slot, p.len)).collect();
         let mut from = 0;
-        for Piece { slot, len, source } in std::mem::take(&mut self.pieces) {
-            buf.extend_from_slice(&self.skeleton[from..slot]);
-            let start = buf.len();
-            fill(source, &mut buf, len)?;
-            assert_eq!(buf.len() - start, len, "a piece is as long as laid out");
-            let data = digest(&buf[start..]).to_le_bytes();
-            self.skeleton[slot..slot + 8].copy_from_slice(&data);
+        let skeleton = &self.skeleton;
+        let mut parts = pieces.into_iter().map(|Piece { slot, len, source }| {
+            let prefix = &skeleton[from..slot];
             from = slot;
+            Part {
+                prefix,
+                len,
+                source,
+            }
+        });
+        fill(&mut parts, &mut buf)?;
+        assert!(parts.next().is_none(), "every piece is filled");
+        drop(parts);
+        let last = places.last().map_or(0, |&(slot, _)| slot);
+        buf.extend_from_slice(&self.skeleton[last..]);
+        assert_eq!(
+            buf.len(),
+            FRAME_HEAD + self.len,
+            "pieces as long as laid out"
+        );
+        // Each piece's data is at its slot, after the data of the pieces before it.
+        let mut before = FRAME_HEAD;
+        for (slot, len) in places {
+            let at = slot + before;
+            let data = digest(&buf[at..at + len]).to_le_bytes();
+            buf[at + len..at + len + 8].copy_from_slice(&data);
+            self.skeleton[slot..slot + 8].copy_from_slice(&data);
+            before += len;
         }
-        buf.extend_from_slice(&self.skeleton[from..]);
         let skeleton = digest(&self.skeleton);
         Ok(Sealed {
             body: self.len as u32,
@@ -667,8 +698,11 @@ impl<W: Write> SegmentEncoder<W> {
         let Some(body) = full else {
             return Ok(());
         };
-        let fill = |data: Vec<u8>, buf: &mut Vec<u8>, _| {
-            buf.extend_from_slice(&data);
+        let fill = |parts: &mut dyn Iterator<Item = Part<'_, Vec<u8>>>, buf: &mut Vec<u8>| {
+            for part in parts {
+                buf.extend_from_slice(part.prefix);
+                buf.extend_from_slice(&part.source);
+            }
             Ok::<(), Infallible>(())
         };
         let Ok(sealed) = body.seal(Vec::new(), fill, self.zstd.as_mut());

@@ -1005,7 +1005,7 @@ impl Packer<'_> {
                 })
             })
             .collect();
-        let reads = match ring.read_files(dir, &to_read, &mut self.buf) {
+        let reads = match ring.read_files(dir, &to_read, &mut self.buf, false) {
             Ok(reads) => reads,
             Err(e) => {
                 let path = self.dir.join(self.run.name(files[0].i));

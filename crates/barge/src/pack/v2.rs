@@ -23,7 +23,7 @@ use rustix::fs::{
 };
 use rustix::io::{fcntl_dupfd_cloexec, Errno};
 
-use super::{recorded, writer_gone, PackSummary, Update, Warning, RING_FILES};
+use super::{recorded, writer_gone, PackSummary, Update, Warning, INLINE_MAX, RING_FILES};
 use crate::compare::inode_key;
 use crate::error::{Error, Result, TreePath};
 use crate::format::segments::{tail, Body, Layout, Names, Part, Rows, Sealed, Segs, Zstd};
@@ -294,8 +294,9 @@ fn work(
     }
 }
 
-/// Appends `parts` to `buf`: each run of files of one directory with one `ring` batch, the
-/// rest (and a file a batch did not read whole) one by one.
+/// Appends `parts` to `buf`: each run of small files of one directory with one `ring` batch
+/// (larger reads would go to io_uring's slower worker threads), the rest (and a file a batch
+/// did not read whole) one by one.
 fn fill_parts(
     parts: &mut dyn Iterator<Item = Part<'_, Source>>,
     buf: &mut Vec<u8>,
@@ -306,7 +307,9 @@ fn fill_parts(
     let mut parts = parts.peekable();
     while let Some(part) = parts.next() {
         let (ring, dir, path) = match (ring.as_deref_mut(), part.source) {
-            (Some(ring), Source::File { dir, path }) => (ring, dir, path),
+            (Some(ring), Source::File { dir, path }) if part.len as u64 <= INLINE_MAX => {
+                (ring, dir, path)
+            }
             (_, source) => {
                 buf.extend_from_slice(part.prefix);
                 fill(source, buf, part.len, warnings, cancel)?;
@@ -315,7 +318,7 @@ fn fill_parts(
         };
         let mut run = vec![(part.prefix, part.len, path)];
         let in_dir = |p: &Part<'_, Source>| match &p.source {
-            Source::File { dir: d, .. } => Arc::ptr_eq(d, &dir),
+            Source::File { dir: d, .. } => Arc::ptr_eq(d, &dir) && p.len as u64 <= INLINE_MAX,
             _ => false,
         };
         while run.len() < RING_FILES {

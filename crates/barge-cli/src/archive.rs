@@ -54,9 +54,10 @@ pub struct PackArgs {
     /// Find the DIRs in this directory (tar's -C; the archive stays where -o says).
     #[arg(short = 'C', long = "directory", value_name = "DIR")]
     directory: Option<PathBuf>,
-    /// Also record numeric owners, extended attributes of directories and files (all
-    /// namespaces readable: user.*, POSIX ACLs, security.*, ...) and character and block
-    /// devices.
+    /// Also record owners (numeric; with --format 2 their user and group names too, which
+    /// unpack restores by name where they exist, as tar does), extended attributes of
+    /// directories and files (all namespaces readable: user.*, POSIX ACLs, security.*, ...)
+    /// and character and block devices.
     #[arg(short, long)]
     archive: bool,
     /// Leave out entries matching PATTERN (repeatable): without a '/', a glob on names at

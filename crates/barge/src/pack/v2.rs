@@ -197,11 +197,9 @@ pub(super) fn encode<W: ArchiveWriter>(
             worker.join().expect("workers do not panic");
         }
         // The writer's failure is the cause of the planner's, if both failed.
-        let (archive_bytes, warnings) = match (written?, planned) {
-            (Some(written), Ok(())) => written,
-            (_, Err(e)) => return Err(e),
-            (None, Ok(())) => unreachable!("the writer ends early only when the planner failed"),
-        };
+        let written = written?;
+        planned?;
+        let (archive_bytes, warnings) = written.ok_or_else(writer_gone)?;
         let mut summary = PackSummary {
             archive_bytes,
             unchanged: update.unchanged,

@@ -1011,6 +1011,56 @@ mod tests {
         assert!(has(b"aaaaa") && has(b"bb\0\0") && has(b"\0\0\0"));
     }
 
+    /// A stop request and a failing writer end the pack with their error, whatever the
+    /// threads were doing, and nothing hangs.
+    #[test]
+    fn a_stop_or_a_failed_write_ends_the_pack_with_its_error() {
+        struct Failing(usize);
+        impl std::io::Write for Failing {
+            fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+                self.0 += data.len();
+                match self.0 > 100_000 {
+                    true => Err(std::io::Error::other("disk on fire")),
+                    false => Ok(data.len()),
+                }
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        tree(dir.path());
+        let fd = || {
+            open(
+                dir.path(),
+                OFlags::DIRECTORY | OFlags::RDONLY,
+                Mode::empty(),
+            )
+            .unwrap()
+        };
+        for threads in [1, 3] {
+            let pack = Pack::new(fd()).format(Format::V2).threads(threads);
+            let failed = pack.segment_target(4096).to_writer(Failing(0));
+            assert!(
+                failed
+                    .as_ref()
+                    .is_err_and(|e| e.to_string().contains("disk on fire")),
+                "{failed:?}"
+            );
+            let cancel = Cancel::new();
+            cancel.cancel();
+            let pack = Pack::new(fd())
+                .format(Format::V2)
+                .threads(threads)
+                .cancel(cancel);
+            let stopped = pack.to_writer(Vec::new());
+            assert!(
+                matches!(stopped, Err(Error::Interrupted { .. })),
+                "{stopped:?}"
+            );
+        }
+    }
+
     /// A tree of many small files in nested directories, a file of several chunks, hard
     /// links far apart, a sparse file, an empty one, a symlink and a fifo.
     fn tree(root: &Path) {

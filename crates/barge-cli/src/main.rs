@@ -250,9 +250,11 @@ enum Command {
     /// permission bits (setuid, setgid, sticky too) and modification times to the
     /// nanosecond; -a adds owners, extended attributes and devices. Sockets are left out
     /// with a warning. An entry that cannot be read is left out with a warning (a directory
-    /// is packed empty) and the pack goes on, then exits with status 2. Entries are sorted
-    /// by name, so the same tree always gives the same archive. The archive never holds
-    /// itself or the file it replaces.
+    /// is packed empty) and the pack goes on, then exits with status 2; with --format 2 so
+    /// is a file that changes size while it is read, which is stored at the size it had
+    /// (cut, or padded with zeros), as tar does. Entries are sorted by name, so the same
+    /// tree always gives the same archive. The archive never holds itself or the file it
+    /// replaces.
     Pack(archive::PackArgs),
     /// Unpack an archive (a file, or '-' for stdin) into DEST.
     ///

@@ -7,8 +7,10 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::time::Duration;
 
+mod support;
+
 use barge::format::{decode_all, Event, Limits};
-use barge::pack::{Pack, PackSummary};
+use barge::pack::{Format, Pack, PackSummary};
 use barge::tree::{Kind, Meta, Recorded, Recording};
 use barge::unpack::{Archive, Unpack};
 use barge::walk::walk;
@@ -83,19 +85,55 @@ fn comparable(recording: &Recording) -> Vec<Recorded> {
 }
 
 fn pack_to_vec(root: &Path) -> (Vec<u8>, PackSummary) {
+    pack_as(root, |pack| pack)
+}
+
+/// Packs `root` as `options` say into bytes, which the decoder must take whole and fed in
+/// small chunks alike.
+fn pack_as(root: &Path, options: impl FnOnce(Pack<'_>) -> Pack<'_>) -> (Vec<u8>, PackSummary) {
     let mut archive = Vec::new();
-    let summary = Pack::new(open_dir(root)).to_writer(&mut archive).unwrap();
+    let summary = options(Pack::new(open_dir(root)))
+        .to_writer(&mut archive)
+        .unwrap();
+    let whole = support::decode_whole(&archive, Limits::default());
+    assert!(whole.is_ok(), "{whole:?}");
+    let mut n = 0;
+    let chunks = || {
+        n = n % 1009 + 1;
+        n
+    };
+    assert!(support::decode_chunked(&archive, Limits::default(), chunks) == whole);
     (archive, summary)
 }
 
 #[test]
 fn packing_keeps_what_the_walker_sees_but_sockets() {
+    fn v1(pack: Pack<'_>) -> Pack<'_> {
+        pack.format(Format::V1)
+    }
+    fn v2(pack: Pack<'_>) -> Pack<'_> {
+        pack.format(Format::V2)
+    }
+    fn zstd(pack: Pack<'_>) -> Pack<'_> {
+        pack.zstd(3)
+    }
+    type Options = fn(Pack<'_>) -> Pack<'_>;
+    for (version, options) in [(1, v1 as Options), (2, v2), (2, zstd)] {
+        packing_keeps_what_the_walker_sees_but_sockets_in(version, options);
+    }
+}
+
+fn packing_keeps_what_the_walker_sees_but_sockets_in(
+    version: u8,
+    options: fn(Pack<'_>) -> Pack<'_>,
+) {
     let dir = tempfile::tempdir().unwrap();
     varied_tree(dir.path());
     let _socket = std::os::unix::net::UnixListener::bind(dir.path().join("a/socket")).unwrap();
     let mut walked = Recording::default();
     walk(open_dir(dir.path()), &mut walked).unwrap();
-    let (archive, summary) = pack_to_vec(dir.path());
+    let (archive, summary) = pack_as(dir.path(), options);
+    assert_eq!(archive[6], version, "the header's version");
     let unpacked = listed(archive);
 
     let kinds = |calls: &[Recorded]| -> Vec<(Vec<u8>, Kind)> {

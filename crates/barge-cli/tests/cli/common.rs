@@ -202,6 +202,9 @@ pub fn with_task_limit(uid: u32, tasks: u32) -> Command {
     cmd
 }
 
+/// `barge pack`'s archive formats, as options: tests of what every pack does run with each.
+pub const FORMATS: [&str; 2] = ["--format=1", "--format=2"];
+
 /// The command `barge pack SRC -o OUT` (OUT may be `-`).
 pub fn pack_cmd(src: impl AsRef<OsStr>, out: impl AsRef<OsStr>) -> Command {
     barge(["pack".as_ref(), src.as_ref(), "-o".as_ref(), out.as_ref()])

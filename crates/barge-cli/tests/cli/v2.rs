@@ -201,3 +201,182 @@ fn an_archive_compressed_whole_by_zstd_is_read_through_it() {
         assert_eq!(fs::read(dest.join("d/f")).unwrap(), b"compressed whole\n");
     }
 }
+
+/// A tree for `pack --format 2`: many files in nested directories (several segments), one
+/// of three chunks (its extents across segments), hard links in directories far apart, a
+/// 200 MiB sparse file with two data bytes, an empty directory, a symlink and a fifo; the
+/// root 0700 with a time in 2001.
+fn v2_tree(src: &Path) {
+    for dir in ["a/b", "a/empty", "m", "z"] {
+        fs::create_dir_all(src.join(dir)).unwrap();
+    }
+    for i in 0..400usize {
+        let dir = ["a", "a/b", "m", "z"][i % 4];
+        let data: Vec<u8> = (0..i * 131).map(|b| (b * 7 + i) as u8).collect();
+        file(
+            &src.join(format!("{dir}/f{i:03}")),
+            &data,
+            0o640 | (i as u32 % 2),
+        );
+    }
+    let big: Vec<u8> = (0..(9 << 20) + 77).map(|b| (b % 253) as u8).collect();
+    file(&src.join("m/big"), &big, 0o644);
+    fs::hard_link(src.join("a/f000"), src.join("z/link")).unwrap();
+    fs::hard_link(src.join("m/big"), src.join("z/big-link")).unwrap();
+    let sparse = fs::File::create(src.join("m/sparse")).unwrap();
+    sparse.set_len(200 << 20).unwrap();
+    rustix::io::pwrite(&sparse, b"A", 0).unwrap();
+    rustix::io::pwrite(&sparse, b"Z", (200 << 20) - 1).unwrap();
+    std::os::unix::fs::symlink("m/big", src.join("link")).unwrap();
+    mkfifo(&src.join("z/fifo"));
+    fs::set_permissions(src, fs::Permissions::from_mode(0o700)).unwrap();
+    set_mtime(src, 978_307_200, 0);
+}
+
+/// Packs `src` with `options` into `archive`; the archive must decode on its own.
+fn pack_v2(src: &Path, archive: &Path, options: &[&str]) -> Vec<u8> {
+    run_ok(pack_cmd(src, archive).args(options), None);
+    let bytes = fs::read(archive).unwrap();
+    let decoded = barge::format::decode_all(&bytes, Default::default(), |_, _| Ok(()));
+    decoded.unwrap_or_else(|e| panic!("{options:?}: {e}"));
+    bytes
+}
+
+/// `pack --format 2` and `--zstd` land the tree they packed into a new DEST (from the file
+/// and from a pipe): contents, modes, the root's mode and time, hard links, the sparse file
+/// sparse. The archive is the same bytes on 1 and 4 threads and on stdout; zstd is smaller.
+#[test]
+fn a_version_2_pack_lands_the_tree_it_packed_whatever_the_threads() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    fs::create_dir(&src).unwrap();
+    v2_tree(&src);
+    let mut sizes = Vec::new();
+    for (i, options) in [["--format", "2"], ["--zstd", "--format=2"]]
+        .iter()
+        .enumerate()
+    {
+        let one = pack_v2(
+            &src,
+            &work.path().join("one.barge"),
+            &[&options[..], &["-j", "1"]].concat(),
+        );
+        let four = pack_v2(
+            &src,
+            &work.path().join("four.barge"),
+            &[&options[..], &["-j", "4"]].concat(),
+        );
+        assert!(one == four, "{options:?}: 1 and 4 threads differ");
+        let piped = run_ok(pack_cmd(&src, "-").args(options), None).stdout;
+        assert!(piped == one, "{options:?}: stdout differs");
+        let segments = one.windows(2).filter(|w| w[0] == 0x20 && w[1] <= 1).count();
+        assert!(segments >= 3, "{options:?}: {segments} segments");
+        sizes.push(one.len());
+        for piped in [false, true] {
+            let dest = work.path().join(format!("new-{i}-{piped}/dest"));
+            let out = unpack(&work.path().join("one.barge"), &dest, piped);
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_same_tree(&src, &dest, 0);
+            let root = fs::metadata(&dest).unwrap();
+            assert_eq!(
+                (root.permissions().mode() & 0o7777, root.mtime()),
+                (0o700, 978_307_200)
+            );
+            let ino = |path: &str| fs::metadata(dest.join(path)).unwrap().ino();
+            assert_eq!(ino("a/f000"), ino("z/link"));
+            assert_eq!(ino("m/big"), ino("z/big-link"));
+            let sparse = fs::metadata(dest.join("m/sparse")).unwrap();
+            assert!(
+                sparse.blocks() * 512 < 1 << 20,
+                "{} blocks",
+                sparse.blocks()
+            );
+        }
+    }
+    assert!(
+        sizes[1] < sizes[0] / 2,
+        "zstd {} against raw {}",
+        sizes[1],
+        sizes[0]
+    );
+}
+
+/// A 200 MiB file with two data bytes packs to less than 64 KiB, and lands sparse.
+#[test]
+fn a_sparse_file_packs_small_and_lands_sparse() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    fs::create_dir(&src).unwrap();
+    let sparse = fs::File::create(src.join("sparse")).unwrap();
+    sparse.set_len(200 << 20).unwrap();
+    rustix::io::pwrite(&sparse, b"A", 0).unwrap();
+    rustix::io::pwrite(&sparse, b"Z", (200 << 20) - 1).unwrap();
+    let archive = work.path().join("a.barge");
+    let bytes = pack_v2(&src, &archive, &["--format", "2"]);
+    assert!(bytes.len() < 64 << 10, "{} bytes", bytes.len());
+    let dest = work.path().join("dest");
+    let out = unpack(&archive, &dest, false);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta = fs::metadata(dest.join("sparse")).unwrap();
+    assert_eq!(meta.len(), 200 << 20);
+    assert!(meta.blocks() * 512 < 1 << 20, "{} blocks", meta.blocks());
+    assert!(same_content(&src.join("sparse"), &dest.join("sparse")));
+}
+
+/// `--zstd` needs version 2, and its level is 1 to 19: anything else is refused before a
+/// byte is written.
+#[test]
+fn zstd_with_format_1_or_a_bad_level_is_refused() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    fs::create_dir(&src).unwrap();
+    let archive = work.path().join("a.barge");
+    for (options, says) in [
+        (
+            &["--zstd", "--format", "1"][..],
+            "--zstd compresses version 2 segments",
+        ),
+        (&["--zstd=0"][..], "--zstd"),
+        (&["--zstd=20"][..], "--zstd"),
+        (&["--format", "3"][..], "--format"),
+    ] {
+        let out = run(pack_cmd(&src, &archive).args(options), None);
+        assert_clean_failure(&out, &[says], &format!("{options:?}"));
+        assert!(!archive.exists(), "{options:?}");
+    }
+}
+
+/// Files that change size between the plan and the read are stored at their planned size,
+/// as tar does: /proc/sys files say 0 bytes and hold more (cut: "changed as we read it"),
+/// sysfs attributes say 4096 and hold less (padded with zeros); each is named, the archive
+/// is whole and the status is 2.
+#[test]
+fn a_file_that_changes_size_while_packed_is_stored_as_planned_with_a_warning() {
+    let work = tempdir();
+    for (dir, says) in [
+        (
+            "/proc/sys/kernel/random",
+            "boot_id: file changed as we read it",
+        ),
+        (
+            "/sys/kernel/mm/transparent_hugepage",
+            "enabled: file shrank by",
+        ),
+    ] {
+        let archive = work.path().join("out.barge");
+        let out = run(pack_cmd(dir, &archive).args(["--format", "2"]), None);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{dir}: {stderr}");
+        assert!(stderr.contains(says), "{dir}: {stderr}");
+        let bytes = fs::read(&archive).unwrap();
+        barge::format::decode_all(&bytes, Default::default(), |_, _| Ok(())).unwrap();
+    }
+}

@@ -7,7 +7,7 @@
 
 mod decode;
 pub mod encode;
-mod segments;
+pub(crate) mod segments;
 pub mod sniff;
 mod v2;
 

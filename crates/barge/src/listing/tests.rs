@@ -9,7 +9,7 @@ use rustix::fs::{FileType, Mode, OFlags};
 use super::*;
 use crate::error::{Error, TreePath};
 use crate::format::{decode_all, Event, Limits};
-use crate::pack::{Pack, PackSummary};
+use crate::pack::{Format, Pack, PackSummary};
 use crate::unpack::{Engine, Existing, Restore, Unpack};
 
 fn open(path: &Path) -> OwnedFd {
@@ -62,14 +62,30 @@ fn make_tree(root: &Path) {
 }
 
 /// The archive of `root`, leaving out what `listing` shows unchanged; `archive` packs
-/// without io_uring (extended attributes are read from fds).
+/// without io_uring (extended attributes are read from fds). A version 2 pack must leave
+/// out the same.
 fn pack(root: &Path, listing: &Listing, archive: bool) -> (Vec<u8>, PackSummary) {
-    let mut out = Vec::new();
-    let summary = Pack::new(open(root))
-        .archive(archive)
-        .unchanged(listing)
-        .to_writer(&mut out)
-        .unwrap();
+    let packed = |format| {
+        let mut out = Vec::new();
+        let summary = Pack::new(open(root))
+            .archive(archive)
+            .unchanged(listing)
+            .format(format)
+            .to_writer(&mut out)
+            .unwrap();
+        (out, summary)
+    };
+    let (out, summary) = packed(Format::V1);
+    let (v2, v2_summary) = packed(Format::V2);
+    assert_eq!((sent(&v2), dirs_sent(&v2)), (sent(&out), dirs_sent(&out)));
+    let bytes = summary.archive_bytes;
+    assert_eq!(
+        PackSummary {
+            archive_bytes: bytes,
+            ..v2_summary
+        },
+        summary
+    );
     (out, summary)
 }
 
@@ -86,7 +102,9 @@ fn sent(archive: &[u8]) -> Vec<String> {
         match event {
             Event::Dir(entry) => dirs.push(entry.name.to_vec()),
             Event::Pop => drop(dirs.pop()),
-            Event::File { entry, .. } => add(&dirs, entry.name, ""),
+            Event::File { entry, .. } | Event::SparseFile { entry, .. } => {
+                add(&dirs, entry.name, "")
+            }
             Event::Symlink { entry, .. } => add(&dirs, entry.name, "@"),
             Event::HardLink { entry, .. } => add(&dirs, entry.name, "="),
             Event::Special { entry, .. } => add(&dirs, entry.name, "|"),

@@ -160,12 +160,14 @@ impl Ring {
     /// Appends to `out`, for each of `files` in `dir`, its prefix and its bytes, read
     /// (exactly `size`, then one more to see that it did not grow) as one batch: per file
     /// an open into a fixed slot, a read, the probe and a close, linked. Files that were
-    /// not read whole are left out, the later ones moved down over their place.
+    /// not read whole are left out, the later ones moved down over their place; with
+    /// `keep`, they keep their place instead, as zeros after their prefix.
     pub(crate) fn read_files(
         &mut self,
         dir: BorrowedFd<'_>,
         files: &[ToRead<'_>],
         out: &mut Vec<u8>,
+        keep: bool,
     ) -> rustix::io::Result<Vec<Read>> {
         let total: usize = files.iter().map(|f| f.prefix.len() + f.size as usize).sum();
         out.reserve(total);
@@ -226,11 +228,17 @@ impl Ring {
             if read == Read::Whole {
                 spare.copy_within(from..from + len, kept);
                 kept += len;
+            } else if keep {
+                // Nothing moved yet: `kept` is `from`.
+                for byte in &mut spare[from + f.prefix.len()..from + len] {
+                    byte.write(0);
+                }
+                kept += len;
             }
             reads.push(read);
         }
         // SAFETY: every byte up to `kept` was moved there from a prefix or from file data
-        // the kernel read (exactly its size).
+        // the kernel read (exactly its size), or zeroed.
         unsafe { out.set_len(start + kept) };
         Ok(reads)
     }

@@ -19,6 +19,8 @@
 //! read with `flistxattr` on an fd, which a fixed slot is not), each file is opened with
 //! `openat`, stated with `fstat` and read with `read`.
 
+mod v2;
+
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::io;
@@ -29,7 +31,7 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use rustix::fs::{fstat, openat, statx, AtFlags, FileType, Mode, Stat, Statx};
 use rustix::io::{fcntl_dupfd_cloexec, pread, Errno};
 
-use crate::compare::inode_key;
+use crate::compare::{inode_key, Rule};
 use crate::error::{Error, Result, TreePath};
 use crate::exclude::Exclude;
 use crate::format::encode::{
@@ -134,6 +136,15 @@ impl Warning {
             lost: true,
         }
     }
+
+    /// The warning of an entry of a kind the archive does not take.
+    fn ignored(path: TreePath, kind: Kind) -> Warning {
+        Warning {
+            path,
+            problem: format!("{} ignored", kind.name()),
+            lost: false,
+        }
+    }
 }
 
 /// Packs directory trees into an archive:
@@ -156,7 +167,27 @@ pub struct Pack<'a> {
     exclude: Exclude,
     unchanged: Option<&'a Listing>,
     cancel: Cancel,
+    format: Format,
+    /// The zstd level of a version 2 pack's segments (0: stored raw).
+    zstd: i32,
+    /// Worker threads of a version 2 pack (0: one per core).
+    threads: u32,
+    segment_target: u32,
 }
+
+/// The archive format a pack writes (docs/FORMAT.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Format {
+    /// Version 1: one stream, written by one thread (`send` writes this).
+    #[default]
+    V1,
+    /// Version 2: segments with digests, sealed (and compressed) on every core, and an
+    /// index.
+    V2,
+}
+
+/// The zstd level `pack --zstd` uses unless told another.
+pub const DEFAULT_ZSTD_LEVEL: i32 = 3;
 
 impl<'a> Pack<'a> {
     /// A pack of the tree below the directory `root` (opened for reading): its entries at
@@ -174,12 +205,17 @@ impl<'a> Pack<'a> {
             exclude: Exclude::default(),
             unchanged: None,
             cancel: Cancel::new(),
+            format: Format::V1,
+            zstd: 0,
+            threads: 0,
+            segment_target: crate::format::SEGMENT_TARGET as u32,
         }
     }
 
     /// A pack of several directories, each a top-level directory of the archive named by
-    /// its name (`tar -c A B` keeps `A/...` and `B/...`), in the order given. A name that
-    /// is no valid entry name, or given twice, is an [`Error::Argument`].
+    /// its name (`tar -c A B` keeps `A/...` and `B/...`), in the order given (version 2:
+    /// sorted by name, as every directory's entries are). A name that is no valid entry
+    /// name, or given twice, is an [`Error::Argument`].
     pub fn named(roots: Vec<(Vec<u8>, OwnedFd)>) -> Result<Pack<'a>> {
         for (i, (name, _)) in roots.iter().enumerate() {
             let bad = |problem: String| Error::Argument {
@@ -245,6 +281,36 @@ impl<'a> Pack<'a> {
         self.unchanged = Some(listing);
         self
     }
+
+    /// Writes this version of the format (the default: [`Format::V1`]). Version 2 is
+    /// sealed on [`Pack::threads`] threads, and adds the root directory's records.
+    pub fn format(mut self, format: Format) -> Pack<'a> {
+        self.format = format;
+        self
+    }
+
+    /// Stores each segment as a zstd frame at `level` (1 to 19; see
+    /// [`DEFAULT_ZSTD_LEVEL`]) where that is smaller; implies [`Format::V2`].
+    pub fn zstd(mut self, level: i32) -> Pack<'a> {
+        self.zstd = level.clamp(1, 19);
+        self.format = Format::V2;
+        self
+    }
+
+    /// Seals version 2 segments on `threads` worker threads (at least 1; the default: one
+    /// per core). The archive is the same whatever their number.
+    pub fn threads(mut self, threads: usize) -> Pack<'a> {
+        self.threads = threads.clamp(1, u32::MAX as usize) as u32;
+        self
+    }
+
+    /// Closes version 2 segments at `target` bytes instead (tests: many segments from a
+    /// small tree).
+    #[cfg(test)]
+    pub(crate) fn segment_target(mut self, target: u32) -> Pack<'a> {
+        self.segment_target = target;
+        self
+    }
     /// Writes the archive to `out` (a file, pipe, socket or device) by `write`, and large
     /// files by `sendfile`.
     pub fn to_fd(self, out: BorrowedFd<'_>) -> Result<PackSummary> {
@@ -289,26 +355,160 @@ impl<'a> Pack<'a> {
             }
             None => Unchanged::default(),
         };
-        encode(
-            out,
-            itself,
-            self.archive,
-            self.unchanged,
-            progress,
-            self.cancel.clone(),
-            |packer| {
-                Walk::new()
-                    .exclude(&self.exclude)
-                    .xattrs(self.archive)
-                    .prune(&unchanged.dirs)
-                    .run_named(self.roots, packer)
-            },
-        )
-        .map(|summary| PackSummary {
+        let walk = Walk::new()
+            .exclude(&self.exclude)
+            .xattrs(self.archive)
+            .prune(&unchanged.dirs);
+        let packed = match self.format {
+            Format::V1 => encode(
+                out,
+                itself,
+                self.archive,
+                self.unchanged,
+                progress,
+                self.cancel.clone(),
+                |packer| walk.run_named(self.roots, packer),
+            ),
+            Format::V2 => {
+                // Version 2 sorts the entries of every directory, named roots too.
+                let mut roots = self.roots;
+                roots.sort_by(|a, b| a.0.cmp(&b.0));
+                // A single root's own records, from a duplicate of its fd (the walk takes
+                // the fd); several named roots are entries of their own.
+                let root = match &roots[..] {
+                    [(name, fd)] if name.is_empty() => Some(
+                        fcntl_dupfd_cloexec(fd, 0)
+                            .map_err(|e| Error::io("dup directory", TreePath::default(), e))?,
+                    ),
+                    _ => None,
+                };
+                let settings = v2::Settings {
+                    archive: self.archive,
+                    zstd: (self.zstd > 0).then_some(self.zstd),
+                    threads: match self.threads {
+                        0 => Work::Cores.threads(),
+                        n => n as usize,
+                    },
+                    target: self.segment_target as usize,
+                    itself,
+                    listing: self.unchanged,
+                    progress,
+                    cancel: self.cancel.clone(),
+                };
+                v2::encode(out, settings, root, |planner| {
+                    walk.run_named(roots, planner)
+                })
+            }
+        };
+        packed.map(|summary| PackSummary {
             unchanged: summary.unchanged + unchanged.entries,
             unchanged_bytes: summary.unchanged_bytes + unchanged.bytes,
             ..summary
         })
+    }
+}
+
+/// `meta` as an archive records it: owners only when `archive`.
+fn recorded_meta(meta: TreeMeta, archive: bool) -> TreeMeta {
+    TreeMeta {
+        owner: meta.owner.filter(|_| archive),
+        ..meta
+    }
+}
+
+/// `entry` as an archive records it: owners and extended attributes only when `archive`.
+fn recorded<'e>(entry: &Entry<'e>, archive: bool) -> Entry<'e> {
+    Entry {
+        meta: recorded_meta(entry.meta, archive),
+        xattrs: if archive {
+            entry.xattrs
+        } else {
+            Xattrs::default()
+        },
+        ..*entry
+    }
+}
+
+/// What [`Pack::unchanged`] leaves out as a walk goes: the listing of what the destination
+/// holds, its entries of the current directory, and what was left out.
+struct Update<'a> {
+    listing: Option<&'a Listing>,
+    rule: Rule,
+    /// The listing's entries of the current directory.
+    here: Option<&'a Names>,
+    /// The listing's link group of each inode with several links a name of which was left
+    /// out, by device and inode.
+    left_out: HashMap<(u64, u64), u32>,
+    /// Files and symlinks left out, and the bytes of the files.
+    unchanged: u64,
+    unchanged_bytes: u64,
+}
+
+impl<'a> Update<'a> {
+    /// Leaves out what `listing` shows unchanged (comparing owners when `archive`).
+    fn new(listing: Option<&'a Listing>, archive: bool) -> Update<'a> {
+        Update {
+            listing,
+            rule: listing.map(|l| l.rule(archive)).unwrap_or_default(),
+            here: listing.and_then(|l| l.dir(b"")),
+            left_out: HashMap::new(),
+            unchanged: 0,
+            unchanged_bytes: 0,
+        }
+    }
+
+    /// What the listing shows at `name` in the current directory.
+    fn listed_here(&self, name: &[u8]) -> Option<&'a Item> {
+        self.here?.get(name)
+    }
+
+    /// Points [`Update::here`] at the listing's entries of the directory `dir`.
+    fn relisted(&mut self, dir: &DirPath) {
+        self.here = self.listing.and_then(|l| l.dir(dir.as_bytes()));
+    }
+
+    /// True when `there` (what the listing shows at the name) is the regular file `st`
+    /// describes, under the rules of [`Pack::unchanged`] (`packed`: a name of its inode is
+    /// packed already): it is left out, and counted.
+    fn unchanged_file(&mut self, there: Option<&Item>, st: &Statx, packed: bool) -> bool {
+        let Some(there) = there.filter(|t| t.matches(st, self.rule)) else {
+            return false;
+        };
+        let same_links = there.links == st.stx_nlink
+            && if st.stx_nlink > 1 {
+                // A name of an inode packed already becomes a hard link to it.
+                !packed
+                    && there.group != 0
+                    && *self.left_out.entry(inode_key(st)).or_insert(there.group) == there.group
+            } else {
+                there.group == 0
+            };
+        if same_links {
+            self.unchanged += 1;
+            self.unchanged_bytes += st.stx_size;
+        }
+        same_links
+    }
+
+    /// True when the listing shows the symlink `entry` to `target` unchanged (same target
+    /// length and time): it is left out, and counted.
+    fn unchanged_symlink(&mut self, entry: &Entry<'_>, target: &[u8]) -> bool {
+        let same = self.listed_here(entry.name).is_some_and(|t| {
+            t.kind == Kind::Symlink
+                && t.size == target.len() as u64
+                && Some(t.mtime) == entry.meta.mtime
+        });
+        self.unchanged += u64::from(same);
+        same
+    }
+
+    /// `summary` with what was left out counted in.
+    fn counted(&self, summary: PackSummary) -> PackSummary {
+        PackSummary {
+            unchanged: summary.unchanged + self.unchanged,
+            unchanged_bytes: summary.unchanged_bytes + self.unchanged_bytes,
+            ..summary
+        }
     }
 }
 
@@ -345,9 +545,7 @@ fn encode<W: ArchiveWriter>(
             .flatten(),
         run: Run::default(),
         dir: DirPath::default(),
-        listing,
-        here: listing.and_then(|l| l.dir(b"")),
-        left_out: HashMap::new(),
+        update: Update::new(listing, archive),
         streaming: None,
         entries: 0,
         links: HashMap::new(),
@@ -364,7 +562,7 @@ fn encode<W: ArchiveWriter>(
         let packed = source(&mut packer);
         drop(packer.tx);
         written.join().expect("the writer does not panic")?;
-        packed.map(|()| packer.summary)
+        packed.map(|()| packer.update.counted(packer.summary))
     })
 }
 
@@ -394,12 +592,7 @@ pub(crate) struct Packer<'a> {
     /// The path of the directory entered last, for messages.
     dir: DirPath,
     /// What the destination holds: unchanged files and symlinks are left out.
-    listing: Option<&'a Listing>,
-    /// The listing's entries of the current directory.
-    here: Option<&'a Names>,
-    /// The listing's link group of each inode with several links a name of which was left
-    /// out, by device and inode.
-    left_out: HashMap<(u64, u64), u32>,
+    update: Update<'a>,
     /// The file announced last as [`Content::Stream`]: its name, size and bytes so far.
     streaming: Option<(Vec<u8>, u64, u64)>,
     /// Entries encoded so far (the number of the next one).
@@ -578,70 +771,11 @@ fn writer(
     out.finish()
 }
 
-impl<'a> Packer<'a> {
-    /// What the listing shows at `name` in the current directory.
-    fn listed_here(&self, name: &[u8]) -> Option<&'a Item> {
-        self.here?.get(name)
-    }
-
-    /// Points [`Packer::here`] at the listing's entries of the current directory.
-    fn relisted(&mut self) {
-        self.here = self.listing.and_then(|l| l.dir(self.dir.as_bytes()));
-    }
-
-    /// True when `there` (what the listing shows at the name) is the regular file `st`
-    /// describes, under the rules of [`Pack::unchanged`]: it is left out, and counted.
-    fn unchanged_file(&mut self, there: Option<&Item>, st: &Statx) -> bool {
-        let rule = self
-            .listing
-            .map(|l| l.rule(self.archive))
-            .unwrap_or_default();
-        let Some(there) = there.filter(|t| t.matches(st, rule)) else {
-            return false;
-        };
-        let same_links = there.links == st.stx_nlink
-            && if st.stx_nlink > 1 {
-                let key = inode_key(st);
-                // A name of an inode packed already becomes a hard link to it.
-                !self.links.contains_key(&key)
-                    && there.group != 0
-                    && *self.left_out.entry(key).or_insert(there.group) == there.group
-            } else {
-                there.group == 0
-            };
-        if same_links {
-            self.summary.unchanged += 1;
-            self.summary.unchanged_bytes += st.stx_size;
-        }
-        same_links
-    }
-
+impl Packer<'_> {
     /// Numbers the entry just encoded (entries are numbered from 0 in archive order).
     fn added(&mut self) -> u64 {
         self.entries += 1;
         self.entries - 1
-    }
-
-    /// `meta` as the archive records it: owners only when `archive`.
-    fn recorded_meta(&self, meta: TreeMeta) -> TreeMeta {
-        TreeMeta {
-            owner: meta.owner.filter(|_| self.archive),
-            ..meta
-        }
-    }
-
-    /// `entry` as the archive records it: owners and extended attributes only when
-    /// `archive`.
-    fn recorded<'e>(&self, entry: &Entry<'e>) -> Entry<'e> {
-        Entry {
-            meta: self.recorded_meta(entry.meta),
-            xattrs: if self.archive {
-                entry.xattrs
-            } else {
-                Xattrs::default()
-            },
-            ..*entry
-        }
     }
 
     /// Packs the opened regular file `entry` (`stat` its `fstat`); a `link_id` says it is
@@ -751,13 +885,14 @@ impl<'a> Packer<'a> {
                     continue;
                 }
             }
-            if self.unchanged_file(self.listed_here(self.run.name(i)), &st) {
+            let there = self.update.listed_here(self.run.name(i));
+            if self.update.unchanged_file(there, &st, false) {
                 continue;
             }
             if st.stx_size <= INLINE_MAX {
                 small.push(Listed {
                     i,
-                    meta: self.recorded_meta(TreeMeta::of_statx(&st)),
+                    meta: recorded_meta(TreeMeta::of_statx(&st), self.archive),
                     size: st.stx_size,
                     key,
                     linked: several,
@@ -820,7 +955,7 @@ impl<'a> Packer<'a> {
             link_id: several.then_some(self.entries),
             ..Entry::file(name, TreeMeta::of_stat(&stat))
         };
-        let entry = self.recorded(&entry);
+        let entry = recorded(&entry, self.archive);
         let packed = self.pack_file(&entry, file, &stat, path);
         self.xattrs.wire = xattrs;
         packed
@@ -828,11 +963,7 @@ impl<'a> Packer<'a> {
 
     /// Records an entry left out because the archive does not take its kind.
     fn ignore(&mut self, path: TreePath, kind: Kind) {
-        self.summary.warnings.push(Warning {
-            path,
-            problem: format!("{} ignored", kind.name()),
-            lost: false,
-        });
+        self.summary.warnings.push(Warning::ignored(path, kind));
     }
 
     /// Records something that could not be read.
@@ -874,7 +1005,7 @@ impl<'a> Packer<'a> {
                 })
             })
             .collect();
-        let reads = match ring.read_files(dir, &to_read, &mut self.buf) {
+        let reads = match ring.read_files(dir, &to_read, &mut self.buf, false) {
             Ok(reads) => reads,
             Err(e) => {
                 let path = self.dir.join(self.run.name(files[0].i));
@@ -917,11 +1048,12 @@ impl Packer<'_> {
     /// right away without a ring.
     fn listed(&mut self, dir: BorrowedFd<'_>, name: &[u8]) -> Result<()> {
         if self.ring.is_none() {
-            if let Some(there) = self.listed_here(name) {
+            if let Some(there) = self.update.listed_here(name) {
                 // One more `statx` than without a listing, so that an unchanged file is not
                 // opened; `open_and_pack` reports what fails here.
                 let st = statx(dir, name, AtFlags::SYMLINK_NOFOLLOW, STATX_MASK);
-                if st.is_ok_and(|st| self.unchanged_file(Some(there), &st)) {
+                let packed = |st: &Statx| self.links.contains_key(&inode_key(st));
+                if st.is_ok_and(|st| self.update.unchanged_file(Some(there), &st, packed(&st))) {
                     return Ok(());
                 }
             }
@@ -1013,13 +1145,13 @@ impl Sink for Packer<'_> {
         self.cancel.check()?;
         self.stream_ended()?;
         self.end_run()?;
-        let entry = self.recorded(entry);
+        let entry = recorded(entry, self.archive);
         push_dir(&mut self.buf, &entry);
         self.added();
         self.summary.dirs += 1;
         self.progress.add_entry(0);
         self.dir.enter(entry.name);
-        self.relisted();
+        self.update.relisted(&self.dir);
         Ok(())
     }
 
@@ -1028,7 +1160,7 @@ impl Sink for Packer<'_> {
         self.end_run()?;
         push_pop(&mut self.buf);
         self.dir.leave();
-        self.relisted();
+        self.update.relisted(&self.dir);
         if self.buf.len() >= FLUSH_AT {
             self.flush()?;
         }
@@ -1044,7 +1176,7 @@ impl Sink for Packer<'_> {
         }
         self.end_run()?;
         let name = entry.name;
-        let entry = &self.recorded(entry);
+        let entry = &recorded(entry, self.archive);
         let size = match content {
             Content::Bytes(data)
             | Content::File {
@@ -1099,16 +1231,10 @@ impl Sink for Packer<'_> {
     fn symlink(&mut self, entry: &Entry<'_>, target: &[u8]) -> Result<()> {
         self.stream_ended()?;
         self.end_run()?;
-        let there = self.listed_here(entry.name);
-        if there.is_some_and(|t| {
-            t.kind == Kind::Symlink
-                && t.size == target.len() as u64
-                && Some(t.mtime) == entry.meta.mtime
-        }) {
-            self.summary.unchanged += 1;
+        if self.update.unchanged_symlink(entry, target) {
             return Ok(());
         }
-        let entry = self.recorded(entry);
+        let entry = recorded(entry, self.archive);
         push_symlink(&mut self.buf, &entry, target);
         self.added();
         self.summary.symlinks += 1;
@@ -1137,7 +1263,7 @@ impl Sink for Packer<'_> {
             self.ignore(self.dir.join(entry.name), entry.kind);
             return Ok(());
         }
-        let entry = self.recorded(entry);
+        let entry = recorded(entry, self.archive);
         push_special(&mut self.buf, &entry, device);
         self.added();
         self.summary.specials += 1;

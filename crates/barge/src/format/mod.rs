@@ -7,13 +7,16 @@
 
 mod decode;
 pub mod encode;
+pub mod index;
+mod rewrite;
 mod segments;
 pub mod sniff;
 mod v2;
 
 pub use decode::{decode_all, space, Decoder, Event, Limits, Step};
-pub(crate) use decode::{decode_each, inflated_events};
+pub(crate) use decode::{decode_each, decode_with, inflated_events};
 pub use encode::{EncodeError, Encoder};
+pub use rewrite::rewrite_v2;
 pub use segments::{SegmentEncoder, CHUNK, SEGMENT_TARGET};
 pub use v2::inflate;
 

@@ -625,14 +625,14 @@ impl Rows<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::format::v2::push_varint;
     use crate::format::{Limits, SegmentEncoder};
     use crate::tree::Xattrs;
 
     /// A row as the tests write it: path, kind byte, size, segment, offset.
-    type Plain = (Vec<u8>, u8, u64, u64, u64);
+    pub(crate) type Plain = (Vec<u8>, u8, u64, u64, u64);
 
     /// An archive of `d/`, `d/e/`, `d/e/f` (linked), `d/g` (an EXTFILE whose extents span
     /// three segments), `h` (a hard link to `d/e/f`), `i -> d`, and `n00`..`n19`, in
@@ -689,7 +689,7 @@ mod tests {
     }
 
     /// The segment records and rows of a raw archive's index.
-    fn parts(archive: &[u8]) -> (Vec<Seg>, Vec<Plain>) {
+    pub(crate) fn parts(archive: &[u8]) -> (Vec<Seg>, Vec<Plain>) {
         let index = open(archive).unwrap().unwrap();
         let mut rows = Vec::new();
         let mut cursor = index.rows();
@@ -709,7 +709,7 @@ mod tests {
     }
 
     /// An index body of `segs` and `rows`, front coded as the format says.
-    fn body(segs: &[Seg], rows: &[Plain]) -> Vec<u8> {
+    pub(crate) fn body(segs: &[Seg], rows: &[Plain]) -> Vec<u8> {
         body_sharing(segs, rows, |_, shared| shared)
     }
 
@@ -755,7 +755,7 @@ mod tests {
 
     /// `archive` (raw) with its index body replaced by `body`, the frame head's lengths and
     /// digest and the footer made to fit, `entries` counted in the footer.
-    fn with_body(archive: &[u8], body: &[u8], entries: u64) -> Vec<u8> {
+    pub(crate) fn with_body(archive: &[u8], body: &[u8], entries: u64) -> Vec<u8> {
         let tail: &[u8; FOOTER] = archive[archive.len() - FOOTER..].try_into().unwrap();
         let footer = Footer::find(tail, archive.len() as u64).unwrap().unwrap();
         let segments = u32::from_le_bytes(tail[9..13].try_into().unwrap());

@@ -5,10 +5,11 @@
 
 use std::os::fd::BorrowedFd;
 
+use rustix::buffer::spare_capacity;
 use rustix::io::pread;
 
 use crate::error::{Error, Result, TreePath};
-use crate::format::index::{Footer, Index};
+use crate::format::index::{Footer, Index, RowKind};
 use crate::format::{decode_with, Decoder, Event, FormatError, Limits, FOOTER};
 use crate::interrupt::{retry, Cancel};
 use crate::land::select::Select;
@@ -28,14 +29,13 @@ impl Seekable<'_> {
     /// The `len` bytes at archive offset `at`, by `pread`; fewer there (the file shrank)
     /// is `truncated` at `at`.
     fn read(&self, at: u64, len: usize, cancel: &Cancel) -> Result<Vec<u8>> {
-        let mut buf = vec![0; len];
-        let mut done = 0;
-        while done < len {
-            let from = at + done as u64;
-            let n = retry(cancel, || {
-                pread(self.fd, &mut buf[done..], self.offset + from)
-            })
-            .map_err(|e| Error::io("read archive", input_at(from), e))?;
+        // Read into the spare capacity: megabytes need not be zeroed first.
+        let mut buf = Vec::with_capacity(len);
+        while buf.len() < len {
+            let from = at + buf.len() as u64;
+            let into = || pread(self.fd, spare_capacity(&mut buf), self.offset + from);
+            let n =
+                retry(cancel, into).map_err(|e| Error::io("read archive", input_at(from), e))?;
             if n == 0 {
                 let kind = FormatError::Truncated;
                 let path = TreePath::default();
@@ -45,8 +45,9 @@ impl Seekable<'_> {
                     kind,
                 });
             }
-            done += n;
         }
+        // The capacity may be more than was asked for.
+        buf.truncate(len);
         Ok(buf)
     }
 
@@ -114,35 +115,90 @@ pub(crate) fn cat<S: Sink>(
     (select, limits, cancel): (Select, Limits, &Cancel),
     mut sink: S,
 ) -> std::result::Result<(), S::Error> {
-    let mut taken = Taken::default();
-    let progress = Progress::default();
-    let selected = Driver::new(&mut taken, &progress)
-        .filter(0, select)
-        .cancel(cancel.clone())
-        .run_index(index);
-    let read = selected.map_err(S::Error::from).and_then(|()| {
+    let read = taken(index, select, cancel).map_err(S::Error::from);
+    let read = read.and_then(|wanted| read_files(src, index, &wanted, (limits, cancel), &mut sink));
+    match read {
+        Ok(()) => sink.finish(),
+        Err(e) => Err(sink.abort(e)),
+    }
+}
+
+/// The files `select` takes from `index`, in order, as a listing would take them (the
+/// same errors: a hard link whose file is left out, then a PATH that names nothing). PATHs
+/// alone are found by binary search, a directory's entries being the rows after it below
+/// its path; with `--exclude` the feed decides, over every row.
+fn taken(index: &Index, select: Select, cancel: &Cancel) -> Result<Vec<Wanted>> {
+    let Some(paths) = select.only_paths() else {
+        let mut taken = Taken::default();
+        let progress = Progress::default();
+        Driver::new(&mut taken, &progress)
+            .filter(0, select)
+            .cancel(cancel.clone())
+            .run_index(index)?;
         let wanted = taken.files.into_iter().map(|path| {
             let found = index.find(&path.0).expect("a path of the index");
-            let segment = found.segment as usize;
-            let number = found.number;
+            let (number, segment) = (found.number, found.segment as usize);
             Wanted {
                 number,
                 segment,
                 path,
             }
         });
-        read_files(
-            src,
-            index,
-            &wanted.collect::<Vec<_>>(),
-            (limits, cancel),
-            &mut sink,
-        )
-    });
-    match read {
-        Ok(()) => sink.finish(),
-        Err(e) => Err(sink.abort(e)),
+        return Ok(wanted.collect());
+    };
+    let (mut ranges, mut missing) = (Vec::new(), None);
+    for path in paths {
+        let Some(found) = index.find(path) else {
+            missing = missing.or(Some(path));
+            continue;
+        };
+        let mut end = found.number + 1;
+        if found.kind == RowKind::Dir {
+            let mut rows = index.rows_at(end);
+            while rows.next_row().is_some_and(|row| below(row.path, path)) {
+                end += 1;
+            }
+        }
+        ranges.push(found.number..end);
     }
+    ranges.sort_by_key(|range| range.start);
+    let taken = |n: &u64| ranges.iter().any(|range| range.contains(n));
+    let mut wanted = Vec::new();
+    // Rows before `next` were taken already (ranges nest when PATHs do).
+    let mut next = 0;
+    for range in &ranges {
+        let start = range.start.max(next);
+        let mut rows = index.rows_at(start);
+        for _ in start..range.end {
+            let row = rows.next_row().expect("a row of the range");
+            let path = TreePath(row.path.to_vec());
+            match row.kind {
+                kind if kind.is_file() => wanted.push(Wanted {
+                    number: row.number,
+                    segment: row.segment as usize,
+                    path,
+                }),
+                RowKind::HardLink if !taken(&row.size) => {
+                    let mut file = index.rows_at(row.size);
+                    let target = TreePath(file.next_row().expect("a linked file").path.to_vec());
+                    return Err(Error::StrippedLink { path, target });
+                }
+                _ => {}
+            }
+        }
+        next = next.max(range.end);
+    }
+    match missing {
+        Some(path) => Err(Error::NotInArchive {
+            path: TreePath(path.clone()),
+        }),
+        None => Ok(wanted),
+    }
+}
+
+/// Whether `path` is below the directory `dir`.
+fn below(path: &[u8], dir: &[u8]) -> bool {
+    path.len() > dir.len() && path.starts_with(dir) && path[dir.len()] == b'/'
 }
 
 /// Decodes the segments holding the `wanted` files (in entry order) and passes their
@@ -311,10 +367,16 @@ mod tests {
     /// `barge cat` of `paths` from `archive` (written to a file), by the index or (when
     /// `piped`) from a stream.
     fn cat_of(archive: &[u8], paths: &[&str], piped: bool) -> Result<Vec<u8>> {
+        cat_but(archive, paths, &[], piped)
+    }
+
+    /// [`cat_of`] leaving out what `exclude` matches.
+    fn cat_but(archive: &[u8], paths: &[&str], exclude: &[&str], piped: bool) -> Result<Vec<u8>> {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("a.barge");
         std::fs::write(&file, archive).unwrap();
-        let unpack = Unpack::new().select(Select::new(paths, Exclude::default()));
+        let exclude = Exclude::new(exclude).unwrap();
+        let unpack = Unpack::new().select(Select::new(paths, exclude));
         let mut out = Out::default();
         match piped {
             true => {
@@ -358,11 +420,23 @@ mod tests {
                     [&b"f:"[..], &[b'f'; 150], b"h:h"].concat(),
                 ),
                 (&["a", "l"], [&b"f:"[..], &[b'f'; 150]].concat()),
+                (
+                    &["c/h", "c", "a/f", "a"],
+                    [&b"f:"[..], &[b'f'; 150], b"g:", &[b'g'; 120], b"h:h"].concat(),
+                ),
             ] {
                 for piped in [false, true] {
                     let got = cat_of(&archive, paths, piped).unwrap();
                     assert!(got == want, "{paths:?} zstd {level:?} piped {piped}");
                 }
+            }
+            // With --exclude the feed selects.
+            for piped in [false, true] {
+                let got = cat_but(&archive, &["c", "z"], &["h"], piped).unwrap();
+                assert_eq!(
+                    got,
+                    [&b"g:"[..], &[b'g'; 120], b"z:", &[b'z'; 130]].concat()
+                );
             }
             // A hard link without its file is an error either way.
             for piped in [false, true] {

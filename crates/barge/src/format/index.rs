@@ -161,54 +161,76 @@ struct RawRow {
     offset: u64,
 }
 
-/// A canonical LEB128 varint at `bytes[*pos..end]` (at most 10 bytes, no redundant zero
-/// group, within 64 bits), advancing `pos`.
-fn varint(bytes: &[u8], pos: &mut usize, end: usize) -> Option<u64> {
-    let mut value = 0u64;
-    for i in 0..10 {
-        let byte = *bytes[..end].get(*pos + i)?;
-        let group = u64::from(byte & 0x7f);
-        if i == 9 && byte > 1 {
-            return None;
-        }
-        value |= group << (7 * i);
-        if byte & 0x80 == 0 {
-            if i > 0 && byte == 0 {
-                return None;
-            }
-            *pos += i + 1;
-            return Some(value);
+/// A canonical LEB128 varint at `rows[*pos..]` (at most 10 bytes, no redundant zero group,
+/// within 64 bits), advancing `pos`.
+#[inline]
+fn varint(rows: &[u8], pos: &mut usize) -> Option<u64> {
+    let first = *rows.get(*pos)?;
+    *pos += 1;
+    if first < 0x80 {
+        return Some(u64::from(first));
+    }
+    let mut value = u64::from(first & 0x7f);
+    for i in 1..10 {
+        let byte = *rows.get(*pos)?;
+        *pos += 1;
+        value |= u64::from(byte & 0x7f) << (7 * i);
+        if byte < 0x80 {
+            let canonical = byte != 0 && (i < 9 || byte == 1);
+            return canonical.then_some(value);
         }
     }
     None
 }
 
-/// The row at `bytes[*pos..end]`, advancing `pos`.
-fn raw_row(bytes: &[u8], pos: &mut usize, end: usize) -> Option<RawRow> {
-    let shared = varint(bytes, pos, end)?;
-    let added = varint(bytes, pos, end)?;
+/// The row at `rows[*pos..]`, advancing `pos`.
+#[inline]
+fn raw_row(rows: &[u8], pos: &mut usize) -> Option<RawRow> {
+    let shared = varint(rows, pos)?;
+    let added = varint(rows, pos)?;
     let start = *pos;
     let stop = usize::try_from(added).ok()?.checked_add(start)?;
-    if stop >= end {
-        return None;
-    }
+    let kind = *rows.get(stop)?;
     *pos = stop + 1;
     Some(RawRow {
         shared,
         suffix: start..stop,
-        kind: bytes[stop],
-        size: varint(bytes, pos, end)?,
-        delta: varint(bytes, pos, end)?,
-        offset: varint(bytes, pos, end)?,
+        kind,
+        size: varint(rows, pos)?,
+        delta: varint(rows, pos)?,
+        offset: varint(rows, pos)?,
     })
 }
 
+/// Checks the names of `path` from byte `from` (where a name starts) by the one name rule;
+/// returns where its last name starts.
+fn check_names(path: &[u8], from: usize) -> Option<usize> {
+    let mut start = from;
+    loop {
+        let slash = path[start..].iter().position(|&b| b == b'/');
+        let end = slash.map_or(path.len(), |len| start + len);
+        check_name(&path[start..end]).ok()?;
+        match slash {
+            Some(_) => start = end + 1,
+            None => return Some(start),
+        }
+    }
+}
+
 /// Compares two paths in path order: name by name, each by its bytes (byte order with `/`
-/// below every byte), from `from`, where they are known to agree up to.
-fn path_order(a: &[u8], b: &[u8], from: usize) -> Ordering {
+/// below every byte).
+fn path_order(a: &[u8], b: &[u8]) -> Ordering {
+    let same = common(a, b);
+    order_after(a.get(same).copied(), b.get(same).copied())
+}
+
+/// The path order of two paths by the bytes after their common prefix (none: it ends).
+fn order_after(a: Option<u8>, b: Option<u8>) -> Ordering {
     let key = |byte: u8| if byte == b'/' { 0 } else { u16::from(byte) + 1 };
-    let a = a[from..].iter().map(|&x| key(x));
-    a.cmp(b[from..].iter().map(|&x| key(x)))
+    match (a, b) {
+        (Some(x), Some(y)) => key(x).cmp(&key(y)),
+        (x, y) => x.is_some().cmp(&y.is_some()),
+    }
 }
 
 /// Bytes two paths have in common at their start.
@@ -337,32 +359,42 @@ impl Index {
     /// earlier linked files, places inside the segments, restarts where the rows are.
     /// Returns the linked files.
     fn check_rows(&self) -> Option<Vec<u64>> {
-        let bytes = &self.bytes;
-        let (mut pos, end) = (self.rows, self.restarts);
-        let mut path: Vec<u8> = Vec::new();
-        let mut previous: Vec<u8> = Vec::new();
+        let (rows, mut pos) = (&self.bytes[..self.restarts], self.rows);
+        // The row's path (the last row's until its suffix is added), and on a restart row
+        // the last row's path whole.
+        let (mut path, mut previous): (Vec<u8>, Vec<u8>) = Default::default();
         // The lengths of the directory paths that are ancestors of (or are) the last row.
         let mut dirs: Vec<usize> = Vec::new();
         let mut linked = Vec::new();
         let (mut segment, mut offset) = (0u64, 0u64);
         for number in 0..self.entries {
-            if number % 16 == 0 {
-                let restart = self.restart(number / 16);
-                if restart != (pos - self.rows) as u64 {
-                    return None;
-                }
-            }
-            let row = raw_row(bytes, &mut pos, end)?;
-            let shared = usize::try_from(row.shared).ok()?;
             let restart = number % 16 == 0;
-            if (restart && shared != 0) || shared > previous.len() {
+            if restart && self.restart(number / 16) != (pos - self.rows) as u64 {
                 return None;
             }
-            path.clear();
-            path.extend_from_slice(&previous[..shared]);
-            path.extend_from_slice(&bytes[row.suffix.clone()]);
-            let same = common(&path, &previous);
-            if (!restart && same != shared) || path.is_empty() {
+            let row = raw_row(rows, &mut pos)?;
+            let shared = usize::try_from(row.shared).ok()?;
+            if (restart && shared != 0) || shared > path.len() {
+                return None;
+            }
+            if restart {
+                previous.clone_from(&path);
+            }
+            // The last path's byte after the part this one shares, before it is cut there.
+            let before = path.get(shared).copied();
+            path.truncate(shared);
+            path.extend_from_slice(&rows[row.suffix]);
+            // `shared` is the common prefix: the bytes after it differ, or a path ends.
+            let (same, before) = match restart {
+                true => {
+                    let same = common(&path, &previous);
+                    (same, previous.get(same).copied())
+                }
+                false => (shared, before),
+            };
+            let after = path.get(same).copied();
+            let ordered = number == 0 || order_after(before, after) == Ordering::Less;
+            if path.is_empty() || !ordered || (before.is_some() && before == after) {
                 return None;
             }
             // The names from the one the suffix begins in.
@@ -370,22 +402,14 @@ impl Index {
                 .iter()
                 .rposition(|&b| b == b'/')
                 .map_or(0, |i| i + 1);
-            if path[from..]
-                .split(|&b| b == b'/')
-                .any(|name| check_name(name).is_err())
-            {
-                return None;
-            }
-            if number > 0 && path_order(&previous, &path, same) != Ordering::Less {
-                return None;
-            }
+            let last = check_names(&path, from)?;
             while let Some(&dir) = dirs.last() {
                 if dir <= same && dir < path.len() && path[dir] == b'/' {
                     break;
                 }
                 dirs.pop();
             }
-            let parent = path.iter().rposition(|&b| b == b'/').unwrap_or(0);
+            let parent = last.saturating_sub(1);
             if dirs.last().copied().unwrap_or(0) != parent {
                 return None;
             }
@@ -420,9 +444,8 @@ impl Index {
             if is_linked {
                 linked.push(number);
             }
-            std::mem::swap(&mut path, &mut previous);
         }
-        (pos == end).then_some(linked)
+        (pos == self.restarts).then_some(linked)
     }
 
     /// Restart `k`: where row 16k starts, from the first row.
@@ -458,6 +481,15 @@ impl Index {
         self.rows_from(0)
     }
 
+    /// The rows from entry `number` on.
+    pub fn rows_at(&self, number: u64) -> Rows<'_> {
+        let mut rows = self.rows_from(number / 16);
+        for _ in 0..number % 16 {
+            rows.next_row();
+        }
+        rows
+    }
+
     /// The rows from restart `k` (row 16k) on.
     fn rows_from(&self, k: u64) -> Rows<'_> {
         // An index of no entries has no restarts.
@@ -489,8 +521,9 @@ impl Index {
         while low < high {
             let mid = low + (high - low) / 2;
             let mut pos = self.rows + self.restart(mid) as usize;
-            let row = raw_row(&self.bytes, &mut pos, self.restarts).expect("checked rows");
-            match path_order(&self.bytes[row.suffix], path, 0) {
+            let rows = &self.bytes[..self.restarts];
+            let row = raw_row(rows, &mut pos).expect("checked rows");
+            match path_order(&rows[row.suffix], path) {
                 Ordering::Greater => high = mid,
                 _ => low = mid + 1,
             }
@@ -498,7 +531,7 @@ impl Index {
         let mut rows = self.rows_from(low.checked_sub(1)?);
         for _ in 0..16 {
             let row = rows.next_row()?;
-            match path_order(row.path, path, 0) {
+            match path_order(row.path, path) {
                 Ordering::Less => continue,
                 Ordering::Equal => return Some(Found::of(&row)),
                 Ordering::Greater => return None,
@@ -601,9 +634,10 @@ impl Rows<'_> {
         if self.number >= index.entries {
             return None;
         }
-        let row = raw_row(&index.bytes, &mut self.pos, index.restarts).expect("checked rows");
+        let rows = &index.bytes[..index.restarts];
+        let row = raw_row(rows, &mut self.pos).expect("checked rows");
         self.path.truncate(row.shared as usize);
-        self.path.extend_from_slice(&index.bytes[row.suffix]);
+        self.path.extend_from_slice(&rows[row.suffix]);
         let segment = match self.segment {
             Some(segment) => segment + row.delta,
             None => index.segment_of(self.number),
@@ -1127,7 +1161,7 @@ pub(crate) mod tests {
     fn varints_are_canonical_and_bounded() {
         let read = |bytes: &[u8]| {
             let mut pos = 0;
-            varint(bytes, &mut pos, bytes.len()).map(|v| (v, pos))
+            varint(bytes, &mut pos).map(|v| (v, pos))
         };
         assert_eq!(read(&[0]), Some((0, 1)));
         assert_eq!(read(&[0x7f]), Some((127, 1)));
@@ -1149,7 +1183,7 @@ pub(crate) mod tests {
 
     #[test]
     fn path_order_puts_a_directory_before_its_entries_and_siblings_after() {
-        let order = |a: &[u8], b: &[u8]| path_order(a, b, 0);
+        let order = path_order;
         assert_eq!(order(b"a", b"a/b"), Ordering::Less);
         assert_eq!(order(b"a/z", b"a-b"), Ordering::Less);
         assert_eq!(order(b"a/z", b"ab"), Ordering::Less);

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
-use rustix::fs::{openat, readlinkat, statx, AtFlags, Mode, Statx, CWD};
+use rustix::fs::{openat, readlinkat, statx, AtFlags, Mode, OFlags, Statx, CWD};
 use rustix::io::{pread, Errno};
 
 use crate::compare::{inode_key, Fact, Facts, InodeKey, Rule, Verified, STATX_MASK};
@@ -77,8 +77,10 @@ impl<'a> Verify<'a> {
         archive: &Archive,
         report: &mut dyn FnMut(Difference),
     ) -> Result<Verified> {
+        // The directory named is followed, as a command line's; nothing below it is.
+        let named = DIR_FLAGS.difference(OFlags::NOFOLLOW);
         let root = match self.tree {
-            Some(tree) => Some(openat(CWD, tree, DIR_FLAGS, Mode::empty()).map_err(|e| {
+            Some(tree) => Some(openat(CWD, tree, named, Mode::empty()).map_err(|e| {
                 Error::io(
                     "open",
                     TreePath(tree.as_os_str().as_encoded_bytes().into()),

@@ -108,13 +108,13 @@ fn verify_of_a_directory_reports_each_difference_once_per_path() {
         &mut barge(["unpack".as_ref(), v2.as_os_str(), dest.as_os_str()]),
         None,
     );
-    for piped in [false, true] {
-        let out = verify(&[&dest], &v2, piped);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+    // DIR itself is followed when it is a symlink, as a command line's path.
+    let named = work.path().join("named");
+    symlink(&dest, &named).unwrap();
+    for (piped, dir) in [(false, &dest), (true, &dest), (false, &named)] {
+        let out = verify(&[dir], &v2, piped);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
         assert!(out.stdout.is_empty());
     }
     // Every kind of difference, each keeping the rest of the entry as it was.

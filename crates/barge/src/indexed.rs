@@ -106,9 +106,8 @@ struct Wanted {
 
 /// Passes to `sink` (as [`Sink::file`], [`Sink::data`] and [`Sink::hole`]) the content of
 /// the files `select` takes from the archive `src` indexed by `index`, in archive order:
-/// which files, by the index (through the feed, as a listing selects them: a PATH that
-/// names nothing is an error); their content from the segments holding them, decoded and
-/// checked (digests, and that each entry is where its row says).
+/// which files, by the index ([`taken`]); their content from the segments holding them,
+/// decoded and checked (digests, and that each entry is where its row says).
 pub(crate) fn cat<S: Sink>(
     src: &Seekable<'_>,
     index: &Index,

@@ -15,6 +15,9 @@ use super::{
 use crate::error::{Error, TreePath};
 use crate::tree::{Device, Entry, Kind, Meta};
 
+/// The most bytes an INDEX frame takes: its head and a body of at most 2^26 bytes.
+const INDEX_FRAME: u64 = FRAME_HEAD as u64 + MAX_BODY as u64;
+
 /// Bytes of a `START` without names: the least a segment body holds before its first group.
 const START_LEN: u64 = 19;
 
@@ -45,15 +48,17 @@ impl Footer {
     /// `None` when they are not one (they do not end with the magic): the archive was cut,
     /// is padded, or is no version 2 archive, and a reader decodes it from its start, which
     /// says what is wrong. Else its digest (`bad-digest`) and that `index_at` leaves room
-    /// for an INDEX frame head before the footer (`bad-footer`), at the footer.
+    /// for an INDEX frame head before the footer and no more than an INDEX frame takes
+    /// (`bad-footer`), at the footer.
     pub fn find(tail: &[u8; FOOTER], len: u64) -> Result<Option<Footer>, Error> {
         if tail[0] != 0 || tail[29..] != HEADER_V2 || len < (HEADER_V2.len() + FOOTER) as u64 {
             return Ok(None);
         }
         let at = len - FOOTER as u64;
         let footer = v2::footer(tail).map_err(|kind| error(kind, at))?;
+        let frame = at.checked_sub(footer.index_at);
         let inside = footer.index_at >= HEADER_V2.len() as u64
-            && footer.index_at.saturating_add(FRAME_HEAD as u64) <= at;
+            && frame.is_some_and(|len| (FRAME_HEAD as u64..=INDEX_FRAME).contains(&len));
         if !inside {
             return Err(error(FormatError::BadFooter, at));
         }
@@ -950,6 +955,19 @@ pub(crate) mod tests {
         for outside in [0, 7, at, at - 17, u64::MAX, index_at - 1, index_at + 1] {
             let faulty = refooted(entries, segments, outside);
             assert_eq!(fault(&faulty), ("bad-footer", at), "index_at {outside}");
+        }
+        // An index further from the footer than an INDEX frame reaches (a reader would
+        // otherwise read gigabytes for it).
+        let far = footer_bytes(entries, segments, 8);
+        let huge = 1u64 << 40;
+        match Footer::find(far[..].try_into().unwrap(), huge) {
+            Err(Error::Format { kind, offset, .. }) => {
+                assert_eq!(
+                    (kind, offset),
+                    (FormatError::BadFooter, huge - FOOTER as u64)
+                );
+            }
+            other => panic!("{other:?}"),
         }
         assert_eq!(
             fault(&refooted(entries + 1, segments, index_at)),

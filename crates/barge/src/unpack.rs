@@ -12,7 +12,9 @@ use rustix::fs::{fstat, open, seek, FileType, Mode, OFlags, SeekFrom};
 use rustix::stdio::stdin;
 
 use crate::error::{Error, Result, TreePath};
+use crate::format::index::Index;
 use crate::format::{Limits, DEFAULT_MAX_ENTRIES};
+use crate::indexed::Seekable;
 use crate::interrupt::Cancel;
 use crate::land::parallel::{self, land_parallel, Decoding, THREADS_FROM};
 use crate::land::restore::Policy;
@@ -462,6 +464,50 @@ impl Unpack {
         let limits = archive.limits(self.limits);
         let listed = archive.drive(sink, self.driving(limits), &Progress::default());
         crate::interrupt::unless_archive_shrank(listed)
+    }
+
+    /// [`Unpack::list`] for a sink that needs of each entry only its name, kind and size:
+    /// a version 2 archive in a file is listed from its footer and index alone, its body
+    /// unread (files come as [`Content::Stream`](crate::tree::Content) without data,
+    /// symlinks without a target, devices without numbers, nothing with metadata); any
+    /// other archive as by `list`.
+    pub fn list_index(&self, archive: &Archive, sink: impl Sink<Error = Error>) -> Result<()> {
+        let Some((_, index)) = self.index(archive)? else {
+            return self.list(archive, sink);
+        };
+        Driver::new(sink, &Progress::default())
+            .filter(self.strip, self.select.clone())
+            .cancel(self.cancel.clone())
+            .run_index(&index)
+    }
+
+    /// Drives `sink` with the files the selection takes, as `list` does; of a version 2
+    /// archive in a file it reads the footer, the index and only the segments that hold
+    /// those files, and passes on only the files ([`Sink::file`], `data`, `hole`).
+    pub fn cat(&self, archive: &Archive, sink: impl Sink<Error = Error>) -> Result<()> {
+        let Some((src, index)) = self.index(archive)? else {
+            return self.list(archive, sink);
+        };
+        let limits = archive.limits(self.limits);
+        let how = (self.select.clone(), limits, &self.cancel);
+        crate::indexed::cat(&src, &index, how, sink)
+    }
+
+    /// The archive in its file and its index, when it is version 2 in a file and ends in a
+    /// footer.
+    fn index<'a>(&self, archive: &'a Archive) -> Result<Option<(Seekable<'a>, Index)>> {
+        let Input::Mapped(mapped) = &archive.input else {
+            return Ok(None);
+        };
+        if !archive.is_v2(&self.cancel) {
+            return Ok(None);
+        }
+        let src = Seekable {
+            fd: mapped.file(),
+            offset: mapped.offset(),
+            len: mapped.bytes().len() as u64,
+        };
+        Ok(src.index(&self.cancel)?.map(|index| (src, index)))
     }
 }
 

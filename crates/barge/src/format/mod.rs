@@ -7,13 +7,16 @@
 
 mod decode;
 pub mod encode;
+pub mod index;
+mod rewrite;
 pub(crate) mod segments;
 pub mod sniff;
 mod v2;
 
 pub use decode::{decode_all, space, Decoder, Event, Limits, Step};
-pub(crate) use decode::{decode_each, inflated_events};
+pub(crate) use decode::{decode_each, decode_with, inflated_events};
 pub use encode::{EncodeError, Encoder};
+pub use rewrite::rewrite_v2;
 pub use segments::{SegmentEncoder, CHUNK, SEGMENT_TARGET};
 pub use v2::inflate;
 
@@ -317,12 +320,16 @@ pub enum Limit {
 /// Checks a name against the rules every entry name obeys (1..=255 bytes, no NUL, no `/`,
 /// not `.` or `..`).
 pub(crate) fn check_name(name: &[u8]) -> Result<(), FormatError> {
+    // One pass for both bytes: names are short, and a search per byte costs more.
+    let (nul, slash) = (name.iter()).fold((false, false), |(nul, slash), &b| {
+        (nul | (b == 0), slash | (b == b'/'))
+    });
     match name {
         [] => Err(FormatError::EmptyName),
         b"." | b".." => Err(FormatError::DotName),
         _ if name.len() > MAX_NAME => Err(FormatError::NameTooLong),
-        _ if name.contains(&0) => Err(FormatError::NulInName),
-        _ if name.contains(&b'/') => Err(FormatError::SlashInName),
+        _ if nul => Err(FormatError::NulInName),
+        _ if slash => Err(FormatError::SlashInName),
         _ => Ok(()),
     }
 }

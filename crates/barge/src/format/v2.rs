@@ -125,8 +125,9 @@ pub(super) fn kind_special(kind: crate::tree::Kind) -> u8 {
 pub(super) struct OpenFile {
     /// Its entry number.
     pub number: u64,
-    /// Extents still to come.
-    pub left: u32,
+    /// Extents still to come; `None` for the file a resumed decoder's `START` names, whose
+    /// extents go on until another message comes.
+    pub left: Option<u32>,
     /// Where the last extent ended.
     pub end: u64,
     /// The file's size.

@@ -11,6 +11,7 @@ pub mod uring;
 
 use crate::error::TreePath;
 use crate::error::{Error, Result};
+use crate::format::index::Index;
 use crate::format::{decode_each, Event, FormatError, Limits};
 use crate::interrupt::Cancel;
 use crate::source::{read_events, ByteStream};
@@ -404,6 +405,13 @@ impl<'p, S: Sink> Driver<'p, S> {
     ) -> std::result::Result<(), S::Error> {
         let result = decode_each(input, limits, |_, event| self.event(event));
         self.close(result)
+    }
+
+    /// Drives the sink with the entries of a version 2 archive as its index tells of them
+    /// ([`Index::events`]).
+    pub(crate) fn run_index(mut self, index: &Index) -> std::result::Result<(), S::Error> {
+        let result = index.events(|event| self.event(event));
+        self.close(result.map(|()| index.entries()))
     }
 
     /// Drives the sink with an archive read from `input` (a pipe, socket or file), holding

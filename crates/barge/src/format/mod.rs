@@ -11,11 +11,12 @@ mod segments;
 pub mod sniff;
 mod v2;
 
+pub(crate) use decode::{data_digests_match, decode_each, inflated_events};
 pub use decode::{decode_all, space, Decoder, Event, Limits, Step};
-pub(crate) use decode::{decode_each, inflated_events};
 pub use encode::{EncodeError, Encoder};
 pub use segments::{SegmentEncoder, CHUNK, SEGMENT_TARGET};
 pub use v2::inflate;
+pub(crate) use v2::{head as frame_head, Head as FrameHead};
 
 /// The 8-byte header of a version 1 archive with no flags (core tags only).
 pub const HEADER: [u8; 8] = *b"BARGE\0\x01\x00";

@@ -252,7 +252,7 @@ fn segmented(zstd: bool) -> Vec<u8> {
     }
     let bytes = |seed: u64, len: usize| -> Vec<u8> {
         (0..len as u64)
-            .map(|i| (i * 2_654_435_761 >> 11 ^ seed) as u8)
+            .map(|i| ((i * 2_654_435_761) >> 11 ^ seed) as u8)
             .collect()
     };
     encoder

@@ -87,8 +87,9 @@ impl<'a> Check<'a> {
             Stored::Read(buffer, range) => &buffer.bytes()[range.clone()],
         };
         let segment = self.head.tag == TAG_SEGMENT;
+        let verify = |body: &[u8]| segment && (unchecked() || data_digests_match(body));
         if self.head.codec != CODEC_ZSTD {
-            let verified = segment && data_digests_match(stored);
+            let verified = verify(stored);
             return Checked {
                 body: None,
                 verified,
@@ -97,7 +98,7 @@ impl<'a> Check<'a> {
         let mut body = self.buffers.take(self.body_len());
         match inflate(stored, self.head.body, &mut body.buf) {
             Ok(()) => {
-                let verified = segment && data_digests_match(&body.buf);
+                let verified = verify(&body.buf);
                 body.len = body.buf.len();
                 let body = Some(Ok(self.buffers.keep(body)));
                 Checked { body, verified }
@@ -130,6 +131,13 @@ impl<'a> Check<'a> {
     fn body_len(&self) -> usize {
         self.head.body as usize
     }
+}
+
+/// Whether the data digests go unchecked (and the decoder trusts them): only in a build
+/// with the `bench` feature, with `BARGE_BENCH_NO_DIGESTS` set, to measure what checking
+/// them costs (docs/BENCHMARKS.md).
+fn unchecked() -> bool {
+    cfg!(feature = "bench") && std::env::var_os("BARGE_BENCH_NO_DIGESTS").is_some()
 }
 
 /// A whole frame found ahead of the decoder.

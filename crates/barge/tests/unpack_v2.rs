@@ -268,14 +268,16 @@ fn timed(mode: u32, sec: i64) -> Meta {
 /// The entry number of `big` in [`segmented`], and of `a/f00`.
 const BIG: u64 = 43;
 const F00: u64 = 1;
-/// `big`'s extents: `EXTENTS` of `EXTENT` bytes, one every `STRIDE`.
+/// `big`'s extents: `EXTENTS` of `EXTENT` bytes (large enough for the threaded engine to
+/// copy them from a mapped archive's file), one every `STRIDE`.
 const EXTENTS: u64 = 9;
-const EXTENT: usize = 3000;
-const STRIDE: u64 = 10_000;
+const EXTENT: usize = 40_000;
+const STRIDE: u64 = 100_000;
+const BIG_SIZE: u64 = 1_000_000;
 
 /// A version 2 archive of segments of about 2 KiB (zstd at `level` where it is smaller): a
 /// root record; `a/` (0o750) holding 40 files (`f00` linked) and `sub/` (0o500, a file);
-/// `big`, linked, of 100,000 bytes in 9 extents with holes between, each in its own
+/// `big`, linked, of 1,000,000 bytes in 9 extents with holes between, each in its own
 /// segment; `links/` holding hard links to `big` and `a/f00`; `z/` holding a fifo and a
 /// symlink.
 fn segmented(level: Option<i32>) -> Vec<u8> {
@@ -304,7 +306,7 @@ fn segmented(level: Option<i32>) -> Vec<u8> {
     encoder.pop().unwrap();
     let mut big = Entry::file(b"big", timed(0o644, 6));
     big.link_id = Some(BIG);
-    encoder.ext_file(&big, 100_000, EXTENTS as u32).unwrap();
+    encoder.ext_file(&big, BIG_SIZE, EXTENTS as u32).unwrap();
     for i in 0..EXTENTS {
         (encoder.extent(i * STRIDE, &content(100 + i as u32, EXTENT))).unwrap();
     }
@@ -326,7 +328,7 @@ fn segmented(level: Option<i32>) -> Vec<u8> {
 
 /// `big` as it must land.
 fn big() -> Vec<u8> {
-    let mut data = vec![0; 100_000];
+    let mut data = vec![0; BIG_SIZE as usize];
     for i in 0..EXTENTS {
         let at = (i * STRIDE) as usize;
         data[at..at + EXTENT].copy_from_slice(&content(100 + i as u32, EXTENT));

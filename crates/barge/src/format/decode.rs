@@ -1702,12 +1702,16 @@ pub(crate) fn inflated_events<E: From<Error>>(
 }
 
 /// Whether every `FILE` and `EXTENT` of the version 2 segment body `body` has the data its
-/// digest says, its messages read as [`Decoder`] reads them (hard links to any entry). False
-/// also where they do not read so: the decoder then checks for itself, and fails. For the
+/// digest says, its messages read as [`Decoder`] reads them (hard links to any entry), the
+/// digest of each range of data computed by `digest` (`None`: it cannot tell). False also
+/// where they do not read so: the decoder then checks for itself, and fails. For the
 /// threaded engine, which runs it on the landing threads and lets the decoding thread trust
 /// the data ([`Decoder::trust_data`]): wherever that decoder reads data without failing
 /// first, it reads the same messages as this.
-pub(crate) fn data_digests_match(body: &[u8]) -> bool {
+pub(crate) fn data_digests_match(
+    body: &[u8],
+    mut digest: impl FnMut(std::ops::Range<usize>) -> Option<u64>,
+) -> bool {
     // `START`: tag, first, open, depth, then `depth` names.
     let start = || {
         let depth = u16::from_le_bytes(body.get(17..19)?.try_into().ok()?);
@@ -1754,11 +1758,11 @@ pub(crate) fn data_digests_match(body: &[u8]) -> bool {
         else {
             return false;
         };
-        let (Some(bytes), Some(stated)) = (body.get(data..end), body.get(end..end + 8)) else {
+        let Some(stated) = body.get(end..end + 8) else {
             return false;
         };
         let stated = u64::from_le_bytes(stated.try_into().expect("8 bytes"));
-        if v2::differs(super::digest(bytes), stated) {
+        if digest(data..end).is_none_or(|computed| v2::differs(computed, stated)) {
             return false;
         }
         pos = end + 8;

@@ -58,6 +58,9 @@ pub fn digest(bytes: &[u8]) -> u64 {
     twox_hash::XxHash3_64::oneshot(bytes)
 }
 
+/// The format's [`digest`] of bytes that come in pieces (`Hasher::write`, then `finish`).
+pub(crate) type Digester = twox_hash::XxHash3_64;
+
 /// Tag of the end message.
 pub const TAG_END: u8 = 0x00;
 /// Tag of a file whose size fits in 32 bits.

@@ -13,19 +13,26 @@
 //! one frame), and the bodies the batches in flight were decoded from.
 
 use std::collections::VecDeque;
+use std::hash::Hasher;
 use std::ops::Range;
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::AcqRel, Ordering::Acquire};
 use std::sync::{Arc, Condvar, Mutex};
 
 use super::{batch_cost, Failure, Here, Parsed, Parser, Segment, Source, Stream};
-use super::{SEGMENT, STREAM_THREADS_FROM};
-use crate::error::Result;
-use crate::format::{data_digests_match, frame_head, inflate, FormatError, FrameHead};
-use crate::format::{CODEC_ZSTD, FRAME_HEAD, HEADER_V2, TAG_INDEX, TAG_SEGMENT};
+use super::{COPY_FROM, SEGMENT, STREAM_THREADS_FROM};
+use crate::copy::read_chunks;
+use crate::error::{Result, TreePath};
+use crate::format::{data_digests_match, digest, frame_head, inflate, Digester};
+use crate::format::{FormatError, FrameHead, CODEC_ZSTD, FRAME_HEAD, HEADER_V2};
+use crate::format::{TAG_INDEX, TAG_SEGMENT};
+use crate::interrupt::Cancel;
 use crate::land::Land;
 use crate::source::ByteStream;
 use crate::sys::map::populate;
 
+/// Bytes read at once from the archive file to hash large data.
+const PIECE: usize = 256 << 10;
 /// Bytes of frame bodies found ahead of the decoder, at most (but one frame of any size);
 /// also the most bytes of buffers kept for reuse.
 const AHEAD: usize = 64 << 20;
@@ -43,7 +50,8 @@ pub(super) struct Check<'a> {
 
 /// Where a frame's stored bytes are.
 enum Stored<'a> {
-    Mapped(&'a [u8]),
+    /// In the mapped archive, and where they are in the archive file, when it is one.
+    Mapped(&'a [u8], Option<(BorrowedFd<'a>, u64)>),
     /// Read from a stream, into part of this buffer.
     Read(Arc<Segment>, Range<usize>),
 }
@@ -79,26 +87,32 @@ impl<'a> Check<'a> {
     }
 
     fn check(&self) -> Checked {
-        let stored = match &self.stored {
-            Stored::Mapped(bytes) => {
-                populate(bytes);
-                bytes
-            }
-            Stored::Read(buffer, range) => &buffer.bytes()[range.clone()],
+        let (stored, file) = match &self.stored {
+            Stored::Mapped(bytes, file) => (*bytes, *file),
+            Stored::Read(buffer, range) => (&buffer.bytes()[range.clone()], None),
         };
         let segment = self.head.tag == TAG_SEGMENT;
-        let verify = |body: &[u8]| segment && (unchecked() || data_digests_match(body));
+        let hashed = segment && !unchecked();
+        let mut piece = Vec::new();
+        let mut verify = |body: &[u8], file| {
+            let digest = |range| digest_of(body, range, file, &mut piece);
+            segment && (!hashed || data_digests_match(body, digest))
+        };
         if self.head.codec != CODEC_ZSTD {
-            let verified = verify(stored);
+            let verified = verify(stored, file);
             return Checked {
                 body: None,
                 verified,
             };
         }
+        if file.is_some() {
+            // Read whole: mapped in at once, not page by page.
+            populate(stored);
+        }
         let mut body = self.buffers.take(self.body_len());
         match inflate(stored, self.head.body, &mut body.buf) {
             Ok(()) => {
-                let verified = verify(&body.buf);
+                let verified = verify(&body.buf, None);
                 body.len = body.buf.len();
                 let body = Some(Ok(self.buffers.keep(body)));
                 Checked { body, verified }
@@ -131,6 +145,37 @@ impl<'a> Check<'a> {
     fn body_len(&self) -> usize {
         self.head.body as usize
     }
+}
+
+/// The digest of `range` of `body`. Where `body` is mapped from `file` (at that offset),
+/// data large enough to be copied from the file when it lands (see [`COPY_FROM`]) is read
+/// from the file in pieces through `piece` instead, so that its pages are not mapped in for
+/// it either; `None` when the file cannot be read.
+fn digest_of(
+    body: &[u8],
+    range: Range<usize>,
+    file: Option<(BorrowedFd<'_>, u64)>,
+    piece: &mut Vec<u8>,
+) -> Option<u64> {
+    let Some((fd, at)) = file.filter(|_| range.len() >= COPY_FROM) else {
+        return Some(digest(&body[range]));
+    };
+    piece.resize(PIECE, 0);
+    let mut digester = Digester::default();
+    let (start, len) = (at + range.start as u64, range.len() as u64);
+    let read = read_chunks(
+        fd,
+        start,
+        len,
+        piece,
+        &TreePath::default(),
+        &Cancel::new(),
+        |b| {
+            digester.write(b);
+            Ok(())
+        },
+    );
+    (read.ok()? == len).then(|| digester.finish())
 }
 
 /// Whether the data digests go unchecked (and the decoder trusts them): only in a build
@@ -330,7 +375,11 @@ impl<'a> Frames<'a> for Hops<'a> {
         };
         self.pos = stored.end;
         self.ended = head.tag == TAG_INDEX;
-        let check = Check::new(Stored::Mapped(&bytes[stored]), head, &self.buffers);
+        let Source::Mapped(_, file) = self.source else {
+            unreachable!("a mapped archive");
+        };
+        let file = file.map(|(fd, base)| (fd, base + stored.start as u64));
+        let check = Check::new(Stored::Mapped(&bytes[stored], file), head, &self.buffers);
         Ok(Some(Frame {
             lead: self.source.clone(),
             span: lead,

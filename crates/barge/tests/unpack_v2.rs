@@ -19,7 +19,7 @@ use barge::exclude::Exclude;
 use barge::format::{digest, Limits, SegmentEncoder};
 use barge::interrupt::Cancel;
 use barge::tree::{Device, Entry, Kind, Meta, Owner, Timestamp, Xattrs};
-use barge::unpack::{Archive, Engine, LandSummary, Restore, Unpack};
+use barge::unpack::{Archive, Engine, Existing, LandSummary, Restore, Unpack};
 use barge::{Progress, Select};
 use support::vector_files;
 
@@ -366,6 +366,64 @@ fn a_many_segment_archive_lands_on_every_core_as_on_one() {
                 "{what}"
             );
         }
+    }
+}
+
+/// Existing files named `big` (whose extents lie in several batches) and `a/f05` are kept,
+/// skipped or overwritten alike on every engine.
+#[test]
+fn existing_entries_are_kept_skipped_or_overwritten_alike() {
+    let (work, since) = (tempfile::tempdir().unwrap(), SystemTime::now());
+    let archive = segmented(None);
+    let existing = |dest: &Path| {
+        fs::create_dir_all(dest.join("a")).unwrap();
+        fs::write(dest.join("big"), b"old big").unwrap();
+        fs::write(dest.join("a/f05"), b"old f05").unwrap();
+    };
+    for existing_entries in [Existing::Skip, Existing::Overwrite] {
+        let operation = Unpack::new().restore(Restore::default().existing(existing_entries));
+        let mut reference = None;
+        for (engine, from) in ways() {
+            let what = format!("{existing_entries:?} {engine:?} {from:?}");
+            let dest = work.path().join(what.replace(' ', "-"));
+            existing(&dest);
+            let landed = land(&operation, engine, from, &archive, &dest);
+            let summary = landed.unwrap_or_else(|e| panic!("{what}: {e}"));
+            let big = fs::read(dest.join("big")).unwrap();
+            match existing_entries {
+                Existing::Skip => {
+                    assert_eq!((big, summary.kept), (b"old big".to_vec(), 2), "{what}");
+                    assert!(!dest.join("links/to-big").exists(), "{what}");
+                }
+                _ => assert!(big == self::big(), "{what}"),
+            }
+            let landed = tree(&dest, since);
+            assert_eq!(
+                &landed,
+                reference.get_or_insert_with(|| landed.clone()),
+                "{what}"
+            );
+        }
+    }
+    let dest = work.path().join("keep");
+    let operation = Unpack::new();
+    let ways_existing = ways().into_iter().map(|(engine, from)| {
+        let dest = dest.join(format!("{engine:?}-{from:?}"));
+        existing(&dest);
+        (engine, from, dest)
+    });
+    let mut reference: Option<String> = None;
+    for (engine, from, dest) in ways_existing.collect::<Vec<_>>() {
+        let error = land(&operation, engine, from, &archive, &dest)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("a/f05: already exists"), "{error}");
+        assert_eq!(
+            &error,
+            reference.get_or_insert_with(|| error.clone()),
+            "{engine:?} {from:?}"
+        );
+        assert_eq!(fs::read(dest.join("big")).unwrap(), b"old big");
     }
 }
 

@@ -522,10 +522,6 @@ impl<'r> Shared<'r> {
         self.files.wake();
     }
 
-    fn dup(&self) -> Result<OwnedFd> {
-        dup(self.root)
-    }
-
     /// Runs `produce` on this thread, which sends batches through the [`Here`] it gets and
     /// may start helper threads to land them; then this thread lands what is left and the
     /// helpers end.
@@ -537,7 +533,7 @@ impl<'r> Shared<'r> {
         let queue = Queue::<'a>::default();
         std::thread::scope(|scope| {
             let helper = || {
-                let land = self.dup().and_then(|root| {
+                let land = dup(self.root).and_then(|root| {
                     go_solo();
                     make(root)
                 });
@@ -558,7 +554,7 @@ impl<'r> Shared<'r> {
             let spawn = || spawn_elsewhere(scope, helper).is_ok();
             // Without a lander of its own (it failed, so nothing more lands), this thread
             // drops what it would land.
-            let own = match self.dup().and_then(make) {
+            let own = match dup(self.root).and_then(make) {
                 Ok(land) => Some(Worker::new(land, self)),
                 Err(e) => {
                     self.fail((0, e));
@@ -598,7 +594,7 @@ impl<'r> Shared<'r> {
         let plan = parser.plan;
         self.remove_unfinished();
         if !plan.links.is_empty() {
-            match self.dup().and_then(linker) {
+            match dup(self.root).and_then(linker) {
                 Ok(land) => self.link(land, &plan, created),
                 Err(e) => self.fail((0, e)),
             }
@@ -631,10 +627,10 @@ impl<'r> Shared<'r> {
     fn remove_unfinished(&self) {
         for (at, file) in self.files.unfinished() {
             let path = || TreePath::join(at.iter().map(|n| &n[..]), file.name());
-            let removed = (open_path(self.root, &at)
-                .map_err(|e| Error::io("open directory", path(), e)))
-            .and_then(|dir| {
-                file.remove(dir.as_ref().map_or(self.root.as_fd(), |d| d.as_fd()), path)
+            let dir = open_path(self.root, &at).map_err(|e| Error::io("open directory", path(), e));
+            let removed = dir.and_then(|dir| {
+                let dir = dir.as_ref().map_or(self.root.as_fd(), |d| d.as_fd());
+                file.remove(dir, path)
             });
             if let Err(e) = removed {
                 self.fail((u64::MAX, e));

@@ -368,3 +368,40 @@ fn a_many_segment_archive_lands_through_the_confined_child() {
         same_as_first(&mut reference, tree, name.to_string());
     }
 }
+
+/// As root, a file recorded as user and group "root" with ids 12345 lands as 0:0, one
+/// recorded with names this system lacks keeps its ids; `--numeric-owner` keeps the ids.
+#[test]
+#[ignore = "needs root: only root gives files owners"]
+fn owner_names_give_the_ids_they_have_here_unless_numeric_owner() {
+    require_root();
+    let work = tempdir();
+    let mut encoder = SegmentEncoder::new(Vec::new()).unwrap();
+    let owned = |uid, gid| {
+        let mut meta = Meta::with_mode(0o644);
+        meta.owner = Some(barge::tree::Owner { uid, gid });
+        meta
+    };
+    encoder.owner_names(b"root", b"root");
+    let named = Entry::file(b"named", owned(12345, 12345));
+    encoder.file_with(&named, b"n").unwrap();
+    encoder.owner_names(b"no-such-user-here", b"no-such-group-here");
+    let unknown = Entry::file(b"unknown", owned(4242, 4343));
+    encoder.file_with(&unknown, b"u").unwrap();
+    let archive = work.path().join("owners.barge");
+    fs::write(&archive, encoder.finish().unwrap()).unwrap();
+    for (numeric, named) in [(false, (0, 0)), (true, (12345, 12345))] {
+        let dest = work.path().join(format!("numeric-{numeric}"));
+        let mut cmd = barge(["unpack"]);
+        if numeric {
+            cmd.arg("--numeric-owner");
+        }
+        run_ok(cmd.arg(&archive).arg(&dest), None);
+        let owner = |name: &str| {
+            let meta = fs::metadata(dest.join(name)).unwrap();
+            (meta.uid(), meta.gid())
+        };
+        assert_eq!(owner("named"), named, "--numeric-owner {numeric}");
+        assert_eq!(owner("unknown"), (4242, 4343), "--numeric-owner {numeric}");
+    }
+}

@@ -179,6 +179,10 @@ pub struct RestoreArgs {
     /// others than root, with a warning when the archive has owners).
     #[arg(long)]
     no_same_owner: bool,
+    /// Give restored owners the uid and gid the archive records, not (the default, as tar)
+    /// the ids its recorded user and group names have on this system where they exist.
+    #[arg(long)]
+    numeric_owner: bool,
     /// Apply the umask to the archive's modes (by default it is set aside, so modes land
     /// exactly, as `tar -p`).
     #[arg(long)]
@@ -202,6 +206,7 @@ impl RestoreArgs {
         };
         barge::unpack::Restore::default()
             .same_owner(same_owner)
+            .numeric_owner(self.numeric_owner)
             .setid(self.setid)
             .times(!self.touch)
             .existing(existing)

@@ -254,7 +254,7 @@ fn read_files<S: Sink>(
                         | Event::Data(_)
                 );
                 match current && content {
-                    true => feed.event(event, sink),
+                    true => feed.event(event, (&[], &[]), sink),
                     false => Ok(()),
                 }
             })?;

@@ -7,6 +7,7 @@ use std::cell::{Cell, RefCell, RefMut};
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
+use std::sync::Arc;
 
 use rustix::fs::{fstat, open, seek, FileType, Mode, OFlags, SeekFrom};
 use rustix::stdio::stdin;
@@ -25,6 +26,7 @@ use crate::land::sync::SyncLander;
 use crate::land::uring::UringLander;
 pub use crate::land::LandSummary;
 use crate::land::{Driver, Land};
+use crate::owners::Owners;
 use crate::root::{open_dest, Destination};
 use crate::source::{ByteSource, ByteStream, ReadSource};
 use crate::sys::map::{populate, Mapped};
@@ -94,6 +96,9 @@ pub struct Unpack {
     /// 0o777 less the umask).
     umask: u32,
     dest_mode: Option<u32>,
+    /// The system's users and groups, read when the unpack is made as root (who may give
+    /// entries owners), before any sandbox.
+    owners: Option<Arc<Owners>>,
 }
 
 impl Default for Unpack {
@@ -101,6 +106,7 @@ impl Default for Unpack {
     /// [`DEFAULT_MAX_ENTRIES`] entries, and [`Restore::default`] for a process running as
     /// root or not, as the effective user id says now.
     fn default() -> Unpack {
+        let me = Owner::of_process();
         Unpack {
             engine: Engine::Auto,
             limits: Limits {
@@ -110,12 +116,13 @@ impl Default for Unpack {
             sandbox: true,
             region: Region::default(),
             restore: Restore::default(),
-            me: Owner::of_process(),
+            me,
             strip: 0,
             select: Select::default(),
             cancel: Cancel::new(),
             umask: crate::root::process_umask(),
             dest_mode: None,
+            owners: (me.uid == 0).then(|| Arc::new(Owners::system())),
         }
     }
 }
@@ -407,8 +414,6 @@ impl Unpack {
     /// The engine that lands `archive`.
     fn resolve(&self, archive: &Archive) -> Engine {
         match (self.engine, &archive.input) {
-            // Version 2 lands on one thread until its segments are landed in parallel.
-            (_, _) if archive.is_v2(&self.cancel) => Engine::Sync,
             (Engine::Auto, Input::Mapped(m)) if (m.bytes().len() as u64) < THREADS_FROM => {
                 Engine::Sync
             }
@@ -426,17 +431,17 @@ impl Unpack {
         progress: &Progress,
     ) -> Result<LandSummary> {
         let workers = Work::Land.threads();
+        let policy = Policy::new(self.restore, self.me, self.umask);
         let setup = Setup {
             new_dest,
-            ..Setup::new(
-                Policy::new(self.restore, self.me, self.umask),
-                self.cancel.clone(),
-            )
+            ..Setup::new(policy, self.cancel.clone())
         };
+        let owners = self.owners.clone().filter(|_| policy.owners_by_name());
         let decoding = Decoding {
             limits,
             strip: self.strip,
             select: self.select.clone(),
+            owners: owners.clone(),
         };
         match (self.resolve(archive), &archive.input) {
             (Engine::Threads, _) => {
@@ -451,10 +456,13 @@ impl Unpack {
             }
             (Engine::Uring, _) => archive.land(
                 UringLander::new(root, setup)?,
-                self.driving(limits),
+                self.driving(limits, owners),
                 progress,
             ),
-            _ => archive.land(SyncLander::new(root, setup), self.driving(limits), progress),
+            _ => {
+                let driving = self.driving(limits, owners);
+                archive.land(SyncLander::new(root, setup), driving, progress)
+            }
         }
     }
 
@@ -462,7 +470,7 @@ impl Unpack {
     /// one thread gets, an empty directory as [`Sink::empty_dir`].
     pub fn list(&self, archive: &Archive, sink: impl Sink<Error = Error>) -> Result<()> {
         let limits = archive.limits(self.limits);
-        let listed = archive.drive(sink, self.driving(limits), &Progress::default());
+        let listed = archive.drive(sink, self.driving(limits, None), &Progress::default());
         crate::interrupt::unless_archive_shrank(listed)
     }
 
@@ -587,7 +595,7 @@ impl Archive {
         Ok(head[..n.min(head.len())].to_vec())
     }
 
-    /// Whether the archive is in format version 2 (which lands on one thread for now).
+    /// Whether the archive is in format version 2.
     fn is_v2(&self, cancel: &Cancel) -> bool {
         self.peek(8, cancel)
             .is_ok_and(|head| head.get(6) == Some(&2))
@@ -687,6 +695,7 @@ impl Archive {
     fn parallel(&self, cancel: &Cancel) -> parallel::Input<'_> {
         match &self.input {
             Input::Mapped(m) => parallel::Input::Mapped(m.bytes(), m.file(), m.offset()),
+            _ if self.is_v2(cancel) => parallel::Input::Frames(self.stream(cancel)),
             _ => parallel::Input::Stream(self.stream(cancel)),
         }
     }
@@ -717,11 +726,13 @@ impl Archive {
             strip,
             select,
             cancel,
+            owners,
         } = driving;
         let stream = || self.stream(&cancel);
         let driver = Driver::new(sink, progress)
             .filter(strip, select)
-            .cancel(cancel.clone());
+            .cancel(cancel.clone())
+            .owners(owners);
         match &self.input {
             Input::Mapped(mapped) => driver.run_bytes(mapped.bytes(), limits),
             _ => driver.run_stream(stream(), limits),
@@ -730,22 +741,24 @@ impl Archive {
 }
 
 /// How an archive is driven on one thread: its limits, the leading path components
-/// dropped, the entries taken, what stops it.
+/// dropped, the entries taken, what stops it, the table owners are given by name from.
 struct Driving {
     limits: Limits,
     strip: usize,
     select: Select,
     cancel: Cancel,
+    owners: Option<Arc<Owners>>,
 }
 
 impl Unpack {
-    /// This unpack's [`Driving`] with `limits`.
-    fn driving(&self, limits: Limits) -> Driving {
+    /// This unpack's [`Driving`] with `limits` and `owners`.
+    fn driving(&self, limits: Limits, owners: Option<Arc<Owners>>) -> Driving {
         Driving {
             limits,
             strip: self.strip,
             select: self.select.clone(),
             cancel: self.cancel.clone(),
+            owners,
         }
     }
 }

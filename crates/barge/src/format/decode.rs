@@ -279,6 +279,8 @@ pub struct Decoder {
     wanted: usize,
     /// Set for a version 2 archive.
     v2: Option<Box<Segments>>,
+    /// The data digests of the frame being decoded were checked by the caller.
+    trusted: bool,
 }
 
 /// The names used in one directory, one after another in one buffer. While they arrive in
@@ -522,11 +524,11 @@ impl Grammar {
 }
 
 /// Parses the group at the start of `input`; `linked` holds the entry numbers of the files
-/// hard links may name, ascending.
+/// hard links may name, ascending (`None`: any number, for a caller that does not check).
 fn parse_group<'a>(
     input: &'a [u8],
     grammar: Grammar,
-    linked: &[u64],
+    linked: Option<&[u64]>,
 ) -> Result<Group<'a>, Stop<'a>> {
     let mut c = Cursor { input, pos: 0 };
     let mut records = Records::default();
@@ -682,7 +684,7 @@ fn parse_fields<'a>(
     c: &mut Cursor<'a>,
     tag: u8,
     at: usize,
-    linked: &[u64],
+    linked: Option<&[u64]>,
 ) -> Result<Fields<'a>, Stop<'a>> {
     let check = |ok: bool, kind| if ok { Ok(()) } else { Err(invalid(kind, at)) };
     Ok(match tag {
@@ -711,7 +713,7 @@ fn parse_fields<'a>(
         }
         TAG_HARDLINK => {
             let target = u64::from_le_bytes(c.array(at)?);
-            let found = linked.binary_search(&target).is_ok();
+            let found = linked.is_none_or(|linked| linked.binary_search(&target).is_ok());
             check(found, FormatError::BadLink(target))?;
             Fields::HardLink { target }
         }
@@ -750,6 +752,7 @@ impl Decoder {
             space: 0,
             wanted: 0,
             v2: None,
+            trusted: false,
         }
     }
 
@@ -784,6 +787,14 @@ impl Decoder {
     /// The entry number of the `EXTFILE` whose extents are still to come (version 2).
     pub fn open_file(&self) -> Option<u64> {
         self.v2.as_ref()?.open.map(|file| file.number)
+    }
+
+    /// Version 2: takes the `FILE` and `EXTENT` data digests of the frames to come as
+    /// checked by the caller (with [`data_digests_match`] on their bodies, on other
+    /// threads), so that their data is not hashed again here, or no longer. Everything
+    /// else is checked as always, the segments' own digests included.
+    pub(crate) fn trust_data(&mut self, yes: bool) {
+        self.trusted = yes;
     }
 
     /// True while the body of a zstd frame is to be passed in (see [`Step::Inflate`]).
@@ -1236,7 +1247,9 @@ impl Decoder {
             return Ok(Step::NeedMore);
         }
         let data = &input[..take as usize];
-        self.v2().data.write(data);
+        if !self.trusted {
+            self.v2().data.write(data);
+        }
         let n = take as usize + if complete { 8 } else { 0 };
         self.offset += n as u64;
         if complete {
@@ -1253,9 +1266,10 @@ impl Decoder {
 
     /// Compares the data digest so far with the 8 bytes `stated`, and ends the data.
     fn check_data(&mut self, stated: &[u8]) -> Result<(), Error> {
+        let trusted = self.trusted;
         let v2 = self.v2();
         let stated = u64::from_le_bytes(stated.try_into().expect("8 digest bytes"));
-        let ok = !v2::differs(v2.data.finish(), stated);
+        let ok = trusted || !v2::differs(v2.data.finish(), stated);
         let what = if v2.extent { "extent" } else { "file" };
         if v2.extent {
             let open = v2.open.as_mut().expect("an extent of an open file");
@@ -1362,7 +1376,7 @@ impl Decoder {
             extent_due: open.is_some_and(|file| file.left.is_some()),
             extent_may: open.is_some(),
         };
-        let group = match parse_group(input, grammar, &self.linked) {
+        let group = match parse_group(input, grammar, Some(&self.linked)) {
             Ok(group) => group,
             Err(Stop::Short { at, wanted }) => {
                 self.message_offset = self.offset + at as u64;
@@ -1487,11 +1501,13 @@ impl Decoder {
         }
         let (take, complete) = data_take(available, size);
         let take = take as usize;
-        let at = self.message_offset;
+        let (at, trusted) = (self.message_offset, self.trusted);
         let v2 = self.v2();
         (v2.extent, v2.data_at) = (extent, at);
         v2.data = XxHash3_64::default();
-        v2.data.write(&input[head..head + take]);
+        if !trusted {
+            v2.data.write(&input[head..head + take]);
+        }
         let mut n = head + take;
         if complete {
             self.check_data(&input[n..n + 8])?;
@@ -1788,6 +1804,76 @@ pub(crate) fn inflated_events<E: From<Error>>(
         }
     }
     Ok(())
+}
+
+/// Whether every `FILE` and `EXTENT` of the version 2 segment body `body` has the data its
+/// digest says, its messages read as [`Decoder`] reads them (hard links to any entry), the
+/// digest of each range of data computed by `digest` (`None`: it cannot tell). False also
+/// where they do not read so: the decoder then checks for itself, and fails. For the
+/// threaded engine, which runs it on the landing threads and lets the decoding thread trust
+/// the data ([`Decoder::trust_data`]): wherever that decoder reads data without failing
+/// first, it reads the same messages as this.
+pub(crate) fn data_digests_match(
+    body: &[u8],
+    mut digest: impl FnMut(std::ops::Range<usize>) -> Option<u64>,
+) -> bool {
+    // `START`: tag, first, open, depth, then `depth` names.
+    let start = || {
+        let depth = u16::from_le_bytes(body.get(17..19)?.try_into().ok()?);
+        let mut pos = 19;
+        for _ in 0..depth {
+            pos += body.get(pos..)?.iter().position(|&b| b == 0)? + 1;
+        }
+        (body[0] == TAG_START).then_some(pos)
+    };
+    let Some(mut pos) = start() else {
+        return false;
+    };
+    while pos < body.len() {
+        let grammar = Grammar {
+            extended: false,
+            v2: true,
+            extent_due: body[pos] == TAG_EXTENT,
+            extent_may: body[pos] == TAG_EXTENT,
+        };
+        let Ok(group) = parse_group(&body[pos..], grammar, None) else {
+            return false;
+        };
+        // Where the data starts in the group, and its length.
+        let (head, len) = match group.message {
+            Message::Entry(Parsed {
+                fields: Fields::File { size },
+                len,
+                ..
+            }) => (len, size),
+            Message::Extent { len, head, .. } => (head, len),
+            Message::Entry(Parsed { len, .. }) | Message::Root(_, len) => {
+                pos += len;
+                continue;
+            }
+            Message::Pop => {
+                pos += group.at + 1;
+                continue;
+            }
+            Message::End { .. } => return false,
+        };
+        let data = pos + head;
+        let Some(end) = usize::try_from(len)
+            .ok()
+            .and_then(|len| data.checked_add(len))
+        else {
+            return false;
+        };
+        let Some(stated) = body.get(end..end + 8) else {
+            return false;
+        };
+        let stated = u64::from_le_bytes(stated.try_into().expect("8 bytes"));
+        if digest(data..end).is_none_or(|computed| v2::differs(computed, stated)) {
+            return false;
+        }
+        pos = end + 8;
+    }
+    true
 }
 
 #[cfg(test)]

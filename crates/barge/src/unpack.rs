@@ -7,7 +7,7 @@ use std::cell::{Cell, RefCell, RefMut};
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rustix::fs::{fstat, open, seek, FileType, Mode, OFlags, SeekFrom};
 use rustix::stdio::stdin;
@@ -96,9 +96,9 @@ pub struct Unpack {
     /// 0o777 less the umask).
     umask: u32,
     dest_mode: Option<u32>,
-    /// The system's users and groups, read when the unpack is made as root (who may give
-    /// entries owners), before any sandbox.
-    owners: Option<Arc<Owners>>,
+    /// The system's users and groups, read by [`Unpack::prepare`] (before any sandbox) where
+    /// owners are restored by name from a version 2 archive (version 1 records no names).
+    owners: OnceLock<Arc<Owners>>,
 }
 
 impl Default for Unpack {
@@ -122,7 +122,7 @@ impl Default for Unpack {
             cancel: Cancel::new(),
             umask: crate::root::process_umask(),
             dest_mode: None,
-            owners: (me.uid == 0).then(|| Arc::new(Owners::system())),
+            owners: OnceLock::new(),
         }
     }
 }
@@ -387,6 +387,10 @@ impl Unpack {
     /// the sandbox is on, keeping the archive's fd open. The process must be
     /// single-threaded then (see `open_dest`).
     pub fn prepare(&self, dest: &Path, archive: &Archive) -> Result<Destination> {
+        let policy = Policy::new(self.restore, self.me, self.umask);
+        if policy.owners_by_name() && archive.is_v2(&self.cancel) {
+            self.owners.get_or_init(|| Arc::new(Owners::system()));
+        }
         let dest_mode = self.dest_mode.unwrap_or(0o777 & !self.umask);
         open_dest(dest, self.sandbox, archive.kept_fd(), dest_mode)
     }
@@ -436,7 +440,11 @@ impl Unpack {
             new_dest,
             ..Setup::new(policy, self.cancel.clone())
         };
-        let owners = self.owners.clone().filter(|_| policy.owners_by_name());
+        let owners = self
+            .owners
+            .get()
+            .cloned()
+            .filter(|_| policy.owners_by_name());
         let decoding = Decoding {
             limits,
             strip: self.strip,

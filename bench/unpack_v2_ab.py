@@ -2,25 +2,34 @@
 """Interleaved A/B pairs of unpacks of the linux set: barge (default engine) of a version 1
 archive, its version 2 rewrite and a zstd one, against tar of the same tree; and the cost of
 the threads engine's digest check (a `--features bench` build with and without
-BARGE_BENCH_NO_DIGESTS). Medians of the times and of the per-pair ratios; the first of a
-pair alternates. Until bench/run knows version 2:
+BARGE_BENCH_NO_DIGESTS). Medians of the wall times and of the per-pair ratios, and the same
+of the CPU time (user + system, the children's rusage: steadier on a busy machine); the first
+of a pair alternates. Until bench/run knows version 2:
     barge pack SET -o D/lx1.barge; to_v2 D/lx1.barge D/lx2.barge; to_v2 D/lx1.barge D/lx2z.barge 3
     tar -C SET -cf D/lx.tar .; zstd -T0 -3 D/lx.tar -o D/lx.tar.zst
-    python3 bench/unpack_v2_ab.py BARGE BARGE_BENCH D [PAIRS]
+    python3 bench/unpack_v2_ab.py BARGE BARGE_BENCH D [PAIRS [ROWS]]
+(ROWS: run only the rows whose name holds it.)
 """
-import os, shutil, statistics, subprocess, sys, time
+import os, resource, shutil, statistics, subprocess, sys, time
 
 barge, bench, d = sys.argv[1:4]
 pairs = int(sys.argv[4]) if len(sys.argv) > 4 else 7
+only = sys.argv[5] if len(sys.argv) > 5 else ''
 dest = os.path.join(d, 'abdest')
 
 
+def cpu():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def timed(cmd, env=None):
+    """The wall and CPU seconds of `cmd`."""
     shutil.rmtree(dest, ignore_errors=True)
     os.makedirs(dest)
-    start = time.perf_counter()
+    start, used = time.perf_counter(), cpu()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, cpu() - used
 
 
 def unpack(binary, archive):
@@ -39,9 +48,9 @@ rows = [
     ('v2 digests on / off', (unpack(bench, 'lx2.barge'), None), (unpack(bench, 'lx2.barge'), off)),
     ('v2 zstd digests on / off', (unpack(bench, 'lx2z.barge'), None), (unpack(bench, 'lx2z.barge'), off)),
 ]
-for name, a, b in rows:
+for name, a, b in (row for row in rows if only in row[0]):
     timed(*a), timed(*b)
-    ta, tb, ratios = [], [], []
+    runs = []
     for i in range(pairs):
         if i % 2 == 0:
             x = timed(*a)
@@ -49,7 +58,11 @@ for name, a, b in rows:
         else:
             y = timed(*b)
             x = timed(*a)
-        ta.append(x), tb.append(y), ratios.append(x / y)
-    print(f"{name}: {statistics.median(ta) * 1000:.0f} ms / {statistics.median(tb) * 1000:.0f} ms,"
-          f" median of per-pair ratios {statistics.median(ratios):.3f} ({pairs} pairs)", flush=True)
+        runs.append((x, y))
+    for what, k in (('wall', 0), ('cpu', 1)):
+        ta = statistics.median(x[k] for x, _ in runs) * 1000
+        tb = statistics.median(y[k] for _, y in runs) * 1000
+        ratio = statistics.median(x[k] / y[k] for x, y in runs)
+        print(f"{name} ({what}): {ta:.0f} ms / {tb:.0f} ms, median of per-pair ratios"
+              f" {ratio:.3f} ({pairs} pairs)", flush=True)
 shutil.rmtree(dest, ignore_errors=True)

@@ -41,6 +41,8 @@ def set_header(suite, name, r):
         f" run {r['when']}, barge {r['barge_commit']}, {r['pairs']} pairs"
         f" (load average up to {r['load_max']:.2f})"
     )
+    if r.get("facts"):
+        line += ". " + "; ".join(f"{k}: {v}" for k, v in r["facts"].items())
     if r["busy_procs"]:
         line += (
             f". **Noisy: other processes ({', '.join(r['busy_procs'])}) were running during"

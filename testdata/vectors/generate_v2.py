@@ -253,7 +253,7 @@ class Archive:
             prev, prev_seg = path, seg
         for r in restarts:
             out += struct.pack("<I", r)
-        body = bytes(out)
+        body = self.tamper.get("index_body", lambda b: b)(bytes(out))
         self.at["index"] = len(self.out)
         self.index_at = len(self.out)
         dig = self.tamper.get("index_digest", digest(body))
@@ -428,10 +428,26 @@ INVALID = [
         tamper={"segs": lambda s: [(9,) + s[0][1:]]}),
     bad("index-digest", "the index digest does not match", "bad-digest", "index", [F(b"a")],
         tamper={"index_digest": 5}),
+    bad("index-segments-overlap", "the index places segment 1 one byte inside segment 0", "bad-index", "index",
+        [F(b"a"), CUT, F(b"b")], tamper={"segs": lambda s: [s[0], (s[1][0] - 1,) + s[1][1:]]}),
+    bad("index-path-twice", "two index rows name the same path", "bad-index", "index", [F(b"a"), F(b"b")],
+        tamper={"rows": lambda r: [r[0], (b"a",) + r[1][1:]]}),
+    bad("index-unsorted", "index rows out of path order", "bad-index", "index", [F(b"a"), F(b"b")],
+        tamper={"rows": lambda r: [(b"b",) + r[0][1:], (b"a",) + r[1][1:]]}),
+    bad("index-parent-file", "an index row below a row that is no directory", "bad-index", "index",
+        [F(b"a"), F(b"b")], tamper={"rows": lambda r: [r[0], (b"a/b",) + r[1][1:]]}),
+    bad("index-varint", "an index row's offset as a varint with a redundant zero group", "bad-index", "index",
+        [F(b"a")], tamper={"index_body": lambda b: b[:-5] + bytes([b[-5] | 0x80, 0]) + b[-4:]}),
+    bad("index-restart", "the index's second restart is one byte off its row", "bad-index", "index", MANY,
+        tamper={"index_body": lambda b: b[:-4] + struct.pack("<I", struct.unpack("<I", b[-4:])[0] + 1)}),
+    bad("index-trailing-byte", "a byte after the index's restarts", "bad-index", "index", [F(b"a")],
+        tamper={"index_body": lambda b: b + b"\x00"}),
     bad("footer-count", "the footer counts two entries", "bad-footer", "footer", [F(b"a")],
         tamper={"footer": lambda f: [2, f[1], f[2]]}),
     bad("footer-index-at", "the footer points 1 byte before the index", "bad-footer", "footer", [F(b"a")],
         tamper={"footer": lambda f: [f[0], f[1], f[2] - 1]}),
+    bad("footer-index-outside", "the footer places the index past the archive's end", "bad-footer", "footer",
+        [F(b"a")], tamper={"footer": lambda f: [f[0], f[1], 1 << 40]}),
     bad("footer-digest", "the footer digest does not match", "bad-digest", "footer", [F(b"a")],
         tamper={"footer_digest": 3}),
     bad("zstd-window", "a zstd frame asking for a 2^28-byte window", "bad-zstd", "seg0", [F(b"a", b"x" * 64)]),

@@ -1,4 +1,4 @@
-//! `pack`, `unpack` and `list`.
+//! `pack`, `unpack`, `list`, `cat` and `verify`.
 
 use std::io::{IsTerminal, Write};
 use std::os::fd::AsFd;
@@ -15,12 +15,13 @@ use barge::root::Confinement;
 use barge::sys::fds::raise_fd_limit;
 use barge::tree;
 use barge::unpack::{Archive, NotRestored, Unpack};
+use barge::verify::{Difference, Verify};
 use barge::Progress;
 use rustix::fs::{open, openat, Mode, OFlags, CWD};
 use serde_json::{json, Map};
 
 use crate::list::{Format, Printer};
-use crate::report::{human_bytes, shown_path, summary, warn, with_progress, Exit};
+use crate::report::{human_bytes, json_path, shown_path, summary, warn, with_progress, Exit};
 use crate::OutputArgs;
 
 /// How inputs are opened: directories, following a symlink the user named.
@@ -408,7 +409,10 @@ pub fn list(archive: Option<&Path>, format: Format, operation: Unpack) -> Result
     let stdout = std::io::stdout();
     let out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
     let mut printer = Printer::new(out, format);
-    let result = operation.list(&input, &mut printer);
+    let result = match format {
+        Format::Names => operation.list_index(&input, &mut printer),
+        _ => operation.list(&input, &mut printer),
+    };
     let flushed = printer.out.flush();
     result
         .map_err(|e| explain(e, &input, archive))
@@ -448,7 +452,7 @@ pub fn cat(archive: &Path, operation: Unpack) -> Result<Exit> {
     let input = open_archive(&operation, Some(archive), "barge cat ARCHIVE|- PATH...")?;
     let stdout = std::io::stdout();
     let mut out = Cat(std::io::BufWriter::with_capacity(1 << 16, stdout.lock()));
-    let result = operation.list(&input, &mut out);
+    let result = operation.cat(&input, &mut out);
     let flushed = out.0.flush();
     result
         .map_err(|e| explain(e, &input, Some(archive)))
@@ -492,4 +496,63 @@ impl<W: Write> tree::Sink for Cat<W> {
     fn data(&mut self, data: &[u8]) -> barge::Result<()> {
         self.write(data)
     }
+}
+
+/// `barge verify ARCHIVE [DIR]`: each path that differs as a line on stdout (a JSON object
+/// with `--json`), exit status 1 when one does.
+pub fn verify(
+    archive: &Path,
+    dir: Option<&Path>,
+    owners: bool,
+    operation: Unpack,
+    out: OutputArgs,
+) -> Result<Exit> {
+    let input = open_archive(&operation, Some(archive), "barge verify ARCHIVE|- [DIR]")?;
+    let mut verify = Verify::new().owners(owners);
+    if let Some(dir) = dir {
+        verify = verify.against(dir);
+    }
+    let stdout = std::io::stdout();
+    let mut lines = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    let mut written = Ok(());
+    let mut report = |difference: Difference| {
+        let line = match out.json {
+            true => {
+                let mut fields = Map::new();
+                json_path(&mut fields, "path", &difference.path.0);
+                fields.insert("differences".into(), json!(difference.what));
+                serde_json::Value::Object(fields).to_string()
+            }
+            false => format!("{}: {}", difference.path, difference.what.join("; ")),
+        };
+        if written.is_ok() {
+            written = writeln!(lines, "{line}");
+        }
+    };
+    let start = std::time::Instant::now();
+    let result = verify.run(&operation, &input, &mut report);
+    let flushed = written.and_then(|()| lines.flush());
+    let verified = result
+        .map_err(|e| explain(e, &input, Some(archive)))
+        .context("verify stopped")?;
+    flushed.context("cannot write the differences")?;
+    if input.head().get(6) == Some(&1) && !out.quiet {
+        warn("a version 1 archive holds no digests: its structure was checked, not its content");
+    }
+    let line = format!(
+        "verified {} files, {}; {} entries differ",
+        verified.files,
+        human_bytes(verified.bytes),
+        verified.differences
+    );
+    summary(out, &line, &verified, Map::new(), start.elapsed(), false);
+    if verified.differences > 0 {
+        let what = dir.map_or("the directory".into(), shown_path);
+        crate::report::error(format_args!(
+            "{} entries of {what} differ from the archive",
+            verified.differences
+        ));
+        return Ok(Exit::Error);
+    }
+    Ok(Exit::Success)
 }

@@ -14,6 +14,9 @@ use crate::report::json_path;
 /// How `list` shows an entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
+    /// The path only (a directory's with a trailing `/`), as `tar -tf`: all a version 2
+    /// index holds, so listed from it alone.
+    Names,
     /// Mode, size and path.
     Short,
     /// Mode, owner, size, modification time (UTC) and path, as `tar -tv`.
@@ -59,6 +62,8 @@ impl<W: Write> Printer<W> {
     fn print(&mut self, entry: &Entry<'_>, detail: Detail<'_>) -> barge::Result<()> {
         let path = self.dir.join(entry.name);
         let line = match self.format {
+            Format::Names if entry.kind == Kind::Dir => format!("{}/", escape_bytes(&path.0)),
+            Format::Names => escape_bytes(&path.0),
             Format::Json => json_line(&path, entry, &detail),
             format => text_line(&path, entry, &detail, format == Format::Long),
         };

@@ -179,6 +179,10 @@ pub struct RestoreArgs {
     /// others than root, with a warning when the archive has owners).
     #[arg(long)]
     no_same_owner: bool,
+    /// Give restored owners the uid and gid the archive records, not (the default, as tar)
+    /// the ids its recorded user and group names have on this system where they exist.
+    #[arg(long)]
+    numeric_owner: bool,
     /// Apply the umask to the archive's modes (by default it is set aside, so modes land
     /// exactly, as `tar -p`).
     #[arg(long)]
@@ -202,6 +206,7 @@ impl RestoreArgs {
         };
         barge::unpack::Restore::default()
             .same_owner(same_owner)
+            .numeric_owner(self.numeric_owner)
             .setid(self.setid)
             .times(!self.touch)
             .existing(existing)
@@ -315,11 +320,15 @@ enum Command {
         /// and as recorded mtime {sec, nsec}, owner {uid, gid}, xattrs [{name_hex,
         /// value_hex}], linked, target (symlinks), link and link_index (hard links), major
         /// and minor (devices).
-        #[arg(long, conflicts_with = "long")]
+        #[arg(long, conflicts_with_all = ["long", "names"])]
         json: bool,
         /// Show owner (uid/gid) and modification time (UTC) too, as `tar -tv`.
-        #[arg(short, long)]
+        #[arg(short, long, conflicts_with = "names")]
         long: bool,
+        /// Show only the paths (a directory's ending in '/'), as `tar -tf`. A version 2
+        /// archive in a file is then listed from its index, without reading its body.
+        #[arg(long)]
+        names: bool,
         /// Drop the first N components of every path, as tar does: entries with N or fewer
         /// components are skipped; a hard link to a skipped file is an error.
         #[arg(long, value_name = "N", default_value_t = 0)]
@@ -347,6 +356,33 @@ enum Command {
         limits: LimitArgs,
         #[command(flatten)]
         region: Region,
+    },
+    /// Check an archive whole, writing nothing; with DIR, compare DIR with it, as `tar -d`.
+    ///
+    /// Every entry is decoded and, in a version 2 archive, every digest checked (version 1
+    /// holds none: its structure is checked and a warning says so); the first error names
+    /// the entry. With DIR, each path of the archive that differs in DIR gets one line on
+    /// stdout saying what differs: missing, kind, size, content (the first byte that
+    /// differs), mode, modification time, symlink target, hard link, device numbers, and
+    /// with -a owner. Entries only DIR has, extended attributes and DIR's own mode and time
+    /// are not compared; nothing in DIR is followed. Exit status 1 when anything differs.
+    #[command(after_help = exit_status!())]
+    Verify {
+        /// The archive: a file, a block device, or '-' for stdin.
+        #[arg(value_name = "ARCHIVE|-")]
+        archive: PathBuf,
+        /// The directory to compare with the archive (as unpacked into DIR).
+        #[arg(value_name = "DIR")]
+        dir: Option<PathBuf>,
+        /// Compare owners (uid and gid) too, as recorded by `pack -a`.
+        #[arg(short = 'a', long = "archive")]
+        owners: bool,
+        #[command(flatten)]
+        limits: LimitArgs,
+        #[command(flatten)]
+        region: Region,
+        #[command(flatten)]
+        out: OutputArgs,
     },
     /// Copy trees (or any entries) to DEST, keeping what `cp -a` keeps, on every core.
     ///
@@ -431,9 +467,8 @@ fn main() -> ExitCode {
     // serve handles its signals itself.
     // What stops the operations: the stop signals, where caught; serve records the signal
     // it stopped by in a token of its own.
-    let cancel = match (!listing || matches!(cli.command, Command::List { .. }))
-        && !matches!(cli.command, Command::Serve(_))
-    {
+    let reading = matches!(cli.command, Command::List { .. } | Command::Verify { .. });
+    let cancel = match (!listing || reading) && !matches!(cli.command, Command::Serve(_)) {
         true => barge::interrupt::catch_signals(),
         false => Cancel::new(),
     };
@@ -469,6 +504,7 @@ impl Command {
             Command::Pack(args) => args.json(),
             Command::Unpack { out, .. } => out.json.then_some(false),
             Command::List { json, .. } => json.then_some(false),
+            Command::Verify { out, .. } => out.json.then_some(false),
             Command::Du(args) => args.json().then_some(false),
             Command::Cp(args) => args.json().then_some(false),
             Command::Serve(args) => args.json().then_some(false),
@@ -520,6 +556,7 @@ fn run(command: Command, cancel: &Cancel) -> anyhow::Result<Exit> {
             archive,
             json,
             long,
+            names,
             strip_components,
             select,
             limits,
@@ -531,9 +568,10 @@ fn run(command: Command, cancel: &Cancel) -> anyhow::Result<Exit> {
                 .strip_components(strip_components)
                 .select(select.select()?)
                 .cancel(cancel.clone());
-            let format = match (json, long) {
-                (true, _) => list::Format::Json,
-                (_, true) => list::Format::Long,
+            let format = match (json, long, names) {
+                (true, ..) => list::Format::Json,
+                (_, true, _) => list::Format::Long,
+                (.., true) => list::Format::Names,
                 _ => list::Format::Short,
             };
             archive::list(archive.as_deref(), format, operation)
@@ -554,6 +592,20 @@ fn run(command: Command, cancel: &Cancel) -> anyhow::Result<Exit> {
                 .select(select.select()?)
                 .cancel(cancel.clone());
             archive::cat(&archive, operation)
+        }
+        Command::Verify {
+            archive,
+            dir,
+            owners,
+            limits,
+            region,
+            out,
+        } => {
+            let operation = Unpack::new()
+                .limits(limits.limits())
+                .region(region.into())
+                .cancel(cancel.clone());
+            archive::verify(&archive, dir.as_deref(), owners, operation, out)
         }
         Command::Du(args) => du::du(args),
         Command::Cp(args) => cp::cp(args, cancel),

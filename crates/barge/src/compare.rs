@@ -65,16 +65,39 @@ pub(crate) struct Rule {
     pub(crate) owners: bool,
 }
 
+/// A fact the unchanged rule compares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fact {
+    Kind,
+    Size,
+    /// The modification time (different where the source records none).
+    Time,
+    Mode,
+    /// The owner (where kept; different where the source records none).
+    Owner,
+}
+
 impl Rule {
     /// True when `copy` is still what `source` is.
     pub(crate) fn unchanged(self, source: &Facts, copy: &Facts) -> bool {
+        self.differences(source, copy).next().is_none()
+    }
+
+    /// What makes `copy` differ from `source`, in the order of [`Fact`].
+    pub(crate) fn differences(self, source: &Facts, copy: &Facts) -> impl Iterator<Item = Fact> {
         let (a, b) = (&source.meta, &copy.meta);
-        source.kind == copy.kind
-            && source.size == copy.size
-            && a.mtime.is_some()
-            && a.mtime == b.mtime
-            && (source.kind == Kind::Symlink || a.mode == b.mode)
-            && (!self.owners || (a.owner.is_some() && a.owner == b.owner))
+        [
+            (source.kind != copy.kind, Fact::Kind),
+            (source.size != copy.size, Fact::Size),
+            (a.mtime.is_none() || a.mtime != b.mtime, Fact::Time),
+            (source.kind != Kind::Symlink && a.mode != b.mode, Fact::Mode),
+            (
+                self.owners && (a.owner.is_none() || a.owner != b.owner),
+                Fact::Owner,
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(differs, fact)| differs.then_some(fact))
     }
 }
 

@@ -21,6 +21,7 @@ pub mod exclude;
 /// Which entries of an archive are taken (member PATHs, `--exclude`).
 pub use land::select::Select;
 pub mod format;
+pub(crate) mod indexed;
 pub mod interrupt;
 pub(crate) mod land;
 pub mod listing;
@@ -35,6 +36,7 @@ pub mod threads;
 pub mod tree;
 pub mod unpack;
 pub mod uploads;
+pub mod verify;
 pub mod walk;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

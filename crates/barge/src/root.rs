@@ -571,3 +571,6 @@ pub fn prepare_dest(dest: &Path, umask: u32) -> Result<Prepared> {
         free: fs.f_bavail.saturating_mul(fs.f_frsize),
     })
 }
+
+#[cfg(test)]
+mod tests;

@@ -31,7 +31,7 @@ pub trait ByteSource {
 }
 
 /// The stream position `offset`, as the "path" of a read error.
-fn input_at(offset: u64) -> TreePath {
+pub(crate) fn input_at(offset: u64) -> TreePath {
     TreePath(format!("<input at byte {offset}>").into_bytes())
 }
 

@@ -7,12 +7,15 @@ use std::cell::{Cell, RefCell, RefMut};
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
+use std::sync::{Arc, OnceLock};
 
 use rustix::fs::{fstat, open, seek, FileType, Mode, OFlags, SeekFrom};
 use rustix::stdio::stdin;
 
 use crate::error::{Error, Result, TreePath};
+use crate::format::index::Index;
 use crate::format::{Limits, DEFAULT_MAX_ENTRIES};
+use crate::indexed::Seekable;
 use crate::interrupt::Cancel;
 use crate::land::parallel::{self, land_parallel, Decoding, THREADS_FROM};
 use crate::land::restore::Policy;
@@ -23,6 +26,7 @@ use crate::land::sync::SyncLander;
 use crate::land::uring::UringLander;
 pub use crate::land::LandSummary;
 use crate::land::{Driver, Land};
+use crate::owners::Owners;
 use crate::root::{open_dest, Destination};
 use crate::source::{ByteSource, ByteStream, ReadSource};
 use crate::sys::map::{populate, Mapped};
@@ -92,6 +96,9 @@ pub struct Unpack {
     /// 0o777 less the umask).
     umask: u32,
     dest_mode: Option<u32>,
+    /// The system's users and groups, read by [`Unpack::prepare`] (before any sandbox) where
+    /// owners are restored by name from a version 2 archive (version 1 records no names).
+    owners: OnceLock<Arc<Owners>>,
 }
 
 impl Default for Unpack {
@@ -99,6 +106,7 @@ impl Default for Unpack {
     /// [`DEFAULT_MAX_ENTRIES`] entries, and [`Restore::default`] for a process running as
     /// root or not, as the effective user id says now.
     fn default() -> Unpack {
+        let me = Owner::of_process();
         Unpack {
             engine: Engine::Auto,
             limits: Limits {
@@ -108,12 +116,13 @@ impl Default for Unpack {
             sandbox: true,
             region: Region::default(),
             restore: Restore::default(),
-            me: Owner::of_process(),
+            me,
             strip: 0,
             select: Select::default(),
             cancel: Cancel::new(),
             umask: crate::root::process_umask(),
             dest_mode: None,
+            owners: OnceLock::new(),
         }
     }
 }
@@ -378,6 +387,10 @@ impl Unpack {
     /// the sandbox is on, keeping the archive's fd open. The process must be
     /// single-threaded then (see `open_dest`).
     pub fn prepare(&self, dest: &Path, archive: &Archive) -> Result<Destination> {
+        let policy = Policy::new(self.restore, self.me, self.umask);
+        if policy.owners_by_name() && archive.is_v2(&self.cancel) {
+            self.owners.get_or_init(|| Arc::new(Owners::system()));
+        }
         let dest_mode = self.dest_mode.unwrap_or(0o777 & !self.umask);
         open_dest(dest, self.sandbox, archive.kept_fd(), dest_mode)
     }
@@ -405,8 +418,6 @@ impl Unpack {
     /// The engine that lands `archive`.
     fn resolve(&self, archive: &Archive) -> Engine {
         match (self.engine, &archive.input) {
-            // Version 2 lands on one thread until its segments are landed in parallel.
-            (_, _) if archive.is_v2(&self.cancel) => Engine::Sync,
             (Engine::Auto, Input::Mapped(m)) if (m.bytes().len() as u64) < THREADS_FROM => {
                 Engine::Sync
             }
@@ -424,17 +435,21 @@ impl Unpack {
         progress: &Progress,
     ) -> Result<LandSummary> {
         let workers = Work::Land.threads();
+        let policy = Policy::new(self.restore, self.me, self.umask);
         let setup = Setup {
             new_dest,
-            ..Setup::new(
-                Policy::new(self.restore, self.me, self.umask),
-                self.cancel.clone(),
-            )
+            ..Setup::new(policy, self.cancel.clone())
         };
+        let owners = self
+            .owners
+            .get()
+            .cloned()
+            .filter(|_| policy.owners_by_name());
         let decoding = Decoding {
             limits,
             strip: self.strip,
             select: self.select.clone(),
+            owners: owners.clone(),
         };
         match (self.resolve(archive), &archive.input) {
             (Engine::Threads, _) => {
@@ -449,10 +464,13 @@ impl Unpack {
             }
             (Engine::Uring, _) => archive.land(
                 UringLander::new(root, setup)?,
-                self.driving(limits),
+                self.driving(limits, owners),
                 progress,
             ),
-            _ => archive.land(SyncLander::new(root, setup), self.driving(limits), progress),
+            _ => {
+                let driving = self.driving(limits, owners);
+                archive.land(SyncLander::new(root, setup), driving, progress)
+            }
         }
     }
 
@@ -460,8 +478,52 @@ impl Unpack {
     /// one thread gets, an empty directory as [`Sink::empty_dir`].
     pub fn list(&self, archive: &Archive, sink: impl Sink<Error = Error>) -> Result<()> {
         let limits = archive.limits(self.limits);
-        let listed = archive.drive(sink, self.driving(limits), &Progress::default());
+        let listed = archive.drive(sink, self.driving(limits, None), &Progress::default());
         crate::interrupt::unless_archive_shrank(listed)
+    }
+
+    /// [`Unpack::list`] for a sink that needs of each entry only its name, kind and size:
+    /// a version 2 archive in a file is listed from its footer and index alone, its body
+    /// unread (files come as [`Content::Stream`](crate::tree::Content) without data,
+    /// symlinks without a target, devices without numbers, nothing with metadata); any
+    /// other archive as by `list`.
+    pub fn list_index(&self, archive: &Archive, sink: impl Sink<Error = Error>) -> Result<()> {
+        let Some((_, index)) = self.index(archive)? else {
+            return self.list(archive, sink);
+        };
+        Driver::new(sink, &Progress::default())
+            .filter(self.strip, self.select.clone())
+            .cancel(self.cancel.clone())
+            .run_index(&index)
+    }
+
+    /// Drives `sink` with the files the selection takes, as `list` does; of a version 2
+    /// archive in a file it reads the footer, the index and only the segments that hold
+    /// those files, and passes on only the files ([`Sink::file`], `data`, `hole`).
+    pub fn cat(&self, archive: &Archive, sink: impl Sink<Error = Error>) -> Result<()> {
+        let Some((src, index)) = self.index(archive)? else {
+            return self.list(archive, sink);
+        };
+        let limits = archive.limits(self.limits);
+        let how = (self.select.clone(), limits, &self.cancel);
+        crate::indexed::cat(&src, &index, how, sink)
+    }
+
+    /// The archive in its file and its index, when it is version 2 in a file and ends in a
+    /// footer.
+    fn index<'a>(&self, archive: &'a Archive) -> Result<Option<(Seekable<'a>, Index)>> {
+        let Input::Mapped(mapped) = &archive.input else {
+            return Ok(None);
+        };
+        if !archive.is_v2(&self.cancel) {
+            return Ok(None);
+        }
+        let src = Seekable {
+            fd: mapped.file(),
+            offset: mapped.offset(),
+            len: mapped.bytes().len() as u64,
+        };
+        Ok(src.index(&self.cancel)?.map(|index| (src, index)))
     }
 }
 
@@ -541,7 +603,7 @@ impl Archive {
         Ok(head[..n.min(head.len())].to_vec())
     }
 
-    /// Whether the archive is in format version 2 (which lands on one thread for now).
+    /// Whether the archive is in format version 2.
     fn is_v2(&self, cancel: &Cancel) -> bool {
         self.peek(8, cancel)
             .is_ok_and(|head| head.get(6) == Some(&2))
@@ -641,6 +703,7 @@ impl Archive {
     fn parallel(&self, cancel: &Cancel) -> parallel::Input<'_> {
         match &self.input {
             Input::Mapped(m) => parallel::Input::Mapped(m.bytes(), m.file(), m.offset()),
+            _ if self.is_v2(cancel) => parallel::Input::Frames(self.stream(cancel)),
             _ => parallel::Input::Stream(self.stream(cancel)),
         }
     }
@@ -671,11 +734,13 @@ impl Archive {
             strip,
             select,
             cancel,
+            owners,
         } = driving;
         let stream = || self.stream(&cancel);
         let driver = Driver::new(sink, progress)
             .filter(strip, select)
-            .cancel(cancel.clone());
+            .cancel(cancel.clone())
+            .owners(owners);
         match &self.input {
             Input::Mapped(mapped) => driver.run_bytes(mapped.bytes(), limits),
             _ => driver.run_stream(stream(), limits),
@@ -684,22 +749,24 @@ impl Archive {
 }
 
 /// How an archive is driven on one thread: its limits, the leading path components
-/// dropped, the entries taken, what stops it.
+/// dropped, the entries taken, what stops it, the table owners are given by name from.
 struct Driving {
     limits: Limits,
     strip: usize,
     select: Select,
     cancel: Cancel,
+    owners: Option<Arc<Owners>>,
 }
 
 impl Unpack {
-    /// This unpack's [`Driving`] with `limits`.
-    fn driving(&self, limits: Limits) -> Driving {
+    /// This unpack's [`Driving`] with `limits` and `owners`.
+    fn driving(&self, limits: Limits, owners: Option<Arc<Owners>>) -> Driving {
         Driving {
             limits,
             strip: self.strip,
             select: self.select.clone(),
             cancel: self.cancel.clone(),
+            owners,
         }
     }
 }

@@ -7,7 +7,8 @@ mod support;
 
 use std::path::Path;
 
-use barge::format::{decode_all, Encoder, Event, Limits, SegmentEncoder};
+use barge::format::index::{Footer, Index};
+use barge::format::{rewrite_v2, Encoder, Limits, SegmentEncoder, FOOTER};
 use barge::tree::{self, Device, Kind, Meta, Owner, Timestamp, Xattrs};
 use serde_json::Value;
 use support::{decode_chunked, decode_whole, vector_files, Entry, Outcome};
@@ -297,68 +298,6 @@ fn v2_invalid_vectors_fail_with_their_code_at_their_offset() {
     assert_invalid_vectors_fail("v2/invalid");
 }
 
-/// Re-encodes a v2 archive from its decoded events with the library's segment encoder,
-/// cutting segments where the archive has them.
-fn reencode_v2(input: &[u8]) -> Vec<u8> {
-    let mut encoder = SegmentEncoder::new(Vec::new()).unwrap();
-    let mut segments = 0;
-    // A file's or extent's data gathered until whole: (size or extent length, at, bytes).
-    let mut pending: Option<(u64, Option<u64>, Vec<u8>)> = None;
-    let mut owned = None;
-    decode_all(input, Limits::default(), |decoder, event| {
-        let (user, group) = decoder.owner_names();
-        encoder.owner_names(user, group);
-        match event {
-            Event::Segment => {
-                segments += 1;
-                if segments > 1 {
-                    encoder.cut().unwrap();
-                }
-            }
-            Event::Root { meta, xattrs } => encoder.root(meta, xattrs).unwrap(),
-            Event::Dir(entry) => encoder.dir_with(&entry).unwrap(),
-            Event::Pop => encoder.pop().unwrap(),
-            Event::File { entry, size, data } => {
-                let xattrs = entry.xattrs.0.to_vec();
-                owned = Some((entry.name.to_vec(), entry.meta, xattrs, entry.link_id));
-                pending = Some((size, None, data.to_vec()));
-            }
-            Event::SparseFile {
-                entry,
-                size,
-                extents,
-            } => encoder.ext_file(&entry, size, extents).unwrap(),
-            Event::Extent { at, len, data } => pending = Some((len, Some(at), data.to_vec())),
-            Event::Data(data) => pending
-                .as_mut()
-                .expect("data of something")
-                .2
-                .extend_from_slice(data),
-            Event::Symlink { entry, target } => encoder.symlink(&entry, target).unwrap(),
-            Event::HardLink { entry, target } => encoder.hard_link(entry.name, target).unwrap(),
-            Event::Special { entry, device } => encoder.special(&entry, device).unwrap(),
-            _ => {}
-        }
-        if let Some((size, at, data)) =
-            pending.take_if(|(size, _, data)| data.len() as u64 == *size)
-        {
-            assert_eq!(size, data.len() as u64);
-            match at {
-                Some(at) => encoder.extent(at, &data).unwrap(),
-                None => {
-                    let (name, meta, xattrs, link_id) = owned.take().expect("a file");
-                    let mut entry = tree::Entry::new(&name, Kind::File, meta);
-                    (entry.xattrs, entry.link_id) = (Xattrs(&xattrs), link_id);
-                    encoder.file_with(&entry, &data).unwrap();
-                }
-            }
-        }
-        Ok(())
-    })
-    .unwrap();
-    encoder.finish().unwrap()
-}
-
 #[test]
 fn v2_valid_vectors_reencode_byte_exactly() {
     for file in vector_files("v2/valid") {
@@ -368,7 +307,7 @@ fn v2_valid_vectors_reencode_byte_exactly() {
         }
         let input = std::fs::read(&file).unwrap();
         assert!(
-            reencode_v2(&input) == input,
+            rewrite_v2(&input, SegmentEncoder::new(Vec::new()).unwrap()).unwrap() == input,
             "{name}: encoder output differs"
         );
     }
@@ -430,4 +369,63 @@ fn segment_encoder_round_trips_raw_and_zstd_in_many_segments() {
             .count();
         assert!(segments > 20, "{name}: {segments} segments");
     }
+}
+
+/// The footer and index of `input` read as a reader that seeks does (`None`: no footer).
+fn read_index(input: &[u8]) -> Result<Option<Index>, (&'static str, u64)> {
+    let tail = input.len().checked_sub(FOOTER).map(|at| &input[at..]);
+    let tail = tail.map(|t| t.try_into().unwrap()).unwrap_or(&[0; FOOTER]);
+    let read = Footer::find(tail, input.len() as u64).and_then(|footer| match footer {
+        Some(footer) => {
+            let frame = input[footer.index_at as usize..footer.at as usize].to_vec();
+            Index::read(&footer, frame).map(Some)
+        }
+        None => Ok(None),
+    });
+    read.map_err(|e| match e {
+        barge::Error::Format { kind, offset, .. } => (kind.code(), offset),
+        e => panic!("not a format error: {e}"),
+    })
+}
+
+/// Every valid v2 vector's index lists its entries (paths, in order, each found by its
+/// path); each invalid vector whose fault is in its index or footer fails, read without
+/// its body, with the vector's error (but `index-path`, whose one row disagrees with its
+/// segment only: a reader of the index alone cannot tell).
+#[test]
+fn v2_vectors_read_through_their_index_as_decoded() {
+    for file in vector_files("v2/valid") {
+        let name = file.display().to_string();
+        let input = std::fs::read(&file).unwrap();
+        let index = read_index(&input).unwrap().expect(&name);
+        let mut paths = Vec::new();
+        let mut rows = index.rows();
+        while let Some(row) = rows.next_row() {
+            paths.push(row.path.to_vec());
+            assert_eq!(index.find(row.path).map(|f| f.number), Some(row.number));
+        }
+        let expected: Vec<Vec<u8>> = expected_entries(&json_of(&file))
+            .into_iter()
+            .map(|e| e.path)
+            .collect();
+        assert_eq!(paths, expected, "{name}");
+    }
+    let mut checked = 0;
+    for file in vector_files("v2/invalid") {
+        let stem = file.file_stem().unwrap().to_str().unwrap();
+        let json = json_of(&file);
+        let input = std::fs::read(&file).unwrap();
+        let read = read_index(&input);
+        let index_fault = stem.starts_with("index-") || stem.starts_with("footer-");
+        if !index_fault || stem == "index-path" {
+            continue;
+        }
+        let want = (
+            json["error"].as_str().unwrap(),
+            json["offset"].as_u64().unwrap(),
+        );
+        assert_eq!(read.map(|_| ()), Err(want), "{stem}");
+        checked += 1;
+    }
+    assert_eq!(checked, 14);
 }

@@ -619,3 +619,18 @@ impl Drop for Mount {
         let _ = Command::new("umount").arg("-l").arg(&self.0).status();
     }
 }
+
+/// Packs `src` (with `barge pack`) into a version 2 archive at `out`, in segments closed at
+/// `target` bytes, zstd at `level` where given, and returns its bytes.
+pub fn pack_v2(src: &Path, out: &Path, target: usize, level: Option<i32>) -> Vec<u8> {
+    let v1 = pack_to(src, "-");
+    let mut encoder = barge::format::SegmentEncoder::new(Vec::new())
+        .unwrap()
+        .segment_target(target);
+    if let Some(level) = level {
+        encoder = encoder.zstd(level);
+    }
+    let v2 = barge::format::rewrite_v2(&v1, encoder).unwrap();
+    fs::write(out, &v2).unwrap();
+    v2
+}

@@ -634,6 +634,7 @@ fn a_manual_page_and_completions_come_from_the_command_line_definition() {
         "barge-send.1",
         "barge-serve.1",
         "barge-unpack.1",
+        "barge-verify.1",
         "barge.1",
     ];
     assert_eq!(names_in(&dir), pages);

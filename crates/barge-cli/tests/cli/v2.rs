@@ -1,11 +1,18 @@
-//! Format version 2 through the CLI: the committed v2 vectors land and list (mapped and from
-//! a pipe) or fail cleanly with their code and offset; a corrupted byte is an error that
-//! leaves no file; the root record gives a new DEST its mode and time; sparse files land
-//! sparse; a whole archive compressed by zstd is read through it.
+//! Format version 2 through the CLI: the committed v2 vectors land alike on every engine
+//! and list (mapped and from a pipe) or fail cleanly with their code and offset; an archive
+//! of many small segments lands on every engine, sandboxed or not, as nobody, and through
+//! the confined child; a corrupted byte is an error that leaves no file; the root record
+//! gives a new DEST its mode and time; sparse files land sparse; a whole archive compressed
+//! by zstd is read through it.
 
+use std::collections::BTreeMap;
 use std::fs;
+use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
+
+use barge::format::SegmentEncoder;
+use barge::tree::{Entry, Meta};
 
 use crate::common::*;
 use crate::vectors::vectors;
@@ -15,8 +22,30 @@ fn unpack(archive: &Path, dest: &Path, piped: bool) -> std::process::Output {
     crate::vectors::unpack(archive, dest, piped, &[])
 }
 
+/// Checks that `got` is what `first` holds, or makes it the first.
+fn same_as_first<T: PartialEq + std::fmt::Debug>(first: &mut Option<T>, got: T, what: String) {
+    match first {
+        Some(first) => assert!(got == *first, "{what}: {got:?}"),
+        None => *first = Some(got),
+    }
+}
+
+/// Unpacks `archive` into `dest` with `engine`, from the file or through stdin, with
+/// `extra` options.
+fn unpack_with(
+    engine: &str,
+    archive: &Path,
+    dest: &Path,
+    piped: bool,
+    extra: &[&str],
+) -> std::process::Output {
+    let mut args = vec!["--engine".to_string(), engine.to_string()];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    crate::vectors::unpack(archive, dest, piped, &args)
+}
+
 #[test]
-fn v2_vectors_land_and_list_or_fail_cleanly() {
+fn v2_vectors_land_alike_on_every_engine_and_list_or_fail_cleanly() {
     let work = tempdir();
     for (i, (archive, json)) in vectors("v2/valid").iter().enumerate() {
         let what = archive.display().to_string();
@@ -24,30 +53,38 @@ fn v2_vectors_land_and_list_or_fail_cleanly() {
         let listed = run_ok(&mut barge(["list".as_ref(), archive.as_os_str()]), None);
         let lines = String::from_utf8(listed.stdout).unwrap().lines().count();
         assert_eq!(lines, entries.len(), "{what}: list line count");
-        for piped in [false, true] {
-            let dest = work.path().join(format!("v{i}-{piped}"));
-            let out = unpack(archive, &dest, piped);
-            assert!(
-                out.status.success(),
-                "{what}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let landed = scan(&dest).len();
-            assert_eq!(
-                landed,
-                entries.len(),
-                "{what} (piped {piped}): entries landed"
-            );
+        let mut reference = None;
+        for engine in engines() {
+            for piped in [false, true] {
+                let dest = work.path().join(format!("v{i}-{engine}-{piped}"));
+                let out = unpack_with(&engine, archive, &dest, piped, &[]);
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                assert!(out.status.success(), "{what} {engine}: {stderr}");
+                let landed = scan(&dest);
+                assert_eq!(
+                    landed.len(),
+                    entries.len(),
+                    "{what} {engine} (piped {piped})"
+                );
+                same_as_first(
+                    &mut reference,
+                    landed,
+                    format!("{what} {engine} (piped {piped})"),
+                );
+            }
         }
     }
     for (i, (archive, json)) in vectors("v2/invalid").iter().enumerate() {
         let what = archive.display().to_string();
         let code = format!("[{}]", json["error"].as_str().unwrap());
         let at = format!("archive byte {}:", json["offset"]);
-        for piped in [false, true] {
-            let dest = work.path().join(format!("i{i}-{piped}"));
-            let out = unpack(archive, &dest, piped);
-            assert_clean_failure(&out, &[&at, &code], &format!("{what} (piped {piped})"));
+        for engine in engines() {
+            for piped in [false, true] {
+                let dest = work.path().join(format!("i{i}-{engine}-{piped}"));
+                let out = unpack_with(&engine, archive, &dest, piped, &[]);
+                let what = format!("{what} {engine} (piped {piped})");
+                assert_clean_failure(&out, &[&at, &code], &what);
+            }
         }
         let out = run(&mut barge(["list".as_ref(), archive.as_os_str()]), None);
         assert_clean_failure(&out, &[&at, &code], &format!("list {what}"));
@@ -199,6 +236,173 @@ fn an_archive_compressed_whole_by_zstd_is_read_through_it() {
             String::from_utf8_lossy(&out.stderr)
         );
         assert_eq!(fs::read(dest.join("d/f")).unwrap(), b"compressed whole\n");
+    }
+}
+
+/// A version 2 archive of segments of about 4 KiB (zstd where smaller, when `zstd`):
+/// `a/` (0o500) holding 60 files, the first linked; `big`, linked, of 1 MiB in 12 extents
+/// of 20,000 bytes with holes between, each extent in its own segment; `links/` holding
+/// hard links to both.
+fn segmented(zstd: bool) -> Vec<u8> {
+    let mut encoder = SegmentEncoder::new(Vec::new())
+        .unwrap()
+        .segment_target(4096);
+    if zstd {
+        encoder = encoder.zstd(3);
+    }
+    let bytes = |seed: u64, len: usize| -> Vec<u8> {
+        (0..len as u64)
+            .map(|i| ((i * 2_654_435_761) >> 11 ^ seed) as u8)
+            .collect()
+    };
+    encoder
+        .dir_with(&Entry::dir(b"a", Meta::with_mode(0o500)))
+        .unwrap();
+    for i in 0..60u64 {
+        let name = format!("f{i:02}");
+        let mut file = Entry::file(name.as_bytes(), Meta::with_mode(0o640));
+        file.link_id = (i == 0).then_some(1);
+        encoder
+            .file_with(&file, &bytes(i, (i as usize * 61) % 3000))
+            .unwrap();
+    }
+    encoder.pop().unwrap();
+    let mut big = Entry::file(b"big", Meta::with_mode(0o600));
+    big.link_id = Some(61);
+    encoder.ext_file(&big, 1 << 20, 12).unwrap();
+    for i in 0..12 {
+        encoder.extent(i * 80_000, &bytes(100 + i, 20_000)).unwrap();
+    }
+    encoder
+        .dir_with(&Entry::dir(b"links", Meta::with_mode(0o755)))
+        .unwrap();
+    encoder.hard_link(b"to-big", 61).unwrap();
+    encoder.hard_link(b"to-f00", 1).unwrap();
+    encoder.finish().unwrap()
+}
+
+/// What [`scan`] sees of `dest`, with which entries are one file.
+fn landed(dest: &Path) -> (BTreeMap<Vec<u8>, Node>, bool) {
+    let ino = |path: &str| fs::metadata(dest.join(path)).unwrap().ino();
+    let linked = ino("big") == ino("links/to-big") && ino("a/f00") == ino("links/to-f00");
+    let tree = scan(dest);
+    fs::set_permissions(dest.join("a"), fs::Permissions::from_mode(0o755)).unwrap();
+    (tree, linked)
+}
+
+#[test]
+fn a_many_segment_archive_lands_on_every_engine_sandboxed_or_not() {
+    let work = tempdir();
+    for zstd in [false, true] {
+        let archive = work.path().join(format!("segmented-{zstd}.barge"));
+        fs::write(&archive, segmented(zstd)).unwrap();
+        let mut reference = None;
+        for engine in engines() {
+            for (piped, sandbox) in [(false, true), (false, false), (true, true), (true, false)] {
+                let what = format!("zstd {zstd} {engine} piped {piped} sandbox {sandbox}");
+                let dest = work.path().join(what.replace(' ', "-"));
+                let extra: &[&str] = if sandbox { &[] } else { &["--no-sandbox"] };
+                let out = unpack_with(&engine, &archive, &dest, piped, extra);
+                assert!(
+                    out.status.success(),
+                    "{what}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                let (tree, linked) = landed(&dest);
+                assert!(linked, "{what}: the hard links");
+                same_as_first(&mut reference, tree, what.clone());
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs root to switch to uid 65534 (nobody) with setpriv"]
+fn an_unprivileged_user_lands_a_many_segment_archive_on_every_core() {
+    require_root();
+    let setup = crate::sandbox::Setup::new();
+    let archive = setup.work.path().join("segmented.barge");
+    fs::write(&archive, segmented(true)).unwrap();
+    fs::set_permissions(&archive, fs::Permissions::from_mode(0o644)).unwrap();
+    let mut reference = None;
+    for (name, piped) in [("file", false), ("pipe", true)] {
+        let dest = setup.dest(name, NOBODY);
+        let mut cmd = as_nobody();
+        cmd.arg(&setup.bin).args(["unpack", "--engine", "threads"]);
+        let out = match piped {
+            true => run(cmd.arg("-").arg(&dest), Some(&fs::read(&archive).unwrap())),
+            false => run(cmd.arg(&archive).arg(&dest), None),
+        };
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(fs::metadata(dest.join("big")).unwrap().uid(), NOBODY);
+        let (tree, linked) = landed(&dest);
+        assert!(linked, "{name}: the hard links");
+        same_as_first(&mut reference, tree, name.to_string());
+    }
+}
+
+#[test]
+fn a_many_segment_archive_lands_through_the_confined_child() {
+    use barge::confine::ConfinedUnpack;
+    use barge::unpack::Engine;
+    let work = tempdir();
+    let archive = segmented(true);
+    let mut reference = None;
+    for (name, engine) in Engine::ALL {
+        let dest = work.path().join(format!("new/{name}"));
+        let mut child = ConfinedUnpack::new(&dest)
+            .executable(bin())
+            .engine(engine)
+            .allow_unconfined(true)
+            .spawn()
+            .unwrap();
+        child.input().write_all(&archive).unwrap();
+        let landed_summary = child.wait().unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(landed_summary.summary.links, 2, "{name}");
+        let (tree, linked) = landed(&dest);
+        assert!(linked, "{name}: the hard links");
+        same_as_first(&mut reference, tree, name.to_string());
+    }
+}
+
+/// As root, a file recorded as user and group "root" with ids 12345 lands as 0:0, one
+/// recorded with names this system lacks keeps its ids; `--numeric-owner` keeps the ids.
+#[test]
+#[ignore = "needs root: only root gives files owners"]
+fn owner_names_give_the_ids_they_have_here_unless_numeric_owner() {
+    require_root();
+    let work = tempdir();
+    let mut encoder = SegmentEncoder::new(Vec::new()).unwrap();
+    let owned = |uid, gid| {
+        let mut meta = Meta::with_mode(0o644);
+        meta.owner = Some(barge::tree::Owner { uid, gid });
+        meta
+    };
+    encoder.owner_names(b"root", b"root");
+    let named = Entry::file(b"named", owned(12345, 12345));
+    encoder.file_with(&named, b"n").unwrap();
+    encoder.owner_names(b"no-such-user-here", b"no-such-group-here");
+    let unknown = Entry::file(b"unknown", owned(4242, 4343));
+    encoder.file_with(&unknown, b"u").unwrap();
+    let archive = work.path().join("owners.barge");
+    fs::write(&archive, encoder.finish().unwrap()).unwrap();
+    for (numeric, named) in [(false, (0, 0)), (true, (12345, 12345))] {
+        let dest = work.path().join(format!("numeric-{numeric}"));
+        let mut cmd = barge(["unpack"]);
+        if numeric {
+            cmd.arg("--numeric-owner");
+        }
+        run_ok(cmd.arg(&archive).arg(&dest), None);
+        let owner = |name: &str| {
+            let meta = fs::metadata(dest.join(name)).unwrap();
+            (meta.uid(), meta.gid())
+        };
+        assert_eq!(owner("named"), named, "--numeric-owner {numeric}");
+        assert_eq!(owner("unknown"), (4242, 4343), "--numeric-owner {numeric}");
     }
 }
 

@@ -425,6 +425,8 @@ impl<'a> Copier<'a> {
         match replaced {
             None => self.counts.kept += 1,
             Some(replaced) => {
+                // A directory removed for it (`Found::Dir`) was replaced too.
+                let replaced = replaced || change == Change::Replace;
                 if kind != Kind::File {
                     self.count(kind, 0);
                 }
@@ -524,7 +526,10 @@ impl<'a> Copier<'a> {
         let apply = self.apply(&entry, in_setgid);
         let (create, last_mode) = shared.policy.dir_modes(&apply);
         let Some(dest) = dest else {
-            // A dry run below a directory that does not exist yet.
+            // A dry run below a directory that does not exist yet: this one would be made too.
+            if self.cp().changes {
+                shared.report.change(Change::Create, &dest_path());
+            }
             self.count(Kind::Dir, 0);
             return Ok(DestDir {
                 fd: None,

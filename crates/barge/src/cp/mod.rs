@@ -22,6 +22,8 @@
 
 mod copier;
 mod dest;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd};

@@ -214,6 +214,10 @@ struct Segments {
     segments: u32,
     /// No group came yet (`ROOT` may come).
     first_group: bool,
+    /// Resumed at a segment ([`Decoder::resume`]): its first `START` is still to come, to be
+    /// taken as where the stream is; and no INDEX is checked (the decoder stops there).
+    resuming: bool,
+    resumed: bool,
     /// The index frame: where, and its check once its counts came.
     index_at: Option<u64>,
     index: Option<IndexCheck>,
@@ -275,6 +279,8 @@ pub struct Decoder {
     wanted: usize,
     /// Set for a version 2 archive.
     v2: Option<Box<Segments>>,
+    /// The data digests of the frame being decoded were checked by the caller.
+    trusted: bool,
 }
 
 /// The names used in one directory, one after another in one buffer. While they arrive in
@@ -503,6 +509,8 @@ struct Grammar {
     v2: bool,
     /// Version 2: an `EXTFILE`'s extents are pending, so only an `EXTENT` may come.
     extent_due: bool,
+    /// Version 2: an `EXTENT` may come (it is due, or continues a resumed decoder's file).
+    extent_may: bool,
 }
 
 impl Grammar {
@@ -516,11 +524,11 @@ impl Grammar {
 }
 
 /// Parses the group at the start of `input`; `linked` holds the entry numbers of the files
-/// hard links may name, ascending.
+/// hard links may name, ascending (`None`: any number, for a caller that does not check).
 fn parse_group<'a>(
     input: &'a [u8],
     grammar: Grammar,
-    linked: &[u64],
+    linked: Option<&[u64]>,
 ) -> Result<Group<'a>, Stop<'a>> {
     let mut c = Cursor { input, pos: 0 };
     let mut records = Records::default();
@@ -554,7 +562,7 @@ fn parse_group<'a>(
         TAG_START => return Err(invalid(FormatError::BadStart, at)),
         TAG_ROOT => Message::Root(records, c.pos),
         TAG_EXTENT => {
-            if !grammar.extent_due {
+            if !grammar.extent_may {
                 return Err(invalid(FormatError::BadExtent, at));
             }
             let [a0, a1, a2, a3, a4, a5, a6, a7, l0, l1, l2, l3] = c.array(at)?;
@@ -676,7 +684,7 @@ fn parse_fields<'a>(
     c: &mut Cursor<'a>,
     tag: u8,
     at: usize,
-    linked: &[u64],
+    linked: Option<&[u64]>,
 ) -> Result<Fields<'a>, Stop<'a>> {
     let check = |ok: bool, kind| if ok { Ok(()) } else { Err(invalid(kind, at)) };
     Ok(match tag {
@@ -705,7 +713,7 @@ fn parse_fields<'a>(
         }
         TAG_HARDLINK => {
             let target = u64::from_le_bytes(c.array(at)?);
-            let found = linked.binary_search(&target).is_ok();
+            let found = linked.is_none_or(|linked| linked.binary_search(&target).is_ok());
             check(found, FormatError::BadLink(target))?;
             Fields::HardLink { target }
         }
@@ -744,7 +752,49 @@ impl Decoder {
             space: 0,
             wanted: 0,
             v2: None,
+            trusted: false,
         }
+    }
+
+    /// A decoder of a version 2 archive's segments from segment number `segment`, whose
+    /// frame is at archive offset `at` and holds entries from number `first` on (as the
+    /// index says; `START` must say so too), with `linked` the files before it that hard
+    /// links may name (ascending). Its `START` is taken as where the stream is: its
+    /// directory, and its open `EXTFILE`, whose remaining extents are passed on as
+    /// [`Event::Extent`]s until another message comes. Fed the frames from there on, it
+    /// decodes and checks them as a decoder from the start would; it ends
+    /// ([`Step::Done`]) at the INDEX, which it cannot check.
+    pub fn resume(limits: Limits, at: u64, segment: u32, first: u64, linked: &[u64]) -> Decoder {
+        let mut decoder = Decoder::new(limits);
+        (decoder.state, decoder.offset, decoder.entries) = (State::Frames, at, first);
+        decoder.linked = linked.iter().copied().take_while(|&n| n < first).collect();
+        decoder.v2 = Some(Box::new(Segments {
+            first_group: segment == 0,
+            segments: segment,
+            resuming: true,
+            resumed: true,
+            ..Segments::default()
+        }));
+        decoder
+    }
+
+    /// Entries decoded so far (with a resumed decoder's `first`): one more than the number
+    /// of the entry an entry event is for.
+    pub fn entries(&self) -> u64 {
+        self.entries
+    }
+
+    /// The entry number of the `EXTFILE` whose extents are still to come (version 2).
+    pub fn open_file(&self) -> Option<u64> {
+        self.v2.as_ref()?.open.map(|file| file.number)
+    }
+
+    /// Version 2: takes the `FILE` and `EXTENT` data digests of the frames to come as
+    /// checked by the caller (with [`data_digests_match`] on their bodies, on other
+    /// threads), so that their data is not hashed again here, or no longer. Everything
+    /// else is checked as always, the segments' own digests included.
+    pub(crate) fn trust_data(&mut self, yes: bool) {
+        self.trusted = yes;
     }
 
     /// True while the body of a zstd frame is to be passed in (see [`Step::Inflate`]).
@@ -946,6 +996,11 @@ impl Decoder {
             return self.need_more(eof, &[]);
         };
         let index_seen = self.v2().index_at.is_some();
+        if tag == TAG_INDEX && self.v2().resumed {
+            // A resumed decoder has not seen the segments the index counts.
+            self.state = State::Ended;
+            return Ok(Step::Done);
+        }
         match tag {
             TAG_SEGMENT | TAG_INDEX if !index_seen => {}
             TAG_END if index_seen => return self.footer(input, eof),
@@ -1051,15 +1106,37 @@ impl Decoder {
         let depth = usize::from(u16::from_le_bytes([d0, d1]));
         let v2 = self.v2.as_ref().expect("a version 2 archive");
         let now_open = v2.open.map_or(NO_FILE, |file| file.number);
-        if first != self.entries || open != now_open || depth != self.path.len() {
+        // A resumed decoder takes the directory and open file as stated; the file it took
+        // so, whose extents it does not count, may have ended with the last body.
+        let resuming = v2.resuming;
+        let uncounted = v2.open.is_some_and(|file| file.left.is_none());
+        let stated = match resuming {
+            true => open == NO_FILE || open < first,
+            false => {
+                (open == now_open || (uncounted && open == NO_FILE)) && depth == self.path.len()
+            }
+        };
+        if first != self.entries || !stated {
             return Err(bad());
         }
-        for dir in &self.path {
+        if depth > self.limits.max_depth {
+            return Err(invalid(FormatError::TooDeep(self.limits.max_depth), 0));
+        }
+        for i in 0..depth {
             let rest = &body[c.pos..];
             let window = &rest[..rest.len().min(MAX_NAME + 1)];
             match window.iter().position(|&b| b == 0) {
-                Some(len) if rest[..len] == **dir => c.pos += len + 1,
-                Some(_) => return Err(bad()),
+                Some(len) => {
+                    let name = &rest[..len];
+                    let right = match resuming {
+                        true => super::check_name(name).is_ok(),
+                        false => name == &*self.path[i],
+                    };
+                    if !right {
+                        return Err(bad());
+                    }
+                    c.pos += len + 1;
+                }
                 None if window.len() > MAX_NAME => return Err(bad()),
                 None => {
                     let wanted = c.pos + window.len() + 1;
@@ -1070,8 +1147,24 @@ impl Decoder {
         Ok(c.pos)
     }
 
-    /// Takes in the checked `START` bytes of the current body.
+    /// Takes in the checked `START` bytes of the current body (a resumed decoder's first: as
+    /// where the stream is).
     fn start(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        let open = u64::from_le_bytes(bytes[9..17].try_into().expect("8 bytes"));
+        if open == NO_FILE {
+            self.v2().open = None;
+        }
+        if std::mem::take(&mut self.v2().resuming) {
+            let names = bytes[19..].split(|&b| b == 0);
+            self.path = names.take_while(|n| !n.is_empty()).map(Box::from).collect();
+            self.seen = (0..=self.path.len()).map(|_| Names::default()).collect();
+            self.v2().open = (open != NO_FILE).then_some(OpenFile {
+                number: open,
+                left: None,
+                end: 0,
+                size: u64::MAX,
+            });
+        }
         self.v2().at_start = false;
         self.offset += bytes.len() as u64;
         self.consumed(bytes, bytes.len())
@@ -1154,7 +1247,9 @@ impl Decoder {
             return Ok(Step::NeedMore);
         }
         let data = &input[..take as usize];
-        self.v2().data.write(data);
+        if !self.trusted {
+            self.v2().data.write(data);
+        }
         let n = take as usize + if complete { 8 } else { 0 };
         self.offset += n as u64;
         if complete {
@@ -1171,15 +1266,18 @@ impl Decoder {
 
     /// Compares the data digest so far with the 8 bytes `stated`, and ends the data.
     fn check_data(&mut self, stated: &[u8]) -> Result<(), Error> {
+        let trusted = self.trusted;
         let v2 = self.v2();
         let stated = u64::from_le_bytes(stated.try_into().expect("8 digest bytes"));
-        let ok = !v2::differs(v2.data.finish(), stated);
+        let ok = trusted || !v2::differs(v2.data.finish(), stated);
         let what = if v2.extent { "extent" } else { "file" };
         if v2.extent {
             let open = v2.open.as_mut().expect("an extent of an open file");
-            open.left -= 1;
-            if open.left == 0 {
-                v2.open = None;
+            if let Some(left) = &mut open.left {
+                *left -= 1;
+                if *left == 0 {
+                    v2.open = None;
+                }
             }
         }
         if ok {
@@ -1271,12 +1369,14 @@ impl Decoder {
     /// Decodes the group at the input's start whole (nothing is consumed before), with a
     /// file's data as far as it is there.
     fn message<'a>(&mut self, input: &'a [u8], eof: bool, whole: bool) -> Result<Step<'a>, Error> {
+        let open = self.v2.as_ref().and_then(|v2| v2.open);
         let grammar = Grammar {
             extended: self.extended,
             v2: self.v2.is_some(),
-            extent_due: self.v2.as_ref().is_some_and(|v2| v2.open.is_some()),
+            extent_due: open.is_some_and(|file| file.left.is_some()),
+            extent_may: open.is_some(),
         };
-        let group = match parse_group(input, grammar, &self.linked) {
+        let group = match parse_group(input, grammar, Some(&self.linked)) {
             Ok(group) => group,
             Err(Stop::Short { at, wanted }) => {
                 self.message_offset = self.offset + at as u64;
@@ -1289,6 +1389,11 @@ impl Decoder {
             }
         };
         self.message_offset = self.offset + group.at as u64;
+        let extent = matches!(group.message, Message::Extent { .. });
+        if open.is_some_and(|file| file.left.is_none()) && !extent {
+            // A resumed decoder's open file ended where another message came.
+            self.v2().open = None;
+        }
         match group.message {
             Message::End { count } => {
                 if !self.path.is_empty() {
@@ -1396,11 +1501,13 @@ impl Decoder {
         }
         let (take, complete) = data_take(available, size);
         let take = take as usize;
-        let at = self.message_offset;
+        let (at, trusted) = (self.message_offset, self.trusted);
         let v2 = self.v2();
         (v2.extent, v2.data_at) = (extent, at);
         v2.data = XxHash3_64::default();
-        v2.data.write(&input[head..head + take]);
+        if !trusted {
+            v2.data.write(&input[head..head + take]);
+        }
         let mut n = head + take;
         if complete {
             self.check_data(&input[n..n + 8])?;
@@ -1560,7 +1667,7 @@ impl Decoder {
                 v2.data_name = name.to_vec();
                 v2.open = (extents > 0).then_some(OpenFile {
                     number,
-                    left: extents,
+                    left: Some(extents),
                     end: 0,
                     size,
                 });
@@ -1633,19 +1740,35 @@ pub(crate) fn decode_each<E: From<Error>>(
     mut on_event: impl FnMut(&Decoder, Event<'_>) -> Result<(), E>,
 ) -> Result<u64, E> {
     let mut decoder = Decoder::new(limits);
-    let (mut pos, mut ended, mut body) = (0, None, Vec::new());
+    let mut ended = None;
+    decode_with(&mut decoder, input, true, |decoder, event| match event {
+        Event::End { entries } => {
+            ended = Some(entries);
+            Ok(())
+        }
+        Event::Padding => Ok(()),
+        event => on_event(decoder, event),
+    })?;
+    Ok(ended.expect("Done only after the end"))
+}
+
+/// Decodes `input` with `decoder`, calling `on_event` for each event (zstd frames
+/// inflated), until the archive ends or, unless `eof`, the input holds no whole message
+/// more; returns the bytes consumed.
+pub(crate) fn decode_with<E: From<Error>>(
+    decoder: &mut Decoder,
+    input: &[u8],
+    eof: bool,
+    mut on_event: impl FnMut(&Decoder, Event<'_>) -> Result<(), E>,
+) -> Result<usize, E> {
+    let (mut pos, mut body) = (0, Vec::new());
     loop {
-        match decoder.next(&input[pos..], true)? {
+        match decoder.next(&input[pos..], eof)? {
             Step::Event(event, n) => {
                 pos += n;
-                match event {
-                    Event::End { entries } => ended = Some(entries),
-                    Event::Padding => {}
-                    event => on_event(&decoder, event)?,
-                }
+                on_event(decoder, event)?;
             }
-            Step::Done => return Ok(ended.expect("Done only after the end")),
-            Step::NeedMore => unreachable!("eof input never needs more"),
+            Step::Done | Step::NeedMore => return Ok(pos),
             Step::Inflate {
                 consumed,
                 stored,
@@ -1657,9 +1780,7 @@ pub(crate) fn decode_each<E: From<Error>>(
                 let inflated = super::inflate(frame, len, &mut body);
                 inflated.map_err(|kind| decoder.frame_error(kind))?;
                 pos += frame.len();
-                inflated_events(&mut decoder, &body, |decoder, event| {
-                    on_event(decoder, event)
-                })?;
+                inflated_events(decoder, &body, |decoder, event| on_event(decoder, event))?;
             }
         }
     }
@@ -1683,6 +1804,76 @@ pub(crate) fn inflated_events<E: From<Error>>(
         }
     }
     Ok(())
+}
+
+/// Whether every `FILE` and `EXTENT` of the version 2 segment body `body` has the data its
+/// digest says, its messages read as [`Decoder`] reads them (hard links to any entry), the
+/// digest of each range of data computed by `digest` (`None`: it cannot tell). False also
+/// where they do not read so: the decoder then checks for itself, and fails. For the
+/// threaded engine, which runs it on the landing threads and lets the decoding thread trust
+/// the data ([`Decoder::trust_data`]): wherever that decoder reads data without failing
+/// first, it reads the same messages as this.
+pub(crate) fn data_digests_match(
+    body: &[u8],
+    mut digest: impl FnMut(std::ops::Range<usize>) -> Option<u64>,
+) -> bool {
+    // `START`: tag, first, open, depth, then `depth` names.
+    let start = || {
+        let depth = u16::from_le_bytes(body.get(17..19)?.try_into().ok()?);
+        let mut pos = 19;
+        for _ in 0..depth {
+            pos += body.get(pos..)?.iter().position(|&b| b == 0)? + 1;
+        }
+        (body[0] == TAG_START).then_some(pos)
+    };
+    let Some(mut pos) = start() else {
+        return false;
+    };
+    while pos < body.len() {
+        let grammar = Grammar {
+            extended: false,
+            v2: true,
+            extent_due: body[pos] == TAG_EXTENT,
+            extent_may: body[pos] == TAG_EXTENT,
+        };
+        let Ok(group) = parse_group(&body[pos..], grammar, None) else {
+            return false;
+        };
+        // Where the data starts in the group, and its length.
+        let (head, len) = match group.message {
+            Message::Entry(Parsed {
+                fields: Fields::File { size },
+                len,
+                ..
+            }) => (len, size),
+            Message::Extent { len, head, .. } => (head, len),
+            Message::Entry(Parsed { len, .. }) | Message::Root(_, len) => {
+                pos += len;
+                continue;
+            }
+            Message::Pop => {
+                pos += group.at + 1;
+                continue;
+            }
+            Message::End { .. } => return false,
+        };
+        let data = pos + head;
+        let Some(end) = usize::try_from(len)
+            .ok()
+            .and_then(|len| data.checked_add(len))
+        else {
+            return false;
+        };
+        let Some(stated) = body.get(end..end + 8) else {
+            return false;
+        };
+        let stated = u64::from_le_bytes(stated.try_into().expect("8 bytes"));
+        if digest(data..end).is_none_or(|computed| v2::differs(computed, stated)) {
+            return false;
+        }
+        pos = end + 8;
+    }
+    true
 }
 
 #[cfg(test)]

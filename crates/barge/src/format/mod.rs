@@ -7,15 +7,19 @@
 
 mod decode;
 pub mod encode;
+pub mod index;
+mod rewrite;
 pub(crate) mod segments;
 pub mod sniff;
 mod v2;
 
+pub(crate) use decode::{data_digests_match, decode_each, decode_with, inflated_events};
 pub use decode::{decode_all, space, Decoder, Event, Limits, Step};
-pub(crate) use decode::{decode_each, inflated_events};
 pub use encode::{EncodeError, Encoder};
+pub use rewrite::rewrite_v2;
 pub use segments::{SegmentEncoder, CHUNK, SEGMENT_TARGET};
 pub use v2::inflate;
+pub(crate) use v2::{head as frame_head, Head as FrameHead};
 
 /// The 8-byte header of a version 1 archive with no flags (core tags only).
 pub const HEADER: [u8; 8] = *b"BARGE\0\x01\x00";
@@ -56,6 +60,9 @@ pub const NO_FILE: u64 = u64::MAX;
 pub fn digest(bytes: &[u8]) -> u64 {
     twox_hash::XxHash3_64::oneshot(bytes)
 }
+
+/// The format's [`digest`] of bytes that come in pieces (`Hasher::write`, then `finish`).
+pub(crate) type Digester = twox_hash::XxHash3_64;
 
 /// Tag of the end message.
 pub const TAG_END: u8 = 0x00;
@@ -317,12 +324,16 @@ pub enum Limit {
 /// Checks a name against the rules every entry name obeys (1..=255 bytes, no NUL, no `/`,
 /// not `.` or `..`).
 pub(crate) fn check_name(name: &[u8]) -> Result<(), FormatError> {
+    // One pass for both bytes: names are short, and a search per byte costs more.
+    let (nul, slash) = (name.iter()).fold((false, false), |(nul, slash), &b| {
+        (nul | (b == 0), slash | (b == b'/'))
+    });
     match name {
         [] => Err(FormatError::EmptyName),
         b"." | b".." => Err(FormatError::DotName),
         _ if name.len() > MAX_NAME => Err(FormatError::NameTooLong),
-        _ if name.contains(&0) => Err(FormatError::NulInName),
-        _ if name.contains(&b'/') => Err(FormatError::SlashInName),
+        _ if nul => Err(FormatError::NulInName),
+        _ if slash => Err(FormatError::SlashInName),
         _ => Ok(()),
     }
 }

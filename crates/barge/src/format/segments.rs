@@ -410,7 +410,7 @@ impl<D> Layout<D> {
         self.add(entry.name, (kind_linked(v2::KIND_EXTFILE, entry), size));
         self.open = (extents > 0).then_some(OpenFile {
             number,
-            left: extents,
+            left: Some(extents),
             end: 0,
             size,
         });
@@ -424,8 +424,8 @@ impl<D> Layout<D> {
         head[9..].copy_from_slice(&len.to_le_bytes());
         self.body.push(&head);
         self.body.piece(len as usize, source);
-        self.open = self.open.filter(|o| o.left > 1).map(|o| OpenFile {
-            left: o.left - 1,
+        self.open = self.open.filter(|o| o.left > Some(1)).map(|o| OpenFile {
+            left: o.left.map(|left| left - 1),
             end: at + u64::from(len),
             ..o
         });

@@ -16,7 +16,7 @@ pub(super) fn differs(computed: u64, stated: u64) -> bool {
 
 /// A version 2 frame head.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Head {
+pub(crate) struct Head {
     pub tag: u8,
     pub codec: u8,
     pub stored: u32,
@@ -25,7 +25,7 @@ pub(super) struct Head {
 }
 
 /// Parses and checks the 18-byte frame head at the start of `bytes` (the tag is known).
-pub(super) fn head(bytes: &[u8; FRAME_HEAD]) -> Result<Head, FormatError> {
+pub(crate) fn head(bytes: &[u8; FRAME_HEAD]) -> Result<Head, FormatError> {
     let u32_at = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
     let head = Head {
         tag: bytes[0],
@@ -47,8 +47,8 @@ pub(super) fn head(bytes: &[u8; FRAME_HEAD]) -> Result<Head, FormatError> {
 
 /// Decompresses the zstd frame `stored` into `out`, which then holds exactly `body` bytes:
 /// one frame, all of `stored`, a window of at most 2^27, never more output than `body`.
-/// `out` grows as the frame decompresses, so a frame that claims a large body and makes
-/// little costs little.
+/// The frame decompresses straight into `out`, which grows as it does (unless its capacity
+/// is enough already), so a frame that claims a large body and makes little costs little.
 pub fn inflate(stored: &[u8], body: u32, out: &mut Vec<u8>) -> Result<(), FormatError> {
     use zstd::stream::raw::{Decoder, InBuffer, Operation, OutBuffer};
     use zstd::zstd_safe::DParameter;
@@ -59,23 +59,25 @@ pub fn inflate(stored: &[u8], body: u32, out: &mut Vec<u8>) -> Result<(), Format
         .map_err(|e| bad(&e.to_string()))?;
     let body = body as usize;
     out.clear();
-    let mut chunk = vec![0; (body + 1).min(1 << 20)];
     let mut input = InBuffer::around(stored);
     loop {
-        let used = input.pos();
-        let mut output = OutBuffer::around(&mut chunk[..]);
+        // Room up to one byte past the body, which shows a frame that makes more.
+        if out.len() == out.capacity() {
+            let more = out.capacity().max(1 << 20).min(body + 1 - out.len());
+            out.reserve_exact(more);
+        }
+        let (used, made) = (input.pos(), out.len());
+        let mut output = OutBuffer::around_pos(&mut *out, made);
         let hint = decoder
             .run(&mut input, &mut output)
             .map_err(|e| bad(&e.to_string()))?;
-        let made = output.pos();
-        out.extend_from_slice(&chunk[..made]);
         if out.len() > body {
             return Err(bad("more bytes than its body"));
         }
         if hint == 0 {
             break;
         }
-        if made == 0 && input.pos() == used {
+        if out.len() == made && input.pos() == used {
             return Err(bad("the frame is cut short"));
         }
     }
@@ -125,8 +127,9 @@ pub(super) fn kind_special(kind: crate::tree::Kind) -> u8 {
 pub(super) struct OpenFile {
     /// Its entry number.
     pub number: u64,
-    /// Extents still to come.
-    pub left: u32,
+    /// Extents still to come; `None` for the file a resumed decoder's `START` names, whose
+    /// extents go on until another message comes.
+    pub left: Option<u32>,
     /// Where the last extent ended.
     pub end: u64,
     /// The file's size.

@@ -9,10 +9,14 @@ pub mod select;
 pub mod sync;
 pub mod uring;
 
+use std::sync::Arc;
+
 use crate::error::TreePath;
 use crate::error::{Error, Result};
+use crate::format::index::Index;
 use crate::format::{decode_each, Event, FormatError, Limits};
 use crate::interrupt::Cancel;
+use crate::owners::Owners;
 use crate::source::{read_events, ByteStream};
 use crate::tree::{Content, DirPath, Entry, Meta, Sink, Xattrs};
 use crate::Progress;
@@ -28,6 +32,9 @@ pub(crate) trait Land: Sink<Error = Error> {
     fn link_here(&mut self, id: u64, name: &[u8]);
     /// What it landed so far.
     fn summary(&self) -> LandSummary;
+    /// The sync lander it is or wraps, in the directory it is in: it lands the files that
+    /// several landers share (`sync::SharedFile`).
+    fn sync_lander(&mut self) -> &mut sync::SyncLander;
 }
 
 /// What an unpack created.
@@ -109,6 +116,8 @@ pub(crate) struct Feed {
     taking: Option<usize>,
     /// The sparse file being passed on, as [`Sink::data`] and [`Sink::hole`]s.
     sparse: Sparse,
+    /// Owners are given by the names they were recorded with (see [`by_name`]).
+    owners: Option<Arc<Owners>>,
 }
 
 /// Where a sparse file (version 2) is: what is left of its size, extents and current
@@ -153,6 +162,12 @@ impl Feed {
         self
     }
 
+    /// Gives entries the ids their owner names have in `owners` (see [`by_name`]).
+    pub(crate) fn owners(mut self, owners: Option<Arc<Owners>>) -> Feed {
+        self.owners = owners;
+        self
+    }
+
     /// Whether some entries may be left out.
     fn filtering(&self) -> bool {
         self.strip > 0 || !self.select.is_all()
@@ -186,13 +201,19 @@ impl Feed {
         }
     }
 
-    /// Passes `event` on to `sink` (unless a stop was requested).
+    /// Passes `event`, whose owner was recorded with the user and group `names`, on to
+    /// `sink` (unless a stop was requested).
     pub(crate) fn event<S: Sink>(
         &mut self,
         event: Event<'_>,
+        names: (&[u8], &[u8]),
         sink: &mut S,
     ) -> std::result::Result<(), S::Error> {
         self.cancel.check()?;
+        let event = match &self.owners {
+            Some(owners) => by_name(event, names, owners),
+            None => event,
+        };
         if self.filtering() && self.dropped(&event)? {
             return Ok(());
         }
@@ -342,6 +363,29 @@ impl Feed {
     }
 }
 
+/// `event` with the owner of its entry (or root) given the uid of its user name and the gid
+/// of its group name where `owners` has them, else keeping the recorded ids (tar's rule).
+fn by_name<'a>(mut event: Event<'a>, (user, group): (&[u8], &[u8]), owners: &Owners) -> Event<'a> {
+    let meta = match &mut event {
+        Event::Dir(entry)
+        | Event::File { entry, .. }
+        | Event::SparseFile { entry, .. }
+        | Event::Symlink { entry, .. }
+        | Event::Special { entry, .. } => &mut entry.meta,
+        Event::Root { meta, .. } => meta,
+        _ => return event,
+    };
+    if let Some(owner) = &mut meta.owner {
+        if !user.is_empty() {
+            owner.uid = owners.uid(user, owner.uid);
+        }
+        if !group.is_empty() {
+            owner.gid = owners.gid(group, owner.gid);
+        }
+    }
+    event
+}
+
 /// Feeds the events of an archive in memory or a stream to a [`Sink`] through a [`Feed`],
 /// counting progress as they are decoded.
 pub(crate) struct Driver<'p, S: Sink> {
@@ -374,8 +418,18 @@ impl<'p, S: Sink> Driver<'p, S> {
         self
     }
 
-    /// Counts and passes on one event.
-    fn event(&mut self, event: Event<'_>) -> std::result::Result<(), S::Error> {
+    /// Gives owners by name (see [`Feed::owners`]).
+    pub(crate) fn owners(mut self, owners: Option<Arc<Owners>>) -> Self {
+        self.feed.owners = owners;
+        self
+    }
+
+    /// Counts and passes on one event, whose owner has the user and group `names`.
+    fn event(
+        &mut self,
+        event: Event<'_>,
+        names: (&[u8], &[u8]),
+    ) -> std::result::Result<(), S::Error> {
         match event {
             Event::File { data, .. } => self.progress.add_entry(data.len() as u64),
             Event::Data(data) | Event::Extent { data, .. } => {
@@ -393,7 +447,7 @@ impl<'p, S: Sink> Driver<'p, S> {
             | Event::Segment
             | Event::Index(_) => {}
         }
-        self.feed.event(event, &mut self.sink)
+        self.feed.event(event, names, &mut self.sink)
     }
 
     /// Drives the sink with a complete archive held in memory.
@@ -402,8 +456,17 @@ impl<'p, S: Sink> Driver<'p, S> {
         input: &[u8],
         limits: Limits,
     ) -> std::result::Result<(), S::Error> {
-        let result = decode_each(input, limits, |_, event| self.event(event));
+        let result = decode_each(input, limits, |decoder, event| {
+            self.event(event, decoder.owner_names())
+        });
         self.close(result)
+    }
+
+    /// Drives the sink with the entries of a version 2 archive as its index tells of them
+    /// ([`Index::events`]).
+    pub(crate) fn run_index(mut self, index: &Index) -> std::result::Result<(), S::Error> {
+        let result = index.events(|event| self.event(event, (&[], &[])));
+        self.close(result.map(|()| index.entries()))
     }
 
     /// Drives the sink with an archive read from `input` (a pipe, socket or file), holding
@@ -413,7 +476,9 @@ impl<'p, S: Sink> Driver<'p, S> {
         input: ByteStream<'_>,
         limits: Limits,
     ) -> std::result::Result<(), S::Error> {
-        let result = read_events(input, limits, |_, event| self.event(event));
+        let result = read_events(input, limits, |decoder, event| {
+            self.event(event, decoder.owner_names())
+        });
         self.close(result)
     }
 

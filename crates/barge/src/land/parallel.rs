@@ -20,6 +20,12 @@
 //! bits (several threads may be in a directory at once, so none can give it those when it
 //! leaves). Hard links are made then too, before those, by a lander of the calling thread
 //! that walks to each link's directory: the file a link names may land on any thread.
+//!
+//! Version 2 archives are read frame by frame (see [`frames`]): the landing threads inflate
+//! each segment and check its data digests ahead of the calling thread, which then decodes
+//! it (trusting those digests, checking everything else) into batches as above. A file
+//! whose extents are in several batches (an `EXTFILE`) is created by the batch holding its
+//! entry and written by each batch holding an extent; see [`SharedFiles`].
 
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
@@ -32,17 +38,20 @@ use rustix::fs::{openat, Mode};
 
 use super::restore::{NotRestored, Policy, Target};
 use super::select::Select;
-use super::sync::{Links, Setup};
+use super::sync::{Links, Setup, SharedFile};
 use super::{Feed, Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
 use crate::format::{Decoder, Event, FormatError, Limits, Step};
 use crate::interrupt::Cancel;
+use crate::owners::Owners;
 use crate::source::ByteStream;
 use crate::sys::map::populate;
 use crate::sys::thread::{go_solo, spawn_elsewhere};
 use crate::sys::{DIR_FLAGS, DIR_HANDLE_FLAGS};
 use crate::tree::{Content, Device, Entry, Kind, Meta, Sink, Timestamp, Xattrs};
 use crate::Progress;
+
+mod frames;
 
 /// Batches waiting for a helper, at most.
 pub const QUEUE: usize = 16;
@@ -143,6 +152,11 @@ enum Op {
     Special(Leaf, Device),
     /// A hard link, made at the end (see `Shared::link`): only its entry index counts here.
     Linked,
+    /// Create a file of this size, all hole, whose data comes in this many [`Op::Extent`]s,
+    /// under its key in [`SharedFiles`].
+    Sparse(Leaf, u64, u32, u64),
+    /// Write data at an offset of the file of this key (not an entry).
+    Extent(u64, u64, Range<usize>),
 }
 
 /// The bytes batches are decoded from.
@@ -211,6 +225,8 @@ pub enum Input<'a> {
     /// while the helpers land what came before it. Memory: the segments that batches in
     /// flight were decoded from.
     Stream(ByteStream<'a>),
+    /// A version 2 archive read as a stream, frame by frame (see [`frames`]).
+    Frames(ByteStream<'a>),
 }
 
 /// How an archive is decoded: its limits, how many leading path components are dropped
@@ -220,6 +236,8 @@ pub(crate) struct Decoding {
     pub(crate) limits: Limits,
     pub(crate) strip: usize,
     pub(crate) select: Select,
+    /// Owners are given by name from this table (see `Feed::owners`).
+    pub(crate) owners: Option<Arc<Owners>>,
 }
 
 /// Lands the archive `input` below `root` on `workers` threads (the calling thread and
@@ -254,18 +272,23 @@ pub(crate) fn land_parallel<L: Land>(
     let shared = Shared::new(&root, progress, setup.cancel.clone());
     let mut parser = Parser::new(decoding, setup.policy, setup.cancel.clone());
     shared.run(&make, |here| {
+        let stop = &shared.stop;
         let landed = match input {
             Input::Mapped(bytes, file, offset) => {
                 let source = Source::Mapped(bytes, Some((file, offset)));
-                land_mapped(source, workers, &mut parser, &shared.stop, here)
+                match bytes.get(6) {
+                    Some(2) => frames::land_mapped(source, workers, &mut parser, stop, here),
+                    _ => land_mapped(source, workers, &mut parser, stop, here),
+                }
             }
-            Input::Stream(input) => land_stream(input, workers, &mut parser, &shared.stop, here),
+            Input::Stream(input) => land_stream(input, workers, &mut parser, stop, here),
+            Input::Frames(input) => frames::land_stream(input, workers, &mut parser, stop, here),
         };
         if let Err(failure) = landed {
             shared.fail(failure);
         }
     });
-    shared.finish(parser, &setup.links, linker)
+    shared.finish(parser, &setup.links, linker, make)
 }
 
 /// Decodes the mapped archive `source` into batches, with helpers from the start.
@@ -279,46 +302,20 @@ fn land_mapped<'a, L: Land>(
     here.start_helpers(workers - 1);
     let input = source.bytes();
     parser.plan.batch_cost = batch_cost(input.len(), workers);
-    match parser.run(&source, stop, here)? {
-        Parsed::NeedMore(used) => parser.end(&input[used..]),
-        Parsed::Stopped => Ok(()),
-    }
+    parser.land_rest_of(&source, 0, stop, here)
 }
 
 /// Reads and decodes the stream `input` segment by segment (see [`Input::Stream`]).
 fn land_stream<L: Land>(
-    input: ByteStream<'_>,
+    mut input: ByteStream<'_>,
     workers: usize,
     parser: &mut Parser,
     stop: &AtomicU64,
     here: &mut Here<'_, '_, L>,
 ) -> std::result::Result<(), Failure> {
-    let mut stream = Stream {
-        input,
-        cur: Arc::new(Segment::new(SEGMENT_ALONE)),
-        spares: Vec::new(),
-    };
-    Arc::get_mut(&mut stream.cur)
-        .expect("new")
-        .refill(&mut stream.input, 0, 0, 0, || true)
-        .map_err(|e| (0, e))?;
-    loop {
-        let read = parser.decoder.offset() + stream.cur.len as u64;
-        if here.helpers == 0 && read >= STREAM_THREADS_FROM as u64 {
-            here.start_helpers(workers - 1);
-        }
-        parser.plan.batch_cost = batch_cost(stream.cur.len, here.helpers + 1);
-        let source = Source::Stream(stream.cur.clone());
-        let parsed = parser.run(&source, stop, here)?;
-        drop(source);
-        let more = match parsed {
-            Parsed::Stopped => false,
-            Parsed::NeedMore(used) => stream.advance(used, parser, here)?,
-        };
-        if !more {
-            return Ok(());
-        }
-    }
+    let mut cur = Segment::new(SEGMENT_ALONE);
+    (cur.refill(&mut input, 0, 0, 0, || true)).map_err(|e| (0, e))?;
+    Stream::new(input, cur).land(workers, parser, stop, here)
 }
 
 /// The segments of a stream: the one being decoded and spares to read the next into.
@@ -328,7 +325,45 @@ struct Stream<'i> {
     spares: Vec<Arc<Segment>>,
 }
 
-impl Stream<'_> {
+impl<'i> Stream<'i> {
+    /// The stream `input`, whose first bytes (from where the decoder is) are in `cur`.
+    fn new(input: ByteStream<'i>, cur: Segment) -> Stream<'i> {
+        Stream {
+            input,
+            cur: Arc::new(cur),
+            spares: Vec::new(),
+        }
+    }
+
+    /// Decodes and lands the stream to its end, segment by segment, starting helpers once
+    /// enough came.
+    fn land<L: Land>(
+        mut self,
+        workers: usize,
+        parser: &mut Parser,
+        stop: &AtomicU64,
+        here: &mut Here<'_, '_, L>,
+    ) -> std::result::Result<(), Failure> {
+        loop {
+            let read = parser.decoder.offset() + self.cur.len as u64;
+            if here.helpers == 0 && read >= STREAM_THREADS_FROM as u64 {
+                here.start_helpers(workers - 1);
+            }
+            parser.plan.batch_cost = batch_cost(self.cur.len, here.helpers + 1);
+            let source = Source::Stream(self.cur.clone());
+            let parsed = parser.run(&source, 0..self.cur.len, stop, here)?;
+            drop(source);
+            let more = match parsed {
+                Parsed::Stopped => false,
+                Parsed::NeedMore(used) => self.advance(used, parser, here)?,
+                Parsed::Inflate => return Err(parser.cut_frame()),
+            };
+            if !more {
+                return Ok(());
+            }
+        }
+    }
+
     /// Moves on past the whole messages of the current segment (its first `used` bytes):
     /// reads the next segment, starting with the rest of this one, or lands the message
     /// there on this thread when it is too large to carry, or when the stream ended there
@@ -393,7 +428,7 @@ impl Stream<'_> {
 
 /// A buffer of stream bytes.
 struct Segment {
-    buf: Box<[u8]>,
+    buf: Vec<u8>,
     len: usize,
     /// The stream ended after these bytes.
     eof: bool,
@@ -401,9 +436,14 @@ struct Segment {
 
 impl Segment {
     fn new(size: usize) -> Segment {
+        Segment::holding(vec![0; size], 0)
+    }
+
+    /// A segment of the first `len` bytes of `buf`.
+    fn holding(buf: Vec<u8>, len: usize) -> Segment {
         Segment {
-            buf: vec![0; size].into_boxed_slice(),
-            len: 0,
+            buf,
+            len,
             eof: false,
         }
     }
@@ -439,6 +479,11 @@ impl Segment {
     }
 }
 
+/// A duplicate of the destination's fd `root`.
+fn dup(root: &OwnedFd) -> Result<OwnedFd> {
+    (root.try_clone()).map_err(|e| Error::os("dup destination", TreePath::default(), e))
+}
+
 /// What the landing threads share.
 struct Shared<'r> {
     root: &'r OwnedFd,
@@ -453,6 +498,8 @@ struct Shared<'r> {
     landed: Mutex<LandSummary>,
     /// Stops every lander once cancelled.
     cancel: Cancel,
+    /// The files whose extents several batches land.
+    files: SharedFiles,
 }
 
 impl<'r> Shared<'r> {
@@ -465,16 +512,14 @@ impl<'r> Shared<'r> {
             failures: Mutex::new(Vec::new()),
             entered: Mutex::new(Vec::new()),
             landed: Mutex::new(LandSummary::default()),
+            files: SharedFiles::default(),
         }
     }
 
     fn fail(&self, failure: Failure) {
         self.stop.fetch_min(failure.0, Relaxed);
         self.failures.lock().expect("no panics").push(failure);
-    }
-
-    fn dup(&self) -> Result<OwnedFd> {
-        (self.root.try_clone()).map_err(|e| Error::os("dup destination", TreePath::default(), e))
+        self.files.wake();
     }
 
     /// Runs `produce` on this thread, which sends batches through the [`Here`] it gets and
@@ -488,15 +533,18 @@ impl<'r> Shared<'r> {
         let queue = Queue::<'a>::default();
         std::thread::scope(|scope| {
             let helper = || {
-                let land = self.dup().and_then(|root| {
+                let land = dup(self.root).and_then(|root| {
                     go_solo();
                     make(root)
                 });
                 match land {
                     Ok(land) => {
                         let mut worker = Worker::new(land, self);
-                        while let Some(batch) = queue.take(true) {
-                            worker.land(&batch);
+                        while let Some(job) = queue.take(true) {
+                            match job {
+                                Job::Land(batch) => worker.land(&batch),
+                                Job::Check(check) => check.run(),
+                            }
                         }
                         worker.finish();
                     }
@@ -506,7 +554,7 @@ impl<'r> Shared<'r> {
             let spawn = || spawn_elsewhere(scope, helper).is_ok();
             // Without a lander of its own (it failed, so nothing more lands), this thread
             // drops what it would land.
-            let own = match self.dup().and_then(make) {
+            let own = match dup(self.root).and_then(make) {
                 Ok(land) => Some(Worker::new(land, self)),
                 Err(e) => {
                     self.fail((0, e));
@@ -523,8 +571,8 @@ impl<'r> Shared<'r> {
             // process instead of leaving it waiting for them.
             let close = CloseOnDrop(&queue);
             produce(&mut here);
-            while let Some(batch) = queue.take(false) {
-                here.land(batch);
+            while let Some(job) = queue.take(false) {
+                here.run(job);
             }
             drop(close);
             if let Some(worker) = here.own {
@@ -541,10 +589,12 @@ impl<'r> Shared<'r> {
         parser: Parser,
         created: &Links,
         linker: impl FnOnce(OwnedFd) -> Result<L>,
+        make: impl FnOnce(OwnedFd) -> Result<L>,
     ) -> Result<LandSummary> {
         let plan = parser.plan;
+        self.remove_unfinished();
         if !plan.links.is_empty() {
-            match self.dup().and_then(linker) {
+            match dup(self.root).and_then(linker) {
                 Ok(land) => self.link(land, &plan, created),
                 Err(e) => self.fail((0, e)),
             }
@@ -559,8 +609,33 @@ impl<'r> Shared<'r> {
         let skipped = &mut summary.not_restored;
         plan.deferred
             .apply(self.root, entered, &plan.policy, skipped)?;
+        if let Some((meta, xattrs)) = &plan.root {
+            // Last, as with the sync lander: what lands in the root changes its time.
+            let mut land = dup(self.root).and_then(make)?;
+            land.root(meta, Xattrs(xattrs))?;
+            land.finish()?;
+            let landed = land.summary();
+            summary.root_mode = landed.root_mode;
+            summary.not_restored.add(&landed.not_restored);
+        }
         summary.add_entries(&self.landed.into_inner().expect("no panics"));
         Ok(summary)
+    }
+
+    /// Removes the shared files some of whose extents did not land (after a failure), so
+    /// that none stays under its name.
+    fn remove_unfinished(&self) {
+        for (at, file) in self.files.unfinished() {
+            let path = || TreePath::join(at.iter().map(|n| &n[..]), file.name());
+            let dir = open_path(self.root, &at).map_err(|e| Error::io("open directory", path(), e));
+            let removed = dir.and_then(|dir| {
+                let dir = dir.as_ref().map_or(self.root.as_fd(), |d| d.as_fd());
+                file.remove(dir, path)
+            });
+            if let Err(e) = removed {
+                self.fail((u64::MAX, e));
+            }
+        }
     }
 
     /// Makes the hard links of `plan` (those before the first failure) with `land`, which
@@ -628,6 +703,21 @@ impl<'a, L: Land> Here<'a, '_, L> {
             worker.land(&batch);
         }
     }
+
+    /// Does `job` on this thread.
+    fn run(&mut self, job: Job<'a>) {
+        match job {
+            Job::Land(batch) => self.land(batch),
+            Job::Check(check) => check.run(),
+        }
+    }
+
+    /// Queues `check` for a helper (without helpers, it runs when its result is needed).
+    fn check(&mut self, check: &Arc<frames::Check<'a>>) {
+        if self.helpers > 0 {
+            self.queue.check(check.clone());
+        }
+    }
 }
 
 /// Closes a [`Queue`] when dropped.
@@ -639,34 +729,63 @@ impl Drop for CloseOnDrop<'_, '_> {
     }
 }
 
-/// Batches decoded and not yet landed, at most [`QUEUE`], and whether decoding is over.
+/// Work for a helper.
+enum Job<'a> {
+    Land(Batch<'a>),
+    /// A version 2 frame to inflate and check ahead of the decoding.
+    Check(Arc<frames::Check<'a>>),
+}
+
+/// Batches decoded and not yet landed (at most [`QUEUE`]), frames to check, and whether
+/// decoding is over.
 #[derive(Default)]
 struct Queue<'a> {
-    state: Mutex<(VecDeque<Batch<'a>>, bool)>,
+    state: Mutex<Queued<'a>>,
     ready: Condvar,
+}
+
+#[derive(Default)]
+struct Queued<'a> {
+    batches: VecDeque<Batch<'a>>,
+    checks: VecDeque<Arc<frames::Check<'a>>>,
+    closed: bool,
 }
 
 impl<'a> Queue<'a> {
     /// Queues `batch` for a helper, or gives it back when the queue is full.
     fn offer(&self, batch: Batch<'a>) -> Option<Batch<'a>> {
         let mut state = self.state.lock().expect("no panics");
-        if state.0.len() >= QUEUE {
+        if state.batches.len() >= QUEUE {
             return Some(batch);
         }
-        state.0.push_back(batch);
+        state.batches.push_back(batch);
         drop(state);
         self.ready.notify_one();
         None
     }
 
-    /// The oldest batch; when there is none, waits for one if `wait` (None once closed).
-    fn take(&self, wait: bool) -> Option<Batch<'a>> {
+    /// Queues `check` for a helper, before any batch.
+    fn check(&self, check: Arc<frames::Check<'a>>) {
+        self.state
+            .lock()
+            .expect("no panics")
+            .checks
+            .push_back(check);
+        self.ready.notify_one();
+    }
+
+    /// The oldest check, else the oldest batch; when there is none, waits for one if `wait`
+    /// (None once closed).
+    fn take(&self, wait: bool) -> Option<Job<'a>> {
         let mut state = self.state.lock().expect("no panics");
         loop {
-            if let Some(batch) = state.0.pop_front() {
-                return Some(batch);
+            if let Some(check) = state.checks.pop_front() {
+                return Some(Job::Check(check));
             }
-            if state.1 || !wait {
+            if let Some(batch) = state.batches.pop_front() {
+                return Some(Job::Land(batch));
+            }
+            if state.closed || !wait {
                 return None;
             }
             state = self.ready.wait(state).expect("no panics");
@@ -675,12 +794,12 @@ impl<'a> Queue<'a> {
 
     /// Whether no batch waits (the helpers took them all).
     fn is_empty(&self) -> bool {
-        self.state.lock().expect("no panics").0.is_empty()
+        self.state.lock().expect("no panics").batches.is_empty()
     }
 
     /// No more batches will come: waiting helpers return.
     fn close(&self) {
-        self.state.lock().expect("no panics").1 = true;
+        self.state.lock().expect("no panics").closed = true;
         self.ready.notify_all();
     }
 }
@@ -692,6 +811,8 @@ enum Parsed {
     /// At this offset, where the input holds no whole message (a cut one, the archive's
     /// end, or nothing).
     NeedMore(usize),
+    /// At a zstd frame's head: its body comes next.
+    Inflate,
 }
 
 /// Decodes an archive into batches, keeping its place between the segments of a stream:
@@ -724,6 +845,10 @@ struct Plan {
     entries: u64,
     /// Work per batch (see [`batch_cost`]), set for the input at hand before each `run`.
     batch_cost: u64,
+    /// The sparse file whose extents come (its key), and where its next data goes.
+    sparse: Option<(u64, u64)>,
+    /// The root record (version 2): the destination's metadata and extended attributes.
+    root: Option<(Meta, Box<[u8]>)>,
 }
 
 impl Plan {
@@ -738,7 +863,8 @@ impl Parser {
     fn new(decoding: Decoding, policy: Policy, cancel: Cancel) -> Parser {
         Parser {
             decoder: Decoder::new(decoding.limits),
-            feed: Feed::new(decoding.strip, cancel).select(decoding.select),
+            feed: (Feed::new(decoding.strip, cancel).select(decoding.select))
+                .owners(decoding.owners),
             plan: Plan {
                 policy,
                 summary: LandSummary::default(),
@@ -749,6 +875,8 @@ impl Parser {
                 lasts: Vec::new(),
                 entries: 0,
                 batch_cost: 0,
+                sparse: None,
+                root: None,
             },
         }
     }
@@ -758,18 +886,19 @@ impl Parser {
         self.plan.decoded(&self.feed)
     }
 
-    /// Decodes the whole messages of `source` into batches for `here`; stops early at a
-    /// failure's index `stop`.
+    /// Decodes the whole messages of `span` of `source` into batches for `here`; stops
+    /// early at a failure's index `stop`, and at a zstd frame.
     fn run<'a, L: Land>(
         &mut self,
         source: &Source<'a>,
+        span: Range<usize>,
         stop: &AtomicU64,
         here: &mut Here<'a, '_, L>,
     ) -> std::result::Result<Parsed, Failure> {
-        let input = source.bytes();
-        let batch = Batch::new(self.plan.entries, &self.plan.at, source, 0);
+        let input = &source.bytes()[..span.end];
+        let batch = Batch::new(self.plan.entries, &self.plan.at, source, span.start);
         let mut planner = Planner::<L>::new(&mut self.plan, input, batch, None);
-        let mut pos = 0;
+        let mut pos = span.start;
         let outcome = loop {
             let decoded = planner.plan.decoded(&self.feed);
             if decoded >= stop.load(Relaxed) {
@@ -778,19 +907,16 @@ impl Parser {
             let (event, n) = match self.decoder.next_whole(&input[pos..], false) {
                 Ok(Step::Event(event, n)) => (event, n),
                 Ok(Step::NeedMore | Step::Done) => break Parsed::NeedMore(pos),
-                // Mapped version 2 archives land on one thread (`Unpack::resolve`); a zstd
-                // frame in a stream is not landed by this engine yet.
-                Ok(Step::Inflate { .. }) => {
-                    let error = self.decoder.frame_error(FormatError::UnsupportedCodec);
-                    return Err((decoded, error));
-                }
+                Ok(Step::Inflate { .. }) => break Parsed::Inflate,
                 Err(e) => return Err((decoded, e)),
             };
             pos += n;
             let boundary = matches!(event, Event::Dir(_) | Event::Pop);
-            self.feed
-                .event(event, &mut planner)
-                .map_err(|e| (decoded, e))?;
+            if let Event::SparseFile { extents, .. } = event {
+                planner.extents = extents;
+            }
+            let names = self.decoder.owner_names();
+            (self.feed.event(event, names, &mut planner)).map_err(|e| (decoded, e))?;
             let (cost, most) = (planner.batch.cost, planner.plan.batch_cost);
             if (boundary && cost >= most) || cost >= 2 * most {
                 let next = Batch::new(planner.plan.entries, &planner.plan.at, source, pos);
@@ -805,6 +931,28 @@ impl Parser {
             here.send(batch);
         }
         Ok(outcome)
+    }
+
+    /// Decodes and lands `source` from `from` to its end, which is the archive's.
+    fn land_rest_of<'a, L: Land>(
+        &mut self,
+        source: &Source<'a>,
+        from: usize,
+        stop: &AtomicU64,
+        here: &mut Here<'a, '_, L>,
+    ) -> std::result::Result<(), Failure> {
+        let input = source.bytes();
+        match self.run(source, from..input.len(), stop, here)? {
+            Parsed::NeedMore(used) => self.end(&input[used..]),
+            Parsed::Stopped => Ok(()),
+            Parsed::Inflate => Err(self.cut_frame()),
+        }
+    }
+
+    /// The error for a zstd frame whose stored bytes the input ends inside.
+    fn cut_frame(&self) -> Failure {
+        let error = self.decoder.frame_error(FormatError::Truncated);
+        (self.decoded(), error)
     }
 
     /// Decodes `rest`, the input after the last whole message, as the end of the input: the
@@ -840,7 +988,7 @@ impl Parser {
         let source = Source::Mapped(&[], None);
         let batch = Batch::new(self.plan.entries, &self.plan.at, &source, 0);
         let mut planner = Planner::new(&mut self.plan, &[], batch, Some(here.own.as_mut()));
-        let fed = self.feed.event(event, &mut planner);
+        let fed = (self.feed).event(event, self.decoder.owner_names(), &mut planner);
         // Without a lander (or after a failure before this file) nothing more lands; the
         // next `run` stops before decoding.
         if !planner.landing || fed.is_err() {
@@ -854,7 +1002,7 @@ impl Parser {
                     let Step::Event(event, _) = self.decoder.next(&buf[..n], n == 0)? else {
                         unreachable!("file content follows its header")
                     };
-                    self.feed.event(event, &mut planner)
+                    self.feed.event(event, (&[], &[]), &mut planner)
                 });
             fed.map_err(|e| (entry, planner.abort(e)))?;
         }
@@ -876,6 +1024,8 @@ struct Planner<'p, 'a, 'w, 's, L: Land> {
     /// A streamed file is being landed (false: there is no worker, or a failure came
     /// before it).
     landing: bool,
+    /// The extents of the sparse file the feed passes on next.
+    extents: u32,
 }
 
 impl<'p, 'a, 'w, 's, L: Land> Planner<'p, 'a, 'w, 's, L> {
@@ -891,6 +1041,7 @@ impl<'p, 'a, 'w, 's, L: Land> Planner<'p, 'a, 'w, 's, L> {
             batch,
             here,
             landing: false,
+            extents: 0,
         }
     }
 
@@ -997,9 +1148,16 @@ impl<L: Land> Sink for Planner<'_, '_, '_, '_, L> {
             self.plan.linked.insert(id, at);
         }
         let Some(here) = self.here.as_mut() else {
-            // `run` decodes whole files only.
-            let op = Op::File(self.leaf(file), self.range(first));
-            self.push(op, 1 + size / BYTES_PER_UNIT);
+            // `run` decodes whole files only, and sparse ones, whose extents come next.
+            let op = match content {
+                Content::Stream { .. } => {
+                    let key = self.plan.entries;
+                    self.plan.sparse = Some((key, 0));
+                    Op::Sparse(self.leaf(file), size, self.extents, key)
+                }
+                _ => Op::File(self.leaf(file), self.range(first)),
+            };
+            self.push(op, 1 + size.min(first.len() as u64) / BYTES_PER_UNIT);
             return Ok(());
         };
         self.plan.entries += 1;
@@ -1037,11 +1195,33 @@ impl<L: Land> Sink for Planner<'_, '_, '_, '_, L> {
         Ok(())
     }
 
+    /// In a batch: an extent of the sparse file (its data, at where its holes led).
     fn data(&mut self, data: &[u8]) -> Result<()> {
+        if let (None, Some((key, at))) = (&self.here, self.plan.sparse) {
+            let op = Op::Extent(key, at, self.range(data));
+            self.batch.ops.push(op);
+            self.batch.cost += 1 + data.len() as u64 / BYTES_PER_UNIT;
+            self.plan.sparse = Some((key, at + data.len() as u64));
+            return Ok(());
+        }
         if let Some(Some(worker)) = self.here.as_mut().filter(|_| self.landing) {
             worker.land.data(data)?;
             worker.shared.progress.add_bytes(data.len() as u64);
         }
+        Ok(())
+    }
+
+    /// A sparse file's hole: the file was created at its size.
+    fn hole(&mut self, len: u64) -> Result<()> {
+        if let Some((_, at)) = &mut self.plan.sparse {
+            *at += len;
+        }
+        Ok(())
+    }
+
+    /// Kept for the end (see `Shared::finish`).
+    fn root(&mut self, meta: &Meta, xattrs: Xattrs<'_>) -> Result<()> {
+        self.plan.root = Some((*meta, xattrs.0.into()));
         Ok(())
     }
 
@@ -1066,6 +1246,8 @@ struct Worker<'s, L: Land> {
     land: L,
     at: Vec<Name>,
     shared: &'s Shared<'s>,
+    /// The shared file it has open, by key, while it lands a batch.
+    open: Option<(u64, Arc<SharedFile>, OwnedFd)>,
 }
 
 impl<'s, L: Land> Worker<'s, L> {
@@ -1074,6 +1256,7 @@ impl<'s, L: Land> Worker<'s, L> {
             land,
             at: Vec::new(),
             shared,
+            open: None,
         }
     }
 
@@ -1082,9 +1265,68 @@ impl<'s, L: Land> Worker<'s, L> {
         if batch.first >= self.shared.stop.load(Relaxed) {
             return;
         }
-        if let Err(failure) = land_batch(self, batch) {
+        let landed = land_batch(self, batch);
+        self.open = None;
+        if let Err(failure) = landed {
             self.shared.fail((failure.0, self.land.abort(failure.1)));
         }
+    }
+
+    /// Creates the file `key` (in the current directory) of `size` bytes, whose data comes
+    /// in `extents` extents; a file without any is complete at once.
+    fn create(&mut self, key: u64, file: &Entry<'_>, size: u64, extents: u32) -> Result<()> {
+        let files = &self.shared.files;
+        let created = self.land.sync_lander().create_shared(file, size);
+        let (file, fd) = match created {
+            Ok(Some(made)) => made,
+            Ok(None) => {
+                files.gone(key);
+                return Ok(());
+            }
+            Err(e) => {
+                files.gone(key);
+                return Err(e);
+            }
+        };
+        if extents == 0 {
+            return self.complete(&file, fd);
+        }
+        let file = Arc::new(file);
+        files.created(key, &file, &self.at, extents);
+        self.open = Some((key, file, fd));
+        Ok(())
+    }
+
+    /// Writes `data` at offset `at` of the file `key` (in the current directory), once its
+    /// batch created it, and completes the file after its last extent; writes nothing when
+    /// the file is not landed (it was skipped, or a failure came before `entry`).
+    fn extent(&mut self, key: u64, at: u64, data: &[u8], entry: u64) -> Result<()> {
+        if self.open.as_ref().is_none_or(|(open, ..)| *open != key) {
+            self.open = None;
+            let shared = self.shared;
+            let Some(file) = shared.files.wait(key, entry, &shared.stop) else {
+                return Ok(());
+            };
+            let fd = self.land.sync_lander().open_shared(&file)?;
+            self.open = Some((key, file, fd));
+        }
+        let (_, file, fd) = self.open.as_ref().expect("opened above");
+        self.land.sync_lander().write_shared((file, fd), at, data)?;
+        if !self.shared.files.landed(key) {
+            return Ok(());
+        }
+        let (_, file, fd) = self.open.take().expect("opened above");
+        self.complete(&file, fd)
+    }
+
+    /// Completes `file`, removing it when that fails.
+    fn complete(&mut self, file: &SharedFile, fd: OwnedFd) -> Result<()> {
+        let land = self.land.sync_lander();
+        let completed = land.complete_shared(file, fd);
+        if completed.is_err() {
+            let _ = file.remove(land.current(), || land.path(file.name()));
+        }
+        completed
     }
 
     /// Moves from the directory it is in to the end of `to` (the path from the root),
@@ -1150,12 +1392,12 @@ fn land_batch<L: Land>(
     let mut entry = batch.first;
     let fail = |entry: u64| move |e: Error| (entry, e);
     worker.walk(&batch.at, shared).map_err(fail(entry))?;
-    let land = &mut worker.land;
     for op in &batch.ops {
         if entry >= stop.load(Relaxed) {
             return Ok(());
         }
         shared.cancel.check().map_err(fail(entry))?;
+        let land = &mut worker.land;
         let landed = match op {
             Op::Enter(dir) => {
                 enter(land, dir, shared).map_err(fail(entry))?;
@@ -1166,6 +1408,16 @@ fn land_batch<L: Land>(
             Op::Leave => {
                 land.leave_dir().map_err(fail(entry))?;
                 worker.at.pop();
+                continue;
+            }
+            Op::Sparse(leaf, size, extents, key) => {
+                (worker.create(*key, &leaf.entry(bytes), *size, *extents)).map(|()| 0)
+            }
+            // Not an entry: only its bytes count.
+            Op::Extent(key, at, range) => {
+                let data = &bytes[range.clone()];
+                (worker.extent(*key, *at, data, entry)).map_err(fail(entry))?;
+                progress.add_bytes(data.len() as u64);
                 continue;
             }
             Op::File(leaf, range) => {
@@ -1195,6 +1447,102 @@ fn land_batch<L: Land>(
         entry += 1;
     }
     Ok(())
+}
+
+/// The files several batches land (see [`SharedFile`]), by key (the planner's number of
+/// the entry): a batch with an extent of one waits until the batch with its entry created
+/// it (batches are taken in order, so that one is being landed already), and the lander
+/// that lands its last extent completes it.
+#[derive(Default)]
+struct SharedFiles {
+    files: Mutex<HashMap<u64, Landing>>,
+    changed: Condvar,
+}
+
+/// A shared file's landing.
+enum Landing {
+    /// Created in the directory at `at` (names from the root), with `left` extents to land.
+    Open {
+        file: Arc<SharedFile>,
+        at: Vec<Name>,
+        left: u32,
+    },
+    /// Not landed (its name existed and is kept, or its creation failed).
+    Gone,
+}
+
+impl SharedFiles {
+    fn created(&self, key: u64, file: &Arc<SharedFile>, at: &[Name], left: u32) {
+        let (file, at) = (file.clone(), at.to_vec());
+        self.set(key, Landing::Open { file, at, left });
+    }
+
+    fn gone(&self, key: u64) {
+        self.set(key, Landing::Gone);
+    }
+
+    fn set(&self, key: u64, landing: Landing) {
+        self.files.lock().expect("no panics").insert(key, landing);
+        self.changed.notify_all();
+    }
+
+    /// The file `key` once created; `None` when it is not landed, or once a failure at or
+    /// before `entry` (the extent's) stops landing.
+    fn wait(&self, key: u64, entry: u64, stop: &AtomicU64) -> Option<Arc<SharedFile>> {
+        let mut files = self.files.lock().expect("no panics");
+        loop {
+            if entry >= stop.load(Relaxed) {
+                return None;
+            }
+            match files.get(&key) {
+                Some(Landing::Open { file, .. }) => return Some(file.clone()),
+                Some(Landing::Gone) => return None,
+                None => files = self.changed.wait(files).expect("no panics"),
+            }
+        }
+    }
+
+    /// One more extent of the file `key` landed: true when it was the last one.
+    fn landed(&self, key: u64) -> bool {
+        let mut files = self.files.lock().expect("no panics");
+        let Some(Landing::Open { left, .. }) = files.get_mut(&key) else {
+            unreachable!("an extent lands in an open file");
+        };
+        *left -= 1;
+        let last = *left == 0;
+        if last {
+            files.remove(&key);
+        }
+        last
+    }
+
+    /// A failure came: the waiting landers look at the stop again.
+    fn wake(&self) {
+        let _held = self.files.lock().expect("no panics");
+        self.changed.notify_all();
+    }
+
+    /// The files created and not completed, with their directories.
+    fn unfinished(&self) -> Vec<(Vec<Name>, Arc<SharedFile>)> {
+        let files = self.files.lock().expect("no panics");
+        (files.values())
+            .filter_map(|landing| match landing {
+                Landing::Open { file, at, .. } => Some((at.clone(), file.clone())),
+                Landing::Gone => None,
+            })
+            .collect()
+    }
+}
+
+/// The directory at `names` below `root` (`None`: the root), each opened without following
+/// a symlink.
+fn open_path(root: &OwnedFd, names: &[Name]) -> rustix::io::Result<Option<OwnedFd>> {
+    let mut dir: Option<OwnedFd> = None;
+    for name in names {
+        let at = dir.as_ref().map_or(root.as_fd(), |d| d.as_fd());
+        dir = Some(openat(at, &name[..], DIR_HANDLE_FLAGS, Mode::empty())?);
+    }
+    Ok(dir)
 }
 
 /// Whether a file with content at `range` of a mapped archive is copied from the archive

@@ -69,6 +69,10 @@ pub struct Restore {
     /// privileges mean nothing here unless asked for.
     #[serde(default)]
     pub asked_only: bool,
+    /// Owners restored get the recorded ids (tar's `--numeric-owner`), not the ids their
+    /// recorded user and group names have on this system.
+    #[serde(default)]
+    pub numeric_owner: bool,
 }
 
 impl Default for Restore {
@@ -80,6 +84,7 @@ impl Default for Restore {
             times: true,
             existing: Existing::Keep,
             asked_only: false,
+            numeric_owner: false,
         }
     }
 }
@@ -112,6 +117,13 @@ impl Restore {
     /// With root's privileges used only as asked (see [`Restore::asked_only`]).
     pub fn asked_only(mut self, yes: bool) -> Restore {
         self.asked_only = yes;
+        self
+    }
+
+    /// With the recorded ids as owners, or (the default) the ids of the recorded names
+    /// where this system has them (see [`Restore::numeric_owner`]).
+    pub fn numeric_owner(mut self, yes: bool) -> Restore {
+        self.numeric_owner = yes;
         self
     }
 }
@@ -231,6 +243,11 @@ impl Policy {
     /// Whether owners are restored.
     pub(crate) fn owners(&self) -> bool {
         self.owners
+    }
+
+    /// Whether owners are restored by their recorded names (see [`Restore::numeric_owner`]).
+    pub(crate) fn owners_by_name(&self) -> bool {
+        self.owners && !self.restore.numeric_owner
     }
 
     /// What to do with existing entries.

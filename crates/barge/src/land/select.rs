@@ -36,6 +36,12 @@ impl Select {
         self.paths.is_empty() && self.exclude.is_empty()
     }
 
+    /// The PATHs it takes, when it takes nothing else and leaves nothing out below them
+    /// (no `--exclude`).
+    pub(crate) fn only_paths(&self) -> Option<&[Vec<u8>]> {
+        (self.exclude.is_empty() && !self.paths.is_empty()).then_some(&self.paths)
+    }
+
     /// How many PATHs it was given.
     pub(crate) fn len(&self) -> usize {
         self.paths.len()
@@ -54,10 +60,14 @@ impl Select {
         if self.exclude.excludes(name, || path.to_vec(), dir) {
             return Decision::Leave;
         }
-        if within || self.paths.is_empty() {
+        if self.paths.is_empty() {
             return Decision::Take;
         }
-        let mut decision = Decision::Leave;
+        // Inside a directory taken whole, a PATH below it is matched too (`c c/h`).
+        let mut decision = match within {
+            true => Decision::Take,
+            false => Decision::Leave,
+        };
         for (i, selected) in self.paths.iter().enumerate() {
             if below_or_at(path, selected) {
                 matched[i] = true;
@@ -139,6 +149,21 @@ mod tests {
             select.unmatched(&[true, false]),
             Some(TreePath(b"c".to_vec()))
         );
+    }
+
+    #[test]
+    fn a_path_inside_a_directory_taken_whole_is_matched_too() {
+        let select = Select::new(["c", "c/h"], Exclude::default());
+        let mut matched = vec![false; 2];
+        assert_eq!(
+            select.decide(b"c", true, false, &mut matched),
+            Decision::Take
+        );
+        assert_eq!(
+            select.decide(b"c/h", false, true, &mut matched),
+            Decision::Take
+        );
+        assert_eq!(select.unmatched(&matched), None);
     }
 
     #[test]

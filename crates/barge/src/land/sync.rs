@@ -12,9 +12,9 @@ use std::sync::{Arc, Mutex};
 
 use rustix::fs::{
     fstat, ftruncate, linkat, makedev, mkdirat, mknodat, openat, renameat, renameat_with, seek,
-    statat, symlinkat, unlinkat, AtFlags, FileType, Mode, RenameFlags, SeekFrom,
+    statat, symlinkat, unlinkat, AtFlags, FileType, Mode, OFlags, RenameFlags, SeekFrom,
 };
-use rustix::io::{write, Errno};
+use rustix::io::{pwrite, write, Errno};
 
 use super::restore::{Apply, Existing, Policy, Target, SETID};
 use super::{truncation_offset, Land, LandSummary};
@@ -88,6 +88,42 @@ struct PartFile {
     /// Written under the temporary name in [`SyncLander::temp`], to replace the existing
     /// entry once complete.
     replacing: bool,
+}
+
+/// A file that several landers land (the threaded engine's `EXTFILE` whose extents are in
+/// several batches): one creates it at its size, all hole ([`SyncLander::create_shared`]),
+/// any writes extents into it after opening it by name in its directory, checked to be the
+/// same file ([`SyncLander::open_shared`]), and the one that writes the last extent
+/// completes it ([`SyncLander::complete_shared`]). Its fds are never shared: each lander
+/// has its own fd table (see `go_solo`).
+pub(crate) struct SharedFile {
+    name: Box<[u8]>,
+    /// The temporary name it is written under when it replaces an existing entry.
+    temp: Option<Box<[u8]>>,
+    /// Its device and inode.
+    id: (u64, u64),
+    size: u64,
+    apply: Apply,
+    xattrs: Box<[u8]>,
+    link_id: Option<u64>,
+}
+
+impl SharedFile {
+    /// The name it is written under.
+    fn written_as(&self) -> &[u8] {
+        self.temp.as_deref().unwrap_or(&self.name)
+    }
+
+    /// Its name.
+    pub(crate) fn name(&self) -> &[u8] {
+        &self.name
+    }
+
+    /// Removes it from `dir`, its directory (its landing failed); `path` names it.
+    pub(crate) fn remove(&self, dir: BorrowedFd<'_>, path: impl Fn() -> TreePath) -> Result<()> {
+        unlinkat(dir, self.written_as(), AtFlags::empty())
+            .map_err(|e| Error::io("unlinkat (removing the partial file)", path(), e))
+    }
 }
 
 /// How an entry was created, by [`create_at`].
@@ -552,6 +588,105 @@ impl SyncLander {
     }
 }
 
+/// Files landed by several landers (see [`SharedFile`]), in the current directory.
+impl SyncLander {
+    /// Creates `file`, of `size` bytes all hole, in the current directory; `None` when it was
+    /// skipped (its name existed).
+    pub(crate) fn create_shared(
+        &mut self,
+        file: &Entry<'_>,
+        size: u64,
+    ) -> Result<Option<(SharedFile, OwnedFd)>> {
+        let apply = (self.setup.policy).entry(file, &mut self.summary.not_restored);
+        let mode = Mode::from_raw_mode(apply.create_mode());
+        let made = self.create_at(file.name, "openat", |dir, name| {
+            openat(dir, name, CREATE_FLAGS, mode)
+        })?;
+        let (fd, temp) = match made {
+            Made::Here(fd) => (fd, None),
+            Made::Replacing(fd) => (fd, Some(self.temp.clone().into_boxed_slice())),
+            Made::Skipped => return Ok(None),
+        };
+        let mut shared = SharedFile {
+            name: file.name.into(),
+            temp,
+            id: (0, 0),
+            size,
+            apply,
+            xattrs: file.xattrs.0.into(),
+            link_id: file.link_id,
+        };
+        let sized = ftruncate(&fd, size)
+            .map_err(|e| ("ftruncate", e))
+            .and_then(|()| fstat(&fd).map_err(|e| ("fstat", e)));
+        match sized {
+            Ok(stat) => {
+                shared.id = (stat.st_dev, stat.st_ino);
+                Ok(Some((shared, fd)))
+            }
+            Err((op, e)) => {
+                let _ = shared.remove(self.current(), || self.path(file.name));
+                Err(Error::io(op, self.path(file.name), e))
+            }
+        }
+    }
+
+    /// Opens `file` for writing: the same file, else it is an error.
+    pub(crate) fn open_shared(&self, file: &SharedFile) -> Result<OwnedFd> {
+        let path = || self.path(&file.name);
+        let flags = OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::CLOEXEC;
+        let fd = openat(self.current(), file.written_as(), flags, Mode::empty())
+            .map_err(|e| Error::io("openat", path(), e))?;
+        let stat = fstat(&fd).map_err(|e| Error::io("fstat", path(), e))?;
+        if (stat.st_dev, stat.st_ino) != file.id {
+            return Err(Error::io("openat", path(), Errno::STALE));
+        }
+        Ok(fd)
+    }
+
+    /// Writes `data` at offset `at` of `file`, open as `fd`.
+    pub(crate) fn write_shared(
+        &self,
+        (file, fd): (&SharedFile, &OwnedFd),
+        at: u64,
+        mut data: &[u8],
+    ) -> Result<()> {
+        let mut at = at;
+        while !data.is_empty() {
+            let chunk = &data[..data.len().min(CHUNK as usize)];
+            match retry(&self.setup.cancel, || pwrite(fd, chunk, at)) {
+                Ok(n) => {
+                    (data, at) = (&data[n..], at + n as u64);
+                    self.setup.cancel.check()?;
+                }
+                Err(Errno::FAULT) => return Err(Error::Interrupted { signal: SIGBUS }),
+                Err(e) => return Err(Error::io("pwrite", self.path(&file.name), e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Completes `file`, open as `fd`, whose last extent was written: restores its metadata,
+    /// puts it in place when it replaces an existing entry, notes it for hard links, and
+    /// closes it.
+    pub(crate) fn complete_shared(&mut self, file: &SharedFile, fd: OwnedFd) -> Result<()> {
+        let (policy, skipped) = (&self.setup.policy, &mut self.summary.not_restored);
+        let path = || path_in(&self.dirs, &file.name);
+        let xattrs = Xattrs(&file.xattrs);
+        policy.restore(Target::Fd(fd.as_fd()), &file.apply, xattrs, skipped, path)?;
+        if let Some(temp) = &file.temp {
+            replace(self.current(), temp, &file.name, path)?;
+        }
+        if let Some(id) = file.link_id {
+            self.created_linked(id, &file.name);
+        }
+        self.summary.files += 1;
+        self.summary.bytes += file.size;
+        crate::sys::fds::close_now(fd);
+        Ok(())
+    }
+}
+
 /// The directory `dirs` lead to from `root`: [`SyncLander::current`] for callers that
 /// borrow other fields of the lander at the same time.
 fn current_in<'a>(root: &'a OwnedFd, dirs: &'a [OpenDir]) -> BorrowedFd<'a> {
@@ -579,6 +714,10 @@ impl Land for SyncLander {
 
     fn summary(&self) -> LandSummary {
         self.summary
+    }
+
+    fn sync_lander(&mut self) -> &mut SyncLander {
+        self
     }
 }
 

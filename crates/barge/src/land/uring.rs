@@ -320,6 +320,10 @@ impl Land for UringLander {
         summary.add_entries(&self.landed);
         summary
     }
+
+    fn sync_lander(&mut self) -> &mut SyncLander {
+        &mut self.sync
+    }
 }
 
 impl Sink for UringLander {
@@ -363,6 +367,14 @@ impl Sink for UringLander {
 
     fn data(&mut self, data: &[u8]) -> Result<()> {
         self.sync.data(data)
+    }
+
+    fn hole(&mut self, len: u64) -> Result<()> {
+        self.sync.hole(len)
+    }
+
+    fn root(&mut self, meta: &Meta, xattrs: Xattrs<'_>) -> Result<()> {
+        self.sync.root(meta, xattrs)
     }
 
     fn symlink(&mut self, link: &Entry<'_>, target: &[u8]) -> Result<()> {

@@ -498,3 +498,6 @@ pub(crate) fn truncated(how: &str) -> Error {
         format!("{how} before the end of the transfer: the stream was truncated"),
     )
 }
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -520,3 +520,6 @@ impl Transfer {
             .wait_timeout_while(state, self.timeout, |state| !state.ended);
     }
 }
+
+#[cfg(test)]
+mod tests;

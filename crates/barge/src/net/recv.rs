@@ -540,3 +540,6 @@ fn refuse(mut channel: Channel, reason: String) {
     let _ = channel.send(kind::REFUSE, &encode(&Refuse { reason }));
     channel.close();
 }
+
+#[cfg(test)]
+mod tests;

@@ -451,7 +451,7 @@ fn stream(
 
 /// Reads the receiver's listing of DEST (LIST messages, then LIST_END with their byte
 /// count), within [`ListingLimits`]' defaults.
-fn receive_listing(channel: &mut Channel) -> Result<Listing> {
+pub(super) fn receive_listing(channel: &mut Channel) -> Result<Listing> {
     let limits = ListingLimits::default();
     let mut bytes = Vec::new();
     loop {
@@ -472,3 +472,6 @@ fn receive_listing(channel: &mut Channel) -> Result<Listing> {
     }
     Listing::read_from(&bytes[..], limits)
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,546 @@
+//! `Cp` driven through the library: the copy of a generated tree compared with its source
+//! (`compare.rs`'s [`Compare`]), and each rule of an update, a delete, a dry run and a
+//! cancel, asserted on the trees they leave.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::sync::Mutex;
+
+use super::*;
+use crate::land::restore::Existing;
+
+/// What a copy told: its errors and (with [`Cp::changes`]) its changes, as text.
+#[derive(Default)]
+struct Told {
+    errors: Mutex<Vec<String>>,
+    changes: Mutex<Vec<(Change, String)>>,
+}
+
+impl CpReport for Told {
+    fn error(&self, error: Error) {
+        self.errors.lock().unwrap().push(error.to_string());
+    }
+
+    fn change(&self, change: Change, path: &TreePath) {
+        self.changes
+            .lock()
+            .unwrap()
+            .push((change, path.to_string()));
+    }
+}
+
+impl Told {
+    fn errors(&self) -> Vec<String> {
+        self.errors.lock().unwrap().clone()
+    }
+
+    /// The changes told, sorted, with `prefix` taken off their paths.
+    fn changes(&self, prefix: &Path) -> Vec<(Change, String)> {
+        let prefix = format!("{}/", prefix.display());
+        let mut changes: Vec<_> = (self.changes.lock().unwrap().iter())
+            .map(|(change, path)| (*change, path.replacen(&prefix, "", 1)))
+            .collect();
+        changes.sort_by(|a, b| a.1.cmp(&b.1));
+        changes
+    }
+}
+
+/// A copy on two threads, under the process's umask (which a test may not change: the
+/// other tests share it), as the library's default says.
+fn cp() -> Cp {
+    Cp::new().threads(2)
+}
+
+/// The process's umask.
+fn umask() -> u32 {
+    crate::root::process_umask()
+}
+
+/// Runs `cp` from `src` to `dest`; its result and what it told.
+fn run(cp: &Cp, src: &Path, dest: &Path) -> (Result<CpSummary>, Told) {
+    let told = Told::default();
+    let result = cp.run(src, dest, &Progress::default(), &told);
+    (result, told)
+}
+
+/// Runs `cp`, which must succeed without an error told.
+fn copied(cp: &Cp, src: &Path, dest: &Path) -> CpSummary {
+    let (result, told) = run(cp, src, dest);
+    let summary = result.unwrap();
+    assert_eq!(told.errors(), Vec::<String>::new());
+    summary
+}
+
+/// The differences between `src` and its copy `dest` (kinds, contents, symlink targets, all
+/// mode bits less the umask, entries only the copy has), as text.
+fn differences(src: &Path, dest: &Path) -> Vec<String> {
+    let found = Mutex::new(Vec::new());
+    let compare = Compare::new().threads(2).modes(umask()).whole();
+    (compare.run(src, dest, &|e| found.lock().unwrap().push(e.to_string()))).unwrap();
+    found.into_inner().unwrap()
+}
+
+/// Gives `path` the permission bits `mode` less the umask: a tree whose copies have its
+/// modes exactly, so that an update finds them unchanged.
+fn chmod(path: &Path, mode: u32) {
+    fs::set_permissions(path, fs::Permissions::from_mode(mode & !umask())).unwrap();
+}
+
+fn write(path: &Path, bytes: &[u8], mode: u32) {
+    fs::write(path, bytes).unwrap();
+    chmod(path, mode);
+}
+
+fn mkdir(path: &Path, mode: u32) {
+    fs::create_dir(path).unwrap();
+    chmod(path, mode);
+}
+
+/// A tree of every kind `cp` copies without privileges: files (empty, small, big, sparse,
+/// setuid), directories (one setgid), symlinks (one dangling), a fifo and two names of one
+/// file.
+fn tree(root: &Path) {
+    mkdir(root, 0o755);
+    write(&root.join("a.txt"), b"hello\n", 0o664);
+    write(&root.join("empty"), b"", 0o640);
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    write(&root.join("big"), &big, 0o600);
+    let sparse = fs::File::create(root.join("sparse")).unwrap();
+    sparse.set_len(4 << 20).unwrap();
+    std::os::unix::fs::FileExt::write_at(&sparse, b"tail", (4 << 20) - 4).unwrap();
+    write(&root.join("exe"), b"#!/bin/sh\n", 0o4775);
+    mkdir(&root.join("sub"), 0o750);
+    symlink("../a.txt", root.join("sub/link")).unwrap();
+    mkdir(&root.join("sub/deep"), 0o700);
+    write(&root.join("sub/deep/f"), b"deep", 0o644);
+    write(&root.join("hard1"), b"linked", 0o644);
+    fs::hard_link(root.join("hard1"), root.join("sub/hard2")).unwrap();
+    symlink("nowhere", root.join("dangling")).unwrap();
+    rustix::fs::mknodat(
+        CWD,
+        root.join("fifo"),
+        rustix::fs::FileType::Fifo,
+        Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+    chmod(&root.join("fifo"), 0o644);
+    mkdir(&root.join("shared"), 0o2775);
+    write(&root.join("shared/g"), b"g", 0o644);
+    age(root);
+}
+
+/// Gives every entry below `root`, and `root`, a time of its own in the past: a copy made
+/// at once would otherwise get the same coarse clock tick as its source.
+fn age(root: &Path) {
+    let paths = snapshot(root).into_keys().map(|path| root.join(path));
+    for (i, path) in paths.chain([root.to_path_buf()]).enumerate() {
+        let time = rustix::fs::Timespec {
+            tv_sec: 1_000_000_000 + i as i64,
+            tv_nsec: 123_456_789,
+        };
+        let times = rustix::fs::Timestamps {
+            last_access: time,
+            last_modification: time,
+        };
+        rustix::fs::utimensat(CWD, &path, &times, AtFlags::SYMLINK_NOFOLLOW).unwrap();
+    }
+}
+
+/// Each entry below `root` (not followed): inode, mode, mtime and size, by path.
+fn snapshot(root: &Path) -> BTreeMap<String, (u64, u32, i64, i64, u64)> {
+    let mut found = BTreeMap::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let meta = fs::symlink_metadata(&path).unwrap();
+            if meta.is_dir() {
+                dirs.push(path.clone());
+            }
+            let facts = (
+                meta.ino(),
+                meta.mode(),
+                meta.mtime(),
+                meta.mtime_nsec(),
+                meta.size(),
+            );
+            let name = path.strip_prefix(root).unwrap().display().to_string();
+            found.insert(name, facts);
+        }
+    }
+    found
+}
+
+fn ino(path: &Path) -> u64 {
+    fs::symlink_metadata(path).unwrap().ino()
+}
+
+fn mode(path: &Path) -> u32 {
+    fs::symlink_metadata(path).unwrap().mode() & 0o7777
+}
+
+#[test]
+fn a_copy_of_a_tree_equals_its_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest) = (dir.path().join("src"), dir.path().join("dest"));
+    tree(&src);
+    let summary = copied(&cp(), &src, &dest);
+    assert_eq!(differences(&src, &dest), Vec::<String>::new());
+    let counts = summary.counts;
+    assert_eq!(
+        (counts.dirs, counts.files, counts.hard_links),
+        (4, 8, 1),
+        "{counts:?}"
+    );
+    assert_eq!((counts.symlinks, counts.specials), (2, 1), "{counts:?}");
+    assert_eq!(counts.bytes, 6 + 300_000 + (4 << 20) + 10 + 4 + 6 + 1);
+    // Times are kept, a directory's too (set after what is below it).
+    for path in ["big", "sub", "sub/deep", "sub/link", ""] {
+        let (a, b) = (src.join(path), dest.join(path));
+        let time = |p: &Path| {
+            let meta = fs::symlink_metadata(p).unwrap();
+            (meta.mtime(), meta.mtime_nsec())
+        };
+        assert_eq!(time(&a), time(&b), "{path}");
+    }
+    assert_eq!(mode(&dest), 0o755 & !umask());
+    // Two names of one file stay two names of one file.
+    assert_eq!(ino(&dest.join("hard1")), ino(&dest.join("sub/hard2")));
+    assert_eq!(fs::metadata(dest.join("hard1")).unwrap().nlink(), 2);
+    // Holes stay holes: 4 MiB of size, a block or two of data.
+    let sparse = fs::metadata(dest.join("sparse")).unwrap();
+    assert!(
+        sparse.blocks() * 512 < 1 << 20,
+        "{} blocks",
+        sparse.blocks()
+    );
+}
+
+#[test]
+fn a_copy_masks_modes_with_the_umask_also_where_it_sets_them_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest) = (dir.path().join("src"), dir.path().join("dest"));
+    fs::create_dir(&src).unwrap();
+    // Set by chmod, which no umask masks: each as SRC has it.
+    let exact = |path: &Path, mode| fs::set_permissions(path, fs::Permissions::from_mode(mode));
+    fs::write(src.join("plain"), b"").unwrap();
+    exact(&src.join("plain"), 0o666).unwrap();
+    fs::write(src.join("setgid"), b"").unwrap();
+    exact(&src.join("setgid"), 0o2777).unwrap();
+    fs::create_dir(src.join("dir")).unwrap();
+    exact(&src.join("dir"), 0o2777).unwrap();
+    exact(&src, 0o777).unwrap();
+    copied(&cp(), &src, &dest);
+    // Created with their modes (the kernel masks them), or given them by `fchmod` after
+    // their content or owner (the copy masks them).
+    for (path, want) in [
+        ("plain", 0o666),
+        ("setgid", 0o2777),
+        ("dir", 0o2777),
+        ("", 0o777),
+    ] {
+        assert_eq!(mode(&dest.join(path)), want & !umask(), "{path:?}");
+    }
+}
+
+#[test]
+fn an_existing_entry_is_an_error_skipped_or_replaced_as_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest) = (dir.path().join("src"), dir.path().join("dest"));
+    tree(&src);
+    mkdir(&dest, 0o755);
+    write(&dest.join("a.txt"), b"theirs", 0o644);
+    let (result, told) = run(&cp(), &src, &dest);
+    assert_eq!(result.unwrap().counts.errors, 1);
+    let errors = told.errors();
+    assert!(errors[0].ends_with("a.txt: already exists in the destination (as a file); refusing to overwrite or follow it"), "{errors:?}");
+    assert_eq!(fs::read(dest.join("a.txt")).unwrap(), b"theirs");
+
+    let skip = cp().restore(Restore::default().existing(Existing::Skip));
+    let summary = copied(&skip, &src, &dest);
+    assert_eq!(fs::read(dest.join("a.txt")).unwrap(), b"theirs");
+    // a.txt, and every entry the first run copied.
+    assert_eq!(summary.counts.kept, 12, "{:?}", summary.counts);
+
+    let overwrite = cp().restore(Restore::default().existing(Existing::Overwrite));
+    let before = ino(&dest.join("a.txt"));
+    let summary = copied(&overwrite, &src, &dest);
+    assert_eq!(fs::read(dest.join("a.txt")).unwrap(), b"hello\n");
+    assert_ne!(ino(&dest.join("a.txt")), before, "replaced by rename");
+    assert_eq!(summary.counts.replaced, 12, "{:?}", summary.counts);
+    assert_eq!(differences(&src, &dest), Vec::<String>::new());
+}
+
+#[test]
+fn an_update_leaves_unchanged_files_alone_and_replaces_changed_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest) = (dir.path().join("src"), dir.path().join("dest"));
+    tree(&src);
+    copied(&cp(), &src, &dest);
+    let before = snapshot(&dest);
+    // Another content and size; only the setgid bit; only the mode.
+    write(&src.join("big"), b"shorter now", 0o600);
+    chmod(&src.join("empty"), 0o2640);
+    chmod(&src.join("sub/deep/f"), 0o600);
+    let update = cp().update(true);
+    let summary = copied(&update, &src, &dest);
+    assert_eq!(differences(&src, &dest), Vec::<String>::new());
+    assert_eq!(summary.counts.replaced, 3, "{:?}", summary.counts);
+    assert_eq!(summary.counts.files, 3, "{:?}", summary.counts);
+    let after = snapshot(&dest);
+    let changed: Vec<&String> = (before.iter())
+        .filter(|(path, facts)| after.get(*path).map(|a| a.0) != Some(facts.0))
+        .map(|(path, _)| path)
+        .collect();
+    assert_eq!(changed, ["big", "empty", "sub/deep/f"]);
+    assert_eq!(mode(&dest.join("empty")), 0o2640 & !umask());
+    // Nothing changed since: nothing copied.
+    let again = copied(&update, &src, &dest);
+    assert_eq!(again.counts.files + again.counts.replaced, 0);
+    assert_eq!(again.counts.up_to_date, 12, "{:?}", again.counts);
+    assert_eq!(snapshot(&dest), after);
+}
+
+#[test]
+fn a_delete_removes_what_src_lacks_and_keeps_what_is_excluded() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest) = (dir.path().join("src"), dir.path().join("dest"));
+    tree(&src);
+    copied(&cp(), &src, &dest);
+    write(&dest.join("extra.txt"), b"x", 0o644);
+    fs::create_dir_all(dest.join("sub/extra/x/y")).unwrap();
+    write(&dest.join("sub/extra/x/y/z"), b"z", 0o644);
+    write(&dest.join("keep.log"), b"log", 0o644);
+    write(&dest.join("sub/deep/also.log"), b"log", 0o644);
+    let exclude = Exclude::new(["*.log"]).unwrap();
+    let update = cp().update(true).exclude(exclude);
+    // Without delete, the extras stay.
+    let summary = copied(&update, &src, &dest);
+    assert_eq!(summary.counts.deleted, 0);
+    assert!(dest.join("extra.txt").exists());
+
+    let summary = copied(&update.clone().delete(true), &src, &dest);
+    assert_eq!(summary.counts.deleted, 2, "{:?}", summary.counts);
+    assert!(!dest.join("extra.txt").exists());
+    assert!(!dest.join("sub/extra").exists());
+    assert!(dest.join("keep.log").exists());
+    assert!(dest.join("sub/deep/also.log").exists());
+    fs::remove_file(dest.join("keep.log")).unwrap();
+    fs::remove_file(dest.join("sub/deep/also.log")).unwrap();
+    assert_eq!(differences(&src, &dest), Vec::<String>::new());
+}
+
+#[test]
+fn an_update_replaces_a_file_by_a_directory_and_with_delete_the_reverse() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest) = (dir.path().join("src"), dir.path().join("dest"));
+    mkdir(&src, 0o755);
+    write(&src.join("x"), b"a file now", 0o644);
+    fs::create_dir_all(src.join("y/z")).unwrap();
+    write(&src.join("y/z/f"), b"f", 0o644);
+    mkdir(&dest, 0o755);
+    fs::create_dir_all(dest.join("x/inside")).unwrap();
+    write(&dest.join("x/inside/old"), b"old", 0o644);
+    write(&dest.join("y"), b"a file before", 0o644);
+    // Without delete a directory is not removed for a file, but a file is for a directory.
+    let (result, told) = run(&cp().update(true), &src, &dest);
+    assert_eq!(result.unwrap().counts.errors, 1);
+    let errors = told.errors();
+    assert!(errors[0].contains("/x: already exists"), "{errors:?}");
+    assert!(dest.join("x/inside/old").exists());
+    assert_eq!(fs::read(dest.join("y/z/f")).unwrap(), b"f");
+
+    let summary = copied(&cp().update(true).delete(true), &src, &dest);
+    assert_eq!(summary.counts.replaced, 1, "{:?}", summary.counts);
+    assert_eq!(fs::read(dest.join("x")).unwrap(), b"a file now");
+    assert_eq!(differences(&src, &dest), Vec::<String>::new());
+}
+
+#[test]
+fn hard_links_across_sources_stay_links_with_one_linked() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, dest) = (
+        dir.path().join("a"),
+        dir.path().join("b"),
+        dir.path().join("dest"),
+    );
+    mkdir(&a, 0o755);
+    mkdir(&b, 0o755);
+    mkdir(&dest, 0o755);
+    write(&a.join("one"), b"shared", 0o644);
+    fs::hard_link(a.join("one"), b.join("two")).unwrap();
+    let (linked, told) = (Linked::default(), Told::default());
+    let progress = Progress::default();
+    let cp = cp();
+    for src in [&a, &b] {
+        let target = dest.join(src.file_name().unwrap());
+        cp.run_linked(src, &target, &linked, &progress, &told)
+            .unwrap();
+    }
+    assert_eq!(told.errors(), Vec::<String>::new());
+    assert_eq!(ino(&dest.join("a/one")), ino(&dest.join("b/two")));
+    // Without the shared `Linked`, two files.
+    let other = dir.path().join("other");
+    copied(&cp, &b, &other);
+    assert_ne!(ino(&other.join("two")), ino(&dest.join("a/one")));
+}
+
+#[test]
+fn dest_in_src_or_src_itself_is_refused_before_anything_is_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    tree(&src);
+    let before = snapshot(&src);
+    symlink(&src, dir.path().join("via")).unwrap();
+    for (dest, problem) in [
+        (src.join("sub/copy"), "is inside"),
+        (src.join("copy"), "is inside"),
+        // DEST's directory named through a symlink into SRC: its inode says where it is.
+        (dir.path().join("via/sub/copy"), "is inside"),
+        (src.clone(), "itself"),
+    ] {
+        let (result, _) = run(&cp(), &src, &dest);
+        let error = result.unwrap_err().to_string();
+        assert!(error.contains(problem), "{}: {error}", dest.display());
+    }
+    let (result, _) = run(&cp(), &src.join("a.txt"), &src.join("a.txt"));
+    assert!(result.unwrap_err().to_string().contains("itself"));
+    assert_eq!(snapshot(&src), before, "nothing made");
+}
+
+#[test]
+fn a_symlink_where_dest_has_an_entry_is_replaced_never_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest, outside) = (
+        dir.path().join("src"),
+        dir.path().join("dest"),
+        dir.path().join("outside"),
+    );
+    tree(&src);
+    mkdir(&outside, 0o755);
+    write(&outside.join("victim"), b"orig", 0o644);
+    let untouched = snapshot(&outside);
+    // DEST itself a symlink to a directory: refused, or replaced by an update.
+    symlink(&outside, &dest).unwrap();
+    let (result, _) = run(&cp(), &src, &dest);
+    let error = result.unwrap_err().to_string();
+    assert!(error.contains("already exists"), "{error}");
+    assert_eq!(snapshot(&outside), untouched);
+    copied(&cp().update(true), &src, &dest);
+    assert!(fs::symlink_metadata(&dest).unwrap().is_dir());
+    assert_eq!(snapshot(&outside), untouched);
+    // Symlinks in the copy where SRC has a directory and a file, for each way of replacing.
+    for existing in [Existing::Keep, Existing::Overwrite] {
+        for (name, target) in [("sub", outside.clone()), ("a.txt", outside.join("victim"))] {
+            let path = dest.join(name);
+            match fs::symlink_metadata(&path).unwrap().is_dir() {
+                true => fs::remove_dir_all(&path).unwrap(),
+                false => fs::remove_file(&path).unwrap(),
+            }
+            symlink(target, path).unwrap();
+        }
+        let restore = Restore::default().existing(existing);
+        let update = existing == Existing::Keep;
+        let (result, told) = run(&cp().restore(restore).update(update), &src, &dest);
+        result.unwrap();
+        assert_eq!(told.errors(), Vec::<String>::new(), "{existing:?}");
+        assert!(fs::symlink_metadata(dest.join("sub")).unwrap().is_dir());
+        assert_eq!(fs::read(dest.join("a.txt")).unwrap(), b"hello\n");
+        assert_eq!(snapshot(&outside), untouched, "{existing:?}");
+    }
+    assert_eq!(differences(&src, &dest), Vec::<String>::new());
+}
+
+#[test]
+fn a_dry_run_writes_nothing_and_tells_what_a_copy_would_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest) = (dir.path().join("src"), dir.path().join("dest"));
+    tree(&src);
+    // Into a new DEST: nothing made, each entry told as created.
+    let dry = cp().dry_run(true).changes(true);
+    let (result, told) = run(&dry, &src, &dest);
+    let planned = result.unwrap().counts;
+    assert!(fs::symlink_metadata(&dest).is_err(), "DEST made");
+    let creates = told.changes(&dest);
+    assert!(creates.iter().all(|(change, _)| *change == Change::Create));
+    let mut told_paths: Vec<String> = creates.into_iter().map(|(_, path)| path).collect();
+    told_paths.sort();
+    let mut paths: Vec<String> = snapshot(&src).into_keys().collect();
+    paths.push(dest.display().to_string());
+    paths.sort();
+    assert_eq!(
+        told_paths, paths,
+        "every entry a copy would create, DEST first"
+    );
+    let done = copied(&cp(), &src, &dest).counts;
+    assert_eq!(
+        (
+            planned.dirs,
+            planned.files,
+            planned.symlinks,
+            planned.specials
+        ),
+        (
+            done.dirs,
+            done.files + done.hard_links,
+            done.symlinks,
+            done.specials
+        )
+    );
+    // Over an existing DEST with update and delete: told, not done.
+    write(&src.join("big"), b"changed", 0o600);
+    write(&dest.join("extra"), b"x", 0o644);
+    fs::create_dir(dest.join("sub/extra")).unwrap();
+    let before = snapshot(&dest);
+    let dry = dry.update(true).delete(true);
+    let (result, told) = run(&dry, &src, &dest);
+    let planned = result.unwrap().counts;
+    assert_eq!(told.errors(), Vec::<String>::new());
+    assert_eq!(snapshot(&dest), before);
+    assert_eq!((planned.deleted, planned.files), (2, 1), "{planned:?}");
+    assert_eq!(
+        told.changes(&dest),
+        [
+            (Change::Replace, "big".into()),
+            (Change::Delete, "extra".into()),
+            (Change::Delete, "sub/extra".into()),
+        ]
+    );
+}
+
+#[test]
+fn a_cancelled_copy_stops_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest) = (dir.path().join("src"), dir.path().join("dest"));
+    tree(&src);
+    let cancel = Cancel::new();
+    cancel.cancel();
+    let (result, _) = run(&cp().cancel(cancel), &src, &dest);
+    assert!(
+        matches!(result, Err(Error::Interrupted { signal: 0 })),
+        "{result:?}"
+    );
+    // DEST's directory may be made before the walk, which copies nothing below it.
+    assert_eq!(fs::read_dir(&dest).map_or(0, Iterator::count), 0);
+}
+
+#[test]
+fn a_single_entry_is_copied_as_dest() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    tree(&src);
+    for name in ["big", "sub/link", "fifo"] {
+        let dest = dir.path().join(name.replace('/', "-"));
+        let summary = copied(&cp(), &src.join(name), &dest);
+        assert_eq!(summary.counts.dirs, 0);
+        assert_eq!(differences(&src.join(name), &dest), Vec::<String>::new());
+        assert_eq!(mode(&src.join(name)), mode(&dest), "{name}");
+    }
+    assert_eq!(
+        fs::read_link(dir.path().join("sub-link")).unwrap(),
+        Path::new("../a.txt")
+    );
+}

@@ -186,9 +186,6 @@ pub enum Format {
     V2,
 }
 
-/// The zstd level `pack --zstd` uses unless told another.
-pub const DEFAULT_ZSTD_LEVEL: i32 = 3;
-
 impl<'a> Pack<'a> {
     /// A pack of the tree below the directory `root` (opened for reading): its entries at
     /// the top of the archive.
@@ -289,8 +286,8 @@ impl<'a> Pack<'a> {
         self
     }
 
-    /// Stores each segment as a zstd frame at `level` (1 to 19; see
-    /// [`DEFAULT_ZSTD_LEVEL`]) where that is smaller; implies [`Format::V2`].
+    /// Stores each segment as a zstd frame at `level` (1 to 19; `barge pack --zstd` uses 3)
+    /// where that is smaller; implies [`Format::V2`].
     pub fn zstd(mut self, level: i32) -> Pack<'a> {
         self.zstd = level.clamp(1, 19);
         self.format = Format::V2;

@@ -82,7 +82,7 @@ pub struct CpCounts {
     pub specials: u64,
     /// Entries left as they were because DEST had them already ([`Cp::update`]).
     pub up_to_date: u64,
-    /// Existing entries left alone ([`Existing::Skip`]).
+    /// Existing entries left alone ([`Existing::Skip`](crate::land::restore::Existing::Skip)).
     pub kept: u64,
     /// Existing entries replaced.
     pub replaced: u64,

@@ -343,7 +343,7 @@ impl Listing {
     /// Reads a listing in its wire form from `bytes` (the listing and nothing after its
     /// end record), checking every field and `limits` before it holds anything: a listing
     /// that is malformed, breaks a limit, ends early or has bytes after its end is an
-    /// [`Error::Listing`] with the offset of the record at fault (of the field where it
+    /// [`Error::Listing`](crate::Error::Listing) with the offset of the record at fault (of the field where it
     /// ends early or passes the bytes limit).
     pub fn read_from(bytes: &[u8], limits: ListingLimits) -> Result<Listing> {
         let mut reader = Reader {

@@ -226,7 +226,11 @@ impl Ring {
                 _ => Read::Whole,
             };
             if read == Read::Whole {
-                spare.copy_within(from..from + len, kept);
+                // Only after a file left out: musl's `memmove` copies even onto itself,
+                // backwards and slowly.
+                if from != kept {
+                    spare.copy_within(from..from + len, kept);
+                }
                 kept += len;
             } else if keep {
                 // Nothing moved yet: `kept` is `from`.

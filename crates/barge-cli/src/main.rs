@@ -72,6 +72,15 @@ pub struct Region {
     length: Option<u64>,
 }
 
+/// The operation `list`, `cat` and `verify` read an archive with: its limits, its region,
+/// the process's cancel token.
+fn reading(limits: LimitArgs, region: Region, cancel: &Cancel) -> Unpack {
+    Unpack::new()
+        .limits(limits.limits())
+        .region(region.into())
+        .cancel(cancel.clone())
+}
+
 impl From<Region> for barge::unpack::Region {
     fn from(region: Region) -> barge::unpack::Region {
         barge::unpack::Region {
@@ -562,12 +571,9 @@ fn run(command: Command, cancel: &Cancel) -> anyhow::Result<Exit> {
             limits,
             region,
         } => {
-            let operation = Unpack::new()
-                .limits(limits.limits())
-                .region(region.into())
+            let operation = reading(limits, region, cancel)
                 .strip_components(strip_components)
-                .select(select.select()?)
-                .cancel(cancel.clone());
+                .select(select.select()?);
             let format = match (json, long, names) {
                 (true, ..) => list::Format::Json,
                 (_, true, _) => list::Format::Long,
@@ -586,11 +592,7 @@ fn run(command: Command, cancel: &Cancel) -> anyhow::Result<Exit> {
                 paths,
                 exclude: Vec::new(),
             };
-            let operation = Unpack::new()
-                .limits(limits.limits())
-                .region(region.into())
-                .select(select.select()?)
-                .cancel(cancel.clone());
+            let operation = reading(limits, region, cancel).select(select.select()?);
             archive::cat(&archive, operation)
         }
         Command::Verify {
@@ -601,10 +603,7 @@ fn run(command: Command, cancel: &Cancel) -> anyhow::Result<Exit> {
             region,
             out,
         } => {
-            let operation = Unpack::new()
-                .limits(limits.limits())
-                .region(region.into())
-                .cancel(cancel.clone());
+            let operation = reading(limits, region, cancel);
             archive::verify(&archive, dir.as_deref(), owners, operation, out)
         }
         Command::Du(args) => du::du(args),

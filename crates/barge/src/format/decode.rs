@@ -797,6 +797,11 @@ impl Decoder {
         self.trusted = yes;
     }
 
+    /// Whether it takes the data digests as checked (see [`Decoder::trust_data`]).
+    pub(crate) fn trusts_data(&self) -> bool {
+        self.trusted
+    }
+
     /// True while the body of a zstd frame is to be passed in (see [`Step::Inflate`]).
     pub fn inflating(&self) -> bool {
         self.v2.as_ref().is_some_and(|v2| v2.inflated)
@@ -1501,7 +1506,10 @@ impl Decoder {
         }
         let (take, complete) = data_take(available, size);
         let take = take as usize;
-        let (at, trusted) = (self.message_offset, self.trusted);
+        // The `FILE` or `EXTENT` itself, after the records of its group.
+        let v2 = self.v2.as_ref().expect("version 2");
+        let tag = if extent { 13 } else { 6 + v2.data_name.len() };
+        let (at, trusted) = (self.offset + (head - tag) as u64, self.trusted);
         let v2 = self.v2();
         (v2.extent, v2.data_at) = (extent, at);
         v2.data = XxHash3_64::default();
@@ -1807,15 +1815,15 @@ pub(crate) fn inflated_events<E: From<Error>>(
 }
 
 /// Whether every `FILE` and `EXTENT` of the version 2 segment body `body` has the data its
-/// digest says, its messages read as [`Decoder`] reads them (hard links to any entry), the
-/// digest of each range of data computed by `digest` (`None`: it cannot tell). False also
-/// where they do not read so: the decoder then checks for itself, and fails. For the
-/// threaded engine, which runs it on the landing threads and lets the decoding thread trust
-/// the data ([`Decoder::trust_data`]): wherever that decoder reads data without failing
-/// first, it reads the same messages as this.
+/// digest says, its messages read as [`Decoder`] reads them (hard links to any entry), each
+/// range of data and its stated digest judged by `matches`. False also where they do not
+/// read so: the decoder then checks for itself, and fails. For the threaded engine, which
+/// runs it on the landing threads and lets the decoding thread trust the data
+/// ([`Decoder::trust_data`]): wherever that decoder reads data without failing first, it
+/// reads the same messages as this.
 pub(crate) fn data_digests_match(
     body: &[u8],
-    mut digest: impl FnMut(std::ops::Range<usize>) -> Option<u64>,
+    mut matches: impl FnMut(std::ops::Range<usize>, u64) -> bool,
 ) -> bool {
     // `START`: tag, first, open, depth, then `depth` names.
     let start = || {
@@ -1868,7 +1876,7 @@ pub(crate) fn data_digests_match(
             return false;
         };
         let stated = u64::from_le_bytes(stated.try_into().expect("8 bytes"));
-        if digest(data..end).is_none_or(|computed| v2::differs(computed, stated)) {
+        if !matches(data..end, stated) {
             return false;
         }
         pos = end + 8;

@@ -19,7 +19,7 @@ pub use encode::{EncodeError, Encoder};
 pub use rewrite::rewrite_v2;
 pub use segments::{SegmentEncoder, CHUNK, SEGMENT_TARGET};
 pub use v2::inflate;
-pub(crate) use v2::{head as frame_head, Head as FrameHead};
+pub(crate) use v2::{differs as digest_differs, head as frame_head, Head as FrameHead};
 
 /// The 8-byte header of a version 1 archive with no flags (core tags only).
 pub const HEADER: [u8; 8] = *b"BARGE\0\x01\x00";

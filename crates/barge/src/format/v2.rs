@@ -10,7 +10,7 @@ use super::{FormatError, CODEC_RAW, CODEC_ZSTD, FRAME_HEAD, MAX_BODY, MAX_WINDOW
 
 /// Whether a computed digest differs from the stated one. Fuzzing builds take every digest
 /// as right, so that the fuzzer reaches what lies behind them.
-pub(super) fn differs(computed: u64, stated: u64) -> bool {
+pub(crate) fn differs(computed: u64, stated: u64) -> bool {
     !cfg!(fuzzing) && computed != stated
 }
 

@@ -22,8 +22,9 @@
 //! that walks to each link's directory: the file a link names may land on any thread.
 //!
 //! Version 2 archives are read frame by frame (see [`frames`]): the landing threads inflate
-//! each segment and check its data digests ahead of the calling thread, which then decodes
-//! it (trusting those digests, checking everything else) into batches as above. A file
+//! each segment and check its data digests ahead of the calling thread (those of data of
+//! [`COPY_FROM`] bytes or more as they land it), which then decodes it (trusting those
+//! digests, checking everything else) into batches as above. A file
 //! whose extents are in several batches (an `EXTFILE`) is created by the batch holding its
 //! entry and written by each batch holding an extent; see [`SharedFiles`].
 
@@ -41,7 +42,7 @@ use super::select::Select;
 use super::sync::{Links, Setup, SharedFile};
 use super::{Feed, Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
-use crate::format::{Decoder, Event, FormatError, Limits, Step};
+use crate::format::{digest, digest_differs, Decoder, Event, FormatError, Limits, Step};
 use crate::interrupt::Cancel;
 use crate::owners::Owners;
 use crate::source::ByteStream;
@@ -80,6 +81,8 @@ const MIN_BATCH_COST: u64 = 8;
 /// are then never mapped in nor torn down at exit. Smaller ones share pages with their
 /// neighbours' headers, and one more system call per file would cost more than it saves
 /// (a C test on tmpfs: 1,000 files of 256 KiB 14% faster copied, of 4 KiB 7% slower).
+/// Those of a version 2 archive are read and written instead, their digest checked on the
+/// way (`frames::land_checked`).
 pub const COPY_FROM: usize = 32 * 1024;
 /// Bytes of file content that cost as much as creating one file.
 const BYTES_PER_UNIT: u64 = 32 * 1024;
@@ -144,8 +147,9 @@ enum Op {
     Empty(DirStep),
     /// Leave the directory entered last.
     Leave,
-    /// Create a file with all of its content.
-    File(Leaf, Range<usize>),
+    /// Create a file with all of its content; true when the lander checks its version 2
+    /// data digest (see [`Planner::checks_digest`]).
+    File(Leaf, Range<usize>, bool),
     /// Create a symlink to a target.
     Symlink(Leaf, Range<usize>),
     /// Create a fifo or device.
@@ -155,8 +159,9 @@ enum Op {
     /// Create a file of this size, all hole, whose data comes in this many [`Op::Extent`]s,
     /// under its key in [`SharedFiles`].
     Sparse(Leaf, u64, u32, u64),
-    /// Write data at an offset of the file of this key (not an entry).
-    Extent(u64, u64, Range<usize>),
+    /// Write data at an offset of the file of this key (not an entry); true when the lander
+    /// checks its data digest.
+    Extent(u64, u64, Range<usize>, bool),
 }
 
 /// The bytes batches are decoded from.
@@ -898,6 +903,8 @@ impl Parser {
         let input = &source.bytes()[..span.end];
         let batch = Batch::new(self.plan.entries, &self.plan.at, source, span.start);
         let mut planner = Planner::<L>::new(&mut self.plan, input, batch, None);
+        let from_file = matches!(source, Source::Mapped(_, Some(_)));
+        planner.trusted = self.decoder.trusts_data() && from_file && !frames::unchecked();
         let mut pos = span.start;
         let outcome = loop {
             let decoded = planner.plan.decoded(&self.feed);
@@ -1026,6 +1033,8 @@ struct Planner<'p, 'a, 'w, 's, L: Land> {
     landing: bool,
     /// The extents of the sparse file the feed passes on next.
     extents: u32,
+    /// The data digests are trusted, where the input is mapped from a file.
+    trusted: bool,
 }
 
 impl<'p, 'a, 'w, 's, L: Land> Planner<'p, 'a, 'w, 's, L> {
@@ -1042,7 +1051,15 @@ impl<'p, 'a, 'w, 's, L: Land> Planner<'p, 'a, 'w, 's, L> {
             here,
             landing: false,
             extents: 0,
+            trusted: false,
         }
+    }
+
+    /// Whether the lander checks the digest of data at `range`: data it reads from the
+    /// archive file, which the check ahead of the decoder leaves to it (see
+    /// `frames::Check`) and the decoder trusts.
+    fn checks_digest(&self, range: &Range<usize>) -> bool {
+        self.trusted && copied(range)
     }
 
     /// Where `part`, a slice of the input, is in it (nowhere when empty: an empty slice
@@ -1155,7 +1172,11 @@ impl<L: Land> Sink for Planner<'_, '_, '_, '_, L> {
                     self.plan.sparse = Some((key, 0));
                     Op::Sparse(self.leaf(file), size, self.extents, key)
                 }
-                _ => Op::File(self.leaf(file), self.range(first)),
+                _ => {
+                    let range = self.range(first);
+                    let check = self.checks_digest(&range);
+                    Op::File(self.leaf(file), range, check)
+                }
             };
             self.push(op, 1 + size.min(first.len() as u64) / BYTES_PER_UNIT);
             return Ok(());
@@ -1198,7 +1219,8 @@ impl<L: Land> Sink for Planner<'_, '_, '_, '_, L> {
     /// In a batch: an extent of the sparse file (its data, at where its holes led).
     fn data(&mut self, data: &[u8]) -> Result<()> {
         if let (None, Some((key, at))) = (&self.here, self.plan.sparse) {
-            let op = Op::Extent(key, at, self.range(data));
+            let range = self.range(data);
+            let op = Op::Extent(key, at, range.clone(), self.checks_digest(&range));
             self.batch.ops.push(op);
             self.batch.cost += 1 + data.len() as u64 / BYTES_PER_UNIT;
             self.plan.sparse = Some((key, at + data.len() as u64));
@@ -1248,6 +1270,8 @@ struct Worker<'s, L: Land> {
     shared: &'s Shared<'s>,
     /// The shared file it has open, by key, while it lands a batch.
     open: Option<(u64, Arc<SharedFile>, OwnedFd)>,
+    /// Where file data read from the archive file goes (see `frames::land_checked`).
+    piece: Vec<u8>,
 }
 
 impl<'s, L: Land> Worker<'s, L> {
@@ -1257,6 +1281,7 @@ impl<'s, L: Land> Worker<'s, L> {
             at: Vec::new(),
             shared,
             open: None,
+            piece: Vec::new(),
         }
     }
 
@@ -1300,7 +1325,18 @@ impl<'s, L: Land> Worker<'s, L> {
     /// Writes `data` at offset `at` of the file `key` (in the current directory), once its
     /// batch created it, and completes the file after its last extent; writes nothing when
     /// the file is not landed (it was skipped, or a failure came before `entry`).
-    fn extent(&mut self, key: u64, at: u64, data: &[u8], entry: u64) -> Result<()> {
+    /// Writes the extent `data` at `at` of the shared file `key` (from the archive file
+    /// where `from` gives its place there), checking its digest where `check` gives its
+    /// message's offset and stated digest.
+    fn extent(
+        &mut self,
+        key: u64,
+        at: u64,
+        data: &[u8],
+        from: Option<(BorrowedFd<'_>, u64)>,
+        check: Option<(u64, u64)>,
+        entry: u64,
+    ) -> Result<()> {
         if self.open.as_ref().is_none_or(|(open, ..)| *open != key) {
             self.open = None;
             let shared = self.shared;
@@ -1311,7 +1347,19 @@ impl<'s, L: Land> Worker<'s, L> {
             self.open = Some((key, file, fd));
         }
         let (_, file, fd) = self.open.as_ref().expect("opened above");
-        self.land.sync_lander().write_shared((file, fd), at, data)?;
+        let lander = self.land.sync_lander();
+        if let Some(from) = from {
+            let data = (from, data.len() as u64);
+            frames::write_extent(lander, (file, fd), at, data, check, &mut self.piece)?;
+        } else {
+            if let Some((message, stated)) = check {
+                if digest_differs(digest(data), stated) {
+                    let path = lander.path(file.name());
+                    return Err(frames::bad_digest("extent", message, path));
+                }
+            }
+            lander.write_shared((file, fd), at, data)?;
+        }
         if !self.shared.files.landed(key) {
             return Ok(());
         }
@@ -1414,24 +1462,39 @@ fn land_batch<L: Land>(
                 (worker.create(*key, &leaf.entry(bytes), *size, *extents)).map(|()| 0)
             }
             // Not an entry: only its bytes count.
-            Op::Extent(key, at, range) => {
+            Op::Extent(key, at, range, check) => {
                 let data = &bytes[range.clone()];
-                (worker.extent(*key, *at, data, entry)).map_err(fail(entry))?;
+                let from = copy_from.filter(|_| copied(range));
+                let from = from.map(|(fd, base)| (fd, base + range.start as u64));
+                // `EXTENT`, at, len: 13 bytes before the data.
+                let check = check.then(|| (range.start as u64 - 13, stated_digest(bytes, range)));
+                (worker.extent(*key, *at, data, from, check, entry)).map_err(fail(entry))?;
                 progress.add_bytes(data.len() as u64);
                 continue;
             }
-            Op::File(leaf, range) => {
+            Op::File(leaf, range, check) => {
                 let data = &bytes[range.clone()];
-                let content = match copy_from.filter(|_| copied(range)) {
-                    Some((fd, base)) => Content::File {
-                        fd,
-                        offset: base + range.start as u64,
-                        len: data.len() as u64,
-                        mapped: Some(data),
-                    },
-                    None => Content::Bytes(data),
+                let file = leaf.entry(bytes);
+                let landed = match (copy_from.filter(|_| copied(range)), check) {
+                    (Some(from), true) => {
+                        // `FILE`, name, 0, size: 6 bytes and the name before the data.
+                        let message = (range.start - 6 - file.name.len()) as u64;
+                        let from = (from.0, from.1 + range.start as u64);
+                        let data = (from, data.len() as u64, stated_digest(bytes, range));
+                        frames::land_checked(land, &file, data, message, &mut worker.piece)
+                    }
+                    (Some((fd, base)), false) => {
+                        let content = Content::File {
+                            fd,
+                            offset: base + range.start as u64,
+                            len: data.len() as u64,
+                            mapped: Some(data),
+                        };
+                        land.file(&file, content)
+                    }
+                    (None, _) => land.file(&file, Content::Bytes(data)),
                 };
-                (land.file(&leaf.entry(bytes), content)).map(|()| data.len() as u64)
+                landed.map(|()| data.len() as u64)
             }
             Op::Symlink(leaf, target) => {
                 (land.symlink(&leaf.entry(bytes), &bytes[target.clone()])).map(|()| 0)
@@ -1551,12 +1614,19 @@ fn copied(range: &Range<usize>) -> bool {
     range.len() >= COPY_FROM
 }
 
+/// The digest a version 2 `FILE` or `EXTENT` states for its data at `range` of `bytes`:
+/// the 8 bytes after it.
+fn stated_digest(bytes: &[u8], range: &Range<usize>) -> u64 {
+    let stated = &bytes[range.end..range.end + 8];
+    u64::from_le_bytes(stated.try_into().expect("8 bytes"))
+}
+
 /// Maps in the pages of `batch`, a part of the mapped archive `mapped`, except the content
 /// of files copied from the archive file: one `madvise` per stretch between two of them.
 fn populate_all_but_copied(mapped: &[u8], batch: &Batch<'_>) {
     let mut from = batch.span.start;
     for op in &batch.ops {
-        if let Op::File(_, range) = op {
+        if let Op::File(_, range, _) | Op::Extent(_, _, range, _) = op {
             if copied(range) {
                 populate(&mapped[from..range.start]);
                 from = range.end;

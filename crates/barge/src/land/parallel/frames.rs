@@ -1,7 +1,9 @@
 //! Version 2 archives on the threaded engine. The calling thread finds the frames ahead of
 //! the decoder (hopping over a mapping by their stored lengths, or reading a stream frame
 //! by frame) and queues a [`Check`] of each for the helpers: a zstd frame is inflated, and
-//! every data digest of a segment is checked (`format::data_digests_match`). It decodes the
+//! every data digest of a segment is checked (`format::data_digests_match`), but for data
+//! the landers read from the archive file, which they check as they write it
+//! ([`land_checked`]): so it is read once. It decodes the
 //! frames in order, each once its check is done (doing the check itself when no helper has
 //! taken it), trusting the data digests the check found right (`Decoder::trust_data`) and
 //! checking everything else as the sync engine does, so that errors are the same: where a
@@ -15,24 +17,25 @@
 use std::collections::VecDeque;
 use std::hash::Hasher;
 use std::ops::Range;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::AcqRel, Ordering::Acquire};
 use std::sync::{Arc, Condvar, Mutex};
 
 use super::{batch_cost, Failure, Here, Parsed, Parser, Segment, Source, Stream};
-use super::{COPY_FROM, SEGMENT, STREAM_THREADS_FROM};
-use crate::copy::read_chunks;
-use crate::error::{Result, TreePath};
-use crate::format::{data_digests_match, digest, frame_head, inflate, Digester};
+use super::{copied, SEGMENT, STREAM_THREADS_FROM};
+use crate::copy::{copy_range, read_chunks};
+use rustix::io::Errno;
+
+use crate::error::{Error, Result, TreePath};
+use crate::format::{data_digests_match, digest, digest_differs, frame_head, inflate, Digester};
 use crate::format::{FormatError, FrameHead, CODEC_ZSTD, FRAME_HEAD, HEADER_V2};
 use crate::format::{TAG_INDEX, TAG_SEGMENT};
-use crate::interrupt::Cancel;
+use crate::land::sync::{SharedFile, SyncLander};
 use crate::land::Land;
 use crate::source::ByteStream;
 use crate::sys::map::populate;
+use crate::tree::{Content, Entry};
 
-/// Bytes read at once from the archive file to hash large data.
-const PIECE: usize = 256 << 10;
 /// Bytes of frame bodies found ahead of the decoder, at most (but one frame of any size);
 /// also the most bytes of buffers kept for reuse.
 const AHEAD: usize = 64 << 20;
@@ -93,10 +96,12 @@ impl<'a> Check<'a> {
         };
         let segment = self.head.tag == TAG_SEGMENT;
         let hashed = segment && !unchecked();
-        let mut piece = Vec::new();
-        let mut verify = |body: &[u8], file| {
-            let digest = |range| digest_of(body, range, file, &mut piece);
-            segment && (!hashed || data_digests_match(body, digest))
+        let verify = |body: &[u8], file: Option<_>| {
+            // Data a lander copies from the file is checked by it (see `checks_digest`).
+            let matches = |range: Range<usize>, stated| {
+                (file.is_some() && copied(&range)) || !digest_differs(digest(&body[range]), stated)
+            };
+            segment && (!hashed || data_digests_match(body, matches))
         };
         if self.head.codec != CODEC_ZSTD {
             let verified = verify(stored, file);
@@ -147,41 +152,109 @@ impl<'a> Check<'a> {
     }
 }
 
-/// The digest of `range` of `body`. Where `body` is mapped from `file` (at that offset),
-/// data large enough to be copied from the file when it lands (see [`COPY_FROM`]) is read
-/// from the file in pieces through `piece` instead, so that its pages are not mapped in for
-/// it either; `None` when the file cannot be read.
-fn digest_of(
-    body: &[u8],
-    range: Range<usize>,
-    file: Option<(BorrowedFd<'_>, u64)>,
+/// Bytes read at once from the archive file for [`land_checked`].
+const PIECE: usize = 256 << 10;
+
+/// Lands `file` from its `len` bytes at `from` (the archive file and the data's offset in
+/// it) in pieces, hashing each before it is written: the last one is written only once the
+/// digest is the one `stated`, so that wrong data never completes the file (the lander's
+/// failure then removes it); a mismatch is `bad-digest` at `message`. This check replaces
+/// the one ahead of the decoder for data the kernel would copy: the data is read once.
+pub(super) fn land_checked<L: Land>(
+    land: &mut L,
+    file: &Entry<'_>,
+    (from, len, stated): ((BorrowedFd<'_>, u64), u64, u64),
+    message: u64,
     piece: &mut Vec<u8>,
-) -> Option<u64> {
-    let Some((fd, at)) = file.filter(|_| range.len() >= COPY_FROM) else {
-        return Some(digest(&body[range]));
-    };
+) -> Result<()> {
+    land.file(
+        file,
+        Content::Stream {
+            size: len,
+            first: &[],
+        },
+    )?;
+    let path = land.sync_lander().path(file.name);
+    piece.resize(PIECE, 0);
+    let (mut digester, mut done) = (Digester::default(), 0);
+    let cancel = land.sync_lander().cancel().clone();
+    read_chunks(from.0, from.1, len, piece, &path, &cancel, |chunk| {
+        digester.write(chunk);
+        done += chunk.len() as u64;
+        if done == len && digest_differs(digester.finish(), stated) {
+            return Err(bad_digest("file", message, path.clone()));
+        }
+        land.data(chunk)
+    })?;
+    if done < len {
+        // The archive file shrank since it was mapped.
+        return Err(Error::io("read", path, Errno::NODATA));
+    }
+    Ok(())
+}
+
+/// Writes at `at` of the shared `file` the extent of `len` bytes at `from` (the archive
+/// file and the data's offset in it): in pieces, checked as [`land_checked`] does, where
+/// `check` gives the `EXTENT`'s offset and stated digest; else copied inside the kernel.
+pub(super) fn write_extent(
+    lander: &SyncLander,
+    (file, fd): (&SharedFile, &OwnedFd),
+    at: u64,
+    ((from, offset), len): ((BorrowedFd<'_>, u64), u64),
+    check: Option<(u64, u64)>,
+    piece: &mut Vec<u8>,
+) -> Result<()> {
+    let path = || lander.path(file.name());
+    let cancel = lander.cancel();
+    let mut done = 0;
+    if check.is_none() {
+        let to = (fd.as_fd(), Some(at));
+        done = copy_range((from, offset), to, len, &path, cancel, |_| {})?.copied;
+    }
+    // What the kernel could not copy, or all of it to check, through memory.
     piece.resize(PIECE, 0);
     let mut digester = Digester::default();
-    let (start, len) = (at + range.start as u64, range.len() as u64);
-    let read = read_chunks(
-        fd,
-        start,
-        len,
+    read_chunks(
+        from,
+        offset + done,
+        len - done,
         piece,
-        &TreePath::default(),
-        &Cancel::new(),
-        |b| {
-            digester.write(b);
+        &path(),
+        cancel,
+        |chunk| {
+            if let Some((message, stated)) = check {
+                digester.write(chunk);
+                let last = done + chunk.len() as u64 == len;
+                if last && digest_differs(digester.finish(), stated) {
+                    return Err(bad_digest("extent", message, path()));
+                }
+            }
+            lander.write_shared((file, fd), at + done, chunk)?;
+            done += chunk.len() as u64;
             Ok(())
         },
-    );
-    (read.ok()? == len).then(|| digester.finish())
+    )?;
+    if done < len {
+        // The archive file shrank since it was mapped.
+        return Err(Error::io("read", path(), Errno::NODATA));
+    }
+    Ok(())
+}
+
+/// The error for data of a `FILE` or `EXTENT` (`what`) at `message` of the archive that
+/// differs from its digest: the decoder's.
+pub(super) fn bad_digest(what: &'static str, message: u64, path: TreePath) -> Error {
+    Error::Format {
+        offset: message,
+        path,
+        kind: FormatError::BadDigest(what),
+    }
 }
 
 /// Whether the data digests go unchecked (and the decoder trusts them): only in a build
 /// with the `bench` feature, with `BARGE_BENCH_NO_DIGESTS` set, to measure what checking
 /// them costs (docs/BENCHMARKS.md).
-fn unchecked() -> bool {
+pub(super) fn unchecked() -> bool {
     cfg!(feature = "bench") && std::env::var_os("BARGE_BENCH_NO_DIGESTS").is_some()
 }
 

@@ -1,7 +1,8 @@
 //! A version 2 archive in a file, read through its index: the footer and the index by
-//! `pread` (checked whole by `format::index`), then only the segments wanted, each decoded
-//! by a decoder resumed at it. `list --names` reads no segment; `cat` reads those holding
-//! its files (an `EXTFILE` goes on into the segments its extents run into).
+//! `pread` (checked whole by `format::index`), then only what is wanted. `list --names`
+//! reads no segment; `cat` reads a `FILE` of a raw segment alone (its group, where its row
+//! places it) and its other files from the segments holding them, each decoded by a
+//! decoder resumed at it (an `EXTFILE` goes on into the segments its extents run into).
 
 use std::os::fd::BorrowedFd;
 
@@ -9,8 +10,8 @@ use rustix::buffer::spare_capacity;
 use rustix::io::pread;
 
 use crate::error::{Error, Result, TreePath};
-use crate::format::index::{Footer, Index, RowKind};
-use crate::format::{decode_with, Decoder, Event, FormatError, Limits, FOOTER};
+use crate::format::index::{Footer, Found, Index, RowKind};
+use crate::format::{decode_with, Decoder, Event, FormatError, Limits, Step, FOOTER, FRAME_HEAD};
 use crate::interrupt::{retry, Cancel};
 use crate::land::select::Select;
 use crate::land::{Driver, Feed};
@@ -51,8 +52,9 @@ impl Seekable<'_> {
         Ok(buf)
     }
 
-    /// Its footer and index, checked; `None` where its last bytes are no footer (the
-    /// archive is then decoded from its start, which says what is wrong).
+    /// Its footer and index, checked but for the rows ([`Index::read_lazily`]); `None`
+    /// where its last bytes are no footer (the archive is then decoded from its start,
+    /// which says what is wrong).
     pub(crate) fn index(&self, cancel: &Cancel) -> Result<Option<Index>> {
         let Some(tail_at) = self.len.checked_sub(FOOTER as u64) else {
             return Ok(None);
@@ -63,7 +65,7 @@ impl Seekable<'_> {
             return Ok(None);
         };
         let frame = self.read(footer.index_at, footer.index_len(), cancel)?;
-        Index::read(&footer, frame).map(Some)
+        Index::read_lazily(&footer, frame).map(Some)
     }
 }
 
@@ -97,11 +99,16 @@ impl Sink for Taken {
     }
 }
 
-/// A file to read: its entry number, the segment holding its group, its path.
+/// A file to read: its row (where its group is), its path.
 struct Wanted {
-    number: u64,
-    segment: usize,
+    row: Found,
     path: TreePath,
+}
+
+impl Wanted {
+    fn segment(&self) -> usize {
+        self.row.segment as usize
+    }
 }
 
 /// Passes to `sink` (as [`Sink::file`], [`Sink::data`] and [`Sink::hole`]) the content of
@@ -110,7 +117,7 @@ struct Wanted {
 /// decoded and checked (digests, and that each entry is where its row says).
 pub(crate) fn cat<S: Sink>(
     src: &Seekable<'_>,
-    index: &Index,
+    index: &mut Index,
     (select, limits, cancel): (Select, Limits, &Cancel),
     mut sink: S,
 ) -> std::result::Result<(), S::Error> {
@@ -124,33 +131,34 @@ pub(crate) fn cat<S: Sink>(
 
 /// The files `select` takes from `index`, in order, as a listing would take them (the
 /// same errors: a hard link whose file is left out, then a PATH that names nothing). PATHs
-/// alone are found by binary search, a directory's entries being the rows after it below
-/// its path; with `--exclude` the feed decides, over every row.
-fn taken(index: &Index, select: Select, cancel: &Cancel) -> Result<Vec<Wanted>> {
+/// alone are looked up by binary search, a directory's entries being the rows after it
+/// below its path; with `--exclude` the feed decides, over every row. Only where each is a
+/// file to be read alone ([`alone`]) are the index's other rows left unchecked.
+fn taken(index: &mut Index, select: Select, cancel: &Cancel) -> Result<Vec<Wanted>> {
     let Some(paths) = select.only_paths() else {
+        index.check()?;
         let mut taken = Taken::default();
         let progress = Progress::default();
         Driver::new(&mut taken, &progress)
             .filter(0, select)
             .cancel(cancel.clone())
             .run_index(index)?;
-        let wanted = taken.files.into_iter().map(|path| {
-            let found = index.find(&path.0).expect("a path of the index");
-            let (number, segment) = (found.number, found.segment as usize);
-            Wanted {
-                number,
-                segment,
-                path,
-            }
+        let wanted = taken.files.into_iter().map(|path| Wanted {
+            row: index.find(&path.0).expect("a path of the index"),
+            path,
         });
         return Ok(wanted.collect());
     };
     let (mut ranges, mut missing) = (Vec::new(), None);
     for path in paths {
-        let Some(found) = index.find(path) else {
+        let Some(found) = index.lookup(path)? else {
             missing = missing.or(Some(path));
             continue;
         };
+        if !found.kind.is_file() {
+            // A directory's rows below it, a hard link's target: rows the lookup did not check.
+            index.check()?;
+        }
         let mut end = found.number + 1;
         if found.kind == RowKind::Dir {
             let mut rows = index.rows_at(end);
@@ -158,23 +166,30 @@ fn taken(index: &Index, select: Select, cancel: &Cancel) -> Result<Vec<Wanted>> 
                 end += 1;
             }
         }
-        ranges.push(found.number..end);
+        ranges.push((found.number..end, found, path));
     }
-    ranges.sort_by_key(|range| range.start);
-    let taken = |n: &u64| ranges.iter().any(|range| range.contains(n));
+    ranges.sort_by_key(|(range, ..)| range.start);
+    let taken = |n: &u64| ranges.iter().any(|(range, ..)| range.contains(n));
     let mut wanted = Vec::new();
     // Rows before `next` were taken already (ranges nest when PATHs do).
     let mut next = 0;
-    for range in &ranges {
+    for (range, found, path) in &ranges {
         let start = range.start.max(next);
+        if found.kind.is_file() {
+            if start < range.end {
+                let path = TreePath(path.to_vec());
+                wanted.push(Wanted { row: *found, path });
+            }
+            next = next.max(range.end);
+            continue;
+        }
         let mut rows = index.rows_at(start);
         for _ in start..range.end {
             let row = rows.next_row().expect("a row of the range");
             let path = TreePath(row.path.to_vec());
             match row.kind {
                 kind if kind.is_file() => wanted.push(Wanted {
-                    number: row.number,
-                    segment: row.segment as usize,
+                    row: Found::of(&row),
                     path,
                 }),
                 RowKind::HardLink if !taken(&row.size) => {
@@ -187,12 +202,22 @@ fn taken(index: &Index, select: Select, cancel: &Cancel) -> Result<Vec<Wanted>> 
         }
         next = next.max(range.end);
     }
-    match missing {
-        Some(path) => Err(Error::NotInArchive {
+    if let Some(path) = missing {
+        return Err(Error::NotInArchive {
             path: TreePath(path.clone()),
-        }),
-        None => Ok(wanted),
+        });
     }
+    if !wanted.iter().all(|file| alone(index, file)) {
+        // Their segments are decoded, against the index's linked files.
+        index.check()?;
+    }
+    Ok(wanted)
+}
+
+/// Whether `file` is read alone: a `FILE` of a raw segment.
+fn alone(index: &Index, file: &Wanted) -> bool {
+    let seg = index.segments()[file.segment()];
+    file.row.kind == RowKind::File && seg.stored == seg.body
 }
 
 /// Whether `path` is below the directory `dir`.
@@ -200,26 +225,30 @@ fn below(path: &[u8], dir: &[u8]) -> bool {
     path.len() > dir.len() && path.starts_with(dir) && path[dir.len()] == b'/'
 }
 
-/// Decodes the segments holding the `wanted` files (in entry order) and passes their
-/// content to `sink` through a feed (which makes holes of a sparse file's gaps).
+/// Passes the content of the `wanted` files (in entry order) to `sink` through a feed
+/// (which makes holes of a sparse file's gaps): a `FILE` of a raw segment read alone from
+/// its row's place ([`read_alone`]), else from the segments holding it, decoded from their
+/// `START`s.
 fn read_files<S: Sink>(
     src: &Seekable<'_>,
-    index: &Index,
+    index: &mut Index,
     wanted: &[Wanted],
     (limits, cancel): (Limits, &Cancel),
     sink: &mut S,
 ) -> std::result::Result<(), S::Error> {
-    let segs = index.segments();
-    let disagrees = || Error::Format {
-        offset: index.at(),
-        path: TreePath::default(),
-        kind: FormatError::BadIndex,
-    };
     let mut feed = Feed::new(0, cancel.clone());
     let mut next = 0;
     while let Some(first) = wanted.get(next) {
-        let mut at = first.segment;
-        let seg = segs[at];
+        let mut at = first.segment();
+        if alone(index, first) && read_alone(src, index, first, (limits, cancel), &mut feed, sink)?
+        {
+            next += 1;
+            continue;
+        }
+        // Decoding needs the linked files: every row checked (done already, unless a file
+        // to be read alone did not decode).
+        index.check()?;
+        let (segs, seg) = (index.segments(), index.segments()[at]);
         let mut decoder = Decoder::resume(limits, seg.at, at as u32, seg.first, index.linked());
         // The events are of a wanted file.
         let mut current = false;
@@ -237,11 +266,11 @@ fn read_files<S: Sink>(
                 };
                 if let Some(entry) = entry {
                     let number = decoder.entries() - 1;
-                    current = wanted.get(next).is_some_and(|w| w.number == number);
+                    current = wanted.get(next).is_some_and(|w| w.row.number == number);
                     if current {
                         let path = TreePath::join(decoder.dir_names(), entry.name);
                         if path != wanted[next].path {
-                            return Err(disagrees().into());
+                            return Err(bad_index(index).into());
                         }
                         next += 1;
                     }
@@ -263,11 +292,11 @@ fn read_files<S: Sink>(
             }
             at += 1;
             // A wanted entry the index places in a segment read, and not found there.
-            if wanted.get(next).is_some_and(|w| w.segment < at) {
-                return Err(disagrees().into());
+            if wanted.get(next).is_some_and(|w| w.segment() < at) {
+                return Err(bad_index(index).into());
             }
             let extents_due = current && decoder.open_file().is_some();
-            let next_here = wanted.get(next).is_some_and(|w| w.segment == at);
+            let next_here = wanted.get(next).is_some_and(|w| w.segment() == at);
             if !(extents_due || next_here) {
                 break;
             }
@@ -285,14 +314,72 @@ fn read_files<S: Sink>(
     Ok(())
 }
 
+/// Bytes read past a `FILE`'s name, size, data and digest for the records before it, so
+/// that one read mostly takes its group whole.
+const RECORDS_GUESS: u64 = 1024;
+
+/// Passes `sink` the content of the `FILE` `file` of a raw segment, read alone from where
+/// its row places it: its group (records, the entry, data, data digest) decoded and
+/// checked as a decoder from the segment's start would (the segment's digest aside), and
+/// that it is the file the row says (name, size: `bad-index` at the INDEX). `false`,
+/// with nothing passed, where the group does not decode: the caller then decodes the
+/// segment from its `START`, which tells what is wrong (the segment, or the index).
+fn read_alone<S: Sink>(
+    src: &Seekable<'_>,
+    index: &Index,
+    file: &Wanted,
+    (limits, cancel): (Limits, &Cancel),
+    feed: &mut Feed,
+    sink: &mut S,
+) -> std::result::Result<bool, S::Error> {
+    let (row, seg) = (file.row, index.segments()[file.segment()]);
+    let at = seg.at + FRAME_HEAD as u64 + row.offset;
+    let left = u64::from(seg.body) - row.offset;
+    let mut names: Vec<Box<[u8]>> = file.path.0.split(|&b| b == b'/').map(Box::from).collect();
+    let name = names.pop().expect("a path has a name");
+    let place = (row.segment, row.number);
+    let mut decoder = Decoder::at_group(limits, (at, left), place, names);
+    let group = row.size + name.len() as u64 + 14;
+    let mut len = group.saturating_add(RECORDS_GUESS).min(left);
+    loop {
+        let bytes = src.read(at, len as usize, cancel)?;
+        let Ok(step) = decoder.next_whole(&bytes, len == left) else {
+            return Ok(false);
+        };
+        match step {
+            Step::Event(event, _) => {
+                let is_row = match &event {
+                    Event::File { entry, size, .. } => *entry.name == *name && *size == row.size,
+                    _ => false,
+                };
+                if !is_row {
+                    return Err(bad_index(index).into());
+                }
+                return feed.event(event, (&[], &[]), sink).map(|()| true);
+            }
+            Step::NeedMore => len = (decoder.wanted() as u64).max(2 * len).min(left),
+            Step::Done | Step::Inflate { .. } => return Err(bad_index(index).into()),
+        }
+    }
+}
+
+/// The index disagrees with the segments.
+fn bad_index(index: &Index) -> Error {
+    Error::Format {
+        offset: index.at(),
+        path: TreePath::default(),
+        kind: FormatError::BadIndex,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::exclude::Exclude;
-    use crate::format::index::tests::{body, parts, with_body};
+    use crate::format::index::tests::{body, parts, with_body, Plain};
     use crate::format::index::{Footer, Index};
     use crate::format::SegmentEncoder;
-    use crate::tree::Meta;
+    use crate::tree::{Meta, Xattrs};
     use crate::unpack::Unpack;
 
     /// `a/` holding `f` (in the first segment), `b` (an EXTFILE of four extents, one per
@@ -471,6 +558,127 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn cat_of_a_file_of_a_raw_segment_reads_its_group_alone() {
+        let archive = archive(None);
+        let index = index_of(&archive);
+        let g = index.find(b"c/g").unwrap();
+        let seg = index.segments()[g.segment as usize];
+        let want = [&b"g:"[..], &[b'g'; 120]].concat();
+        // Its segment's START garbled: decoded from there, c/g would not come.
+        let start = seg.at as usize + FRAME_HEAD + 1;
+        let bad_start = flipped(&archive, start);
+        assert_eq!(cat_of(&bad_start, &["c/g"], false).unwrap(), want);
+        assert!(cat_of(&bad_start, &["c/g"], true).is_err());
+        // A byte of its data flipped: its digest fails, naming it.
+        let data = archive.windows(120).position(|w| w == [b'g'; 120]).unwrap();
+        match cat_of(&flipped(&archive, data + 60), &["c/g"], false) {
+            Err(Error::Format { kind, path, .. }) => {
+                assert_eq!(kind, FormatError::BadDigest("file"));
+                assert_eq!(path.0, b"c/g");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Records longer than one read guesses: the group is read on.
+        let mut encoder = SegmentEncoder::new(Vec::new()).unwrap();
+        let mut xattrs = Vec::new();
+        Xattrs::push(&mut xattrs, b"user.big", &[b'x'; 3000]);
+        let entry = Entry {
+            xattrs: Xattrs(&xattrs),
+            ..Entry::file(b"x", Meta::with_mode(0o600))
+        };
+        encoder.file_with(&entry, b"content").unwrap();
+        let archive = encoder.finish().unwrap();
+        assert_eq!(cat_of(&archive, &["x"], false).unwrap(), b"x:content");
+    }
+
+    #[test]
+    fn cat_of_a_file_read_alone_checks_it_against_its_row() {
+        let archive = archive(None);
+        let bad_index = |archive: &[u8], path: &str| match cat_of(archive, &[path], false) {
+            Err(Error::Format { kind, offset, .. }) => {
+                assert_eq!(
+                    (kind, offset),
+                    (FormatError::BadIndex, index_of(archive).at())
+                );
+            }
+            other => panic!("{other:?}"),
+        };
+        let (segs, rows) = parts(&archive);
+        let z = rows.iter().position(|r| r.0 == b"z").unwrap();
+        // A row whose size, or name, is not its group's.
+        let mut larger = rows.clone();
+        larger[z].2 += 1;
+        bad_index(
+            &with_body(&archive, &body(&segs, &larger), rows.len() as u64),
+            "z",
+        );
+        let mut renamed = rows.clone();
+        renamed[z].0 = b"y".to_vec();
+        bad_index(
+            &with_body(&archive, &body(&segs, &renamed), rows.len() as u64),
+            "y",
+        );
+    }
+
+    /// A raw archive of the files `f00` to `f39`: three blocks of index rows.
+    fn forty_files() -> Vec<u8> {
+        let mut encoder = SegmentEncoder::new(Vec::new()).unwrap();
+        for i in 0..40 {
+            let name = format!("f{i:02}");
+            let entry = Entry::file(name.as_bytes(), Meta::with_mode(0o644));
+            encoder.file_with(&entry, name.as_bytes()).unwrap();
+        }
+        encoder.finish().unwrap()
+    }
+
+    #[test]
+    fn cat_checks_the_rows_it_looks_up_and_the_others_where_it_needs_them() {
+        let archive = forty_files();
+        let (segs, rows) = parts(&archive);
+        let edited = |edit: &dyn Fn(&mut Vec<Plain>)| {
+            let mut rows = rows.clone();
+            edit(&mut rows);
+            with_body(&archive, &body(&segs, &rows), rows.len() as u64)
+        };
+        let is_bad_index = |result: Result<Vec<u8>>, archive: &[u8]| {
+            let tail = archive[archive.len() - FOOTER..].try_into().unwrap();
+            let footer = Footer::find(tail, archive.len() as u64).unwrap().unwrap();
+            match result {
+                Err(Error::Format { kind, offset, .. }) => {
+                    assert_eq!((kind, offset), (FormatError::BadIndex, footer.index_at));
+                }
+                other => panic!("{other:?}"),
+            }
+        };
+        let listed = |archive: &[u8]| {
+            let dir = tempfile::tempdir().unwrap();
+            let file = dir.path().join("a.barge");
+            std::fs::write(&file, archive).unwrap();
+            let unpack = Unpack::new();
+            let opened = unpack.open(Some(&file))?;
+            unpack
+                .list_index(&opened, &mut Out::default())
+                .map(|()| Vec::new())
+        };
+        assert_eq!(cat_of(&archive, &["f05"], false).unwrap(), b"f05:f05");
+        // A row of another block of an unknown kind, or below a file (which only the rows
+        // before it tell): cat of f05 does not read it, a listing and a lookup that
+        // misses do.
+        let unknown = edited(&|r| r[35].1 = 9);
+        let below_a_file = edited(&|r| r[35].0 = b"f34/x".to_vec());
+        for bad in [&unknown, &below_a_file] {
+            assert_eq!(cat_of(bad, &["f05"], false).unwrap(), b"f05:f05");
+            is_bad_index(listed(bad), bad);
+            is_bad_index(cat_of(bad, &["f06", "none"], false), bad);
+        }
+        // The block cat reads is checked.
+        is_bad_index(cat_of(&unknown, &["f36"], false), &unknown);
+        let unordered = edited(&|r| r.swap(3, 4));
+        is_bad_index(cat_of(&unordered, &["f05"], false), &unordered);
+        assert_eq!(cat_of(&unordered, &["f25"], false).unwrap(), b"f25:f25");
     }
 
     #[test]

@@ -488,9 +488,10 @@ impl Unpack {
     /// symlinks without a target, devices without numbers, nothing with metadata); any
     /// other archive as by `list`.
     pub fn list_index(&self, archive: &Archive, sink: impl Sink<Error = Error>) -> Result<()> {
-        let Some((_, index)) = self.index(archive)? else {
+        let Some((_, mut index)) = self.index(archive)? else {
             return self.list(archive, sink);
         };
+        index.check()?;
         Driver::new(sink, &Progress::default())
             .filter(self.strip, self.select.clone())
             .cancel(self.cancel.clone())
@@ -501,16 +502,16 @@ impl Unpack {
     /// archive in a file it reads the footer, the index and only the segments that hold
     /// those files, and passes on only the files ([`Sink::file`], `data`, `hole`).
     pub fn cat(&self, archive: &Archive, sink: impl Sink<Error = Error>) -> Result<()> {
-        let Some((src, index)) = self.index(archive)? else {
+        let Some((src, mut index)) = self.index(archive)? else {
             return self.list(archive, sink);
         };
         let limits = archive.limits(self.limits);
         let how = (self.select.clone(), limits, &self.cancel);
-        crate::indexed::cat(&src, &index, how, sink)
+        crate::indexed::cat(&src, &mut index, how, sink)
     }
 
-    /// The archive in its file and its index, when it is version 2 in a file and ends in a
-    /// footer.
+    /// The archive in its file and its index (its rows not checked yet: see
+    /// [`Index::read_lazily`]), when it is version 2 in a file and ends in a footer.
     fn index<'a>(&self, archive: &'a Archive) -> Result<Option<(Seekable<'a>, Index)>> {
         let Input::Mapped(mapped) = &archive.input else {
             return Ok(None);

@@ -218,6 +218,9 @@ struct Segments {
     /// taken as where the stream is; and no INDEX is checked (the decoder stops there).
     resuming: bool,
     resumed: bool,
+    /// One group of a raw body decoded alone ([`Decoder::at_group`]): the body's digest,
+    /// which covers all of it, is not checked.
+    alone: bool,
     /// The index frame: where, and its check once its counts came.
     index_at: Option<u64>,
     index: Option<IndexCheck>,
@@ -778,6 +781,33 @@ impl Decoder {
         decoder
     }
 
+    /// A decoder of one group of a version 2 raw segment body alone (as a reader that seeks
+    /// finds it by its index row): the group at archive offset `at`, `left` bytes before
+    /// the end of segment `segment`'s body, the group of entry `number` in the directory
+    /// `dirs` (names, outermost first). Fed the bytes from there (see
+    /// [`Decoder::next_whole`]), it checks the group as a decoder from the start would, a
+    /// `FILE`'s data digest included, but not the segment's digest, which covers the whole
+    /// body; what it decodes after the group is not to be used.
+    pub(crate) fn at_group(
+        limits: Limits,
+        (at, left): (u64, u64),
+        (segment, number): (u32, u64),
+        dirs: Vec<Box<[u8]>>,
+    ) -> Decoder {
+        let mut decoder = Decoder::new(limits);
+        (decoder.state, decoder.offset, decoder.entries) = (State::Messages, at, number);
+        decoder.seen = (0..=dirs.len()).map(|_| Names::default()).collect();
+        decoder.path = dirs;
+        decoder.v2 = Some(Box::new(Segments {
+            body_left: left,
+            segments: segment + 1,
+            resumed: true,
+            alone: true,
+            ..Segments::default()
+        }));
+        decoder
+    }
+
     /// Entries decoded so far (with a resumed decoder's `first`): one more than the number
     /// of the entry an entry event is for.
     pub fn entries(&self) -> u64 {
@@ -1185,8 +1215,11 @@ impl Decoder {
         if v2.body_left > 0 {
             return Ok(());
         }
-        let stated = v2.head.expect("inside a frame").digest;
         let (digest, frame_at) = (v2.skeleton.finish(), v2.frame_at);
+        let stated = match v2.alone {
+            true => digest,
+            false => v2.head.expect("inside a frame").digest,
+        };
         if v2::differs(digest, stated) {
             self.message_offset = frame_at;
             return Err(self.error(FormatError::BadDigest("segment"), None));

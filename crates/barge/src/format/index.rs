@@ -2,6 +2,7 @@
 //! in the archive's last 37 bytes, the INDEX frame checked whole (digest, segment table,
 //! every row) before any row is used, then the rows in path order, a path found by binary
 //! search over the restart rows, and the entries as the events the index can tell of them.
+//! A reader that looks up a few paths may check only the rows it reads (`Index::lookup`).
 //! Pure: the caller reads the bytes (`indexed.rs` does, by `pread`).
 
 use std::cmp::Ordering;
@@ -243,7 +244,7 @@ fn common(a: &[u8], b: &[u8]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
-/// A version 2 archive's index, checked whole.
+/// A version 2 archive's index, checked whole (or read for lookups: [`Index::read_lazily`]).
 #[derive(Debug)]
 pub struct Index {
     /// The body (after a raw frame's head): counts, segment records, rows, restarts.
@@ -255,8 +256,26 @@ pub struct Index {
     restarts: usize,
     /// Entry numbers of the files hard links may name, ascending.
     linked: Vec<u64>,
+    /// Every row is checked (else only what [`Index::lookup`] read).
+    whole: bool,
     /// Where the INDEX frame is.
     at: u64,
+}
+
+/// What checking a row takes from the rows before it.
+#[derive(Default)]
+struct Before {
+    /// Every row before was checked: the checks that look back are made (a row's parent
+    /// directory, a hard link's target linked, a block's first row against the last).
+    whole: bool,
+    /// The last row's path, and on a restart row the one before it.
+    path: Vec<u8>,
+    previous: Vec<u8>,
+    /// The lengths of the directory paths that are ancestors of (or are) the last row.
+    dirs: Vec<usize>,
+    linked: Vec<u64>,
+    segment: u64,
+    offset: u64,
 }
 
 impl Index {
@@ -267,6 +286,16 @@ impl Index {
     /// rows (`bad-index`), all at the INDEX; then that its counts are the footer's
     /// (`bad-footer`).
     pub fn read(footer: &Footer, frame: Vec<u8>) -> Result<Index, Error> {
+        Index::read_with(footer, frame, true)
+    }
+
+    /// [`Index::read`] but for the rows, which a reader that looks up some paths checks as
+    /// it reads them ([`Index::lookup`]); until [`Index::check`] no other method reads rows.
+    pub(crate) fn read_lazily(footer: &Footer, frame: Vec<u8>) -> Result<Index, Error> {
+        Index::read_with(footer, frame, false)
+    }
+
+    fn read_with(footer: &Footer, frame: Vec<u8>, whole: bool) -> Result<Index, Error> {
         let at = footer.index_at;
         let stored = frame
             .get(2..6)
@@ -292,14 +321,19 @@ impl Index {
         if v2::differs(digest(&bytes[base..]), head.digest) {
             return Err(error(FormatError::BadDigest("index"), at));
         }
-        let index = Index::parse(bytes, base, footer).ok_or(error(FormatError::BadIndex, at))?;
+        let mut index =
+            Index::parse(bytes, base, footer).ok_or(error(FormatError::BadIndex, at))?;
+        if whole {
+            index.check()?;
+        }
         if index.entries != footer.entries || index.segs.len() != footer.segments as usize {
             return Err(error(FormatError::BadFooter, footer.at));
         }
         Ok(index)
     }
 
-    /// The checked index of the body at `bytes[base..]`, or `None` where it is malformed.
+    /// The index of the body at `bytes[base..]`, its layout and segments checked (its rows
+    /// not), or `None` where they are malformed.
     fn parse(bytes: Vec<u8>, base: usize, footer: &Footer) -> Option<Index> {
         let body = &bytes[base..];
         let segments = u32::from_le_bytes(body[..4].try_into().expect("4 bytes"));
@@ -312,17 +346,27 @@ impl Index {
             return None;
         }
         let segs = Index::seg_table(&body[INDEX_COUNTS..rows], entries, footer.index_at)?;
-        let mut index = Index {
+        Some(Index {
             bytes,
             entries,
             segs,
             rows: base + rows,
             restarts: base + restarts,
             linked: Vec::new(),
+            whole: false,
             at: footer.index_at,
-        };
-        index.linked = index.check_rows()?;
-        Some(index)
+        })
+    }
+
+    /// Checks the rows not checked yet (all of them: `bad-index` at the INDEX).
+    pub(crate) fn check(&mut self) -> Result<(), Error> {
+        if !self.whole {
+            self.linked = self
+                .check_rows()
+                .ok_or(error(FormatError::BadIndex, self.at))?;
+            self.whole = true;
+        }
+        Ok(())
     }
 
     /// The segment records in `table`: each frame right after the one before it from the
@@ -364,42 +408,57 @@ impl Index {
     /// earlier linked files, places inside the segments, restarts where the rows are.
     /// Returns the linked files.
     fn check_rows(&self) -> Option<Vec<u64>> {
-        let (rows, mut pos) = (&self.bytes[..self.restarts], self.rows);
-        // The row's path (the last row's until its suffix is added), and on a restart row
-        // the last row's path whole.
-        let (mut path, mut previous): (Vec<u8>, Vec<u8>) = Default::default();
-        // The lengths of the directory paths that are ancestors of (or are) the last row.
-        let mut dirs: Vec<usize> = Vec::new();
-        let mut linked = Vec::new();
-        let (mut segment, mut offset) = (0u64, 0u64);
-        for number in 0..self.entries {
-            let restart = number % 16 == 0;
-            if restart && self.restart(number / 16) != (pos - self.rows) as u64 {
+        let mut before = Before {
+            whole: true,
+            ..Before::default()
+        };
+        let mut end = 0;
+        for k in 0..self.entries.div_ceil(16) {
+            if self.restart(k) != end as u64 {
                 return None;
             }
+            end = self.check_block(k, &mut before)? - self.rows;
+        }
+        (self.rows + end == self.restarts).then_some(before.linked)
+    }
+
+    /// Checks block `k` (rows 16k to 16k+15, from restart `k`) after the rows `before`
+    /// tells of, as [`Index::check_rows`] does where they are all the rows before it, else
+    /// with what the block alone tells (a hard link's target only an earlier entry);
+    /// returns where the block ends.
+    fn check_block(&self, k: u64, before: &mut Before) -> Option<usize> {
+        let rows = &self.bytes[..self.restarts];
+        let mut pos = self
+            .rows
+            .checked_add(usize::try_from(self.restart(k)).ok()?)?;
+        let Before { path, previous, .. } = before;
+        for number in 16 * k..(16 * k + 16).min(self.entries) {
+            let restart = number % 16 == 0;
+            // A block's first row read alone has no row before it to be compared with.
+            let first = number == 0 || (restart && !before.whole);
             let row = raw_row(rows, &mut pos)?;
             let shared = usize::try_from(row.shared).ok()?;
             if (restart && shared != 0) || shared > path.len() {
                 return None;
             }
             if restart {
-                previous.clone_from(&path);
+                previous.clone_from(path);
             }
             // The last path's byte after the part this one shares, before it is cut there.
-            let before = path.get(shared).copied();
+            let cut = path.get(shared).copied();
             path.truncate(shared);
             path.extend_from_slice(&rows[row.suffix]);
             // `shared` is the common prefix: the bytes after it differ, or a path ends.
-            let (same, before) = match restart {
+            let (same, cut) = match restart {
                 true => {
-                    let same = common(&path, &previous);
+                    let same = common(path, previous);
                     (same, previous.get(same).copied())
                 }
-                false => (shared, before),
+                false => (shared, cut),
             };
             let after = path.get(same).copied();
-            let ordered = number == 0 || order_after(before, after) == Ordering::Less;
-            if path.is_empty() || !ordered || (before.is_some() && before == after) {
+            let ordered = first || order_after(cut, after) == Ordering::Less;
+            if path.is_empty() || !ordered || (!first && cut.is_some() && cut == after) {
                 return None;
             }
             // The names from the one the suffix begins in.
@@ -407,16 +466,19 @@ impl Index {
                 .iter()
                 .rposition(|&b| b == b'/')
                 .map_or(0, |i| i + 1);
-            let last = check_names(&path, from)?;
-            while let Some(&dir) = dirs.last() {
-                if dir <= same && dir < path.len() && path[dir] == b'/' {
-                    break;
+            let last = check_names(path, from)?;
+            if before.whole {
+                let dirs = &mut before.dirs;
+                while let Some(&dir) = dirs.last() {
+                    if dir <= same && dir < path.len() && path[dir] == b'/' {
+                        break;
+                    }
+                    dirs.pop();
                 }
-                dirs.pop();
-            }
-            let parent = last.saturating_sub(1);
-            if dirs.last().copied().unwrap_or(0) != parent {
-                return None;
+                let parent = last.saturating_sub(1);
+                if dirs.last().copied().unwrap_or(0) != parent {
+                    return None;
+                }
             }
             let kind = RowKind::of(row.kind & !KIND_LINKED)?;
             let is_linked = row.kind & KIND_LINKED != 0;
@@ -425,32 +487,37 @@ impl Index {
                 RowKind::File => row.size <= u64::from(MAX_BODY),
                 RowKind::ExtFile => true,
                 RowKind::Symlink => (1..=MAX_SYMLINK as u64).contains(&row.size),
-                RowKind::HardLink => linked.binary_search(&row.size).is_ok(),
+                RowKind::HardLink if before.whole => before.linked.binary_search(&row.size).is_ok(),
+                RowKind::HardLink => row.size < number,
             };
             if !size_ok || (is_linked && !kind.is_file()) {
                 return None;
             }
             let moved = row.delta > 0;
-            segment = segment.checked_add(row.delta)?;
-            let seg = *self.segs.get(usize::try_from(segment).ok()?)?;
+            before.segment = match first && number > 0 {
+                // Its delta is from a row not read: its segment is the one holding it.
+                true => self.segment_of(number),
+                false => before.segment.checked_add(row.delta)?,
+            };
+            let seg = *self.segs.get(usize::try_from(before.segment).ok()?)?;
             let next_first = self
                 .segs
-                .get(segment as usize + 1)
+                .get(before.segment as usize + 1)
                 .map_or(u64::MAX, |s| s.first);
             let in_segment = seg.first <= number && number < next_first;
-            let placed = (moved || number == 0 || row.offset > offset) && row.offset >= START_LEN;
+            let placed = (moved || first || row.offset > before.offset) && row.offset >= START_LEN;
             if !in_segment || !placed || row.offset >= u64::from(seg.body) {
                 return None;
             }
-            offset = row.offset;
-            if kind == RowKind::Dir {
-                dirs.push(path.len());
+            before.offset = row.offset;
+            if kind == RowKind::Dir && before.whole {
+                before.dirs.push(path.len());
             }
             if is_linked {
-                linked.push(number);
+                before.linked.push(number);
             }
         }
-        (pos == self.restarts).then_some(linked)
+        Some(pos)
     }
 
     /// Restart `k`: where row 16k starts, from the first row.
@@ -473,6 +540,7 @@ impl Index {
 
     /// The entry numbers of the files hard links may name, ascending.
     pub fn linked(&self) -> &[u64] {
+        assert!(self.whole, "rows read before they were checked");
         &self.linked
     }
 
@@ -483,11 +551,12 @@ impl Index {
 
     /// The rows in order (entry order, which is path order).
     pub fn rows(&self) -> Rows<'_> {
-        self.rows_from(0)
+        self.rows_at(0)
     }
 
     /// The rows from entry `number` on.
     pub fn rows_at(&self, number: u64) -> Rows<'_> {
+        assert!(self.whole, "rows read before they were checked");
         let mut rows = self.rows_from(number / 16);
         for _ in 0..number % 16 {
             rows.next_row();
@@ -520,20 +589,59 @@ impl Index {
     /// The row of the entry at `path` (names joined by `/`, no leading or trailing `/`):
     /// a binary search over the restart rows, then at most 15 rows.
     pub fn find(&self, path: &[u8]) -> Option<Found> {
-        let restarts = self.entries.div_ceil(16);
-        // The first restart row above `path`; the one before it is where to look.
-        let (mut low, mut high) = (0, restarts);
+        assert!(self.whole, "rows read before they were checked");
+        let k = self.block_of(path).expect("checked rows")?;
+        self.in_block(k, path)
+    }
+
+    /// [`Index::find`] in an index read lazily: the rows it reads are checked first, the
+    /// restart rows of the binary search as rows, the block of 16 rows it ends in by what
+    /// the block alone tells ([`Index::check_block`]); `bad-index` at the INDEX where they
+    /// fail. A path not found there is looked for again with every row checked, so that a
+    /// bad index is not taken for one that lacks the path.
+    pub(crate) fn lookup(&mut self, path: &[u8]) -> Result<Option<Found>, Error> {
+        if !self.whole {
+            let bad = || error(FormatError::BadIndex, self.at);
+            if let Some(k) = self.block_of(path).ok_or_else(bad)? {
+                self.check_block(k, &mut Before::default())
+                    .ok_or_else(bad)?;
+                if let Some(found) = self.in_block(k, path) {
+                    return Ok(Some(found));
+                }
+            }
+            self.check()?;
+        }
+        Ok(self.find(path))
+    }
+
+    /// The block whose rows `path` would be among: the one before the first restart row
+    /// above it (none: `path` is before the first row), by binary search; `None` where a
+    /// restart row it reads is no row.
+    fn block_of(&self, path: &[u8]) -> Option<Option<u64>> {
+        let (mut low, mut high) = (0, self.entries.div_ceil(16));
         while low < high {
             let mid = low + (high - low) / 2;
-            let mut pos = self.rows + self.restart(mid) as usize;
-            let rows = &self.bytes[..self.restarts];
-            let row = raw_row(rows, &mut pos).expect("checked rows");
-            match path_order(&rows[row.suffix], path) {
+            match path_order(self.restart_path(mid)?, path) {
                 Ordering::Greater => high = mid,
                 _ => low = mid + 1,
             }
         }
-        let mut rows = self.rows_from(low.checked_sub(1)?);
+        Some(low.checked_sub(1))
+    }
+
+    /// The path of restart row `k`, or `None` where it is no restart row.
+    fn restart_path(&self, k: u64) -> Option<&[u8]> {
+        let rows = &self.bytes[..self.restarts];
+        let mut pos = self
+            .rows
+            .checked_add(usize::try_from(self.restart(k)).ok()?)?;
+        let row = raw_row(rows, &mut pos)?;
+        (row.shared == 0).then(|| &rows[row.suffix])
+    }
+
+    /// The row at `path` among the rows of block `k`, which are checked.
+    fn in_block(&self, k: u64, path: &[u8]) -> Option<Found> {
+        let mut rows = self.rows_from(k);
         for _ in 0..16 {
             let row = rows.next_row()?;
             match path_order(row.path, path) {
@@ -608,15 +716,19 @@ pub struct Found {
     pub size: u64,
     /// The segment holding its group.
     pub segment: u32,
+    /// See [`Row::offset`].
+    pub offset: u64,
 }
 
 impl Found {
-    fn of(row: &Row<'_>) -> Found {
+    /// The row `row` without its path.
+    pub(crate) fn of(row: &Row<'_>) -> Found {
         Found {
             number: row.number,
             kind: row.kind,
             size: row.size,
             segment: row.segment,
+            offset: row.offset,
         }
     }
 }

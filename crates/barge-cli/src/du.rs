@@ -10,7 +10,7 @@ use barge::sys::fds::raise_fd_limit;
 use barge::threads::Work;
 use serde_json::{json, Map, Value};
 
-use crate::report::{error, exit_status, human_bytes, json_path, warn, Exit};
+use crate::report::{error, exit_status, human_bytes, json_path, note, warn, Exit};
 
 /// The totals of everything below `paths` (each inode once), on up to `threads` threads;
 /// what cannot be read counts as nothing.
@@ -31,10 +31,13 @@ macro_rules! differences {
 Output: one line per PATH, SIZE<TAB>N files<TAB>N dirs<TAB>N other<TAB>PATH, and a total line
 for several PATHs; SIZE equals `du -sb PATH` (with --disk-usage, `du -s -B1 PATH`), files equal
 `find PATH -type f -links 1` plus one per distinct hard-linked inode, dirs count PATH itself.
+With -h, SIZE says which it is: `1.5 MiB apparent` (`du -sh --apparent-size`), or with
+--disk-usage `1.6 MiB on disk` (`du -sh`).
 
 Differences from GNU du:
   - with several PATHs, every inode is counted once over all of them, as du does, but a PATH
-    already counted is printed with 0 where du leaves it out;
+    already counted (inside an earlier PATH) is printed with 0 and named in a note on stderr,
+    where du leaves it out;
   - with --depth, a file hard-linked from two directories counts in whichever the parallel
     walk reaches first (du: the first in its own order); totals are the same;
   - -h prints binary units with one decimal (`1.5 MiB`);
@@ -52,7 +55,7 @@ pub struct DuArgs {
     /// Trees to measure (default: the current directory). Symlinks among them are measured,
     /// not followed.
     paths: Vec<PathBuf>,
-    /// Print sizes in binary units (KiB, MiB, ...).
+    /// Print sizes in binary units (KiB, MiB, ...), labelled `apparent` or `on disk`.
     #[arg(short = 'h', long)]
     human_readable: bool,
     /// Print one JSON object: apparent and disk bytes, counts and errors per PATH and in total.
@@ -119,6 +122,12 @@ pub fn du(args: DuArgs) -> Result<Exit> {
                 continue;
             }
         };
+        if usage.counted_before && !args.json {
+            let path = barge::error::escape_bytes(&usage.subtotals[0].path.0);
+            note(format_args!(
+                "{path}: counted already, in an earlier PATH (shown as 0)"
+            ));
+        }
         for e in &usage.errors {
             if named < barge::du::NAMED_ERRORS as u64 {
                 warn(e);
@@ -159,18 +168,20 @@ fn size(args: &DuArgs, totals: &Totals) -> u64 {
     }
 }
 
-/// `SIZE<TAB>N files<TAB>N dirs<TAB>N other<TAB>PATH`.
+/// `SIZE<TAB>N files<TAB>N dirs<TAB>N other<TAB>PATH` (`1 file`, `1 dir`); with -h, SIZE
+/// right-aligned and labelled with its basis.
 fn line(args: &DuArgs, totals: &Totals, path: &[u8]) -> String {
     let size = size(args, totals);
-    let size = if args.human_readable {
-        human_bytes(size)
-    } else {
-        size.to_string()
+    let size = match (args.human_readable, args.disk_usage) {
+        (false, _) => size.to_string(),
+        (true, false) => format!("{:>10} apparent", human_bytes(size)),
+        (true, true) => format!("{:>10} on disk", human_bytes(size)),
     };
+    let count = |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     format!(
-        "{size}\t{} files\t{} dirs\t{} other\t{}",
-        totals.files,
-        totals.dirs,
+        "{size}\t{}\t{}\t{} other\t{}",
+        count(totals.files, "file", "files"),
+        count(totals.dirs, "dir", "dirs"),
         totals.other,
         barge::error::escape_bytes(path)
     )
@@ -213,6 +224,7 @@ fn json_usage(args: &DuArgs, usage: &Usage) -> Value {
     };
     let mut fields = subtotal(&usage.subtotals[0]);
     fields.insert("errors".into(), json!(usage.error_count));
+    fields.insert("counted_before".into(), json!(usage.counted_before));
     if args.depth.is_some() {
         let dirs: Vec<Value> = shown(args, usage)
             .into_iter()

@@ -71,6 +71,11 @@ pub fn warn(message: impl Display) {
     log_line!("barge: warning: {message}");
 }
 
+/// Prints `barge: note: MESSAGE` on stderr: worth knowing, not a problem.
+pub fn note(message: impl Display) {
+    log_line!("barge: note: {message}");
+}
+
 /// Prints `barge: error: MESSAGE` on stderr (an error chain with its causes after colons).
 pub fn error(message: impl Display) {
     log_line!("barge: error: {message:#}");

@@ -100,6 +100,9 @@ pub struct Usage {
     pub errors: Vec<Error>,
     /// How many entries could not be measured or read.
     pub error_count: u64,
+    /// The PATH was counted already, as part of an earlier PATH (or the same one given
+    /// twice): its totals are zero.
+    pub counted_before: bool,
 }
 
 /// A measurement of trees (`barge du`): its options, then [`Du::run`] over PATHs.
@@ -216,6 +219,7 @@ impl Du {
         let mut usage = count.finish();
         if usage.subtotals.is_empty() {
             // Skipped: seen in an earlier PATH.
+            usage.counted_before = true;
             usage.subtotals.push(Subtotal {
                 path: TreePath(name.to_vec()),
                 totals: Totals::default(),
@@ -344,6 +348,7 @@ impl<'a> Count<'a> {
                 .collect(),
             errors,
             error_count,
+            counted_before: false,
         }
     }
 }

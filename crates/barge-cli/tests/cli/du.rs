@@ -194,9 +194,27 @@ fn disk_usage_and_human_readable_text() {
         dir.path().display()
     );
     assert!(text.ends_with(&expected_tail), "{text}");
+    // -h labels its basis and right-aligns the size.
     let out = run_ok(barge(["du", "-h"]).arg(dir.path()), None);
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.starts_with("64.") && text.contains(" MiB\t"), "{text}");
+    assert!(
+        text.starts_with("  64.") && text.contains(" MiB apparent\t"),
+        "{text}"
+    );
+    let out = run_ok(barge(["du", "-h", "--disk-usage"]).arg(dir.path()), None);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains(" MiB on disk\t"), "{text}");
+}
+
+/// One file and one directory are said in the singular.
+#[test]
+fn one_file_and_one_dir_are_singular() {
+    let dir = tempdir();
+    fs::write(dir.path().join("f"), b"12345").unwrap();
+    let out = run_ok(barge(["du"]).arg(dir.path()), None);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let want = format!("\t1 file\t1 dir\t0 other\t{}\n", dir.path().display());
+    assert!(text.ends_with(&want), "{text}");
 }
 
 #[test]
@@ -223,6 +241,17 @@ fn several_paths_count_each_inode_once_like_du() {
     assert_eq!(per_path[0], du[a.to_str().unwrap()]);
     assert_eq!(per_path[1], du[nested.to_str().unwrap()]);
     assert_eq!(&per_path[2..], &[0, 0]);
+    let before: Vec<bool> = (0..4)
+        .map(|i| json["paths"][i]["counted_before"].as_bool().unwrap())
+        .collect();
+    assert_eq!(before, [false, false, true, true]);
+    // In text, a note names each PATH shown as 0.
+    let out = run_ok(barge(["du"]).args(paths), None);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let notes: Vec<&str> = stderr.lines().filter(|l| l.contains("note:")).collect();
+    assert_eq!(notes.len(), 2, "{stderr}");
+    assert!(notes[0].contains(sub.to_str().unwrap()), "{stderr}");
+    assert!(notes[1].contains(a.to_str().unwrap()), "{stderr}");
 }
 
 #[test]

@@ -436,7 +436,6 @@ enum Command {
     Key(net::KeyArgs),
     /// Print the manual page (roff: `barge man | man -l -`), or write one page per command
     /// into DIR (barge.1, barge-pack.1, ...), as a package installs them.
-    #[command(hide = true)]
     Man {
         /// Write the pages into DIR.
         #[arg(long, value_name = "DIR")]
@@ -444,7 +443,6 @@ enum Command {
     },
     /// Print the completion script for SHELL, e.g. into
     /// /usr/share/bash-completion/completions/barge.
-    #[command(hide = true)]
     Completions {
         /// The shell.
         shell: clap_complete::Shell,

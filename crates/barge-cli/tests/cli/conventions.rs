@@ -625,10 +625,12 @@ fn a_manual_page_and_completions_come_from_the_command_line_definition() {
     run_ok(barge(["man", "--dir"]).arg(&dir), None);
     let pages = [
         "barge-cat.1",
+        "barge-completions.1",
         "barge-cp.1",
         "barge-du.1",
         "barge-key.1",
         "barge-list.1",
+        "barge-man.1",
         "barge-pack.1",
         "barge-recv.1",
         "barge-send.1",
@@ -650,13 +652,19 @@ fn a_manual_page_and_completions_come_from_the_command_line_definition() {
         assert!(script.contains(needle), "{shell}: {script}");
         assert!(script.contains("max-bytes"), "{shell}: options");
     }
-    // Hidden from the help: they are for packagers.
+    // Listed in the help, with every other command in the tagline.
     let help = run_ok(&mut barge(["--help"]), None).stdout;
     let help = String::from_utf8_lossy(&help);
     assert!(
-        !help.contains("completions") && !help.contains("  man"),
+        help.contains("  completions") && help.contains("  man"),
         "{help}"
     );
+    let tagline = help.lines().next().unwrap();
+    for command in [
+        "pack", "unpack", "list", "cat", "verify", "copy", "measure", "send",
+    ] {
+        assert!(tagline.contains(command), "{command} not in {tagline}");
+    }
 }
 
 #[test]

@@ -213,7 +213,7 @@ def targets_table(docs):
             got = cases.get(label, {}).get("ratio")
             verdict = _verdict(got, got is not None and got >= want, _wrong(r, label))
             rows.append(
-                f"| {suite} | {name} | {_cell(label)} | its time / barge's | at least {want:.1f}x "
+                f"| {suite} | {name} | {_cell(label)} | its time / barge's | at least {want:g}x "
                 f"| {_num(got)}{'x' if got else ''} | {verdict} |"
             )
         for bound, entries in (("at most", getattr(mod, "LIMITS", [])), ("at least", getattr(mod, "MINIMA", []))):

@@ -52,6 +52,8 @@ use crate::tree::{Content, Device, Entry, Kind, Meta, Sink, Timestamp, Xattrs};
 use crate::Progress;
 
 mod frames;
+#[cfg(test)]
+mod tests;
 
 /// Batches waiting for a helper, at most.
 pub const QUEUE: usize = 16;

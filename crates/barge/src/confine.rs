@@ -40,9 +40,8 @@ use crate::unpack::{Archive, Engine, Restore, Unpack};
 use crate::Progress;
 
 /// The bytes of the queue between parent and child. Its pages are the first touched of a
-/// transfer (4 MiB cost a 3 MiB transfer a fifth of its time), and half of it is what wakes a
-/// patient reader: 512 KiB measured as fast as 4 MiB on the linux tree and on many small
-/// files, and 6% faster than 1 MiB on a 3 MiB tree.
+/// transfer, and half of it is what wakes a patient reader: the smallest size as fast as
+/// larger ones on large and small trees (docs/BENCHMARKS.md, "Design measurements").
 const QUEUE: usize = 512 << 10;
 
 /// How long [`ConfinedChild::cancel`] lets a child clean up before it kills it.

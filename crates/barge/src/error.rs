@@ -1,11 +1,12 @@
 //! The one error type of the library: every message names the entry and what went wrong.
+//! What can be wrong with an archive ([`FormatError`], [`Limit`]) is here too, below the
+//! format that finds it (`crate::format` re-exports both), so that neither module needs
+//! the other's.
 
 use std::fmt;
 use std::io;
 
 use serde::{Deserialize, Serialize};
-
-use crate::format::{FormatError, Limit};
 
 /// A path inside a tree, kept as raw bytes and shown with non-UTF-8 bytes escaped.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,6 +92,212 @@ fn is_invisible_format(c: char) -> bool {
     matches!(c,
         '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
         | '\u{2060}'..='\u{2069}' | '\u{feff}')
+}
+
+/// What is wrong with an archive. Each kind has a stable [`code`](FormatError::code) shared
+/// with the JavaScript decoder and the test vectors.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FormatError {
+    /// The input does not start with `BARGE\0`.
+    #[error("not a barge archive (bad magic)")]
+    BadMagic,
+    /// Unsupported format version.
+    #[error("unsupported format version {0} (this barge reads versions 1 and 2)")]
+    BadVersion(u8),
+    /// Header flags must be 0 or 1 (version 1), 0 (version 2).
+    #[error("unsupported header flags {0:#04x}")]
+    BadFlags(u8),
+    /// The input ends inside a message or before the end message.
+    #[error("input ends inside the archive (truncated)")]
+    Truncated,
+    /// A tag outside 0..=5, or outside 0..=0x0c in an extended archive.
+    #[error("unknown message tag {0:#04x}")]
+    UnknownTag(u8),
+    /// Records not followed by an entry.
+    #[error("records (PERM, TIME, ...) not followed by an entry")]
+    DanglingPerm,
+    /// The end message inside a directory.
+    #[error("end of archive inside a directory ({0} levels deep)")]
+    EndInsideDir(usize),
+    /// The end count differs from the number of entries.
+    #[error("end count says {expected} entries but the archive has {actual}")]
+    CountMismatch {
+        /// Count stored in the end message.
+        expected: u64,
+        /// Entries actually decoded.
+        actual: u64,
+    },
+    /// Bytes after the end message.
+    #[error("bytes after the end of the archive")]
+    TrailingBytes,
+    /// `POP` at the root.
+    #[error("pop would leave the destination root")]
+    PopAtRoot,
+    /// A `PERM` mode above 0o7777.
+    #[error("invalid mode {0:#o}")]
+    BadMode(u16),
+    /// A zero-length name.
+    #[error("empty name")]
+    EmptyName,
+    /// A name longer than 255 bytes.
+    #[error("name longer than 255 bytes")]
+    NameTooLong,
+    /// A name containing a NUL byte (only an encoder can meet one).
+    #[error("name contains a NUL byte")]
+    NulInName,
+    /// A name containing `/`.
+    #[error("name contains '/'")]
+    SlashInName,
+    /// A name that is `.` or `..`.
+    #[error("name is '.' or '..'")]
+    DotName,
+    /// `FILE64` used for a size that fits `FILE`.
+    #[error("FILE64 used for a size below 2^32")]
+    NoncanonicalFile64,
+    /// A name used twice in one directory.
+    #[error("duplicate name in this directory")]
+    DuplicateName,
+    /// Nesting deeper than the limit.
+    #[error("nesting deeper than the limit of {0} (see --max-depth)")]
+    TooDeep(usize),
+    /// More entries than the limit.
+    #[error("more than {0} entries (see --max-entries)")]
+    TooManyEntries(u64),
+    /// More file bytes than the limit.
+    #[error("more than {0} bytes of file data (see --max-bytes)")]
+    TooManyBytes(u64),
+    /// Entries estimated to take more disk space than the limit.
+    #[error("entries taking more than {0} bytes of disk space (--max-space; serve's --quota)")]
+    TooMuchSpace(u64),
+    /// A record out of order or repeated.
+    #[error("record out of order or repeated (PERM, TIME, OWNER, XATTR by name, LINKED)")]
+    RecordOrder,
+    /// A record the entry after it may not carry.
+    #[error("{0} record on an entry that may not carry one")]
+    MisplacedRecord(&'static str),
+    /// `TIME` nanoseconds of 10^9 or more.
+    #[error("time with {0} nanoseconds")]
+    BadTime(u32),
+    /// An `XATTR` name that is empty or holds a NUL.
+    #[error("extended attribute name is empty or contains NUL")]
+    BadXattr,
+    /// An `XATTR` value, or an entry's attributes together, above the bounds.
+    #[error("extended attributes larger than the format allows")]
+    XattrTooLarge,
+    /// A `SYMLINK` target that is empty, too long or holds a NUL.
+    #[error("symlink target is empty, longer than 4095 bytes or contains NUL")]
+    BadSymlink,
+    /// A `HARDLINK` whose index names no earlier `LINKED` file.
+    #[error("hard link to entry {0}, which is not an earlier linked regular file")]
+    BadLink(u64),
+    /// A `SPECIAL` of an unknown type, or a fifo with a device number.
+    #[error("special file of unknown type or a fifo with a device number")]
+    BadSpecial,
+    /// A frame head with an unknown codec or impossible lengths.
+    #[error("segment or index frame with an unknown codec or bad lengths")]
+    BadFrame,
+    /// A zstd frame that is not one frame decompressing to exactly its body.
+    #[error("zstd frame does not decompress to its stated body ({0})")]
+    BadZstd(String),
+    /// A zstd frame given to a decoder without zstd.
+    #[error("zstd-compressed segment, which this decoder cannot read")]
+    UnsupportedCodec,
+    /// A digest that does not match the bytes it covers.
+    #[error("{0} digest does not match its bytes: the archive is corrupt")]
+    BadDigest(&'static str),
+    /// A segment's `START` that does not restate where the archive is.
+    #[error("segment start does not restate where the archive is")]
+    BadStart,
+    /// `ROOT` anywhere but as the first group of the first segment.
+    #[error("root record anywhere but first")]
+    MisplacedRoot,
+    /// A name below the previous name of its directory (version 2 sorts them).
+    #[error("name below the previous one in this directory")]
+    Unsorted,
+    /// An `EXTENT` out of order, empty, past its file, without a file, or missing.
+    #[error("file extent out of order, empty, past the file's size, unexpected or missing")]
+    BadExtent,
+    /// An index that is malformed or disagrees with the segments.
+    #[error("index malformed or disagreeing with the segments")]
+    BadIndex,
+    /// A footer whose counts or index offset disagree with the archive.
+    #[error("footer disagrees with the archive")]
+    BadFooter,
+}
+
+impl FormatError {
+    /// The stable code of this error, as used by the test vectors and the JS decoder.
+    pub fn code(&self) -> &'static str {
+        match self {
+            FormatError::BadMagic => "bad-magic",
+            FormatError::BadVersion(_) => "bad-version",
+            FormatError::BadFlags(_) => "bad-flags",
+            FormatError::Truncated => "truncated",
+            FormatError::UnknownTag(_) => "unknown-tag",
+            FormatError::DanglingPerm => "dangling-perm",
+            FormatError::EndInsideDir(_) => "end-inside-dir",
+            FormatError::CountMismatch { .. } => "count-mismatch",
+            FormatError::TrailingBytes => "trailing-bytes",
+            FormatError::PopAtRoot => "pop-at-root",
+            FormatError::BadMode(_) => "bad-mode",
+            FormatError::EmptyName => "empty-name",
+            FormatError::NameTooLong => "name-too-long",
+            FormatError::NulInName => "nul-in-name",
+            FormatError::SlashInName => "slash-in-name",
+            FormatError::DotName => "dot-name",
+            FormatError::NoncanonicalFile64 => "noncanonical-file64",
+            FormatError::DuplicateName => "duplicate-name",
+            FormatError::TooDeep(_) => "too-deep",
+            FormatError::TooManyEntries(_) => "too-many-entries",
+            FormatError::TooManyBytes(_) => "too-many-bytes",
+            FormatError::TooMuchSpace(_) => "too-much-space",
+            FormatError::RecordOrder => "record-order",
+            FormatError::MisplacedRecord(_) => "misplaced-record",
+            FormatError::BadTime(_) => "bad-time",
+            FormatError::BadXattr => "bad-xattr",
+            FormatError::XattrTooLarge => "xattr-too-large",
+            FormatError::BadSymlink => "bad-symlink",
+            FormatError::BadLink(_) => "bad-link",
+            FormatError::BadSpecial => "bad-special",
+            FormatError::BadFrame => "bad-frame",
+            FormatError::BadZstd(_) => "bad-zstd",
+            FormatError::UnsupportedCodec => "unsupported-codec",
+            FormatError::BadDigest(_) => "bad-digest",
+            FormatError::BadStart => "bad-start",
+            FormatError::MisplacedRoot => "misplaced-root",
+            FormatError::Unsorted => "unsorted",
+            FormatError::BadExtent => "bad-extent",
+            FormatError::BadIndex => "bad-index",
+            FormatError::BadFooter => "bad-footer",
+        }
+    }
+
+    /// The limit of [`Limits`](crate::format::Limits) the archive broke, if that is what is wrong with it.
+    pub fn limit(&self) -> Option<Limit> {
+        match self {
+            FormatError::TooDeep(_) => Some(Limit::Depth),
+            FormatError::TooManyEntries(_) => Some(Limit::Entries),
+            FormatError::TooManyBytes(_) => Some(Limit::Bytes),
+            FormatError::TooMuchSpace(_) => Some(Limit::Space),
+            _ => None,
+        }
+    }
+}
+
+/// One of the [`Limits`](crate::format::Limits) an archive can break: a front end answers each its own way (serve:
+/// 413 for bytes and entries, 507 for its quota's space).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Limit {
+    /// `max_depth`.
+    Depth,
+    /// `max_entries`.
+    Entries,
+    /// `max_bytes`.
+    Bytes,
+    /// `max_space`.
+    Space,
 }
 
 /// Everything that can go wrong in barge.

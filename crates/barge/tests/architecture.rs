@@ -1,7 +1,8 @@
 //! docs/ARCHITECTURE.md's table of the library's modules names every module of
-//! `crates/barge/src`, and names nothing that is not there, so the map cannot go stale.
+//! `crates/barge/src`, and names nothing that is not there, so the map cannot go stale; and
+//! the modules form the layers it shows, with no cycle.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -85,5 +86,89 @@ fn the_module_table_names_every_module_and_only_those() {
     assert!(
         stale.is_empty(),
         "docs/ARCHITECTURE.md's module table names {stale:?}, which crates/barge/src lacks"
+    );
+}
+
+/// The top-level modules of the library (`format` for `format/` and its files), each with
+/// the top-level modules its code names (`crate::format::...`, or a root re-export such
+/// as `crate::Error`): doc comments, `tests.rs` files and `mod tests` blocks left out.
+fn uses() -> BTreeMap<String, BTreeSet<String>> {
+    let lib = fs::read_to_string(src().join("lib.rs")).unwrap();
+    let mut reexports = BTreeMap::new();
+    for line in lib.lines() {
+        let Some(rest) = line.strip_prefix("pub use ") else {
+            continue;
+        };
+        let module = rest.split("::").next().unwrap().to_string();
+        let names = rest.rsplit("::").next().unwrap();
+        for name in names.trim_matches(|c| "{};".contains(c)).split(", ") {
+            reexports.insert(name.to_string(), module.clone());
+        }
+    }
+    let modules: BTreeSet<String> = entries(&src())
+        .into_iter()
+        .map(|(name, _)| name.trim_end_matches(".rs").to_string())
+        .filter(|name| name != "lib")
+        .collect();
+    let mut uses: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for module in &modules {
+        let mut files = Vec::new();
+        let mut todo = vec![src().join(module), src().join(format!("{module}.rs"))];
+        while let Some(path) = todo.pop() {
+            if path.is_dir() {
+                todo.extend(fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+            } else if path.is_file() && !path.ends_with("tests.rs") {
+                files.push(path);
+            }
+        }
+        let named = uses.entry(module.clone()).or_default();
+        for file in files {
+            let text = fs::read_to_string(&file).unwrap();
+            let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+            for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+                for (_, rest) in line
+                    .match_indices("crate::")
+                    .map(|(i, _)| line.split_at(i + 7))
+                {
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    let target = match reexports.get(&name) {
+                        Some(module) => module.clone(),
+                        None => name,
+                    };
+                    if modules.contains(&target) && target != *module {
+                        named.insert(target);
+                    }
+                }
+            }
+        }
+    }
+    uses
+}
+
+/// The layers of docs/ARCHITECTURE.md hold: no two modules use each other, directly or
+/// through others, and `sys/` at the bottom uses no other.
+#[test]
+fn the_modules_form_layers_without_a_cycle() {
+    let uses = uses();
+    assert!(
+        uses["land"].contains("format"),
+        "the scan finds uses: {uses:?}"
+    );
+    assert!(uses["sys"].is_empty(), "sys/ uses {:?}", uses["sys"]);
+    // Repeatedly take away the modules that use none left: what stays is in a cycle.
+    let mut left = uses.clone();
+    while let Some(bottom) = left
+        .iter()
+        .find(|(_, used)| used.iter().all(|u| !left.contains_key(u)))
+        .map(|(module, _)| module.clone())
+    {
+        left.remove(&bottom);
+    }
+    assert!(
+        left.is_empty(),
+        "these modules use each other in a cycle: {left:?}"
     );
 }

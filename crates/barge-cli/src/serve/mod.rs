@@ -243,8 +243,8 @@ async fn run(
         .http2()
         .timer(TokioTimer::new())
         .keep_alive_interval(Duration::from_secs(20))
-        // With hyper's default windows (64 KiB a stream) an upload ran at an eighth of
-        // HTTP/1.1's speed over loopback; its adaptive window was slower still (measured).
+        // Hyper's default windows (64 KiB a stream) and its adaptive window hold an upload
+        // far below HTTP/1.1's speed (docs/BENCHMARKS.md, "Design measurements").
         .initial_stream_window_size(STREAM_WINDOW)
         .initial_connection_window_size(4 * STREAM_WINDOW)
         .max_frame_size(1 << 20)

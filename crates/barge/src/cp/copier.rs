@@ -268,10 +268,13 @@ impl<'a> Copier<'a> {
     }
 
     fn change(&self, change: Change, at: &Pair<'_>) {
+        self.tell(change, || at.dest_path(self.shared));
+    }
+
+    /// Tells `change` to the entry at `path` in DEST, when [`Cp::changes`] asks for them.
+    fn tell(&self, change: Change, path: impl FnOnce() -> TreePath) {
         if self.cp().changes {
-            self.shared
-                .report
-                .change(change, &at.dest_path(self.shared));
+            self.shared.report.change(change, &path());
         }
     }
 
@@ -309,7 +312,10 @@ impl<'a> Copier<'a> {
                 let rule = Rule {
                     owners: self.cp().archive && self.shared.root,
                 };
-                let same = rule.unchanged(&Facts::of_statx(stat), &Facts::of_statx(&there));
+                // The copy it would make: the source's mode less the umask it is made under.
+                let mut source = Facts::of_statx(stat);
+                source.meta.mode &= !self.cp().umask;
+                let same = rule.unchanged(&source, &Facts::of_statx(&there));
                 Ok(if there_kind == Kind::Dir && kind != Kind::Dir {
                     Found::Dir
                 } else if same {
@@ -527,9 +533,7 @@ impl<'a> Copier<'a> {
         let (create, last_mode) = shared.policy.dir_modes(&apply);
         let Some(dest) = dest else {
             // A dry run below a directory that does not exist yet: this one would be made too.
-            if self.cp().changes {
-                shared.report.change(Change::Create, &dest_path());
-            }
+            self.tell(Change::Create, dest_path);
             self.count(Kind::Dir, 0);
             return Ok(DestDir {
                 fd: None,
@@ -543,9 +547,7 @@ impl<'a> Copier<'a> {
             let fd = match openat(&**dest, name, DIR_FLAGS, Mode::empty()) {
                 Ok(fd) => Some(Arc::new(fd)),
                 Err(Errno::NOENT) => {
-                    if self.cp().changes {
-                        shared.report.change(Change::Create, &dest_path());
-                    }
+                    self.tell(Change::Create, dest_path);
                     None
                 }
                 Err(Errno::NOTDIR | Errno::LOOP) if self.cp().update => None,
@@ -582,7 +584,7 @@ impl<'a> Copier<'a> {
             }
             None => {
                 match mkdirat(&**dest, name, Mode::from_raw_mode(create)) {
-                    Ok(()) => {}
+                    Ok(()) => self.tell(Change::Create, dest_path),
                     Err(Errno::EXIST) => {
                         let there =
                             statx(&**dest, name, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE)
@@ -595,6 +597,7 @@ impl<'a> Copier<'a> {
                             let mode = Mode::from_raw_mode(create);
                             replace_by_dir(dest.as_fd(), name, mode, &mut self.temp, dest_path)?;
                             self.counts.replaced += 1;
+                            self.tell(Change::Replace, dest_path);
                         } else {
                             return Err(exists(dest.as_fd(), name, dest_path()));
                         }

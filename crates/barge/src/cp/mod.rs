@@ -10,9 +10,9 @@
 //! What is restored is the landers' one policy (`land/restore.rs`); existing entries are
 //! kept, skipped or replaced by rename as unpack does (`land::sync::create_at`), and with
 //! [`Cp::update`] an entry that `compare.rs`'s unchanged rule finds as DEST has it (type,
-//! size, mtime, all twelve permission bits; owner too, as root with `-a`) is left alone. A file's
-//! time is set last, after its content, so a copy cut short is seen as different by the
-//! next `--update`. A directory gets its mode, extended attributes and time when the walker
+//! size, mtime, all twelve permission bits less the umask; owner too, as root with `-a`) is
+//! left alone. A file's time is set last, after its content, so a copy cut short is seen as
+//! different by the next `--update`. A directory gets its mode, extended attributes and time when the walker
 //! drops its state, which is after everything below it (its subdirectories hold it).
 //!
 //! Small files go by `copy_file_range` too: one path for every size, since `read` + `write`
@@ -217,9 +217,9 @@ impl Cp {
         self
     }
 
-    /// Copies only entries whose type, size, mtime or permission bits (all twelve; as root
-    /// with [`Cp::archive`], owner) differ from DEST's, replacing those
-    /// by rename.
+    /// Copies only entries whose type, size, mtime or permission bits (all twelve, less the
+    /// [`Cp::umask`] the copy is made under; as root with [`Cp::archive`], owner) differ from
+    /// DEST's, replacing those by rename.
     pub fn update(mut self, yes: bool) -> Cp {
         self.update = yes;
         self

@@ -304,6 +304,32 @@ fn an_update_leaves_unchanged_files_alone_and_replaces_changed_ones() {
     assert_eq!(snapshot(&dest), after);
 }
 
+/// A copy made under the umask is what an update under it would make again: a source whose
+/// modes the umask masks (group- and world-writable) is found unchanged. (Under a umask of
+/// 0 there is nothing to mask, and this shows nothing.)
+#[test]
+fn an_update_finds_a_copy_made_under_the_umask_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest) = (dir.path().join("src"), dir.path().join("dest"));
+    let exact = |path: &Path, mode| fs::set_permissions(path, fs::Permissions::from_mode(mode));
+    fs::create_dir(&src).unwrap();
+    fs::create_dir(src.join("shared")).unwrap();
+    fs::write(src.join("shared/f"), b"f").unwrap();
+    exact(&src.join("shared/f"), 0o666).unwrap();
+    exact(&src.join("shared"), 0o777).unwrap();
+    let update = cp().update(true);
+    copied(&update, &src, &dest);
+    assert_eq!(mode(&dest.join("shared/f")), 0o666 & !umask());
+    let again = copied(&update, &src, &dest);
+    assert_eq!(
+        again.counts.files + again.counts.replaced,
+        0,
+        "{:?}",
+        again.counts
+    );
+    assert_eq!(again.counts.up_to_date, 1, "{:?}", again.counts);
+}
+
 #[test]
 fn a_delete_removes_what_src_lacks_and_keeps_what_is_excluded() {
     let dir = tempfile::tempdir().unwrap();
@@ -465,6 +491,7 @@ fn a_dry_run_writes_nothing_and_tells_what_a_copy_would_do() {
     let planned = result.unwrap().counts;
     assert!(fs::symlink_metadata(&dest).is_err(), "DEST made");
     let creates = told.changes(&dest);
+    let creates_told = creates.clone();
     assert!(creates.iter().all(|(change, _)| *change == Change::Create));
     let mut told_paths: Vec<String> = creates.into_iter().map(|(_, path)| path).collect();
     told_paths.sort();
@@ -475,7 +502,14 @@ fn a_dry_run_writes_nothing_and_tells_what_a_copy_would_do() {
         told_paths, paths,
         "every entry a copy would create, DEST first"
     );
-    let done = copied(&cp(), &src, &dest).counts;
+    // The copy itself tells the same creations, its directories' too.
+    let (result, told) = run(&cp().changes(true), &src, &dest);
+    let done = result.unwrap().counts;
+    assert_eq!(
+        told.changes(&dest),
+        creates_told,
+        "a copy tells what its dry run told"
+    );
     assert_eq!(
         (
             planned.dirs,

@@ -53,12 +53,13 @@ use crate::tree::{Content, Device, Entry, Kind, Meta, Sink, Timestamp, Xattrs};
 use crate::Progress;
 
 mod frames;
+#[cfg(test)]
+mod tests;
 
 /// Batches waiting for a helper, at most.
 pub const QUEUE: usize = 16;
 /// Archive size from which threads pay: below it, starting them costs more than they save
-/// (measured: a 150 KiB archive of 30 files lands as fast either way; 470 KiB of 100 files
-/// 10% faster with threads, 3 MiB of 95 files 20% faster).
+/// (docs/BENCHMARKS.md, "Design measurements").
 pub const THREADS_FROM: u64 = 256 << 10;
 /// Stream bytes from which helper threads start: a shorter stream arrives about as fast as
 /// one thread lands it, so the calling thread lands what arrives until then.
@@ -80,9 +81,8 @@ const MIN_BATCH_COST: u64 = 8;
 /// file by the kernel (`copy_file_range`) instead of written from the mapping: their pages
 /// are then never mapped in nor torn down at exit. Smaller ones share pages with their
 /// neighbours' headers, and one more system call per file would cost more than it saves
-/// (a C test on tmpfs: 1,000 files of 256 KiB 14% faster copied, of 4 KiB 7% slower).
-/// Those of a version 2 archive are read and written instead, their digest checked on the
-/// way (`frames::land_checked`).
+/// (docs/BENCHMARKS.md, "Design measurements"). Those of a version 2 archive are read and
+/// written instead, their digest checked on the way (`frames::land_checked`).
 pub const COPY_FROM: usize = 32 * 1024;
 /// Bytes of file content that cost as much as creating one file.
 const BYTES_PER_UNIT: u64 = 32 * 1024;

@@ -75,13 +75,13 @@ impl Send {
     /// The connections a transfer uses over a long path (a round trip of
     /// [`Send::LONG_PATH`] or more) unless told otherwise: one TCP connection carries at
     /// most its window per round trip (~4 MiB with Linux's default buffers: half of a
-    /// gigabit at 40 ms); four filled an emulated 1 Gbit/s link with a 40 ms round trip as
-    /// well as four plain TCP streams do (docs/BENCHMARKS.md, net).
+    /// gigabit at 40 ms); four fill a long gigabit path as four plain TCP streams do
+    /// (docs/BENCHMARKS.md, net).
     pub const DEFAULT_CONNECTIONS: u32 = 4;
 
     /// The round trip from which a transfer spreads over [`Send::DEFAULT_CONNECTIONS`]:
-    /// below it one connection's window carries more than the receiver lands (~800 MB/s),
-    /// and more connections only cost (15% more time over loopback).
+    /// below it one connection's window carries more than the receiver lands, and more
+    /// connections only cost (docs/BENCHMARKS.md, "Design measurements").
     pub const LONG_PATH: Duration = Duration::from_millis(5);
 
     /// Fails when connecting takes longer, or the receiver sends or takes nothing for that

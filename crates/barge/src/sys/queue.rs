@@ -1,10 +1,9 @@
 //! A byte queue in shared memory from a process to the confined lander child it feeds.
 //!
 //! A pipe costs, per write, a kernel copy in, page allocations, a kernel copy out and a
-//! wake-up on each side (perf, 2026-11-26: a tenth of the samples of a `send | recv` of many
-//! small files). Here the bytes cross with one plain copy on each side, the ring's pages are
-//! allocated once, and no system call is made while both ends keep up (a `send | recv` of
-//! the linux tree: 8% less CPU). (Written by hand: the crates for queues between processes
+//! wake-up on each side. Here the bytes cross with one plain copy on each side, the ring's
+//! pages are allocated once, and no system call is made while both ends keep up
+//! (docs/BENCHMARKS.md, "Design measurements"). (Written by hand: the crates for queues between processes
 //! want a named shared file or bring a framework; this is one ring of bytes and two
 //! counters.)
 //!
@@ -352,8 +351,7 @@ impl QueueReader {
     /// (then false), through `wait_readable` (a wait for the bell, which may give up on a
     /// stop). With patience, the reader has bytes to work on meanwhile (the threaded
     /// engine's segment), so it is woken only once half the ring is queued, or at the end,
-    /// or after the patience: fewer wake-ups than one per message (1.5% less CPU for a
-    /// `send | recv` of many small files).
+    /// or after the patience: fewer wake-ups than one per message.
     pub(crate) fn wait_with<E: From<Broken>>(
         &self,
         patience: Option<Duration>,

@@ -54,8 +54,8 @@ fn leave_cpu(cpu: usize) {
 /// Every file a thread opens takes a reference on its credentials (`f_cred`) and drops it
 /// when closed, and with a shared fd table every `openat`/`close` takes the table's lock and
 /// every use of an fd is reference-counted. Two threads creating files then keep bouncing
-/// the same cache lines between cores; with private copies they do not (measured on the
-/// tiny-many set: unpack 11% faster for the credentials alone).
+/// the same cache lines between cores; with private copies they do not (docs/BENCHMARKS.md,
+/// "Design measurements").
 ///
 /// Only for threads that never pass fds they open to other threads and use only fds that
 /// existed when they called this. Each step that fails leaves that part shared.

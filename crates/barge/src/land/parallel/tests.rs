@@ -134,7 +134,7 @@ fn a_long_directory_is_cut_at_twice_the_share_and_the_next_batch_starts_in_it() 
         assert!(batch.cost <= 16, "{}", batch.cost);
     }
     assert_eq!(names(&batches[1].at), [&b"a"[..], &b"b"[..]]);
-    let Op::File(leaf, _) = &batches[1].ops[0] else {
+    let Op::File(leaf, ..) = &batches[1].ops[0] else {
         panic!("the second batch starts with a file");
     };
     let first = leaf.entry(batches[1].source.bytes());
@@ -212,7 +212,7 @@ fn the_extents_of_a_file_in_several_batches_go_to_its_key_at_their_offsets() {
                     let name = leaf.entry(batch.source.bytes()).name.to_vec();
                     sparse.push((i, name, *size, *count, *key));
                 }
-                Op::Extent(key, at, range) => {
+                Op::Extent(key, at, range, _) => {
                     extents.push((i, *key, *at, batch.source.bytes()[range.clone()].to_vec()))
                 }
                 _ => {}

@@ -244,7 +244,7 @@ fn common(a: &[u8], b: &[u8]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
-/// A version 2 archive's index, checked whole (or read for lookups: [`Index::read_lazily`]).
+/// A version 2 archive's index, checked whole (or read for lookups: `Index::read_lazily`).
 #[derive(Debug)]
 pub struct Index {
     /// The body (after a raw frame's head): counts, segment records, rows, restarts.

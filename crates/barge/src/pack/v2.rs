@@ -23,7 +23,8 @@ use rustix::fs::{
 };
 use rustix::io::{fcntl_dupfd_cloexec, Errno};
 
-use super::{recorded, writer_gone, PackSummary, Update, Warning, INLINE_MAX, RING_FILES};
+use super::packer::{INLINE_MAX, RING_FILES};
+use super::{recorded, writer_gone, PackSummary, Update, Warning};
 use crate::compare::inode_key;
 use crate::error::{Error, Result, TreePath};
 use crate::format::segments::{tail, Body, Layout, Names, Part, Rows, Sealed, Segs, Zstd};

@@ -189,6 +189,44 @@ fn a_tree_round_trips_with_and_without_compression() {
     }
 }
 
+/// `send --archive` of a version 2 archive, raw or zstd, from a file and from stdin, with
+/// and without `--compress`: the receiver detects the format and lands the tree.
+#[test]
+fn a_version_2_archive_is_sent_as_it_is_and_lands() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    tree(&src);
+    for (i, format) in [["--format", "2"], ["--zstd", "--format=2"]]
+        .iter()
+        .enumerate()
+    {
+        let archive = work.path().join(format!("a{i}.barge"));
+        let all = if is_root() { &["-a"][..] } else { &[][..] };
+        run_ok(pack_cmd(&src, &archive).args(format).args(all), None);
+        let bytes = std::fs::read(&archive).unwrap();
+        for (j, (from, compress)) in [("file", false), ("-", true)].into_iter().enumerate() {
+            let what = format!("{format:?} from {from}, compress {compress}");
+            let dest = work.path().join(format!("dest{i}{j}"));
+            let restore: &[&str] = match is_root() {
+                true => &["--same-owner", "--setid"],
+                false => &[],
+            };
+            let recv = Recv::start(&dest, restore, None);
+            let path = archive.to_str().unwrap();
+            let mut args = vec!["--archive", if from == "-" { "-" } else { path }];
+            args.push(recv.ticket());
+            if compress {
+                args.push("--compress");
+            }
+            let out = send(&args, (from == "-").then_some(&bytes[..]));
+            assert!(out.status.success(), "{what}: {}", text(&out.stderr));
+            let ended = recv.wait();
+            assert!(ended.status.success(), "{what}: {}", ended.stderr);
+            assert_equal_trees(&src, &dest, &what);
+        }
+    }
+}
+
 #[test]
 fn key_files_and_the_environment_carry_the_key_and_loose_files_are_refused() {
     let work = tempdir();

@@ -21,7 +21,9 @@ use rustix::fs::{open, openat, Mode, OFlags, CWD};
 use serde_json::{json, Map};
 
 use crate::list::{Format, Printer};
-use crate::report::{human_bytes, json_path, shown_path, summary, warn, with_progress, Exit};
+use crate::report::{
+    counted, human_bytes, json_path, shown_path, summary, warn, with_progress, Exit,
+};
 use crate::OutputArgs;
 
 /// How inputs are opened: directories, following a symlink the user named.
@@ -156,14 +158,15 @@ pub fn pack(args: PackArgs, cancel: &Cancel) -> Result<Exit> {
              (exit status 2)"
         ));
     }
-    let mut line = format!("packed {} dirs, {} files", packed.dirs, packed.files);
+    let (dirs, files) = (counted(packed.dirs, "dirs"), counted(packed.files, "files"));
+    let mut line = format!("packed {dirs}, {files}");
     for (n, what) in [
         (packed.symlinks, "symlinks"),
         (packed.hard_links, "hard links"),
         (packed.specials, "special files"),
     ] {
         if n > 0 {
-            line.push_str(&format!(", {n} {what}"));
+            line.push_str(&format!(", {}", counted(n, what)));
         }
     }
     line.push_str(&format!(
@@ -312,9 +315,9 @@ pub fn unpack(
         })?;
     warn_not_restored(&landed.not_restored);
     let mut line = format!(
-        "unpacked {} dirs, {} files, {}",
-        landed.dirs,
-        landed.files,
+        "unpacked {}, {}, {}",
+        counted(landed.dirs, "dirs"),
+        counted(landed.files, "files"),
         human_bytes(landed.bytes)
     );
     for (n, what) in [
@@ -324,7 +327,7 @@ pub fn unpack(
         (landed.kept, "existing entries skipped"),
     ] {
         if n > 0 {
-            line += &format!(", {n} {what}");
+            line += &format!(", {}", counted(n, what));
         }
     }
     let mut sandboxed = Map::new();

@@ -17,8 +17,8 @@ use serde_json::{json, Map};
 
 use crate::archive::warn_not_restored;
 use crate::report::{
-    count_total, error, exit_status, human_bytes, shown_path, shows_progress, summary, warn,
-    with_progress, Exit,
+    count_total, counted, error, exit_status, human_bytes, shown_path, shows_progress, summary,
+    warn, with_progress, Exit,
 };
 use crate::OutputArgs;
 
@@ -214,9 +214,9 @@ pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
     }
     let verb = if args.dry_run { "would copy" } else { "copied" };
     let mut line = format!(
-        "{verb} {} dirs, {} files, {}",
-        c.dirs,
-        c.files,
+        "{verb} {}, {}, {}",
+        counted(c.dirs, "dirs"),
+        counted(c.files, "files"),
         human_bytes(c.bytes)
     );
     for (n, what) in [
@@ -230,7 +230,7 @@ pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
         (c.errors, "not copied (errors)"),
     ] {
         if n > 0 {
-            line += &format!(", {n} {what}");
+            line += &format!(", {}", counted(n, what));
         }
     }
     if args.verify {

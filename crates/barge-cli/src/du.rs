@@ -10,7 +10,7 @@ use barge::sys::fds::raise_fd_limit;
 use barge::threads::Work;
 use serde_json::{json, Map, Value};
 
-use crate::report::{error, exit_status, human_bytes, json_path, note, warn, Exit};
+use crate::report::{counted, error, exit_status, human_bytes, json_path, note, warn, Exit};
 
 /// The totals of everything below `paths` (each inode once), on up to `threads` threads;
 /// what cannot be read counts as nothing.
@@ -177,11 +177,10 @@ fn line(args: &DuArgs, totals: &Totals, path: &[u8]) -> String {
         (true, false) => format!("{:>10} apparent", human_bytes(size)),
         (true, true) => format!("{:>10} on disk", human_bytes(size)),
     };
-    let count = |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     format!(
         "{size}\t{}\t{}\t{} other\t{}",
-        count(totals.files, "file", "files"),
-        count(totals.dirs, "dir", "dirs"),
+        counted(totals.files, "files"),
+        counted(totals.dirs, "dirs"),
         totals.other,
         barge::error::escape_bytes(path)
     )

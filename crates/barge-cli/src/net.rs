@@ -20,8 +20,8 @@ use serde_json::{json, Map, Value};
 
 use crate::archive::{open_pack, warn_not_restored};
 use crate::report::{
-    count_total, error_fields, human_bytes, log_line, shown_path, shows_progress, summary, warn,
-    with_progress, Exit,
+    count_total, counted, error_fields, human_bytes, log_line, shown_path, shows_progress, summary,
+    warn, with_progress, Exit,
 };
 use crate::{LimitArgs, OutputArgs, RestoreArgs};
 
@@ -276,7 +276,7 @@ pub fn send(args: SendArgs, cancel: &Cancel) -> Result<Exit> {
     }
     let landed = &sent.landed.summary;
     let line = format!(
-        "sent {} ({}{}) to {address}, which landed {} dirs, {} files, {}",
+        "sent {} ({}{}) to {address}, which landed {}, {}, {}",
         human_bytes(progress.bytes()),
         human_bytes(sent.sent_bytes),
         if sent.compressed {
@@ -284,8 +284,8 @@ pub fn send(args: SendArgs, cancel: &Cancel) -> Result<Exit> {
         } else {
             " archive"
         },
-        landed.dirs,
-        landed.files,
+        counted(landed.dirs, "dirs"),
+        counted(landed.files, "files"),
         human_bytes(landed.bytes)
     );
     summary(args.out, &line, &sent, Map::new(), elapsed, false);
@@ -356,9 +356,9 @@ fn dry_run(
         false => String::new(),
     };
     let line = format!(
-        "would send {} dirs, {} files, {} to {address}{unchanged} (sent nothing)",
-        packed.dirs,
-        packed.files,
+        "would send {}, {}, {} to {address}{unchanged} (sent nothing)",
+        counted(packed.dirs, "dirs"),
+        counted(packed.files, "files"),
         human_bytes(packed.bytes)
     );
     let mut extra = Map::new();
@@ -460,10 +460,10 @@ fn log(done: &Done, json: bool) {
         Ok(Ended::Landed(received)) => {
             let l = &received.landed.summary;
             log_line!(
-                "barge: recv: {peer} ({}): landed {} dirs, {} files, {} in {seconds:.2} s",
+                "barge: recv: {peer} ({}): landed {}, {}, {} in {seconds:.2} s",
                 shown(&received.sender),
-                l.dirs,
-                l.files,
+                counted(l.dirs, "dirs"),
+                counted(l.files, "files"),
                 human_bytes(l.bytes)
             );
             warn_not_restored(&l.not_restored);

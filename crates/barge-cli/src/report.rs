@@ -71,6 +71,15 @@ pub fn warn(message: impl Display) {
     log_line!("barge: warning: {message}");
 }
 
+/// `n` and the noun `plural`, in the singular for one (`1 dir`, `2 dirs`, `1 entry`).
+pub fn counted(n: u64, plural: &str) -> String {
+    match (n, plural.strip_suffix("ies")) {
+        (1, Some(stem)) => format!("1 {stem}y"),
+        (1, None) => format!("1 {}", plural.strip_suffix('s').unwrap_or(plural)),
+        _ => format!("{n} {plural}"),
+    }
+}
+
 /// Prints `barge: note: MESSAGE` on stderr: worth knowing, not a problem.
 pub fn note(message: impl Display) {
     log_line!("barge: note: {message}");
@@ -301,4 +310,18 @@ pub fn json_path(fields: &mut Map<String, Value>, key: &str, path: &[u8]) {
             fields.insert(format!("{key}_hex"), json!(hex))
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::counted;
+
+    #[test]
+    fn one_is_said_in_the_singular() {
+        assert_eq!(counted(1, "dirs"), "1 dir");
+        assert_eq!(counted(1, "hard links"), "1 hard link");
+        assert_eq!(counted(1, "entries"), "1 entry");
+        assert_eq!(counted(0, "files"), "0 files");
+        assert_eq!(counted(2, "entries"), "2 entries");
+    }
 }

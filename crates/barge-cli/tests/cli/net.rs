@@ -1321,7 +1321,7 @@ fn a_sender_name_that_forges_log_lines_is_escaped() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let ended = recv.wait();
     assert!(ended.status.success(), "{}", ended.stderr);
-    let shown = "(a\\nbarge: recv: 10.0.0.1:1: forged\\x1b[2J): landed 0 dirs, 1 files";
+    let shown = "(a\\nbarge: recv: 10.0.0.1:1: forged\\x1b[2J): landed 0 dirs, 1 file";
     assert!(ended.stderr.contains(shown), "{}", ended.stderr);
     assert_eq!(ended.stderr.lines().count(), 2, "{}", ended.stderr);
     // The JSON line carries the name as it came, in JSON's own escapes.

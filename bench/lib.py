@@ -78,7 +78,8 @@ Peers and disks
 
 Data sets (on /dev/shm/barge-bench, cached, rebuilt when missing)
   SETS                                   default names: "linux", "small", "tiny-many"
-  OPT_IN_SETS                            names only run when asked for: "flat-million"
+  OPT_IN_SETS                            names only run when asked for: "flat-million",
+                                         "big-files" (8 x 128 MiB, one dir), "one-big" (1 GiB)
   dataset(name) -> DataSet(name, root, files, dirs, bytes, digest, meta_digest)
   FORMATS                                "barge", "tar", "cpio", "bsdtar"; ARCHIVE_FORMATS
                                          "barge -a", "tar --xattrs": everything as root
@@ -125,14 +126,14 @@ LINUX_TARBALL = "/usr/src/linux-source-6.1.tar.xz"
 SETS = ("linux", "small", "tiny-many")
 # Sets too large or slow for the default run (`bench/run --sets flat-million`): 1,000,000 files
 # take ~5 GiB of tmpfs per copy and a minute per checked run.
-OPT_IN_SETS = ("flat-million",)
+OPT_IN_SETS = ("flat-million", "big-files", "one-big")
 FORMATS = ("barge", "tar", "cpio", "bsdtar")
 # Archives of everything root may record (owners, xattrs, ACLs, devices): the `-a` rows,
 # whose target is at most 1.3x the time of the default's.
 ARCHIVE_FORMATS = ("barge -a", "tar --xattrs")
 FLOOR = "floor"
 # Bump when a data set's recipe changes, so cached trees are rebuilt.
-RECIPE = {"linux": 3, "small": 2, "tiny-many": 2, "flat-million": 2}
+RECIPE = {"linux": 3, "small": 2, "tiny-many": 2, "flat-million": 2, "big-files": 1, "one-big": 1}
 # Bump when tree_digest changes: cached sets then get their digests recomputed (not rebuilt).
 DIGEST_VERSION = 2
 # Processes whose presence during a run means the machine was busy (other engineers compiling).
@@ -833,6 +834,28 @@ def _make_flat_million(dst):
             f.write(rng.randbytes(rng.randint(100, 200)))
 
 
+def _random_file(path, size, rng):
+    """A file of `size` random bytes from `rng`."""
+    with open(path, "wb") as f:
+        for _ in range(size >> 20):
+            f.write(rng.randbytes(1 << 20))
+
+
+def _make_big_files(dst):
+    """8 files of 128 MiB of random bytes in one directory, seed 7 (issue 32: the files of one
+    directory shared between threads)."""
+    rng = random.Random(7)
+    os.makedirs(dst)
+    for i in range(8):
+        _random_file(os.path.join(dst, f"f{i}.bin"), 128 << 20, rng)
+
+
+def _make_one_big(dst):
+    """One file of 1 GiB of random bytes, seed 11 (issue 32: one file copied in chunks)."""
+    os.makedirs(dst)
+    _random_file(os.path.join(dst, "big.bin"), 1 << 30, random.Random(11))
+
+
 def _whole_seconds(root):
     """Truncates every mtime below `root` to whole seconds, children before their directory:
     GNU tar's default format keeps no more, and the peers' outputs are checked against the
@@ -850,6 +873,8 @@ _MAKERS = {
     "small": _make_small,
     "tiny-many": _make_tiny_many,
     "flat-million": _make_flat_million,
+    "big-files": _make_big_files,
+    "one-big": _make_one_big,
 }
 _datasets = {}
 

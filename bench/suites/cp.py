@@ -34,6 +34,11 @@ once, and before every run the previous DEST is removed, then `sync` and `echo 3
 dirty pages are written back before the next run, untimed. Threads waiting for the disk count
 in the load average, so the cold rows alone push it past 10 on this 2-core machine.
 
+The `big-files` and `one-big` sets (opt-in: `bench/run cp --sets big-files,one-big`) are issue
+32's proxies for copying below the directory: 8 files of 128 MiB in one directory, and one file
+of 1 GiB. Their rows are `barge cp -j 2` (the reference), `barge cp -j 1` and `cp -a`; the
+targets ask -j 1 to take 1.6x (big-files) and 1.5x (one-big) the time of -j 2.
+
 The "floor" rows are bench/floor/cp.c: the same copy with only the syscalls every copier
 keeping modes and mtimes must make, relative to directory fds (per file `openat` source +
 `fstat` + `openat(O_CREAT|O_EXCL|O_NOFOLLOW)` + `copy_file_range` + `futimens` + `close` x2;
@@ -65,6 +70,9 @@ TARGETS = (
     + [("linux", "cold: cp -a", 1.5)]
     + [(s, "update: rsync -a", 3.0) for s in ("linux", "tiny-many")]
 )
+# Issue 32's proxies: set, and how much longer -j 1 must take than -j 2 (the reference).
+WIDE = {"big-files": 1.6, "one-big": 1.5}
+TARGETS += [(s, "barge cp -j 1", want) for s, want in WIDE.items()]
 CRATES = {"xcp": ("xcp", "0.24.9"), "fcp": ("fcp", "0.2.2"), "cpz": ("cpz", "3.2.1")}
 IMAGE = os.path.join(lib.DISK, "cp-ext4.img")
 MOUNT = os.path.join(lib.DISK, "cp-ext4")
@@ -201,6 +209,22 @@ def cold_source(ds, want):
     return os.path.join(MOUNT, "src", ds.name)
 
 
+def wide_cases(ctx, src, dest, want):
+    """barge cp -j 2 (the reference), -j 1 and cp -a copying `src` to the absent `dest`."""
+    argv = {
+        "barge cp -j 2": [ctx.barge, "cp", "-j", "2", src, dest],
+        "barge cp -j 1": [ctx.barge, "cp", "-j", "1", src, dest],
+        "cp -a": ["cp", "-a", src, dest],
+    }
+    cases = []
+    for label, a in argv.items():
+        check = checker(want, dest, KEEPS["barge cp" if label.startswith("barge") else label])
+        if not label.startswith("barge"):
+            check = lib.once(check)
+        cases.append(lib.Case(label, lib.cmd(*a), lambda: lib.remove(dest), check, flag=True))
+    return cases
+
+
 # Cases run once more under strace, perf trace and perf record (syscalls per file).
 TRACED = {"barge cp -a", "barge cp", lib.FLOOR, "cp -a", "update: barge cp -a --update", "update: rsync -a"}
 
@@ -214,6 +238,12 @@ def run(ctx):
     try:
         for ds in ctx.sets:
             want = compare_trees().scan(ds.root, True)
+            if ds.name in WIDE:
+                # Few files, but each run takes most of a second: no extra rounds.
+                res = lib.measure(wide_cases(ctx, ds.root, dest, want), ctx.pairs, ds.files, trace=False)
+                lib.remove(dest)
+                out[ds.name] = {"cases": res}
+                continue
             pairs = lib.pairs_for(ds, ctx.pairs)
             trace = TRACED if ctx.trace else ()
 

@@ -394,6 +394,7 @@ impl Checker<'_> {
 impl ParallelVisitor for Checker<'_> {
     /// The copy of the directory (`None`: missing, already reported).
     type State = Option<OwnedFd>;
+    type Job = std::convert::Infallible;
 
     fn enter_dir(
         &mut self,
@@ -482,6 +483,7 @@ impl<'a> ParallelVisitorBuilder for &'a Counter {
 
 impl ParallelVisitor for &Counter {
     type State = ();
+    type Job = std::convert::Infallible;
 
     fn enter_dir(
         &mut self,

@@ -377,6 +377,7 @@ struct Counter<'a> {
 impl ParallelVisitor for Counter<'_> {
     /// The directory's subtotal slot.
     type State = usize;
+    type Job = std::convert::Infallible;
 
     fn enter_dir(
         &mut self,

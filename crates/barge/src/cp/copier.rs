@@ -1,7 +1,13 @@
 //! The landing visitor of `cp`: one `Copier` per walking thread, the copy of each directory
-//! as the walk's per-directory state (`DestDir`), and what the threads share.
+//! as the walk's per-directory state (`DestDir`), and what the threads share. A file of
+//! [`SPREAD`] bytes or more is left as a job for any thread (so the files of one directory
+//! are copied by several), one of `chunked::LARGE` or more as chunk jobs.
 
+mod chunked;
 mod content;
+
+#[cfg(test)]
+pub(super) use chunked::hooks;
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -20,10 +26,43 @@ use crate::error::{Error, Result, TreePath};
 use crate::land::restore::{Apply, Existing, NotRestored, Policy, Target};
 use crate::land::sync::{create_at, exists, replace, replace_by_dir, LinkTarget, Made};
 use crate::sys::dir::{dirent_buffer, remove_tree, Listing};
+use crate::sys::thread::spawn_elsewhere;
 use crate::sys::DIR_FLAGS;
 use crate::tree::{Entry, Kind, Meta, Owner, XattrReader, Xattrs, STATX_MASK};
 use crate::walk::parallel::{Dir, ParallelVisitor, ParallelVisitorBuilder, WalkState};
 use crate::Progress;
+use chunked::Chunked;
+use content::Filed;
+
+/// Files of this size or more are copied by whichever thread takes them, not by the one
+/// that listed their directory: below it a copy costs little more than its create, which
+/// serializes on the directory anyway, and a job (about 300 bytes held until it runs)
+/// would cost more memory than the file has bytes in a directory of millions.
+const SPREAD: u64 = 64 << 10;
+
+/// What a job of `bytes` costs, in entries listed (a listed entry takes a microsecond or
+/// two, copying 16 KiB on tmpfs about as long).
+fn job_cost(bytes: u64) -> u64 {
+    1 + (bytes >> 14)
+}
+
+/// Whether `error` says DEST can take no more (full, over quota, read-only).
+fn dest_full(error: &Error) -> bool {
+    let full = [Errno::NOSPC, Errno::DQUOT, Errno::ROFS].map(|e| e.raw_os_error());
+    matches!(error, Error::Io { cause, .. }
+        if cause.raw_os_error().is_some_and(|e| full.contains(&e)))
+}
+
+/// Work a `Copier` leaves for any thread.
+pub(super) enum Job<'a> {
+    /// A file of the directory the job was left in.
+    File { name: Box<[u8]>, stat: Box<Statx> },
+    /// A chunk of a large file.
+    Chunk {
+        file: Arc<Chunked<'a>>,
+        range: std::ops::Range<u64>,
+    },
+}
 
 /// What the threads of one [`Cp::run`] share.
 pub(super) struct Shared<'a> {
@@ -211,6 +250,8 @@ pub(super) struct Copier<'a> {
     target: Vec<u8>,
     /// Content copied through memory ([`Copier::copy_range`]'s fallback).
     buf: Vec<u8>,
+    /// Jobs left for the walker to share, with their costs.
+    jobs: Vec<(Job<'a>, u64)>,
 }
 
 impl Drop for Copier<'_> {
@@ -242,6 +283,7 @@ impl<'a> Copier<'a> {
             temp: Vec::new(),
             target: Vec::new(),
             buf: Vec::new(),
+            jobs: Vec::new(),
         }
     }
 
@@ -253,9 +295,7 @@ impl<'a> Copier<'a> {
     /// Stops the copy when DEST can take no more (no entry after it could be copied, and
     /// each would say so), or a stop was requested.
     fn failed(&mut self, error: Error) -> WalkState {
-        let full = [Errno::NOSPC, Errno::DQUOT, Errno::ROFS].map(|e| e.raw_os_error());
-        let dest_full = matches!(&error, Error::Io { cause, .. }
-            if cause.raw_os_error().is_some_and(|e| full.contains(&e)));
+        let dest_full = dest_full(&error);
         self.counts.errors += 1;
         self.shared.report.error(error);
         if dest_full {
@@ -383,8 +423,13 @@ impl<'a> Copier<'a> {
         let dest = at.dest.expect("not a dry run");
         let entry = Entry::new(at.name, kind, Meta::of_statx(stat));
         let apply = self.apply(&entry, at.setgid);
+        let removed = change == Change::Replace;
         let replaced = match kind {
-            Kind::File => self.copy_file(at, dest, stat, &apply, existing)?,
+            Kind::File => match self.copy_file(at, dest, stat, &apply, existing, removed)? {
+                Filed::Skipped => None,
+                Filed::Copied { replaced } => Some(replaced),
+                Filed::Chunked => return Ok(()),
+            },
             Kind::Symlink => {
                 let target = readlinkat(at.src, at.src_name, std::mem::take(&mut self.target))
                     .map_err(|e| Error::io("readlinkat", at.src_path(self.shared), e))?;
@@ -432,7 +477,7 @@ impl<'a> Copier<'a> {
             None => self.counts.kept += 1,
             Some(replaced) => {
                 // A directory removed for it (`Found::Dir`) was replaced too.
-                let replaced = replaced || change == Change::Replace;
+                let replaced = replaced || removed;
                 if kind != Kind::File {
                     self.count(kind, 0);
                 }
@@ -712,8 +757,69 @@ fn remove(dir: BorrowedFd<'_>, name: &[u8], path: impl Fn() -> TreePath) -> Resu
     remove_tree(dir, name, &mut dirent_buffer()).map_err(|e| Error::io("remove", path(), e))
 }
 
+impl<'a> Copier<'a> {
+    /// Runs the chunk jobs the copy of a large file outside a walk (SRC itself) left, on
+    /// this thread and up to `threads - 1` more.
+    pub(super) fn run_chunks(mut self, threads: usize) {
+        let jobs = Mutex::new(std::mem::take(&mut self.jobs));
+        let work = |copier: &mut Copier<'_>| loop {
+            let Some((job, _)) = jobs.lock().expect("no panics").pop() else {
+                return;
+            };
+            // Only a walk's listing leaves files as jobs.
+            let Job::Chunk { file, range } = job else {
+                unreachable!("a file job outside a walk")
+            };
+            if copier.copy_chunk(&file, range) == WalkState::Quit {
+                drop(file);
+                jobs.lock().expect("no panics").clear();
+            }
+        };
+        let shared = self.shared;
+        let helpers = jobs
+            .lock()
+            .expect("no panics")
+            .len()
+            .min(threads)
+            .saturating_sub(1);
+        std::thread::scope(|scope| {
+            for _ in 0..helpers {
+                let _ = spawn_elsewhere(scope, || work(&mut Copier::new(shared)));
+            }
+            work(&mut self);
+        });
+    }
+
+    /// Copies the entry `name` (stated as `stat`) of `dir`, open as `fd`.
+    fn copy_entry(
+        &mut self,
+        dir: &Dir<DestDir<'a>>,
+        fd: BorrowedFd<'_>,
+        name: &[u8],
+        stat: &Statx,
+    ) -> WalkState {
+        if self.shared.cp.cancel.is_cancelled() {
+            return WalkState::Quit;
+        }
+        let path = || dir.relative(Some(name));
+        let at = Pair {
+            src: fd,
+            src_name: name,
+            dest: dir.state().fd.as_ref(),
+            name,
+            setgid: dir.state().setgid,
+            path: &path,
+        };
+        match self.copy(&at, stat) {
+            Ok(()) => WalkState::Continue,
+            Err(e) => self.failed(e),
+        }
+    }
+}
+
 impl<'a> ParallelVisitor for Copier<'a> {
     type State = DestDir<'a>;
+    type Job = Job<'a>;
 
     fn enter_dir(
         &mut self,
@@ -753,25 +859,30 @@ impl<'a> ParallelVisitor for Copier<'a> {
         entry: &Entry<'_>,
         stat: &Statx,
     ) -> WalkState {
-        if self.shared.cp.cancel.is_cancelled() {
-            return WalkState::Quit;
+        if entry.kind == Kind::File && stat.stx_size >= SPREAD && !self.cp().dry_run {
+            let cost = job_cost(stat.stx_size);
+            let job = Job::File {
+                name: entry.name.into(),
+                stat: Box::new(*stat),
+            };
+            self.jobs.push((job, cost));
+            return WalkState::Continue;
         }
-        let path = || dir.relative(Some(entry.name));
-        let at = Pair {
-            src: fd,
-            src_name: entry.name,
-            dest: dir.state().fd.as_ref(),
-            name: entry.name,
-            setgid: dir.state().setgid,
-            path: &path,
-        };
-        match self.copy(&at, stat) {
-            Ok(()) => WalkState::Continue,
-            Err(e) => self.failed(e),
-        }
+        self.copy_entry(dir, fd, entry.name, stat)
     }
 
     fn error(&mut self, error: Error) -> WalkState {
         self.failed(error)
+    }
+
+    fn take_jobs(&mut self, jobs: &mut Vec<(Job<'a>, u64)>) {
+        jobs.append(&mut self.jobs);
+    }
+
+    fn run(&mut self, dir: &Dir<DestDir<'a>>, fd: BorrowedFd<'_>, job: Job<'a>) -> WalkState {
+        match job {
+            Job::File { name, stat } => self.copy_entry(dir, fd, &name, &stat),
+            Job::Chunk { file, range } => self.copy_chunk(&file, range),
+        }
     }
 }

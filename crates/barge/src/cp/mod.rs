@@ -369,7 +369,7 @@ impl Cp {
                 path: &Vec::new,
             };
             copier.copy(&at, &stat)?;
-            drop(copier);
+            copier.run_chunks(self.threads.min(Work::Cores.threads()));
         }
         self.cancel.check()?;
         Ok(shared.summary.into_inner().expect("no panics"))

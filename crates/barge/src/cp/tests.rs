@@ -137,16 +137,21 @@ fn tree(root: &Path) {
 fn age(root: &Path) {
     let paths = snapshot(root).into_keys().map(|path| root.join(path));
     for (i, path) in paths.chain([root.to_path_buf()]).enumerate() {
-        let time = rustix::fs::Timespec {
-            tv_sec: 1_000_000_000 + i as i64,
-            tv_nsec: 123_456_789,
-        };
-        let times = rustix::fs::Timestamps {
-            last_access: time,
-            last_modification: time,
-        };
-        rustix::fs::utimensat(CWD, &path, &times, AtFlags::SYMLINK_NOFOLLOW).unwrap();
+        set_time(&path, 1_000_000_000 + i as i64);
     }
+}
+
+/// Gives `path` (not followed) the time `sec`.123456789.
+fn set_time(path: &Path, sec: i64) {
+    let time = rustix::fs::Timespec {
+        tv_sec: sec,
+        tv_nsec: 123_456_789,
+    };
+    let times = rustix::fs::Timestamps {
+        last_access: time,
+        last_modification: time,
+    };
+    rustix::fs::utimensat(CWD, path, &times, AtFlags::SYMLINK_NOFOLLOW).unwrap();
 }
 
 /// Each entry below `root` (not followed): inode, mode, mtime and size, by path.
@@ -577,4 +582,134 @@ fn a_single_entry_is_copied_as_dest() {
         fs::read_link(dir.path().join("sub-link")).unwrap(),
         Path::new("../a.txt")
     );
+}
+
+/// Writes a sparse file of 200 MiB at `path` (past `chunked::LARGE`: copied in four
+/// chunks) with data at several offsets, one across a chunk boundary, and an old time.
+fn big_sparse(path: &Path) {
+    let file = fs::File::create(path).unwrap();
+    file.set_len(200 << 20).unwrap();
+    let pattern: Vec<u8> = (0..1u32 << 20).map(|i| (i % 253) as u8).collect();
+    let data: [(u64, &[u8]); 4] = [
+        (0, b"head"),
+        ((64 << 20) - 3, b"across a chunk boundary"),
+        (100 << 20, &pattern),
+        ((200 << 20) - 4, b"tail"),
+    ];
+    for (at, bytes) in data {
+        std::os::unix::fs::FileExt::write_at(&file, bytes, at).unwrap();
+    }
+    chmod(path, 0o640);
+    set_time(path, 1_000_000_000);
+}
+
+/// The threads that copied `path` (or its chunks), once per file or chunk.
+fn copied_by(path: &Path) -> Vec<std::thread::ThreadId> {
+    let path = path.display().to_string();
+    let by = copier::hooks::COPIED_BY.lock().unwrap();
+    by.iter()
+        .filter(|(p, _)| *p == path)
+        .map(|(_, t)| *t)
+        .collect()
+}
+
+#[test]
+fn a_large_sparse_file_is_copied_in_chunks_with_its_holes_and_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest) = (dir.path().join("src"), dir.path().join("dest"));
+    mkdir(&src, 0o755);
+    let big = src.join("big.img");
+    big_sparse(&big);
+    let xattr = rustix::fs::setxattr(&big, "user.barge", b"kept", rustix::fs::XattrFlags::empty());
+    copied(&cp().archive(true), &src, &dest);
+    let copy = dest.join("big.img");
+    assert_eq!(copied_by(&copy).len(), 4, "one per chunk");
+    assert_eq!(differences(&src, &dest), Vec::<String>::new());
+    let (was, is) = (fs::metadata(&big).unwrap(), fs::metadata(&copy).unwrap());
+    assert_eq!((is.len(), is.mode()), (was.len(), was.mode()));
+    assert_eq!(
+        (is.mtime(), is.mtime_nsec()),
+        (was.mtime(), was.mtime_nsec())
+    );
+    assert!(
+        is.blocks() <= 2 * was.blocks(),
+        "holes kept: {} blocks",
+        is.blocks()
+    );
+    if xattr.is_ok() {
+        let mut value = [0; 16];
+        let n = rustix::fs::getxattr(&copy, "user.barge", &mut value).unwrap();
+        assert_eq!(&value[..n], b"kept");
+    }
+}
+
+#[test]
+fn a_chunk_that_fails_leaves_no_file_and_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest) = (dir.path().join("src"), dir.path().join("dest"));
+    mkdir(&src, 0o755);
+    big_sparse(&src.join("fails.img"));
+    copier::hooks::FAIL_AT
+        .lock()
+        .unwrap()
+        .push(("fails.img", 100 << 20, None));
+    let (result, told) = run(&cp(), &src, &dest);
+    assert!(result.unwrap().stopped);
+    let name = dest.join("fails.img").display().to_string();
+    let errors = told.errors();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].starts_with(&format!("{name}: ")), "{errors:?}");
+    let left: Vec<_> = fs::read_dir(&dest).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+    // A replacement that fails leaves the file it was to replace, and no temporary one.
+    write(&dest.join("fails.img"), b"before", 0o644);
+    let overwrite = Restore::default().existing(Existing::Overwrite);
+    let (result, told) = run(&cp().restore(overwrite), &src, &dest);
+    assert!(result.unwrap().stopped);
+    assert_eq!(told.errors().len(), 1);
+    assert_eq!(fs::read(dest.join("fails.img")).unwrap(), b"before");
+    assert_eq!(fs::read_dir(&dest).unwrap().count(), 1);
+}
+
+#[test]
+fn a_large_file_cancelled_in_a_chunk_leaves_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("cancelled.img");
+    big_sparse(&src);
+    let cancel = Cancel::new();
+    let hook = ("cancelled-copy", 0, Some(cancel.clone()));
+    copier::hooks::FAIL_AT.lock().unwrap().push(hook);
+    // One thread: the chunks after the first are not started.
+    let dest = dir.path().join("cancelled-copy");
+    let (result, _) = run(&Cp::new().threads(1).cancel(cancel), &src, &dest);
+    assert!(
+        matches!(result, Err(Error::Interrupted { .. })),
+        "{result:?}"
+    );
+    assert!(!dest.exists());
+    assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+}
+
+#[test]
+fn the_files_of_one_directory_are_copied_by_several_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest) = (dir.path().join("src"), dir.path().join("dest"));
+    mkdir(&src, 0o755);
+    // Every name but one: the thread that copies that one waits for another to copy one.
+    let names: Vec<_> = (1..64)
+        .map(|i| format!("f{i}"))
+        .chain([copier::hooks::HELD.to_string()])
+        .collect();
+    for name in &names {
+        write(&src.join(name), &[7; 256 << 10], 0o644);
+    }
+    copied(&cp(), &src, &dest);
+    let mut threads: Vec<_> = (names.iter())
+        .flat_map(|name| copied_by(&dest.join(name)))
+        .collect();
+    assert_eq!(threads.len(), 64, "each file copied once");
+    threads.sort_by_key(|t| format!("{t:?}"));
+    threads.dedup();
+    assert!(threads.len() > 1, "one thread copied them all");
+    assert_eq!(differences(&src, &dest), Vec::<String>::new());
 }

@@ -68,6 +68,7 @@ fn dir_facts(meta: Meta) -> Facts {
 
 impl ParallelVisitor for Lister<'_> {
     type State = DirMeta;
+    type Job = std::convert::Infallible;
 
     fn enter_dir(
         &mut self,
@@ -222,6 +223,7 @@ impl Checker<'_, '_> {
 
 impl<'a> ParallelVisitor for Checker<'_, 'a> {
     type State = Checked<'a>;
+    type Job = std::convert::Infallible;
 
     fn enter_dir(
         &mut self,

@@ -16,6 +16,10 @@
 //! A visitor attaches its own state to each directory it enters ([`ParallelVisitor::State`]:
 //! du's subtotal slot, a copier's destination directory fd), which the directory's entries
 //! and subdirectories see, on whichever thread they are visited.
+//!
+//! A visitor may also leave work below the directory for any thread
+//! ([`ParallelVisitor::Job`]: a copier's large file, or a chunk of one): the walker shares
+//! jobs as it shares directories, each holding its directory (state and fd) until it has run.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::AcqRel, Ordering::Relaxed};
@@ -85,6 +89,10 @@ pub trait ParallelVisitor {
     /// What the visitor keeps per directory (given for the root to [`WalkParallel::visit`]).
     type State: Send + Sync;
 
+    /// Work an entry leaves for any thread ([`ParallelVisitor::take_jobs`]), run by
+    /// [`ParallelVisitor::run`].
+    type Job: Send;
+
     /// The directory `entry` of `parent`, opened as `fd` and stated as `stat`: its state, or
     /// `Err(Skip)` to leave it unlisted, or `Err(Quit)` to stop.
     fn enter_dir(
@@ -135,6 +143,17 @@ pub trait ParallelVisitor {
     /// A failure of the walker's own (a directory that could not be read or reopened), with
     /// its path.
     fn error(&mut self, error: Error) -> WalkState;
+
+    /// Moves the jobs the last [`entry`](ParallelVisitor::entry) or
+    /// [`run`](ParallelVisitor::run) left into `jobs`, each with its cost in entries listed
+    /// (what lets helper threads start, see `SPAWN_AFTER`). By default none.
+    fn take_jobs(&mut self, _jobs: &mut Vec<(Self::Job, u64)>) {}
+
+    /// Runs a job left in `dir` (open as `fd`), on any thread; the directory's state lives
+    /// until every job left in it has run or been dropped (the walk stopped).
+    fn run(&mut self, _dir: &Dir<Self::State>, _fd: BorrowedFd<'_>, _job: Self::Job) -> WalkState {
+        WalkState::Continue
+    }
 }
 
 /// A directory of the walk, as visitors see it: where it is, and the visitor's state for it.
@@ -268,15 +287,30 @@ impl WalkParallel {
 /// The per-directory state of the visitors a builder makes.
 pub type StateOf<B> = <<B as ParallelVisitorBuilder>::Visitor as ParallelVisitor>::State;
 
-/// A directory to open: a name in an opened directory.
-struct Task<S> {
-    parent: Arc<Dir<S>>,
-    name: Box<[u8]>,
+/// The jobs of the visitors a builder makes.
+pub type JobOf<B> = <<B as ParallelVisitorBuilder>::Visitor as ParallelVisitor>::Job;
+
+/// What a worker does next.
+enum Task<S, J> {
+    /// Open a directory: a name in an opened directory.
+    Open {
+        parent: Arc<Dir<S>>,
+        name: Box<[u8]>,
+    },
+    /// Run a job left in the directory `dir`, open as `fd`.
+    /// (The job is dropped first: what it does when dropped comes before its directory's.)
+    Job {
+        job: J,
+        dir: Arc<Dir<S>>,
+        fd: Arc<OwnedFd>,
+    },
 }
 
-/// Directories waiting for a worker, and how many workers are not waiting.
-struct Queue<S> {
-    tasks: Vec<Task<S>>,
+type TaskOf<B> = Task<StateOf<B>, JobOf<B>>;
+
+/// Tasks waiting for a worker, and how many workers are not waiting.
+struct Queue<S, J> {
+    tasks: Vec<Task<S, J>>,
     active: usize,
 }
 
@@ -284,19 +318,22 @@ struct Queue<S> {
 type Reopened<S> = Option<(Arc<Dir<S>>, Arc<OwnedFd>)>;
 
 /// One worker's reusable buffers.
-struct Scratch<S> {
+struct Scratch<S, J> {
     buf: Vec<std::mem::MaybeUninit<u8>>,
     listing: Listing,
-    children: Vec<Task<S>>,
+    /// The subdirectories and jobs of the last task (jobs last: the worker runs them first).
+    children: Vec<Task<S, J>>,
+    jobs: Vec<(J, u64)>,
     reopened: Reopened<S>,
 }
 
-impl<S> Default for Scratch<S> {
-    fn default() -> Scratch<S> {
+impl<S, J> Default for Scratch<S, J> {
+    fn default() -> Scratch<S, J> {
         Scratch {
             buf: dirent_buffer(),
             listing: Listing::default(),
             children: Vec::new(),
+            jobs: Vec::new(),
             reopened: None,
         }
     }
@@ -305,7 +342,7 @@ impl<S> Default for Scratch<S> {
 /// A walk under way.
 struct Walk<'b, B: ParallelVisitorBuilder> {
     builder: Mutex<&'b mut B>,
-    queue: Mutex<Queue<StateOf<B>>>,
+    queue: Mutex<Queue<StateOf<B>, JobOf<B>>>,
     ready: Condvar,
     waiting: AtomicUsize,
     /// Workers started.
@@ -362,7 +399,7 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
     fn work<'s>(
         &'s self,
         scope: &'s Scope<'s, '_>,
-        mut scratch: Scratch<StateOf<B>>,
+        mut scratch: Scratch<StateOf<B>, JobOf<B>>,
         mut visitor: B::Visitor,
     ) {
         let mut stack = Vec::new();
@@ -424,7 +461,7 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
     }
 
     /// Puts directories in the queue and wakes a waiting worker for each.
-    fn share(&self, tasks: impl IntoIterator<Item = Task<StateOf<B>>>) {
+    fn share(&self, tasks: impl IntoIterator<Item = TaskOf<B>>) {
         let mut queue = self.queue.lock().expect("no panics");
         for task in tasks {
             queue.tasks.push(task);
@@ -434,7 +471,7 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
 
     /// Waits for a directory in the queue; None once every worker is idle or the walk
     /// was stopped.
-    fn take(&self) -> Option<Task<StateOf<B>>> {
+    fn take(&self) -> Option<TaskOf<B>> {
         let mut queue = self.queue.lock().expect("no panics");
         queue.active -= 1;
         loop {
@@ -468,11 +505,24 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
     /// Opens the directory `task` from its parent, shows it to the visitor and lists it.
     fn visit(
         &self,
-        task: Task<StateOf<B>>,
+        task: TaskOf<B>,
         visitor: &mut B::Visitor,
-        scratch: &mut Scratch<StateOf<B>>,
+        scratch: &mut Scratch<StateOf<B>, JobOf<B>>,
     ) {
-        let Task { parent, name } = task;
+        let (parent, name) = match task {
+            Task::Open { parent, name } => (parent, name),
+            Task::Job { dir, fd, job } => {
+                let state = visitor.run(&dir, fd.as_fd(), job);
+                self.obey(state);
+                return self.take_jobs(
+                    &dir,
+                    &fd,
+                    visitor,
+                    &mut scratch.jobs,
+                    &mut scratch.children,
+                );
+            }
+        };
         let parent_fd = match self.dir_fd(&parent, &mut scratch.reopened) {
             Ok(fd) => fd,
             Err(e) => {
@@ -520,8 +570,9 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
         dir: &Arc<Dir<StateOf<B>>>,
         fd: OwnedFd,
         visitor: &mut B::Visitor,
-        scratch: &mut Scratch<StateOf<B>>,
+        scratch: &mut Scratch<StateOf<B>, JobOf<B>>,
     ) {
+        let fd = Arc::new(fd);
         let mut subdirs = Vec::new();
         match scratch.listing.read(fd.as_fd(), &mut scratch.buf) {
             Err(e) => self.obey(visitor.error(Error::io("getdents64", dir.path(None), e))),
@@ -550,7 +601,15 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
                         Ok(stat) => {
                             let kind = Kind::of_mode(stat.stx_mode.into());
                             let entry = Entry::new(name, kind, Meta::of_statx(&stat));
-                            visitor.entry(dir, fd.as_fd(), &entry, &stat)
+                            let state = visitor.entry(dir, fd.as_fd(), &entry, &stat);
+                            self.take_jobs(
+                                dir,
+                                &fd,
+                                visitor,
+                                &mut scratch.jobs,
+                                &mut scratch.children,
+                            );
+                            state
                         }
                     };
                     self.obey(state);
@@ -567,16 +626,37 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
         dir.pending.store(subdirs.len(), Relaxed);
         // The root's fd is not counted: it is kept to the end.
         if dir.parent.is_none() || self.held_fds.fetch_add(1, Relaxed) < self.fd_budget {
-            *dir.fd.lock().expect("no panics") = Some(Arc::new(fd));
+            *dir.fd.lock().expect("no panics") = Some(fd);
         } else {
             self.held_fds.fetch_sub(1, Relaxed);
         }
-        scratch
-            .children
-            .extend(subdirs.into_iter().map(|name| Task {
-                parent: dir.clone(),
-                name: name.into(),
-            }));
+        // Before the jobs, which the worker then runs first.
+        let opens = subdirs.into_iter().map(|name| Task::Open {
+            parent: dir.clone(),
+            name: name.into(),
+        });
+        scratch.children.splice(0..0, opens);
+    }
+
+    /// Moves the jobs the visitor left in `dir` (open as `fd`) to `children` (through
+    /// `jobs`, a buffer), and counts their cost as listed.
+    fn take_jobs(
+        &self,
+        dir: &Arc<Dir<StateOf<B>>>,
+        fd: &Arc<OwnedFd>,
+        visitor: &mut B::Visitor,
+        jobs: &mut Vec<(JobOf<B>, u64)>,
+        children: &mut Vec<TaskOf<B>>,
+    ) {
+        visitor.take_jobs(jobs);
+        for (job, cost) in jobs.drain(..) {
+            self.listed.fetch_add(cost, Relaxed);
+            children.push(Task::Job {
+                dir: dir.clone(),
+                fd: fd.clone(),
+                job,
+            });
+        }
     }
 
     /// Notes that one subdirectory of `parent` was opened; closes the parent's fd after the
@@ -676,6 +756,7 @@ mod tests {
 
     impl ParallelVisitor for Recorder<'_> {
         type State = ();
+        type Job = std::convert::Infallible;
 
         fn enter_dir(
             &mut self,

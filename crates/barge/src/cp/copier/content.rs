@@ -1,6 +1,8 @@
 //! What a `Copier` does with a regular file: a link to an earlier name's copy, or the
-//! content by shared extents, `copy_file_range` or memory.
+//! content by shared extents, `copy_file_range` or memory; a large one in chunks
+//! (`chunked.rs`).
 
+use std::ops::Range;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -10,6 +12,7 @@ use rustix::fs::{
 };
 use rustix::io::{pwrite, Errno};
 
+use super::chunked::LARGE;
 use super::{Copier, Pair};
 use crate::compare::inode_key;
 use crate::copy::{copy_range, read_chunks};
@@ -24,9 +27,19 @@ use crate::tree::Xattrs;
 /// The buffer of a copy through memory.
 const BUFFER: usize = 1 << 20;
 
+/// What became of a regular file.
+pub(super) enum Filed {
+    /// It existed and was skipped.
+    Skipped,
+    /// Copied (or linked), replacing an entry or not.
+    Copied { replaced: bool },
+    /// Left to the chunks of a `Chunked` copy, which count and report it.
+    Chunked,
+}
+
 impl Copier<'_> {
-    /// Copies the regular file `at`, or links to the copy of an earlier name of it; `None`
-    /// when it existed and was skipped, else whether it replaced an entry.
+    /// Copies the regular file `at`, or links to the copy of an earlier name of it, or
+    /// leaves a large one to chunk jobs (`removed`: a directory was removed for it).
     pub(super) fn copy_file(
         &mut self,
         at: &Pair<'_>,
@@ -34,7 +47,8 @@ impl Copier<'_> {
         stat: &Statx,
         apply: &Apply,
         existing: Existing,
-    ) -> Result<Option<bool>> {
+        removed: bool,
+    ) -> Result<Filed> {
         // The links stay locked while a multi-link file is created and filled, so that no
         // other name of it links to a name not yet (or no longer) its.
         let shared = self.shared;
@@ -50,7 +64,10 @@ impl Copier<'_> {
             };
             let made = self.make(at, dest, &Apply::default(), existing, "linkat", link)?;
             self.counts.hard_links += u64::from(made.is_some());
-            return Ok(made);
+            return Ok(match made {
+                None => Filed::Skipped,
+                Some(replaced) => Filed::Copied { replaced },
+            });
         }
         let src_path = || at.src_path(shared);
         let src = openat(at.src, at.src_name, FILE_FLAGS, Mode::empty())
@@ -69,15 +86,28 @@ impl Copier<'_> {
         let (fd, replacing) = match made {
             Made::Here(fd) => (fd, false),
             Made::Replacing(fd) => (fd, true),
-            Made::Skipped => return Ok(None),
+            Made::Skipped => return Ok(Filed::Skipped),
         };
+        // A large file with one name (the links stay locked only while one thread fills
+        // it) goes to chunk jobs, unless its extents can be shared at once.
+        let size = stat.stx_size;
+        let chunk = links.is_none() && size >= LARGE;
+        let content = match chunk {
+            true => self.clone_file(src.as_fd(), fd.as_fd(), size, &path),
+            false => self.copy_content(src.as_fd(), fd.as_fd(), stat, &path),
+        };
+        if chunk && matches!(content, Ok(None)) {
+            let name = if replacing { &self.temp[..] } else { at.name };
+            let made = (fd, name.to_vec(), replacing || removed);
+            return self
+                .chunk(at, dest, src, made, stat, apply)
+                .map(|()| Filed::Chunked);
+        }
         let mut copied = 0;
-        let done = self
-            .copy_content(src.as_fd(), fd.as_fd(), stat, &path)
-            .and_then(|bytes| {
-                copied = bytes;
-                self.read_xattrs(src.as_fd(), path)
-            });
+        let done = content.map(|bytes| bytes.unwrap_or(0)).and_then(|bytes| {
+            copied = bytes;
+            self.read_xattrs(src.as_fd(), path)
+        });
         let done = done.and_then(|()| {
             let xattrs = Xattrs(&self.xattrs.wire);
             let target = Target::Fd(fd.as_fd());
@@ -96,10 +126,41 @@ impl Copier<'_> {
         if let Some(mut links) = links {
             links.insert(inode_key(stat), (dest.clone(), at.name.into()));
         }
+        #[cfg(test)]
+        super::hooks::copied(&path());
         self.counts.files += 1;
         self.counts.bytes += copied;
         self.shared.progress.add_entry(0);
-        Ok(Some(replacing))
+        Ok(Filed::Copied {
+            replaced: replacing,
+        })
+    }
+
+    /// Shares the extents of `src` (`size` bytes) with the new file `dest` where the
+    /// filesystem can and [`Reflink`] lets it: `Some(size)` when done, `None` when the
+    /// content must be copied.
+    fn clone_file(
+        &mut self,
+        src: BorrowedFd<'_>,
+        dest: BorrowedFd<'_>,
+        size: u64,
+        path: &dyn Fn() -> TreePath,
+    ) -> Result<Option<u64>> {
+        let always = self.cp().reflink == Reflink::Always;
+        if !self.shared.no_clone.load(Relaxed) {
+            match ioctl_ficlone(dest, src) {
+                Ok(()) => {
+                    self.shared.progress.add_bytes(size);
+                    return Ok(Some(size));
+                }
+                Err(e) if always => return Err(Error::io("share extents (FICLONE)", path(), e)),
+                Err(_) => self.shared.no_clone.store(true, Relaxed),
+            }
+        } else if always {
+            let e = Errno::OPNOTSUPP;
+            return Err(Error::io("share extents (FICLONE)", path(), e));
+        }
+        Ok(None)
     }
 
     /// Copies the content of `src` into the new file `dest`: shared extents where the
@@ -112,43 +173,48 @@ impl Copier<'_> {
         dest: BorrowedFd<'_>,
         stat: &Statx,
         path: &dyn Fn() -> TreePath,
-    ) -> Result<u64> {
+    ) -> Result<Option<u64>> {
         let size = stat.stx_size;
         if size == 0 {
-            return self.through_memory(src, dest, 0, u64::MAX, path);
+            return self.through_memory(src, dest, 0, u64::MAX, path).map(Some);
         }
-        let always = self.cp().reflink == Reflink::Always;
-        if !self.shared.no_clone.load(Relaxed) {
-            match ioctl_ficlone(dest, src) {
-                Ok(()) => {
-                    self.shared.progress.add_bytes(size);
-                    return Ok(size);
-                }
-                Err(e) if always => return Err(Error::io("share extents (FICLONE)", path(), e)),
-                Err(_) => self.shared.no_clone.store(true, Relaxed),
-            }
-        } else if always {
-            let e = Errno::OPNOTSUPP;
-            return Err(Error::io("share extents (FICLONE)", path(), e));
+        if let Some(size) = self.clone_file(src, dest, size, path)? {
+            return Ok(Some(size));
         }
-        // Fewer allocated blocks than the size needs: it has holes.
-        if stat.stx_blocks.saturating_mul(512) >= size {
-            return self.copy_range(src, dest, 0, size, path).map(|()| size);
+        let sparse = sparse(stat);
+        self.copy_data(src, dest, 0..size, sparse, path)?;
+        if sparse {
+            ftruncate(dest, size).map_err(|e| Error::io("ftruncate", path(), e))?;
         }
-        let mut at = 0;
-        while at < size {
+        Ok(Some(size))
+    }
+
+    /// Copies what `src` has in `range` to the same offsets of `dest`; with `sparse`, only
+    /// its data (found by `SEEK_DATA`/`SEEK_HOLE`: holes stay holes).
+    pub(super) fn copy_data(
+        &mut self,
+        src: BorrowedFd<'_>,
+        dest: BorrowedFd<'_>,
+        range: Range<u64>,
+        sparse: bool,
+        path: &dyn Fn() -> TreePath,
+    ) -> Result<()> {
+        if !sparse {
+            return self.copy_range(src, dest, range.start, range.end, path);
+        }
+        let mut at = range.start;
+        while at < range.end {
             let data = match seek(src, SeekFrom::Data(at)) {
-                Ok(data) => data,
-                Err(Errno::NXIO) => break,
+                Ok(data) if data < range.end => data,
+                Ok(_) | Err(Errno::NXIO) => break,
                 Err(e) => return Err(Error::io("lseek", path(), e)),
             };
             let hole =
                 seek(src, SeekFrom::Hole(data)).map_err(|e| Error::io("lseek", path(), e))?;
-            self.copy_range(src, dest, data, hole.min(size), path)?;
+            self.copy_range(src, dest, data, hole.min(range.end), path)?;
             at = hole;
         }
-        ftruncate(dest, size).map_err(|e| Error::io("ftruncate", path(), e))?;
-        Ok(size)
+        Ok(())
     }
 
     /// Copies the bytes `start..end` of `src` to the same offsets of `dest` with
@@ -180,7 +246,14 @@ impl Copier<'_> {
         self.through_memory(src, dest, start + copied, end - start - copied, path)?;
         Ok(())
     }
+}
 
+/// Whether the file stated as `stat` has holes: fewer allocated blocks than its size needs.
+pub(super) fn sparse(stat: &Statx) -> bool {
+    stat.stx_blocks.saturating_mul(512) < stat.stx_size
+}
+
+impl Copier<'_> {
     fn through_memory(
         &mut self,
         src: BorrowedFd<'_>,

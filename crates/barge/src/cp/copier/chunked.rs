@@ -1,0 +1,251 @@
+//! A large file copied in chunks by several workers: created and sized once, each chunk
+//! copied at its own offsets by whichever thread takes its job; the last reference to go
+//! (the last chunk to finish) restores the metadata, once, after all data, or removes the
+//! copy when a chunk failed or the copy stopped before every chunk ran.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering::AcqRel, Ordering::Acquire};
+use std::sync::{Arc, Mutex};
+
+use rustix::fs::{ftruncate, unlinkat, AtFlags, Statx};
+
+use super::content::sparse;
+use super::{dest_full, Copier, Job, Pair, Shared};
+use crate::cp::Change;
+use crate::error::{Error, Result, TreePath};
+use crate::land::restore::{Apply, NotRestored, Target};
+use crate::land::sync::replace;
+use crate::tree::Xattrs;
+use crate::walk::parallel::WalkState;
+
+/// Files of this size or more are copied in chunks (docs/BENCHMARKS.md, "cp below the
+/// directory").
+pub(super) const LARGE: u64 = 128 << 20;
+/// The size of a chunk.
+pub(super) const CHUNK: u64 = 64 << 20;
+
+/// A file being copied in chunks.
+pub(crate) struct Chunked<'a> {
+    shared: &'a Shared<'a>,
+    src: OwnedFd,
+    file: OwnedFd,
+    /// The copy's directory, its name there (a replacement's temporary name) and its final
+    /// name.
+    dir: Arc<OwnedFd>,
+    name: Vec<u8>,
+    final_name: Vec<u8>,
+    /// It replaces an entry.
+    replaced: bool,
+    path: TreePath,
+    apply: Apply,
+    xattrs: Vec<u8>,
+    size: u64,
+    sparse: bool,
+    /// Chunks not copied yet.
+    left: AtomicU64,
+    /// The first failure of a chunk.
+    failed: Mutex<Option<Error>>,
+}
+
+impl Copier<'_> {
+    /// Sizes the new file `made` (its fd, its name in `dest`, whether it replaces an entry)
+    /// as the source `src` of `at` (stated as `stat`) and leaves its chunks as jobs.
+    pub(super) fn chunk(
+        &mut self,
+        at: &Pair<'_>,
+        dest: &Arc<OwnedFd>,
+        src: OwnedFd,
+        (file, name, replaced): (OwnedFd, Vec<u8>, bool),
+        stat: &Statx,
+        apply: &Apply,
+    ) -> Result<()> {
+        let path = at.dest_path(self.shared);
+        let sized = ftruncate(&file, stat.stx_size)
+            .map_err(|e| Error::io("ftruncate", path.clone(), e))
+            .and_then(|()| self.read_xattrs(src.as_fd(), || path.clone()));
+        if let Err(e) = sized {
+            let _ = unlinkat(&**dest, &name[..], AtFlags::empty());
+            return Err(e);
+        }
+        let chunks = stat.stx_size.div_ceil(CHUNK);
+        let file = Arc::new(Chunked {
+            shared: self.shared,
+            src,
+            file,
+            dir: dest.clone(),
+            name,
+            final_name: at.name.to_vec(),
+            replaced,
+            path,
+            apply: *apply,
+            xattrs: self.xattrs.wire.clone(),
+            size: stat.stx_size,
+            sparse: sparse(stat),
+            left: AtomicU64::new(chunks),
+            failed: Mutex::new(None),
+        });
+        // Last first: the worker takes its jobs from the top, others from the bottom.
+        for i in (0..chunks).rev() {
+            let start = i * CHUNK;
+            let range = start..(start + CHUNK).min(stat.stx_size);
+            let cost = super::job_cost(range.end - range.start);
+            let job = Job::Chunk {
+                file: file.clone(),
+                range,
+            };
+            self.jobs.push((job, cost));
+        }
+        Ok(())
+    }
+
+    /// Copies one chunk of `file` (unless another failed, or the copy is stopping).
+    pub(super) fn copy_chunk(
+        &mut self,
+        file: &Chunked<'_>,
+        range: std::ops::Range<u64>,
+    ) -> WalkState {
+        let cancel = &self.shared.cp.cancel;
+        if cancel.is_cancelled() {
+            return WalkState::Quit;
+        }
+        if file.failed.lock().expect("no panics").is_some() {
+            return WalkState::Continue;
+        }
+        let path = || file.path.clone();
+        #[cfg(test)]
+        let injected = hooks::injected(&file.path, &range);
+        let copied = self.copy_data(
+            file.src.as_fd(),
+            file.file.as_fd(),
+            range,
+            file.sparse,
+            &path,
+        );
+        #[cfg(test)]
+        let copied = copied.and(injected);
+        let Err(e) = copied else {
+            #[cfg(test)]
+            hooks::copied(&file.path);
+            file.left.fetch_sub(1, AcqRel);
+            return WalkState::Continue;
+        };
+        let full = dest_full(&e);
+        file.failed.lock().expect("no panics").get_or_insert(e);
+        if full {
+            self.shared.summary.lock().expect("no panics").stopped = true;
+        }
+        match full || cancel.is_cancelled() {
+            true => WalkState::Quit,
+            false => WalkState::Continue,
+        }
+    }
+}
+
+impl Chunked<'_> {
+    /// Restores the metadata of the whole copy and gives it its final name.
+    fn finish(&self, skipped: &mut NotRestored) -> Result<()> {
+        let path = || self.path.clone();
+        let target = Target::Fd(self.file.as_fd());
+        let xattrs = Xattrs(&self.xattrs);
+        (self.shared.policy).restore(target, &self.apply, xattrs, skipped, path)?;
+        if self.name != self.final_name {
+            replace(self.dir.as_fd(), &self.name, &self.final_name, path)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Chunked<'_> {
+    fn drop(&mut self) {
+        let shared = self.shared;
+        let failed = self.failed.get_mut().expect("no panics").take();
+        let mut skipped = NotRestored::default();
+        let done = match failed {
+            Some(e) => Err(Some(e)),
+            None if self.left.load(Acquire) > 0 => Err(None),
+            None => self.finish(&mut skipped).map_err(Some),
+        };
+        let mut summary = shared.summary.lock().expect("no panics");
+        summary.not_restored.add(&skipped);
+        match done {
+            Ok(()) => {
+                summary.counts.files += 1;
+                summary.counts.bytes += self.size;
+                summary.counts.replaced += u64::from(self.replaced);
+                drop(summary);
+                shared.progress.add_entry(0);
+                if shared.cp.changes {
+                    let change = match self.replaced {
+                        true => Change::Replace,
+                        false => Change::Create,
+                    };
+                    shared.report.change(change, &self.path);
+                }
+            }
+            // No copy that is not whole stays under its name (nor its temporary one).
+            Err(error) => {
+                drop(summary);
+                let _ = unlinkat(&*self.dir, &self.name[..], AtFlags::empty());
+                if let Some(e) = error {
+                    shared.error(e);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod hooks {
+    use std::ops::Range;
+    use std::sync::Mutex;
+    use std::thread::ThreadId;
+
+    use rustix::io::Errno;
+
+    use crate::error::{Error, Result, TreePath};
+    use crate::interrupt::Cancel;
+
+    /// A copy whose path ends with the name fails, as on a full file system, in the chunk
+    /// that holds the offset (after copying it), or cancels the token there.
+    pub(crate) static FAIL_AT: Mutex<Vec<(&str, u64, Option<Cancel>)>> = Mutex::new(Vec::new());
+
+    /// The paths of the files (and chunks) copied, with the threads that copied them.
+    pub(crate) static COPIED_BY: Mutex<Vec<(String, ThreadId)>> = Mutex::new(Vec::new());
+
+    /// A file of this name, once copied, waits (10 s at most) until another thread has
+    /// copied a file of its directory: a test of who copies what needs no race.
+    pub(crate) const HELD: &str = "held-for-another-thread";
+
+    /// Notes that this thread copied `path` (or a chunk of it).
+    pub(crate) fn copied(path: &TreePath) {
+        let by = std::thread::current().id();
+        let path = path.to_string();
+        COPIED_BY.lock().unwrap().push((path.clone(), by));
+        let Some(dir) = path.strip_suffix(HELD) else {
+            return;
+        };
+        let other = |(p, t): &(String, ThreadId)| p.starts_with(dir) && *t != by;
+        for _ in 0..10_000 {
+            if COPIED_BY.lock().unwrap().iter().any(other) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// The failure [`FAIL_AT`] asks for in the chunk `range` of `path`, if any.
+    pub(super) fn injected(path: &TreePath, range: &Range<u64>) -> Result<()> {
+        let at = FAIL_AT.lock().unwrap();
+        let hit = at
+            .iter()
+            .find(|(name, offset, _)| path.0.ends_with(name.as_bytes()) && range.contains(offset));
+        match hit {
+            Some((_, _, Some(cancel))) => {
+                cancel.cancel();
+                Ok(())
+            }
+            Some((_, _, None)) => Err(Error::io("copy_file_range", path.clone(), Errno::NOSPC)),
+            None => Ok(()),
+        }
+    }
+}

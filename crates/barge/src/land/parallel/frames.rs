@@ -30,6 +30,7 @@ use crate::error::{Error, Result, TreePath};
 use crate::format::{data_digests_match, digest, digest_differs, frame_head, inflate, Digester};
 use crate::format::{FormatError, FrameHead, CODEC_ZSTD, FRAME_HEAD, HEADER_V2};
 use crate::format::{TAG_INDEX, TAG_SEGMENT};
+use crate::interrupt::Cancel;
 use crate::land::sync::{SharedFile, SyncLander};
 use crate::land::Land;
 use crate::source::ByteStream;
@@ -152,14 +153,13 @@ impl<'a> Check<'a> {
     }
 }
 
-/// Bytes read at once from the archive file for [`land_checked`].
+/// Bytes read at once from the archive file for [`read_checked`].
 const PIECE: usize = 256 << 10;
 
 /// Lands `file` from its `len` bytes at `from` (the archive file and the data's offset in
-/// it) in pieces, hashing each before it is written: the last one is written only once the
-/// digest is the one `stated`, so that wrong data never completes the file (the lander's
-/// failure then removes it); a mismatch is `bad-digest` at `message`. This check replaces
-/// the one ahead of the decoder for data the kernel would copy: the data is read once.
+/// it), checked as [`read_checked`] does; a mismatch is `bad-digest` at `message`. This
+/// check replaces the one ahead of the decoder for data the kernel would copy: the data is
+/// read once.
 pub(super) fn land_checked<L: Land>(
     land: &mut L,
     file: &Entry<'_>,
@@ -175,27 +175,16 @@ pub(super) fn land_checked<L: Land>(
         },
     )?;
     let path = land.sync_lander().path(file.name);
-    piece.resize(PIECE, 0);
-    let (mut digester, mut done) = (Digester::default(), 0);
     let cancel = land.sync_lander().cancel().clone();
-    read_chunks(from.0, from.1, len, piece, &path, &cancel, |chunk| {
-        digester.write(chunk);
-        done += chunk.len() as u64;
-        if done == len && digest_differs(digester.finish(), stated) {
-            return Err(bad_digest("file", message, path.clone()));
-        }
+    let check = Some(("file", message, stated));
+    read_checked(from, len, piece, &path, &cancel, check, |chunk| {
         land.data(chunk)
-    })?;
-    if done < len {
-        // The archive file shrank since it was mapped.
-        return Err(Error::io("read", path, Errno::NODATA));
-    }
-    Ok(())
+    })
 }
 
 /// Writes at `at` of the shared `file` the extent of `len` bytes at `from` (the archive
-/// file and the data's offset in it): in pieces, checked as [`land_checked`] does, where
-/// `check` gives the `EXTENT`'s offset and stated digest; else copied inside the kernel.
+/// file and the data's offset in it): checked as [`read_checked`] does where `check` gives
+/// the `EXTENT`'s offset and stated digest; else copied inside the kernel.
 pub(super) fn write_extent(
     lander: &SyncLander,
     (file, fd): (&SharedFile, &OwnedFd),
@@ -212,31 +201,44 @@ pub(super) fn write_extent(
         done = copy_range((from, offset), to, len, &path, cancel, |_| {})?.copied;
     }
     // What the kernel could not copy, or all of it to check, through memory.
+    let check = check.map(|(message, stated)| ("extent", message, stated));
+    let from = (from, offset + done);
+    read_checked(from, len - done, piece, &path(), cancel, check, |chunk| {
+        lander.write_shared((file, fd), at + done, chunk)?;
+        done += chunk.len() as u64;
+        Ok(())
+    })
+}
+
+/// Reads `len` bytes at `from` (the archive file and an offset in it) in pieces through
+/// `piece`, handing each to `write`; with `check` (what, its message's offset, the stated
+/// digest) each piece is hashed first and the last one handed on only once the digest
+/// matched, so that wrong data is never written whole (the lander's failure then removes
+/// it). A file that ends first is an error naming `path`.
+fn read_checked(
+    (from, offset): (BorrowedFd<'_>, u64),
+    len: u64,
+    piece: &mut Vec<u8>,
+    path: &TreePath,
+    cancel: &Cancel,
+    check: Option<(&'static str, u64, u64)>,
+    mut write: impl FnMut(&[u8]) -> Result<()>,
+) -> Result<()> {
     piece.resize(PIECE, 0);
-    let mut digester = Digester::default();
-    read_chunks(
-        from,
-        offset + done,
-        len - done,
-        piece,
-        &path(),
-        cancel,
-        |chunk| {
-            if let Some((message, stated)) = check {
-                digester.write(chunk);
-                let last = done + chunk.len() as u64 == len;
-                if last && digest_differs(digester.finish(), stated) {
-                    return Err(bad_digest("extent", message, path()));
-                }
+    let (mut digester, mut done) = (Digester::default(), 0);
+    read_chunks(from, offset, len, piece, path, cancel, |chunk| {
+        done += chunk.len() as u64;
+        if let Some((what, message, stated)) = check {
+            digester.write(chunk);
+            if done == len && digest_differs(digester.finish(), stated) {
+                return Err(bad_digest(what, message, path.clone()));
             }
-            lander.write_shared((file, fd), at + done, chunk)?;
-            done += chunk.len() as u64;
-            Ok(())
-        },
-    )?;
+        }
+        write(chunk)
+    })?;
     if done < len {
         // The archive file shrank since it was mapped.
-        return Err(Error::io("read", path(), Errno::NODATA));
+        return Err(Error::io("read", path.clone(), Errno::NODATA));
     }
     Ok(())
 }

@@ -322,7 +322,7 @@ pub fn unpack(
     );
     for (n, what) in [
         (landed.symlinks, "symlinks"),
-        (landed.links, "hard links"),
+        (landed.hard_links, "hard links"),
         (landed.specials, "special files"),
         (landed.kept, "existing entries skipped"),
     ] {
@@ -330,10 +330,9 @@ pub fn unpack(
             line += &format!(", {}", counted(n, what));
         }
     }
-    let mut sandboxed = Map::new();
-    let confined = confinement == Confinement::Sandboxed;
-    sandboxed.insert("sandboxed".into(), json!(confined));
-    summary(out, &line, &landed, sandboxed, elapsed, false);
+    let mut confined = Map::new();
+    confined.insert("confinement".into(), json!(confinement));
+    summary(out, &line, &landed, confined, elapsed, false);
     // The mapping is released by the exit; unmapping it first only costs time.
     std::mem::forget(input);
     Ok(Exit::Success)
@@ -392,7 +391,7 @@ pub fn warn_not_restored(skipped: &NotRestored) {
              the filesystem refused the others, e.g. user.* on symlinks)",
         ),
         (
-            skipped.links,
+            skipped.hard_links,
             "hard links not made (their file existed in DEST and was skipped)",
         ),
         (

@@ -223,7 +223,7 @@ pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
         (c.symlinks, "symlinks"),
         (c.hard_links, "hard links"),
         (c.specials, "special files"),
-        (c.up_to_date, "up to date"),
+        (c.unchanged, "unchanged"),
         (c.kept, "existing entries skipped"),
         (c.replaced, "replaced"),
         (c.deleted, "deleted"),

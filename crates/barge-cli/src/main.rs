@@ -9,6 +9,8 @@ mod list;
 mod net;
 mod report;
 mod serve;
+#[cfg(test)]
+mod vocabulary;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -169,7 +171,7 @@ pub struct RestoreArgs {
     keep_old_files: bool,
     /// Leave entries that exist in DEST as they are and skip them (counted in the summary;
     /// a hard link to a skipped file is not made).
-    #[arg(long, group = "old")]
+    #[arg(short = 'n', long, group = "old")]
     skip_old_files: bool,
     /// Replace entries that exist in DEST: each is written under a temporary name in the
     /// same directory and renamed over the old one, so nothing is written through an

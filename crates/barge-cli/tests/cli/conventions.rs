@@ -772,3 +772,50 @@ fn json_runs_report_their_errors_as_json() {
     assert!(json_of(&ok.stdout).get("error").is_none());
     assert_eq!(ok.status.signal(), None);
 }
+
+/// One JSON summary schema (issue 33): pack, unpack and cp of one tree report each count
+/// under the same key with the same value (`hard_links`, never `links`; `unchanged` for
+/// what `--update` leaves as it is), and say how the landing was confined the same way.
+#[test]
+fn json_summaries_give_one_count_one_key() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    fs::create_dir_all(src.join("d")).unwrap();
+    file(&src.join("d/a"), b"hello", 0o644);
+    fs::hard_link(src.join("d/a"), src.join("b")).unwrap();
+    std::os::unix::fs::symlink("a", src.join("d/l")).unwrap();
+    mkfifo(&src.join("p"));
+    let archive = work.path().join("a.barge");
+    let pack = run_ok(
+        barge(["pack", "--json", "-o"]).arg(&archive).arg(&src),
+        None,
+    );
+    let unpacked = work.path().join("unpacked");
+    let unpack = run_ok(
+        barge(["unpack", "--json"]).arg(&archive).arg(&unpacked),
+        None,
+    );
+    let copied = work.path().join("copied");
+    let cp = run_ok(barge(["cp", "--json"]).arg(&src).arg(&copied), None);
+    let src_contents = src.join(".");
+    let mut again = barge(["cp", "-u", "--json"]);
+    let again = run_ok(again.arg(&src_contents).arg(&copied), None);
+    let json_of = |out: &Output| -> Value { serde_json::from_slice(&out.stdout).unwrap() };
+    let (pack, unpack, cp) = (json_of(&pack), json_of(&unpack), json_of(&cp));
+    for key in ["files", "bytes", "symlinks", "hard_links", "specials"] {
+        let counts = [&pack[key], &unpack[key], &cp[key]];
+        assert!(counts[0].is_u64(), "pack has no {key}: {pack}");
+        assert!(counts.iter().all(|c| c == &counts[0]), "{key}: {counts:?}");
+    }
+    assert_eq!(
+        (&pack["hard_links"], &pack["specials"]),
+        (&1.into(), &1.into())
+    );
+    for summary in [&pack, &unpack, &cp] {
+        assert!(summary.get("links").is_none() && summary.get("up_to_date").is_none());
+    }
+    assert_eq!(unpack["not_restored"], cp["not_restored"]);
+    assert!(unpack["confinement"].is_string() || unpack["confinement"].is_object());
+    let again = json_of(&again);
+    assert_eq!(again["unchanged"], 4, "{again}");
+}

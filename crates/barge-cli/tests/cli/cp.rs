@@ -1243,7 +1243,7 @@ fn update_copies_what_changed_by_rename_and_deletes_only_when_asked() {
     for (field, want) in [
         ("files", 3),
         ("replaced", 2),
-        ("up_to_date", 2),
+        ("unchanged", 2),
         ("deleted", 0),
     ] {
         assert_eq!(count(&summary, field), want, "{field}: {summary}");

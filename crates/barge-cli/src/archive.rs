@@ -98,6 +98,11 @@ impl PackArgs {
     pub fn json(&self) -> Option<bool> {
         self.out.json.then(|| is_stdio(self.output.as_deref()))
     }
+
+    /// Whether `-v` was given.
+    pub fn verbose(&self) -> bool {
+        self.out.verbose
+    }
 }
 
 /// `barge pack DIR... [-o FILE|-]`.

@@ -100,6 +100,11 @@ impl CpArgs {
     pub fn json(&self) -> bool {
         self.out.json
     }
+
+    /// Whether `-v` was given.
+    pub fn verbose(&self) -> bool {
+        self.out.verbose
+    }
 }
 
 /// Prints what a copy reports as it goes.
@@ -107,7 +112,7 @@ struct Printer;
 
 impl CpReport for Printer {
     fn error(&self, e: Error) {
-        error(e);
+        crate::report::failure(&e.into());
     }
 
     fn change(&self, change: Change, path: &TreePath) {
@@ -166,7 +171,7 @@ pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
                     Ok(copied) => copied,
                     Err(e @ Error::Interrupted { .. }) => return Err(e.into()),
                     Err(e) => {
-                        error(e);
+                        crate::report::failure(&e.into());
                         failed += 1;
                         continue;
                     }
@@ -189,6 +194,7 @@ pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
         })
     });
     result?;
+    done.counts.errors += failed;
     let mut skipped = done.not_restored;
     for (n, what) in [
         (
@@ -246,7 +252,7 @@ pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
         extra.insert("verified".into(), json!(verified));
     }
     summary(args.out, &line, &done, extra, elapsed, false);
-    if c.errors > 0 || failed > 0 || verified.differences > 0 {
+    if c.errors > 0 || verified.differences > 0 {
         if verified.differences > 0 {
             error(format_args!(
                 "{} entries of the copy differ from SRC",

@@ -482,6 +482,7 @@ fn main() -> ExitCode {
         false => Cancel::new(),
     };
     let json = cli.command.json();
+    report::show_details(cli.command.verbose());
     let result = run(cli.command, &cancel);
     let stopped_by = cancel.reason().filter(|&signal| signal > 0);
     let pipe_closed = |e: &anyhow::Error| stopped_by == Some(SIGPIPE) || report::is_broken_pipe(e);
@@ -490,7 +491,7 @@ fn main() -> ExitCode {
         // Not an error, and nothing to say: as rg does. (An archive cut short is an error.)
         Err(e) if listing && pipe_closed(&e) => Exit::Success,
         Err(e) => {
-            report::error(&e);
+            report::failure(&e);
             if let Some(stdout_is_data) = json {
                 report::json_error(&e, stdout_is_data);
             }
@@ -507,6 +508,18 @@ fn main() -> ExitCode {
 }
 
 impl Command {
+    /// Whether `-v` was given.
+    fn verbose(&self) -> bool {
+        match self {
+            Command::Pack(args) => args.verbose(),
+            Command::Unpack { out, .. } | Command::Verify { out, .. } => out.verbose,
+            Command::Cp(args) => args.verbose(),
+            Command::Send(args) => args.verbose(),
+            Command::Recv(args) => args.verbose(),
+            _ => false,
+        }
+    }
+
     /// With `--json`: whether stdout carries the archive (then the JSON goes to stderr).
     fn json(&self) -> Option<bool> {
         match self {

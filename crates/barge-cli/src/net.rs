@@ -115,6 +115,11 @@ impl SendArgs {
     pub fn json(&self) -> bool {
         self.out.json
     }
+
+    /// Whether `-v` was given.
+    pub fn verbose(&self) -> bool {
+        self.out.verbose
+    }
 }
 
 /// What `barge recv` takes.
@@ -162,6 +167,11 @@ impl RecvArgs {
     /// Whether the output is JSON.
     pub fn json(&self) -> bool {
         self.out.json
+    }
+
+    /// Whether `-v` was given.
+    pub fn verbose(&self) -> bool {
+        self.out.verbose
     }
 }
 

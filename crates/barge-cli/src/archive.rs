@@ -16,7 +16,6 @@ use barge::sys::fds::raise_fd_limit;
 use barge::tree;
 use barge::unpack::{Archive, NotRestored, Unpack};
 use barge::verify::{Difference, Verify};
-use barge::Progress;
 use rustix::fs::{open, openat, Mode, OFlags, CWD};
 use serde_json::{json, Map};
 
@@ -127,7 +126,7 @@ pub fn pack(args: PackArgs, cancel: &Cancel) -> Result<Exit> {
         _ => None,
     };
     let kind = file.as_ref().map(Output::kind);
-    let progress = Progress::default();
+    let progress = crate::report::progress(args.out, kind.is_none());
     let mut pack = pack
         .progress(&progress)
         .archive(args.archive)
@@ -303,7 +302,7 @@ pub fn unpack(
             "sandbox unavailable ({reason}); containment rests on fd-relative landing"
         ));
     }
-    let progress = Progress::default();
+    let progress = crate::report::progress(out, false);
     let size = input.size();
     let (result, elapsed) = with_progress(
         out,

@@ -1,9 +1,9 @@
 //! `barge cp SRC... DEST`: GNU cp's destination rules over the library's [`Cp`], with a
 //! progress line whose total comes from a concurrent `du` of the sources.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
 
 use anyhow::{bail, Result};
 use barge::cp::{Change, Cp, CpReport, CpSummary, Linked, Reflink, Verified};
@@ -17,8 +17,8 @@ use serde_json::{json, Map};
 
 use crate::archive::warn_not_restored;
 use crate::report::{
-    count_total, counted, error, exit_status, human_bytes, shown_path, shows_progress, summary,
-    warn, with_progress, Exit,
+    count_total, counted, error, exit_status, human_bytes, list_line, lists_on_stderr,
+    print_planned, shown_path, shows_progress, summary, warn, with_progress, Exit,
 };
 use crate::OutputArgs;
 
@@ -76,9 +76,14 @@ pub struct CpArgs {
     #[arg(long, value_name = "PATTERN")]
     exclude: Vec<String>,
     /// Change nothing: print what would be copied (`copy`), replaced (`replace`) and
-    /// removed (`delete`), one path per line.
+    /// removed (`delete`), one `VERB PATH` per line, sorted by PATH (its path in DEST; every
+    /// directory that would be made is listed too).
     #[arg(long)]
     dry_run: bool,
+    /// With --dry-run: end each `VERB PATH` with a NUL instead of a newline, and print
+    /// PATH's bytes as they are (not escaped), as `find -print0`, for `xargs -0`.
+    #[arg(short = '0', long, requires = "dry_run")]
+    null: bool,
     /// After copying, read every file back on both sides and compare; a difference is an
     /// error.
     #[arg(long)]
@@ -107,8 +112,14 @@ impl CpArgs {
     }
 }
 
-/// Prints what a copy reports as it goes.
-struct Printer;
+/// Prints what a copy reports: errors as they come; with -v each entry copied, replaced or
+/// deleted as it is done, by its path in DEST; a dry run's changes kept, to be printed
+/// sorted at the end.
+struct Printer {
+    planned: Option<Mutex<Vec<(Change, TreePath)>>>,
+    /// Where -v's list goes (see `report::lists_on_stderr`).
+    on_stderr: bool,
+}
 
 impl CpReport for Printer {
     fn error(&self, e: Error) {
@@ -116,12 +127,10 @@ impl CpReport for Printer {
     }
 
     fn change(&self, change: Change, path: &TreePath) {
-        let word = match change {
-            Change::Create => "copy",
-            Change::Replace => "replace",
-            Change::Delete => "delete",
-        };
-        let _ = writeln!(std::io::stdout().lock(), "{word} {path}");
+        match &self.planned {
+            Some(planned) => (planned.lock().expect("no panics")).push((change, path.clone())),
+            None => list_line(format!("{path}\n").as_bytes(), self.on_stderr),
+        }
     }
 }
 
@@ -144,13 +153,17 @@ pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
         .update(args.update)
         .delete(args.delete)
         .dry_run(args.dry_run)
-        .changes(args.dry_run && !args.out.json)
+        .changes((args.dry_run && !args.out.json) || (args.out.verbose && !args.dry_run))
         .reflink(reflink)
         .exclude(exclude.clone())
         .threads(args.threads)
         .umask(0)
         .cancel(cancel.clone());
     let progress = Progress::default();
+    let printer = Printer {
+        planned: args.dry_run.then(Mutex::default),
+        on_stderr: lists_on_stderr(args.out, false),
+    };
     // Names of one file in several SRCs stay linked, as with cp -a.
     let linked = Linked::default();
     let total = AtomicU64::new(0);
@@ -167,7 +180,7 @@ pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
         let known = || Some(total.load(Relaxed)).filter(|&t| t > 0);
         with_progress(args.out, &progress, known, || {
             for (src, target) in &targets {
-                let copied = match cp.run_linked(src, target, &linked, &progress, &Printer) {
+                let copied = match cp.run_linked(src, target, &linked, &progress, &printer) {
                     Ok(copied) => copied,
                     Err(e @ Error::Interrupted { .. }) => return Err(e.into()),
                     Err(e) => {
@@ -184,7 +197,7 @@ pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
                     );
                 }
                 if args.verify && !args.dry_run {
-                    let checked = cp.verify(src, target, &Printer)?;
+                    let checked = cp.verify(src, target, &printer)?;
                     verified.files += checked.files;
                     verified.bytes += checked.bytes;
                     verified.differences += checked.differences;
@@ -195,6 +208,9 @@ pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
     });
     result?;
     done.counts.errors += failed;
+    if let Some(planned) = printer.planned {
+        print_planned(planned.into_inner().expect("no panics"), args.null)?;
+    }
     let mut skipped = done.not_restored;
     for (n, what) in [
         (

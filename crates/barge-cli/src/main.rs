@@ -238,7 +238,9 @@ fn existing(skip: bool, overwrite: bool) -> barge::unpack::Existing {
 /// Output options shared by the commands.
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub struct OutputArgs {
-    /// Print a summary (entries, bytes, time) on stderr when done.
+    /// List each path as it is done (pack, unpack, cp, send), as tar, cp and rsync -v do:
+    /// on stdout, or on stderr where stdout carries the archive or the --json summary; then
+    /// a summary (entries, bytes, time) on stderr.
     #[arg(short, long)]
     verbose: bool,
     /// Print the summary as one JSON object when done: on stdout (on stderr when stdout

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use barge::cp::Change;
 use barge::error::{escape_bytes, NetError};
 use barge::exclude::Exclude;
 use barge::interrupt::Cancel;
@@ -15,13 +16,12 @@ use barge::net::server::{Done, Ended, Report};
 use barge::net::{Key, Payload, Planned, Receive, Receiver, Send, Sent, Ticket, DEFAULT_PORT};
 use barge::sys::fds::raise_fd_limit;
 use barge::tree::Kind;
-use barge::Progress;
 use serde_json::{json, Map, Value};
 
 use crate::archive::{open_pack, warn_not_restored};
 use crate::report::{
-    count_total, counted, error_fields, human_bytes, log_line, shown_path, shows_progress, summary,
-    warn, with_progress, Exit,
+    count_total, counted, error_fields, human_bytes, log_line, print_planned, shown_path,
+    shows_progress, summary, warn, with_progress, Exit,
 };
 use crate::{LimitArgs, OutputArgs, RestoreArgs};
 
@@ -85,14 +85,18 @@ pub struct SendArgs {
     #[arg(short, long)]
     update: bool,
     /// Send nothing: connect and authenticate, with --update ask the receiver what DEST
-    /// has, and print what the transfer would send, one path in DEST per line: `send` (DEST
-    /// lacks it) or `replace` (DEST has it differently; directories DEST has are not
-    /// shown); a file or symlink where DEST has a directory is named in a warning (the
+    /// has, and print what the transfer would send, one `VERB PATH` per line (PATH in DEST),
+    /// sorted by PATH, as `cp --dry-run` does: `copy` (DEST lacks it) or `replace` (DEST has
+    /// it differently; directories DEST has are not shown); a file or symlink where DEST has a directory is named in a warning (the
     /// receiver never replaces a directory) and the exit status is 1. The receiver lands
     /// nothing, and a one-shot `barge recv` keeps waiting. The files that would be sent
     /// are read, as for the transfer.
     #[arg(long, conflicts_with = "from_archive")]
     dry_run: bool,
+    /// With --dry-run: end each `VERB PATH` with a NUL instead of a newline, and print
+    /// PATH's bytes as they are (not escaped), as `find -print0`, for `xargs -0`.
+    #[arg(short = '0', long, requires = "dry_run")]
+    null: bool,
     /// Spread the transfer over up to N TCP connections. By default one, or 4 when the
     /// round trip to the receiver is 5 ms or more: one connection carries at most its
     /// window per round trip (with Linux's default buffers about half of 1 Gbit/s at
@@ -243,7 +247,7 @@ pub fn send(args: SendArgs, cancel: &Cancel) -> Result<Exit> {
         .update(args.update)
         .connections(args.connections)
         .cancel(cancel.clone());
-    let progress = Progress::default();
+    let progress = crate::report::progress(args.out, false);
     let total = AtomicU64::new(0);
     let exclude = Exclude::new(&args.exclude)?;
     if args.dry_run {
@@ -333,25 +337,24 @@ fn dry_run(
     // A non-directory where DEST has a directory: the receiver refuses to replace it (it
     // removes nothing whole), and the transfer would stop there.
     let mut conflicts = Vec::new();
-    let packed = {
-        let mut out = std::io::stdout().lock();
-        let print = |planned: Planned<'_>| {
-            if planned.there == Some(Kind::Dir) && planned.kind != Kind::Dir {
-                return conflicts.push(planned.path.clone());
-            }
-            if args.out.json || (planned.kind, planned.there) == (Kind::Dir, Some(Kind::Dir)) {
-                return;
-            }
-            let word = if planned.there.is_some() {
-                "replace"
-            } else {
-                "send"
-            };
-            let _ = writeln!(out, "{word} {}", planned.path);
+    let mut changes = Vec::new();
+    let print = |planned: Planned<'_>| {
+        if planned.there == Some(Kind::Dir) && planned.kind != Kind::Dir {
+            return conflicts.push(planned.path.clone());
+        }
+        if args.out.json || (planned.kind, planned.there) == (Kind::Dir, Some(Kind::Dir)) {
+            return;
+        }
+        let change = match planned.there {
+            Some(_) => Change::Replace,
+            None => Change::Create,
         };
-        operation.dry_run(pack, print)
-    }
-    .with_context(|| format!("dry run of a send to {address} failed"))?;
+        changes.push((change, planned.path.clone()));
+    };
+    let packed = operation
+        .dry_run(pack, print)
+        .with_context(|| format!("dry run of a send to {address} failed"))?;
+    print_planned(changes, args.null)?;
     if !args.out.quiet {
         for warning in &packed.warnings {
             warn(format_args!("{warning}"));

@@ -7,8 +7,9 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use anyhow::{Context, Result};
 use barge::exclude::Exclude;
-use barge::Progress;
+use barge::{Progress, TreePath};
 use serde_json::{json, Map, Value};
 
 use crate::OutputArgs;
@@ -266,9 +267,45 @@ pub fn count_total(srcs: &[std::path::PathBuf], exclude: Exclude, total: &Atomic
     );
 }
 
-/// Whether [`with_progress`] shows a progress line.
+/// Whether [`with_progress`] shows a progress line: not on a terminal where `-v` lists
+/// paths, unless `--progress` asks for both.
 pub fn shows_progress(out: OutputArgs) -> bool {
-    !(out.quiet || out.no_progress) && (out.progress || std::io::stderr().is_terminal())
+    let terminal = std::io::stderr().is_terminal() && !out.verbose;
+    !(out.quiet || out.no_progress) && (out.progress || terminal)
+}
+
+/// Whether `-v`'s list of paths goes to stderr: where stdout carries the archive
+/// (`pack -o -`, as `tar -cvf -`) or the `--json` summary; else it goes to stdout.
+pub fn lists_on_stderr(out: OutputArgs, stdout_is_data: bool) -> bool {
+    stdout_is_data || out.json
+}
+
+/// Writes one line of `-v`'s list (see [`lists_on_stderr`]) in one `write`, so that the
+/// lines of several threads stay whole; a reader that went away is not told.
+pub fn list_line(line: &[u8], on_stderr: bool) {
+    let _ = match on_stderr {
+        true => std::io::stderr().lock().write_all(line),
+        false => std::io::stdout().lock().write_all(line),
+    };
+}
+
+/// The counters of a command's work; with `-v` they also list each entry as it is done,
+/// by its path below the root as `barge list --names` shows it (a directory's ending in
+/// '/'), where [`lists_on_stderr`] says. Without `-v` nothing is built per entry.
+pub fn progress(out: OutputArgs, stdout_is_data: bool) -> Progress {
+    if !out.verbose {
+        return Progress::default();
+    }
+    let on_stderr = lists_on_stderr(out, stdout_is_data);
+    Progress::listing(move |done| {
+        let path = barge::TreePath::join([done.dir], done.name);
+        let mut line = barge::error::escape_bytes(&path.0);
+        if done.kind == barge::tree::Kind::Dir {
+            line.push('/');
+        }
+        line.push('\n');
+        list_line(line.as_bytes(), on_stderr);
+    })
 }
 
 /// `42% 1.2 GiB, 1234 entries, 150.0 MiB/s, 0:11 left` (without a `total`, from the entries
@@ -333,6 +370,32 @@ pub fn summary(
     } else if out.verbose {
         log_line!("{line} in {:.3} s", elapsed.as_secs_f64());
     }
+}
+
+/// A dry run's changes (cp's and send's), in their one vocabulary: `copy` (DEST lacks it),
+/// `replace` (DEST has it, differently), `delete` (DEST has it, the source not), each as
+/// `VERB PATH` on stdout, sorted by PATH (name by name, as `barge list` orders a tree), so
+/// that two runs print the same; with `null`, each ends in a NUL and PATH is not escaped.
+pub fn print_planned(mut planned: Vec<(barge::cp::Change, TreePath)>, null: bool) -> Result<()> {
+    use barge::cp::Change;
+    let names = |path: &TreePath| -> Vec<Vec<u8>> {
+        path.0.split(|&b| b == b'/').map(<[u8]>::to_vec).collect()
+    };
+    planned.sort_by_cached_key(|(change, path)| (names(path), *change as u8));
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for (change, path) in &planned {
+        let verb = match change {
+            Change::Create => "copy",
+            Change::Replace => "replace",
+            Change::Delete => "delete",
+        };
+        match null {
+            true => out.write_all(&[verb.as_bytes(), b" ", &path.0, b"\0"].concat()),
+            false => writeln!(out, "{verb} {path}"),
+        }
+        .context("cannot write the dry run's list")?;
+    }
+    out.flush().context("cannot write the dry run's list")
 }
 
 /// A path given on the command line, as messages show it (escaped like entry names).

@@ -40,18 +40,63 @@ pub mod verify;
 pub mod walk;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 
 pub use error::{Error, Result, TreePath};
 
-/// Counters a long operation updates as it goes, for a progress display on another thread.
+/// Counters a long operation updates as it goes, for a progress display on another thread,
+/// and, when it has one, the [`Listener`] told each entry done (`-v`).
 #[derive(Debug, Default)]
 pub struct Progress {
     entries: AtomicU64,
     bytes: AtomicU64,
     written: AtomicU64,
+    listener: Option<Listener>,
+}
+
+/// One entry an operation has done (packed, landed), as told to a [`Listener`].
+#[derive(Clone, Copy, Debug)]
+pub struct Done<'a> {
+    /// The path of its directory below the root, names joined by `/` (empty at the top).
+    pub dir: &'a [u8],
+    /// Its name in that directory.
+    pub name: &'a [u8],
+    /// What it is.
+    pub kind: tree::Kind,
+}
+
+/// What [`Progress::listing`] calls for each entry done, from any thread of the operation.
+#[derive(Clone)]
+pub struct Listener(Arc<dyn Fn(Done<'_>) + Send + Sync>);
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Listener")
+    }
 }
 
 impl Progress {
+    /// Counters that also tell `listener` each entry done. Without one (the default)
+    /// nothing is built per entry.
+    pub fn listing(listener: impl Fn(Done<'_>) + Send + Sync + 'static) -> Progress {
+        Progress {
+            listener: Some(Listener(Arc::new(listener))),
+            ..Progress::default()
+        }
+    }
+
+    /// The listener, for a part of the operation that tells entries itself.
+    pub(crate) fn listener(&self) -> Option<Listener> {
+        self.listener.clone()
+    }
+
+    /// Tells the listener, if any, that the entry `name` of `kind` in `dir` is done.
+    pub(crate) fn done(&self, dir: &[u8], name: &[u8], kind: tree::Kind) {
+        if let Some(listener) = &self.listener {
+            listener.tell(dir, name, kind);
+        }
+    }
+
     /// Counts one entry with `bytes` bytes of content.
     pub(crate) fn add_entry(&self, bytes: u64) {
         self.entries.fetch_add(1, Relaxed);
@@ -81,5 +126,12 @@ impl Progress {
     /// Output bytes written so far.
     pub fn written(&self) -> u64 {
         self.written.load(Relaxed)
+    }
+}
+
+impl Listener {
+    /// Tells the entry `name` of `kind` in `dir`.
+    pub(crate) fn tell(&self, dir: &[u8], name: &[u8], kind: tree::Kind) {
+        (self.0)(Done { dir, name, kind });
     }
 }

@@ -692,7 +692,7 @@ fn a_dry_run_prints_what_would_be_sent_and_sends_nothing() {
     // and keeps waiting for the transfer itself.
     let recv = Recv::start(&dest, &[], None);
     let out = send(&[s, recv.ticket(), "--dry-run"], None);
-    let all = ["send a", "send a/f000", "send a/f001", "send top"];
+    let all = ["copy a", "copy a/f000", "copy a/f001", "copy top"];
     assert_eq!(lines(&out), all);
     assert!(names_in(&dest).is_empty(), "landed: {:?}", names_in(&dest));
     let out = send(&[s, recv.ticket()], None);
@@ -710,7 +710,7 @@ fn a_dry_run_prints_what_would_be_sent_and_sends_nothing() {
     file(&src.join("d/y"), b"y", 0o644);
     let recv = Recv::start(&dest, &["--json"], None);
     let out = send(&[s, recv.ticket(), "--dry-run", "-u"], None);
-    let changed = ["replace a/f001", "send a/new", "send d", "send d/y"];
+    let changed = ["copy a/new", "copy d", "copy d/y", "replace a/f001"];
     assert_eq!(lines(&out), changed);
     let out = send(&[s, recv.ticket(), "--dry-run", "--update", "--json"], None);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -1331,4 +1331,45 @@ fn a_sender_name_that_forges_log_lines_is_escaped() {
     // The JSON line carries the name as it came, in JSON's own escapes.
     let logged: serde_json::Value = serde_json::from_str(&ended.stdout).unwrap();
     assert_eq!(logged["sender"], name, "{}", ended.stdout);
+}
+
+#[test]
+fn send_v_lists_every_path_and_its_dry_run_says_what_cp_says() {
+    use crate::paths::{all_copied, listed, many_dirs, shown};
+    let work = tempdir();
+    let src = work.path().join("src");
+    let paths = many_dirs(&src);
+    let dest = work.path().join("dest");
+    let s = src.to_str().unwrap();
+    let recv = Recv::start(&dest, &["--keep"], None);
+
+    // The dry run: cp's verbs, sorted, every directory, the same twice; -0 ends with NULs.
+    let out = send(&[s, recv.ticket(), "--dry-run"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), text(&all_copied(&paths, b"", false)));
+    let again = send(&[s, recv.ticket(), "--dry-run"], None);
+    assert_eq!(again.stdout, out.stdout, "a second run");
+    let by_cp = run_ok(
+        barge(["cp", "--dry-run"])
+            .arg(&src)
+            .arg(work.path().join("new")),
+        None,
+    );
+    let new = format!(" {}/new/", work.path().to_str().unwrap());
+    let by_cp = text(&by_cp.stdout).replace(&new, " ");
+    let by_cp = by_cp.split_once('\n').unwrap().1;
+    assert_eq!(by_cp, text(&out.stdout));
+    let out = send(&[s, recv.ticket(), "--dry-run", "-0"], None);
+    assert_eq!(out.stdout, all_copied(&paths, b"", true));
+
+    // -v: every path sent, then the summary on stderr.
+    let out = send(&[s, recv.ticket(), "-v"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(listed(&out.stdout, ""), shown(&paths));
+    assert!(
+        text(&out.stderr).starts_with("sent "),
+        "{}",
+        text(&out.stderr)
+    );
+    recv.stop();
 }

@@ -18,8 +18,8 @@ use crate::format::{decode_each, Event, FormatError, Limits};
 use crate::interrupt::Cancel;
 use crate::owners::Owners;
 use crate::source::{read_events, ByteStream};
-use crate::tree::{Content, DirPath, Entry, Meta, Sink, Xattrs};
-use crate::Progress;
+use crate::tree::{Content, DirPath, Entry, Kind, Meta, Sink, Xattrs};
+use crate::{Listener, Progress};
 use select::{Decision, Select};
 
 /// A sink that creates a tree below a root directory, with what only landing needs.
@@ -118,6 +118,9 @@ pub(crate) struct Feed {
     sparse: Sparse,
     /// Owners are given by the names they were recorded with (see [`by_name`]).
     owners: Option<Arc<Owners>>,
+    /// Told each entry passed on (`-v`), by its path as it lands (`told`).
+    listener: Option<Listener>,
+    told: DirPath,
 }
 
 /// Where a sparse file (version 2) is: what is left of its size, extents and current
@@ -168,6 +171,19 @@ impl Feed {
         self
     }
 
+    /// Tells `listener` each entry passed on.
+    pub(crate) fn listener(mut self, listener: Option<Listener>) -> Feed {
+        self.listener = listener;
+        self
+    }
+
+    /// Tells the listener, if any, of the entry `name` of `kind` passed on.
+    fn tell(&self, name: &[u8], kind: Kind) {
+        if let Some(listener) = &self.listener {
+            listener.tell(self.told.as_bytes(), name, kind);
+        }
+    }
+
     /// Whether some entries may be left out.
     fn filtering(&self) -> bool {
         self.strip > 0 || !self.select.is_all()
@@ -195,10 +211,15 @@ impl Feed {
     }
 
     fn enter_held<S: Sink>(&mut self, sink: &mut S) -> std::result::Result<(), S::Error> {
-        match self.held.take() {
-            Some(meta) => sink.enter_dir(&self.held_entry(meta)),
-            None => Ok(()),
+        let Some(meta) = self.held.take() else {
+            return Ok(());
+        };
+        sink.enter_dir(&self.held_entry(meta))?;
+        if self.listener.is_some() {
+            self.tell(&self.held_name, Kind::Dir);
+            self.told.enter(&self.held_name);
         }
+        Ok(())
     }
 
     /// Passes `event`, whose owner was recorded with the user and group `names`, on to
@@ -228,12 +249,24 @@ impl Feed {
                 Ok(())
             }
             Event::Pop => match self.held.take() {
-                Some(meta) => sink.empty_dir(&self.held_entry(meta)),
-                None => sink.leave_dir(),
+                Some(meta) => {
+                    sink.empty_dir(&self.held_entry(meta))?;
+                    self.tell(&self.held_name, Kind::Dir);
+                    Ok(())
+                }
+                None => {
+                    sink.leave_dir()?;
+                    if self.listener.is_some() {
+                        self.told.leave();
+                    }
+                    Ok(())
+                }
             },
             Event::File { entry, size, data } => {
                 self.enter_held(sink)?;
-                sink.file(&entry, content(size, data))
+                sink.file(&entry, content(size, data))?;
+                self.tell(entry.name, Kind::File);
+                Ok(())
             }
             Event::Data(data) => {
                 sink.data(data)?;
@@ -249,6 +282,7 @@ impl Feed {
             } => {
                 self.enter_held(sink)?;
                 sink.file(&entry, Content::Stream { size, first: &[] })?;
+                self.tell(entry.name, Kind::File);
                 self.sparse = Sparse {
                     size,
                     extents,
@@ -273,15 +307,21 @@ impl Feed {
             }
             Event::Symlink { entry, target } => {
                 self.enter_held(sink)?;
-                sink.symlink(&entry, target)
+                sink.symlink(&entry, target)?;
+                self.tell(entry.name, Kind::Symlink);
+                Ok(())
             }
             Event::HardLink { entry, target } => {
                 self.enter_held(sink)?;
-                sink.hard_link(&entry, target)
+                sink.hard_link(&entry, target)?;
+                self.tell(entry.name, Kind::File);
+                Ok(())
             }
             Event::Special { entry, device } => {
                 self.enter_held(sink)?;
-                sink.special(&entry, device)
+                sink.special(&entry, device)?;
+                self.tell(entry.name, entry.kind);
+                Ok(())
             }
             // With leading components stripped, the archive's root is not DEST.
             Event::Root { meta, xattrs } if self.strip == 0 => sink.root(&meta, xattrs),
@@ -399,7 +439,7 @@ impl<'p, S: Sink> Driver<'p, S> {
     pub(crate) fn new(sink: S, progress: &'p Progress) -> Self {
         Driver {
             sink,
-            feed: Feed::default(),
+            feed: Feed::default().listener(progress.listener()),
             progress,
         }
     }

@@ -280,6 +280,7 @@ pub(crate) fn land_parallel<L: Land>(
     let make = |root| make(root, setup.clone());
     let shared = Shared::new(&root, progress, setup.cancel.clone());
     let mut parser = Parser::new(decoding, setup.policy, setup.cancel.clone());
+    parser.listen(progress.listener());
     shared.run(&make, |here| {
         let stop = &shared.stop;
         let landed = match input {

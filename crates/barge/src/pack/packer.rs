@@ -357,6 +357,8 @@ impl Packer<'_> {
         } else {
             self.send(file, size, path())?;
         }
+        self.progress
+            .done(self.dir.as_bytes(), entry.name, Kind::File);
         self.counted(size);
         Ok(())
     }
@@ -378,6 +380,7 @@ impl Packer<'_> {
         self.added();
         self.summary.hard_links += 1;
         self.progress.add_entry(0);
+        self.progress.done(self.dir.as_bytes(), name, Kind::File);
         if self.buf.len() >= FLUSH_AT {
             self.flush()?;
         }
@@ -586,6 +589,8 @@ impl Packer<'_> {
             if f.linked {
                 self.links.insert(f.key, index);
             }
+            self.progress
+                .done(self.dir.as_bytes(), self.run.name(f.i), Kind::File);
             self.counted(f.size);
         }
         if self.buf.len() >= FLUSH_AT {
@@ -702,6 +707,8 @@ impl Sink for Packer<'_> {
         self.added();
         self.summary.dirs += 1;
         self.progress.add_entry(0);
+        self.progress
+            .done(self.dir.as_bytes(), entry.name, Kind::Dir);
         self.dir.enter(entry.name);
         self.update.relisted(&self.dir);
         Ok(())
@@ -760,6 +767,7 @@ impl Sink for Packer<'_> {
             }
             Content::Unopened { .. } => unreachable!("packed above"),
         }
+        self.progress.done(self.dir.as_bytes(), name, Kind::File);
         self.counted(size);
         Ok(())
     }
@@ -791,6 +799,8 @@ impl Sink for Packer<'_> {
         self.added();
         self.summary.symlinks += 1;
         self.progress.add_entry(0);
+        self.progress
+            .done(self.dir.as_bytes(), entry.name, Kind::Symlink);
         Ok(())
     }
 
@@ -820,6 +830,8 @@ impl Sink for Packer<'_> {
         self.added();
         self.summary.specials += 1;
         self.progress.add_entry(0);
+        self.progress
+            .done(self.dir.as_bytes(), entry.name, entry.kind);
         Ok(())
     }
 

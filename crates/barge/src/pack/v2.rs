@@ -624,6 +624,7 @@ impl<'a> Planner<'a> {
             let full = self.layout.hard_link(name, target);
             self.summary.hard_links += 1;
             self.progress.add_entry(0);
+            self.progress.done(self.dir.as_bytes(), name, Kind::File);
             return self.start(full);
         }
         let there = self.update.listed_here(name);
@@ -671,6 +672,7 @@ impl<'a> Planner<'a> {
         self.summary.files += 1;
         self.summary.bytes += size;
         self.progress.add_entry(size);
+        self.progress.done(self.dir.as_bytes(), name, Kind::File);
         Ok(())
     }
 
@@ -829,6 +831,8 @@ impl Sink for Planner<'_> {
         let full = self.layout.dir(entry, names(&self.owners, entry));
         self.summary.dirs += 1;
         self.progress.add_entry(0);
+        self.progress
+            .done(self.dir.as_bytes(), entry.name, Kind::Dir);
         self.dir.enter(entry.name);
         self.dir_fd = None;
         self.update.relisted(&self.dir);
@@ -863,6 +867,8 @@ impl Sink for Planner<'_> {
         let full = (self.layout).symlink(entry, target, names(&self.owners, entry));
         self.summary.symlinks += 1;
         self.progress.add_entry(0);
+        self.progress
+            .done(self.dir.as_bytes(), entry.name, Kind::Symlink);
         self.start(full)
     }
 
@@ -876,6 +882,8 @@ impl Sink for Planner<'_> {
         let full = (self.layout).special(&entry, device, names(&self.owners, &entry));
         self.summary.specials += 1;
         self.progress.add_entry(0);
+        self.progress
+            .done(self.dir.as_bytes(), entry.name, entry.kind);
         self.start(full)
     }
 

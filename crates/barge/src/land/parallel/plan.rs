@@ -92,6 +92,11 @@ impl Parser {
         }
     }
 
+    /// Tells `listener` each entry the feed passes on (`-v`).
+    pub(super) fn listen(&mut self, listener: Option<crate::Listener>) {
+        self.feed = std::mem::take(&mut self.feed).listener(listener);
+    }
+
     /// See [`Plan::decoded`].
     pub(super) fn decoded(&self) -> u64 {
         self.plan.decoded(&self.feed)

@@ -136,9 +136,9 @@ pub struct RecvArgs {
     key_file: Option<PathBuf>,
     /// Keep receiving (one transfer after another, or several at once) until SIGTERM or
     /// SIGINT, which end it once the running transfers are done: for a service. Without
-    /// it, recv exits after the first transfer that lands; after one that fails it keeps
-    /// its ticket for a retry (`barge send --update`) and exits with 1 when no sender came
-    /// for --timeout seconds.
+    /// it, recv exits after the first sender that authenticates, with its status; after a
+    /// transfer that was cut off it keeps its ticket for a retry (`barge send --update`),
+    /// and exits with 1 when no sender came for --timeout seconds.
     #[arg(long)]
     keep: bool,
     /// Transfers landing at once, at most (with --keep); another sender waits for one to end
@@ -151,7 +151,7 @@ pub struct RecvArgs {
     max_connections: u32,
     /// Drop a connection whose sender sends nothing for that many seconds, or has not
     /// shown the key that long after it was taken (at most 10 s); without --keep, wait as
-    /// long for a retry after a failed transfer.
+    /// long for a retry after a transfer that was cut off.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     timeout: u64,
     #[command(flatten)]
@@ -296,13 +296,11 @@ pub fn send(args: SendArgs, cancel: &Cancel) -> Result<Exit> {
     Ok(exit)
 }
 
-/// The error of a failed send; one that failed after the handshake adds how to finish it:
-/// what landed stays, and a one-shot `barge recv` waits for the retry.
+/// The error of a failed send; one cut off adds how to finish it: what landed stays, and a
+/// one-shot `barge recv` waits for the retry.
 fn retry_hint(error: barge::Error, address: &str) -> anyhow::Error {
-    let retry = match &error {
-        barge::Error::Net { kind, .. } => *kind != NetError::Authentication,
-        _ => false,
-    };
+    let cut = [NetError::Truncated, NetError::Tampered, NetError::Timeout];
+    let retry = matches!(&error, barge::Error::Net { kind, .. } if cut.contains(kind));
     match retry {
         true => anyhow::Error::new(error).context(format!(
             "send to {address} failed (what landed stays: run the same send again with \
@@ -453,7 +451,7 @@ pub fn recv(args: RecvArgs, cancel: &Cancel) -> Result<Exit> {
     let ended = receiver.run(|report| match report {
         Report::Ended(done) => {
             log(done, args.out.json);
-            if done.ends_one_shot() && done.result.is_err() && !args.keep {
+            if done.retryable() && !args.keep {
                 log_line!(
                     "barge: recv: waiting {} s (--timeout) for a retry with the same key: on the \
                      sending host run {} --update",

@@ -266,9 +266,9 @@ pub(crate) fn now() -> String {
 }
 
 /// The addresses a client may reach the server at when it listens on `listen`: that
-/// address, or for the unspecified one the loopback address, then those of the interfaces
-/// that are not down (IPv6 ones only on `[::]`, and no link-local IPv6 one, which a URL
-/// cannot name without its zone).
+/// address, or for the unspecified one the loopback address, then those of every interface
+/// (IPv6 ones only on `[::]`, and no link-local IPv6 one, which a URL cannot name without
+/// its zone): `hostname -I`'s.
 fn reachable(listen: IpAddr) -> Vec<IpAddr> {
     if !listen.is_unspecified() {
         return vec![listen];
@@ -287,8 +287,7 @@ fn reachable(listen: IpAddr) -> Vec<IpAddr> {
             IpAddr::V4(_) => true,
             IpAddr::V6(v6) => listen.is_ipv6() && !v6.is_unicast_link_local(),
         };
-        let down = interface.oper_status == if_addrs::IfOperStatus::Down;
-        if wanted && !down && !ip.is_loopback() && !ips.contains(&ip) {
+        if wanted && !ip.is_loopback() && !ips.contains(&ip) {
             ips.push(ip);
         }
     }

@@ -71,6 +71,21 @@ impl Done {
             Err(failed) => failed.authenticated,
         }
     }
+
+    /// Whether sending again (`send --update`) may finish it: a transfer whose connection
+    /// was cut, changed on the way or fell silent after the sender showed the key; not one
+    /// the receiver refused (a bad archive, a limit), which would fail again.
+    pub fn retryable(&self) -> bool {
+        let Err(failed) = &self.result else {
+            return false;
+        };
+        let kind = match &failed.error {
+            Error::Net { kind, .. } => *kind,
+            _ => return false,
+        };
+        let cut = [NetError::Truncated, NetError::Tampered, NetError::Timeout].contains(&kind);
+        failed.authenticated && cut
+    }
 }
 
 /// What a connection's thread tells the accept loop.
@@ -123,7 +138,7 @@ impl Receiver {
         }
     }
 
-    /// One-shot: after a transfer that failed once its sender showed the key, keeps taking
+    /// One-shot: after a transfer that was cut off ([`Done::retryable`]), keeps taking
     /// senders (a retry with `send --update`) until one lands, or none came for `wait`
     /// after the last failure (the default: none, the failure ends the loop at once).
     pub fn retry_for(mut self, wait: Duration) -> Receiver {
@@ -132,8 +147,8 @@ impl Receiver {
     }
 
     /// Keeps receiving until its token is cancelled, which ends the loop once the running
-    /// transfers are done; without it, the first transfer that lands ends it (or one that
-    /// failed, see [`Receiver::retry_for`]).
+    /// transfers are done; without it, the first sender that shows the key (and makes no
+    /// dry run) ends it, unless its transfer was cut off (see [`Receiver::retry_for`]).
     pub fn keep(mut self, yes: bool) -> Receiver {
         self.keep = yes;
         self
@@ -184,7 +199,7 @@ impl Receiver {
                     report(Report::Ended(&done));
                     // Strangers still in their handshake are dropped with the process.
                     if done.ends_one_shot() && !self.keep {
-                        if done.result.is_ok() || self.retry.is_zero() {
+                        if !done.retryable() || self.retry.is_zero() {
                             return Ok(Some(*done));
                         }
                         failed = Some((done, Instant::now() + self.retry));
@@ -332,7 +347,8 @@ mod tests {
     }
 
     #[test]
-    fn only_a_sender_that_showed_the_key_and_sent_ends_a_one_shot_receiver() {
+    fn only_a_sender_that_showed_the_key_and_sent_ends_a_one_shot_receiver_and_a_cut_one_may_retry()
+    {
         let done = |result| Done {
             peer: "127.0.0.1:1".parse().unwrap(),
             result,
@@ -344,6 +360,20 @@ mod tests {
             error: Error::net(NetError::Remote, "x"),
         };
         assert!(done(Err(failed(true))).ends_one_shot());
+        assert!(
+            !done(Err(failed(true))).retryable(),
+            "refused by the receiver"
+        );
+        let cut = Failed {
+            error: Error::net(NetError::Truncated, "cut"),
+            ..failed(true)
+        };
+        assert!(done(Err(cut)).retryable());
+        let stranger_cut = Failed {
+            error: Error::net(NetError::Truncated, "cut"),
+            ..failed(false)
+        };
+        assert!(!done(Err(stranger_cut)).retryable());
         assert!(!done(Err(failed(false))).ends_one_shot(), "a stranger");
         let dry_run = DryRun {
             sender: "s".into(),

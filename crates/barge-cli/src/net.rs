@@ -49,7 +49,7 @@ Metadata: modes and times as unpack; the sender's owners and devices only as roo
 
 Unlike unpack, DEST is created at the start and stays: what a cut-off transfer landed is
 kept (every file in it complete: the file being written is removed), and `barge send
---update` sends the rest.
+--update` sends the rest: a one-shot recv keeps its ticket for it for --timeout seconds.
 
 "
     };

@@ -111,10 +111,10 @@ pub struct ServeArgs {
     /// headers for them. None by default.
     #[arg(long, value_name = "ORIGIN")]
     cors_origin: Vec<String>,
-    /// Print each upload's result as one JSON line on stdout (and the page's address as
-    /// {"url": ...} when the token is generated): the answer's body, and for a refused
-    /// upload its "status" too; one whose client closed the connection before the answer
-    /// gets {"status": 499, "error": ...}.
+    /// Print each upload's result as one JSON line on stdout (and the page's addresses as
+    /// {"url": ..., "urls": [...]} when the token is generated): the answer's body, and for
+    /// a refused upload its "status" too; one whose client closed the connection before the
+    /// answer gets {"status": 499, "error": ...}.
     #[arg(long)]
     json: bool,
 }

@@ -1230,18 +1230,34 @@ fn numbers_go_to_landed_uploads_tokens_are_checked_and_log_lines_have_their_time
     let work = tempdir();
     let (_, archive) = sample(work.path(), 3);
     let dest = work.path().join("dest");
-    let server = Server::start(&dest, &["--plain-http"], Some(TOKEN));
+    let server = Server::start(&dest, &["--plain-http", "--json"], None);
+    let address = wait_for_line(&server.stdout, "\"url\"");
+    let address: serde_json::Value = serde_json::from_str(&address).unwrap();
+    let url = address["url"].as_str().unwrap();
+    assert_eq!(address["urls"][0], url, "{address}");
+    let token = url.rsplit("#token=").next().unwrap().to_owned();
     let bad = work.path().join("bad");
     fs::write(&bad, b"not an archive").unwrap();
-    assert_eq!(server.upload(&bad, None, &[]).0, 400);
-    let (status, body) = server.upload(&archive, None, &[]);
+    let upload = |archive: &Path| {
+        let data = format!("@{}", archive.display());
+        let args = [
+            "-H",
+            "Content-Type: application/octet-stream",
+            "--data-binary",
+            &data,
+        ];
+        let (status, _, body) = server.curl(Some(&token), &args, "/upload");
+        (status, body)
+    };
+    assert_eq!(upload(&bad).0, 400);
+    let (status, body) = upload(&archive);
     assert_eq!(status, 200, "{body}");
     let name = field(&body, "name");
     assert!(
         name.as_str().unwrap().ends_with("Z-1"),
         "{name}: the failed one took none"
     );
-    assert_eq!(server.curl(Some(TOKEN), &[], "/upload").0, 204);
+    assert_eq!(server.curl(Some(&token), &[], "/upload").0, 204);
     assert_eq!(
         server
             .curl(Some("wrong-token-0123456789"), &[], "/upload")

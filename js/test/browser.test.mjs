@@ -146,8 +146,8 @@ describe("the upload page of barge serve, in Chromium", { skip }, () => {
       assert.deepEqual(readTree(join(server.dest, r.result.name, "fixture")), readTree(fixture));
       // The progress followed the bytes sent, to the end.
       const [value, max] = await page.evaluate(() => [document.getElementById("progress").value, document.getElementById("progress").max]);
-      assert.ok(value > 0.9 * max && max > 5 << 20, `${value} of ${max}`);
-      assert.match(await page.textContent("#rate"), /sent, .*\/s/);
+      assert.ok(value === max && max > 5 << 20, `${value} of ${max}`);
+      assert.match(await page.textContent("#rate"), /^[\d.]+ MiB sent in [\d.]+ s, .*\/s$/);
       assert.ok(!server.log().includes(TOKEN), "the token in the log");
       await page.close();
     } finally {
@@ -171,6 +171,116 @@ describe("the upload page of barge serve, in Chromium", { skip }, () => {
       assert.match(r.error, /^Too large: .*limit of 1\.0 MiB.*Nothing was kept\.$/);
       assert.ok(!r.error.includes(dest), "no server path shown");
       await assertHolds(dest, [], "refused uploads");
+      await page.close();
+    } finally {
+      await server.close();
+    }
+  });
+
+  test("a wrong token is refused before packing; the page counts folders, fills the bar, offers another upload", async () => {
+    const fixture = join(tmp, "counted");
+    writeTree(fixture, [
+      { path: "a", dir: true },
+      { path: "a/b", dir: true },
+      { path: "a/b/y.txt", data: "y" },
+      { path: "a/x.txt", data: "x" },
+      { path: "c", dir: true },
+      { path: "c/z.txt", data: "z".repeat(5000) },
+      { path: "empty", dir: true },
+    ]);
+    const dest = join(tmp, "counted-uploads");
+    const server = await serve(dest);
+    try {
+      const page = await open(server, "not-the-token-0123456789");
+      const bar = () => page.evaluate(() => [document.getElementById("progress").value, document.getElementById("progress").max, document.getElementById("rate").textContent]);
+      let r = await uploadThroughPage(page, fixture);
+      // The selection: the picked folder, a, a/b and c; the empty one is not listed, and said so.
+      assert.equal(await page.textContent("#selection"), "Picked: 3 files in 4 folders, 4.9 KiB.");
+      assert.match(await page.textContent("#skipped"), /^Empty folders are left out/);
+      assert.equal(r.status, 401, JSON.stringify(r));
+      assert.equal(r.mode, "check", "refused before packing");
+      assert.match(r.error, /refused the token/);
+      assert.match(server.log(), /GET \/upload 401 /);
+      assert.doesNotMatch(server.log(), /POST \/upload/, "nothing was sent");
+      assert.deepEqual(await bar(), [0, 1, ""], "the bar is empty again");
+
+      await page.fill("#token", TOKEN);
+      r = await uploadThroughPage(page, fixture);
+      assert.equal(r.status, 200, JSON.stringify(r));
+      const [value, max, rate] = await bar();
+      assert.ok(value === max && max > 5000, `full at the end: ${value} of ${max}`);
+      assert.match(rate, /sent in [\d.]+ s/);
+      assert.doesNotMatch(rate, /left/);
+      assert.ok(await page.isVisible("#again"), "Upload another is offered");
+      assert.ok(await page.isDisabled("#upload"), "the same folder is not sent twice by a click");
+      await page.click("#again");
+      assert.equal(await page.textContent("#selection"), "Nothing selected.");
+      assert.deepEqual(await bar(), [0, 1, ""]);
+      assert.equal(await page.textContent("#result"), "");
+      assert.ok(await page.isHidden("#again"));
+      assert.equal(await page.inputValue("#token"), TOKEN, "the token stays");
+      // Another folder, picked anew, goes up under the next number.
+      r = await uploadThroughPage(page, fixture);
+      assert.equal(r.status, 200, JSON.stringify(r));
+      assert.deepEqual(names(dest).map((n) => n.replace(/.*-/, "")), ["1", "2"]);
+
+      // The page's icon is served (no 404 in the log for it).
+      const icon = await page.evaluate(() => fetch(document.querySelector("link[rel=icon]").href).then((res) => [res.status, res.headers.get("content-type")]));
+      assert.deepEqual(icon, [200, "image/svg+xml"]);
+      const favicon = await page.evaluate(() => fetch("/favicon.ico").then((res) => res.status));
+      assert.equal(favicon, 200);
+      assert.doesNotMatch(server.log(), / 404 /);
+      await page.close();
+    } finally {
+      await server.close();
+    }
+  });
+
+  test("a drop is counted with its empty folders; what cannot be uploaded is left out and named", async () => {
+    const dest = join(tmp, "dropped-uploads");
+    const server = await serve(dest);
+    try {
+      const page = await open(server);
+      // A drop of duck-typed entries (a real one needs a drag from the desktop): a folder
+      // with a file, an empty folder, something neither file nor folder, and an unreadable file.
+      await page.evaluate(() => {
+        const file = (name, text) => ({ name, isFile: true, isDirectory: false, file: (ok) => ok(new File([text], name)) });
+        const broken = (name) => ({ name, isFile: true, isDirectory: false, file: (ok, err) => err(new DOMException("gone", "NotFoundError")) });
+        const dir = (name, children) => ({
+          name,
+          isFile: false,
+          isDirectory: true,
+          createReader() {
+            let done = false;
+            return { readEntries: (ok) => setTimeout(() => ok(done ? [] : ((done = true), children))) };
+          },
+        });
+        const other = { name: "socket", isFile: false, isDirectory: false };
+        const tree = dir("tree", [file("a.txt", "a"), dir("empty", []), other, dir("only-broken", [broken("lost.txt")])]);
+        const ev = new Event("drop", { cancelable: true });
+        Object.defineProperty(ev, "dataTransfer", { value: { items: [tree, file("loose.txt", "loose")] } });
+        document.getElementById("drop").dispatchEvent(ev);
+      });
+      await page.waitForFunction(() => !document.getElementById("upload").disabled);
+      assert.equal(await page.textContent("#selection"), "Dropped: 2 files in 3 folders, 6 B.");
+      assert.equal(
+        await page.textContent("#skipped"),
+        "Left out: tree/socket (neither a file nor a folder), tree/only-broken/lost.txt (cannot be read: gone).",
+      );
+      await page.evaluate(() => delete window.lastUpload);
+      await page.click("#upload");
+      await page.waitForFunction(() => window.lastUpload);
+      const r = await page.evaluate(() => window.lastUpload);
+      assert.equal(r.status, 200, JSON.stringify(r));
+      const want = join(tmp, "want-dropped");
+      writeTree(want, [
+        { path: "loose.txt", data: "loose" },
+        { path: "tree", dir: true },
+        { path: "tree/a.txt", data: "a" },
+        { path: "tree/empty", dir: true },
+        { path: "tree/only-broken", dir: true },
+      ]);
+      assert.deepEqual(readTree(join(dest, r.result.name)), readTree(want));
       await page.close();
     } finally {
       await server.close();

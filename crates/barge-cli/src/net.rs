@@ -49,7 +49,7 @@ Metadata: modes and times as unpack; the sender's owners and devices only as roo
 
 Unlike unpack, DEST is created at the start and stays: what a cut-off transfer landed is
 kept (every file in it complete: the file being written is removed), and `barge send
---update` sends the rest.
+--update` sends the rest: a one-shot recv keeps its ticket for it for --timeout seconds.
 
 "
     };
@@ -131,8 +131,9 @@ impl SendArgs {
 pub struct RecvArgs {
     /// The directory to land into (created when missing, with its parents).
     dest: PathBuf,
-    /// The address and port to listen on (port 0: one the kernel chooses).
-    #[arg(long, value_name = "ADDR:PORT", default_value_t = SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)))]
+    /// The address and port to listen on (port 0: one the kernel chooses). By default this
+    /// host only, as `barge serve`: 0.0.0.0:7361 (or [::]:7361) receives from other hosts.
+    #[arg(long, value_name = "ADDR:PORT", default_value_t = SocketAddr::from(([127, 0, 0, 1], DEFAULT_PORT)))]
     listen: SocketAddr,
     /// The host name the ticket gives senders (by default the listen address, or this
     /// host's name when listening on all addresses).
@@ -144,7 +145,9 @@ pub struct RecvArgs {
     key_file: Option<PathBuf>,
     /// Keep receiving (one transfer after another, or several at once) until SIGTERM or
     /// SIGINT, which end it once the running transfers are done: for a service. Without
-    /// it, recv exits after the first sender that authenticates, with its status.
+    /// it, recv exits after the first sender that authenticates, with its status; after a
+    /// transfer that was cut off it keeps its ticket for a retry (`barge send --update`),
+    /// and exits with 1 when no sender came for --timeout seconds.
     #[arg(long, alias = "keep")]
     keep_open: bool,
     /// Transfers landing at once, at most (with --keep-open); another sender waits for one to end
@@ -156,7 +159,8 @@ pub struct RecvArgs {
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     max_connections: u32,
     /// Drop a connection whose sender sends nothing for that many seconds, or has not
-    /// shown the key that long after it was taken (at most 10 s).
+    /// shown the key that long after it was taken (at most 10 s); without --keep-open, wait as
+    /// long for a retry after a transfer that was cut off.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     timeout: u64,
     #[command(flatten)]
@@ -275,7 +279,7 @@ pub fn send(args: SendArgs, cancel: &Cancel) -> Result<Exit> {
                     operation.run(Payload::Pack(pack), &progress)
                 }
             };
-            sent.with_context(|| format!("send to {address} failed"))
+            sent.map_err(|e| retry_hint(e, &address))
         })
     });
     let sent = result?;
@@ -306,6 +310,20 @@ pub fn send(args: SendArgs, cancel: &Cancel) -> Result<Exit> {
     );
     summary(args.out, &line, &sent, Map::new(), elapsed, false);
     Ok(exit)
+}
+
+/// The error of a failed send; one cut off adds how to finish it: what landed stays, and a
+/// one-shot `barge recv` waits for the retry.
+fn retry_hint(error: barge::Error, address: &str) -> anyhow::Error {
+    let cut = [NetError::Truncated, NetError::Tampered, NetError::Timeout];
+    let retry = matches!(&error, barge::Error::Net { kind, .. } if cut.contains(kind));
+    match retry {
+        true => anyhow::Error::new(error).context(format!(
+            "send to {address} failed (what landed stays: run the same send again with \
+             --update to send the rest)"
+        )),
+        false => anyhow::Error::new(error).context(format!("send to {address} failed")),
+    }
 }
 
 /// The archive to send: a file, or stdin (never a terminal).
@@ -413,20 +431,23 @@ pub fn recv(args: RecvArgs, cancel: &Cancel) -> Result<Exit> {
         port: local.port(),
         key: made.then(|| key.clone()),
     };
+    // Loopback: say how to receive from other hosts.
+    let reach = match local.ip().is_loopback() {
+        true => format!(
+            " (this host only: --listen {} receives from other hosts)",
+            SocketAddr::from(([0, 0, 0, 0], local.port()))
+        ),
+        false => String::new(),
+    };
+    let send_line = match made {
+        true => "barge send DIR TICKET (the line above)".to_string(),
+        false => format!("barge send DIR {} --key-file FILE", ticket.address()),
+    };
     if made {
         let mut stdout = std::io::stdout().lock();
         writeln!(stdout, "{}", ticket.to_text()).and_then(|()| stdout.flush())?;
-        log_line!(
-            "barge: recv: listening on {local}; on the sending host run: barge send DIR TICKET \
-             (the line above)"
-        );
-    } else {
-        log_line!(
-            "barge: recv: listening on {local}; on the sending host run: barge send DIR {} \
-             --key-file FILE",
-            ticket.address()
-        );
     }
+    log_line!("barge: recv: listening on {local}{reach}; on the sending host run: {send_line}");
     let receive = Receive::new(dest.path, key)
         .limits(args.limits.limits_or(Some(dest.free)))
         .restore(args.restore.restore())
@@ -437,11 +458,23 @@ pub fn recv(args: RecvArgs, cancel: &Cancel) -> Result<Exit> {
             false => cancel.clone(),
         })
         .max_transfers(args.max_connections as usize);
+    let retry = Duration::from_secs(args.timeout);
     let receiver = Receiver::new(listener, receive)
         .keep(args.keep_open)
+        .retry_for(retry)
         .cancel(cancel.clone());
     let ended = receiver.run(|report| match report {
-        Report::Ended(done) => log(done, args.out.json),
+        Report::Ended(done) => {
+            log(done, args.out.json);
+            if done.retryable() && !args.keep_open {
+                log_line!(
+                    "barge: recv: waiting {} s (--timeout) for a retry with the same key: on the \
+                     sending host run {} --update",
+                    retry.as_secs(),
+                    send_line
+                );
+            }
+        }
         Report::AcceptFailed(e) => warn(format_args!("recv: accept failed: {e}")),
     })?;
     Ok(match ended.map(|done| done.result) {

@@ -7,7 +7,6 @@ use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::format::{check_name, space, FormatError};
@@ -25,10 +24,19 @@ pub enum Refused {
 #[derive(Debug)]
 pub struct Uploads {
     dest: PathBuf,
-    /// Names of the uploads landing now (their directories do not exist yet).
-    landing: Arc<Mutex<HashSet<Vec<u8>>>>,
-    /// The number in the last name the server chose.
-    named: AtomicU64,
+    landing: Arc<Mutex<Landing>>,
+}
+
+/// The uploads landing now, and the numbers of the server's names.
+#[derive(Debug, Default)]
+struct Landing {
+    /// Their names (their directories do not exist yet).
+    names: HashSet<Vec<u8>>,
+    /// The numbers of those the server named.
+    numbers: HashSet<u64>,
+    /// The highest number of a server-named upload that landed: a failed one's number
+    /// goes to the next.
+    landed: u64,
 }
 
 /// An upload's name, reserved until dropped.
@@ -38,13 +46,27 @@ pub struct Reserved {
     pub name: Vec<u8>,
     /// DEST/name, where the upload lands.
     pub target: PathBuf,
-    landing: Arc<Mutex<HashSet<Vec<u8>>>>,
+    /// The number in a name the server chose.
+    number: Option<u64>,
+    landing: Arc<Mutex<Landing>>,
+}
+
+impl Reserved {
+    /// Tells that the upload landed: the number in its name is used up.
+    pub fn landed(&self) {
+        if let (Some(n), Ok(mut landing)) = (self.number, self.landing.lock()) {
+            landing.landed = landing.landed.max(n);
+        }
+    }
 }
 
 impl Drop for Reserved {
     fn drop(&mut self) {
         if let Ok(mut landing) = self.landing.lock() {
-            landing.remove(&self.name);
+            landing.names.remove(&self.name);
+            if let Some(n) = self.number {
+                landing.numbers.remove(&n);
+            }
         }
     }
 }
@@ -55,36 +77,37 @@ impl Uploads {
         Uploads {
             dest,
             landing: Arc::default(),
-            named: AtomicU64::new(0),
         }
     }
 
     /// Reserves `name`, or without one the next free `upload-{stamp}Z-N` (`stamp` the time
-    /// as `YYYYMMDDTHHMMSS`): a name that neither exists under DEST nor is landing now.
+    /// as `YYYYMMDDTHHMMSS`): a name that neither exists under DEST nor is landing now, N
+    /// the first number after the last upload that landed ([`Reserved::landed`]) that no
+    /// landing upload holds.
     pub fn reserve(&self, name: Option<Vec<u8>>, stamp: &str) -> Result<Reserved, Refused> {
         if let Some(name) = &name {
             one_component(name)?;
         }
         let mut landing = self.landing.lock().expect("no panic while held");
-        let free = |name: &[u8]| {
-            !landing.contains(name)
+        let free = |landing: &Landing, name: &[u8]| {
+            !landing.names.contains(name)
                 && std::fs::symlink_metadata(self.dest.join(OsStr::from_bytes(name))).is_err()
         };
-        let name = match name {
-            Some(name) if free(&name) => name,
+        let (name, number) = match name {
+            Some(name) if free(&landing, &name) => (name, None),
             Some(_) => return Err(Refused::Taken),
-            None => loop {
-                let n = self.named.fetch_add(1, Ordering::Relaxed) + 1;
-                let name = format!("upload-{stamp}Z-{n}").into_bytes();
-                if free(&name) {
-                    break name;
-                }
-            },
+            None => (landing.landed + 1..)
+                .filter(|n| !landing.numbers.contains(n))
+                .map(|n| (format!("upload-{stamp}Z-{n}").into_bytes(), Some(n)))
+                .find(|(name, _)| free(&landing, name))
+                .expect("a free number"),
         };
-        landing.insert(name.clone());
+        landing.names.insert(name.clone());
+        landing.numbers.extend(number);
         Ok(Reserved {
             target: self.dest.join(OsStr::from_bytes(&name)),
             name,
+            number,
             landing: self.landing.clone(),
         })
     }
@@ -260,5 +283,17 @@ mod tests {
         let second = uploads.reserve(None, "20261124T101500").unwrap();
         assert_eq!(name(&first), "upload-20261124T101500Z-1");
         assert_eq!(name(&second), "upload-20261124T101500Z-3", "2 exists");
+        // Numbers count the uploads that landed: a failed one's goes to the next.
+        drop(second);
+        let third = uploads.reserve(None, "20261124T101501").unwrap();
+        assert_eq!(name(&third), "upload-20261124T101501Z-2", "1 is landing");
+        first.landed();
+        drop((first, third));
+        let fourth = uploads.reserve(None, "20261124T101502").unwrap();
+        assert_eq!(
+            name(&fourth),
+            "upload-20261124T101502Z-2",
+            "1 landed, 2 failed"
+        );
     }
 }

@@ -20,10 +20,13 @@ use super::quota;
 use super::token::Token;
 use super::upload::{over_limit, Refusal, Upload};
 use super::ServeArgs;
-use crate::report::{error_fields, human_bytes, log_line};
+use crate::report::{error_fields, human_bytes};
 
 /// The upload page.
 const PAGE: &str = include_str!("page.html");
+
+/// The page's icon (also answered at /favicon.ico, which browsers ask for).
+const ICON: &str = include_str!("favicon.svg");
 
 /// The barge-archive package's browser API as one ES module, which the page imports. It is
 /// generated from js/src by `node js/tools/bundle.mjs` and committed, so that `cargo build`
@@ -37,7 +40,7 @@ pub(super) struct Server {
     token: Token,
     limits: barge::format::Limits,
     max_body: Option<u64>,
-    /// `--idle-timeout`.
+    /// `--timeout`.
     pub(super) idle: Duration,
     cors: Vec<String>,
     json: bool,
@@ -74,7 +77,7 @@ impl Server {
                 zero_padding: false,
             },
             max_body: args.max_bytes.0,
-            idle: Duration::from_secs(args.idle_timeout),
+            idle: Duration::from_secs(args.timeout),
             cors: args.cors_origin.clone(),
             json: args.json,
             slots: Arc::new(Semaphore::new(args.max_uploads as usize)),
@@ -104,7 +107,7 @@ impl Server {
         let (request, mut body) = request.into_parts();
         let path = request.uri.path();
         let mut log = LogLine {
-            line: format!("barge serve: {peer} {} {path}", request.method),
+            line: format!("{peer} {} {path}", request.method),
             start,
             done: false,
             json: self.json && upload_of(&request.method, path).is_some(),
@@ -135,12 +138,14 @@ impl Server {
             (&Method::OPTIONS, _) => self.preflight(request),
             (&Method::GET, "/") => file(PAGE, "text/html; charset=utf-8"),
             (&Method::GET, "/barge-archive.js") => file(BUNDLE, "text/javascript; charset=utf-8"),
+            (&Method::GET, "/favicon.svg" | "/favicon.ico") => file(ICON, "image/svg+xml"),
+            (&Method::GET | &Method::HEAD, "/upload") => self.check_token(request),
             _ if path == "/upload" || path.starts_with("/upload/") => {
                 let mut reply = error(
                     StatusCode::METHOD_NOT_ALLOWED,
                     "use POST /upload or PUT /upload/NAME",
                 );
-                let allow = HeaderValue::from_static("POST, PUT, OPTIONS");
+                let allow = HeaderValue::from_static("GET, POST, PUT, OPTIONS");
                 reply.response.headers_mut().insert(header::ALLOW, allow);
                 reply
             }
@@ -148,6 +153,40 @@ impl Server {
                 StatusCode::NOT_FOUND,
                 "no such page: the API is POST /upload and PUT /upload/NAME",
             ),
+        }
+    }
+
+    /// `GET /upload`: whether the token is right (204), before a client packs an upload.
+    fn check_token(&self, request: &Parts) -> Reply {
+        match self.authorized(&request.headers) {
+            Ok(()) => {
+                let mut response = Response::new(Full::default());
+                *response.status_mut() = StatusCode::NO_CONTENT;
+                Reply {
+                    response,
+                    note: "the token is right".into(),
+                }
+            }
+            Err(refusal) => {
+                let mut reply = error(refusal.status, &refusal.message);
+                let challenge = HeaderValue::from_static("Bearer");
+                (reply.response.headers_mut()).insert(header::WWW_AUTHENTICATE, challenge);
+                reply
+            }
+        }
+    }
+
+    /// Whether `headers` carry the token.
+    fn authorized(&self, headers: &hyper::HeaderMap) -> Result<(), Refusal> {
+        let presented = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|value| bearer(value.as_bytes()));
+        match presented.is_some_and(|token| self.token.matches(token)) {
+            true => Ok(()),
+            false => Err(Refusal::new(
+                StatusCode::UNAUTHORIZED,
+                "a missing or wrong token: send the header 'Authorization: Bearer TOKEN'",
+            )),
         }
     }
 
@@ -168,7 +207,7 @@ impl Server {
         let headers = response.headers_mut();
         headers.insert(
             header::ACCESS_CONTROL_ALLOW_METHODS,
-            HeaderValue::from_static("POST, PUT"),
+            HeaderValue::from_static("GET, POST, PUT"),
         );
         headers.insert(
             header::ACCESS_CONTROL_ALLOW_HEADERS,
@@ -227,15 +266,7 @@ impl Server {
         name: Option<&str>,
         start: Instant,
     ) -> Result<Reply, Refusal> {
-        let presented = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|value| bearer(value.as_bytes()));
-        if !presented.is_some_and(|token| self.token.matches(token)) {
-            return Err(Refusal::new(
-                StatusCode::UNAUTHORIZED,
-                "a missing or wrong token: send the header 'Authorization: Bearer TOKEN'",
-            ));
-        }
+        self.authorized(headers)?;
         let media = headers
             .get(header::CONTENT_TYPE)
             .and_then(|value| value.to_str().ok())
@@ -291,7 +322,8 @@ impl Server {
             limits,
             max_body: self.max_body,
             idle: self.idle,
-            held: Box::new((slot, reserved)),
+            reserved,
+            slot: Box::new(slot),
         };
         let target = upload.target.clone();
         let landed = match (upload.land(body, self.stop.subscribe()).await, &self.quota) {
@@ -389,7 +421,7 @@ struct LogLine {
 impl LogLine {
     fn done(&mut self, status: &str, note: &str) {
         let seconds = self.start.elapsed().as_secs_f64();
-        log_line!("{} {status} ({note}) {seconds:.3} s", self.line);
+        serve_log!("{} {status} ({note}) {seconds:.3} s", self.line);
         self.done = true;
     }
 }

@@ -7,13 +7,25 @@
 //! `token.rs` the bearer token, `crate::peers` shares the connections out by client address,
 //! `http.rs` answers requests and `upload.rs` lands a body.
 
+/// Writes one line of the server's log on stderr, in one write: the time (UTC, to the
+/// second), `barge serve:` and the text.
+macro_rules! serve_log {
+    ($($arg:tt)*) => {
+        $crate::report::to_stderr(&format!(
+            "{} barge serve: {}\n",
+            $crate::serve::now(),
+            format_args!($($arg)*)
+        ))
+    };
+}
+
 mod http;
 mod quota;
 mod tls;
 mod token;
 mod upload;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,7 +40,7 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{watch, Semaphore};
 
-use crate::report::{self, human_bytes, log_line, shown_path, Exit};
+use crate::report::{human_bytes, shown_path, Exit};
 use crate::{parse_limit, Limit};
 
 /// The command line of `barge serve`.
@@ -37,21 +49,25 @@ use crate::{parse_limit, Limit};
 pub struct ServeArgs {
     /// The directory uploads land in, each as a new directory (created when missing).
     dest: PathBuf,
-    /// The address and port to listen on; port 0 lets the system choose (the address is
-    /// printed on stderr).
+    /// The address and port to listen on; port 0 lets the system choose. By default this
+    /// host only: 0.0.0.0:8443 (or [::]:8443) takes uploads from other hosts, and the
+    /// address of each interface is printed on stderr.
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:8443")]
     listen: SocketAddr,
     /// The certificate chain (PEM) to serve; without it a self-signed certificate is made
-    /// at start for localhost, 127.0.0.1, ::1 and the --listen address, and its SHA-256
-    /// fingerprint printed on stderr.
+    /// at start for localhost, this host's name and every address printed, written to
+    /// $XDG_RUNTIME_DIR/barge/serve-PORT.pem (or $TMPDIR/barge-UID/) for `curl --cacert`
+    /// until the server stops, and its path and SHA-256 fingerprint printed on stderr.
     #[arg(long, value_name = "FILE", requires = "key")]
     cert: Option<PathBuf>,
     /// The private key (PEM) of --cert.
     #[arg(long, value_name = "FILE", requires = "cert")]
     key: Option<PathBuf>,
-    /// Serve plain HTTP, without TLS: behind a TLS proxy, or for curl on loopback. Browsers
-    /// stream a request body only over HTTP/2, which they speak only over TLS: over plain
-    /// HTTP the page builds the whole archive in memory (a Blob) before it uploads it.
+    /// Serve plain HTTP, without TLS: behind a TLS proxy, or for curl on loopback (on any
+    /// other address a warning says that the token and uploads cross the network in the
+    /// clear). Browsers stream a request body only over HTTP/2, which they speak only over
+    /// TLS: over plain HTTP the page builds the whole archive in memory (a Blob) before it
+    /// uploads it.
     #[arg(long, conflicts_with_all = ["cert", "key"])]
     plain_http: bool,
     /// Read the bearer token from FILE (its first line), which only its owner may read.
@@ -88,17 +104,17 @@ pub struct ServeArgs {
     /// Give up on an upload whose body sends nothing for this many seconds (408; nothing is
     /// kept), and close a connection (HTTP/1.1 or HTTP/2) with no request in progress for as
     /// long; a TLS handshake must end within 10 s, or this when shorter.
-    #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
-    idle_timeout: u64,
+    #[arg(long, alias = "idle-timeout", value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    timeout: u64,
     /// Allow uploads from pages of ORIGIN (its scheme, host and port, as browsers send it in
     /// their Origin header; repeatable): answer their CORS preflights and add the CORS
     /// headers for them. None by default.
     #[arg(long, value_name = "ORIGIN")]
     cors_origin: Vec<String>,
-    /// Print each upload's result as one JSON line on stdout (and the page's address as
-    /// {"url": ...} when the token is generated): the answer's body, and for a refused
-    /// upload its "status" too; one whose client closed the connection before the answer
-    /// gets {"status": 499, "error": ...}.
+    /// Print each upload's result as one JSON line on stdout (and the page's addresses as
+    /// {"url": ..., "urls": [...]} when the token is generated): the answer's body, and for
+    /// a refused upload its "status" too; one whose client closed the connection before the
+    /// answer gets {"status": 499, "error": ...}.
     #[arg(long)]
     json: bool,
 }
@@ -108,6 +124,7 @@ const SERVE_HELP: &str = "\
 API (every upload needs the header 'Authorization: Bearer TOKEN'):
 
 GET /: the upload page. GET /barge-archive.js: the barge-archive package for browsers.
+GET /upload: 204 when the token is right, 401 otherwise (the page asks before it packs).
 
 POST /upload: the body (Content-Type: application/octet-stream), a barge archive, lands as a
 new directory named by the server (upload-20261124T101500Z-1); PUT /upload/NAME lands it as
@@ -125,12 +142,12 @@ Each upload lands in a child process confined to its new directory (a user names
 chrooted there), as a user other than root would: no owners, setuid or setgid bits,
 devices or trusted attributes, whoever runs the server.
 
-One line per request on stderr. SIGINT or SIGTERM: stop accepting, let running uploads
+One line per request on stderr, after the time (UTC). SIGINT or SIGTERM: stop accepting, let running uploads
 finish, exit; a second one cancels them (nothing of them is kept).
 
 Example: barge serve /srv/uploads --listen 0.0.0.0:8443 --cert cert.pem --key key.pem
-then open the printed address in a browser, or: curl -k -H \"Authorization: Bearer $TOKEN\" \\
-  -H 'Content-Type: application/octet-stream' --data-binary @tree.barge https://HOST:8443/upload";
+then open the printed address in a browser, or: curl --cacert cert.pem -H \"Authorization: Bearer \
+$TOKEN\" -H 'Content-Type: application/octet-stream' --data-binary @tree.barge https://HOST:8443/upload";
 
 impl ServeArgs {
     /// With `--json`.
@@ -145,10 +162,11 @@ pub fn serve(args: ServeArgs, stopped: &Cancel) -> anyhow::Result<Exit> {
         Some(file) => Some(token::Token::from_file(file)?),
         None => token::Token::from_env()?,
     };
+    let ips = reachable(args.listen.ip());
     let tls = match (args.plain_http, &args.cert, &args.key) {
         (true, ..) => None,
         (false, Some(cert), Some(key)) => Some(tls::Tls::from_files(cert, key)?),
-        (false, ..) => Some(tls::Tls::generated(args.listen.ip())?),
+        (false, ..) => Some(tls::Tls::generated(&ips)?),
     };
     let shown = shown_path(&args.dest);
     // A DEST created here gets 0o777 under the umask, as `mkdir -p` gives it.
@@ -159,8 +177,8 @@ pub fn serve(args: ServeArgs, stopped: &Cancel) -> anyhow::Result<Exit> {
     // Counted before serving (not on the server's threads): what DEST holds already.
     let quota = args.quota.0.map(|max| {
         let used = quota::space_below(&dest);
-        log_line!(
-            "barge serve: quota {}, of which DEST holds {}",
+        serve_log!(
+            "quota {}, of which DEST holds {}",
             human_bytes(max),
             human_bytes(used)
         );
@@ -176,42 +194,104 @@ pub fn serve(args: ServeArgs, stopped: &Cancel) -> anyhow::Result<Exit> {
             .with_context(|| format!("cannot listen on {}", args.listen))?;
         let address = listener.local_addr()?;
         let scheme = if tls.is_some() { "https" } else { "http" };
-        let url = format!("{scheme}://{}/", url_host(address));
+        let urls: Vec<String> = ips
+            .iter()
+            .map(|&ip| format!("{scheme}://{}/", SocketAddr::new(ip, address.port())))
+            .collect();
         let (token, generated) = match token {
             Some(token) => (token, false),
             None => (token::Token::generate(), true),
         };
+        let shown_dest = shown_path(&dest);
         match &tls {
-            Some(tls) => log_line!(
-                "barge serve: listening on {url} (TLS, HTTP/2 and HTTP/1.1; certificate \
-                 SHA-256 {}), landing uploads in {}",
+            Some(tls) => serve_log!(
+                "listening on {} (TLS, HTTP/2 and HTTP/1.1; certificate SHA-256 {}), landing \
+                 uploads in {shown_dest}",
+                urls[0],
                 tls.fingerprint,
-                shown_path(&dest)
             ),
-            None => log_line!(
-                "barge serve: listening on {url} (plain HTTP), landing uploads in {}",
-                shown_path(&dest)
+            None => serve_log!(
+                "listening on {} (plain HTTP), landing uploads in {shown_dest}",
+                urls[0]
             ),
         }
+        if urls.len() > 1 {
+            serve_log!("also listening on {}", urls[1..].join(" "));
+        }
+        if tls.is_none() && !address.ip().is_loopback() {
+            serve_log!(
+                "warning: plain HTTP on {address}: the token and every upload cross the \
+                 network unencrypted; serve TLS (without --plain-http) unless a TLS proxy on \
+                 this host is the only client"
+            );
+        }
+        // The generated certificate, for clients to trust (curl --cacert FILE).
+        let cert_file = match tls.as_ref().and_then(|tls| tls.generated_pem.as_deref()) {
+            Some(pem) => match tls::write_cert(pem, address.port()) {
+                Ok(file) => {
+                    serve_log!(
+                        "the generated certificate is in {} (curl --cacert {0})",
+                        shown_path(&file)
+                    );
+                    Some(file)
+                }
+                Err(e) => {
+                    serve_log!("warning: cannot write the generated certificate: {e:#}");
+                    None
+                }
+            },
+            None => None,
+        };
         if generated {
-            token.print_url(&url, args.json);
+            token.print_urls(&urls, args.json);
         }
         let server = Arc::new(http::Server::new(&args, dest, token, quota));
         let tls = tls.map(|t| t.acceptor);
-        run(listener, tls, server, args.max_connections, stopped).await
+        let ran = run(listener, tls, server, args.max_connections, stopped).await;
+        // It names a certificate no server holds any more.
+        if let Some(file) = cert_file {
+            let _ = std::fs::remove_file(file);
+        }
+        ran
     })?;
     Ok(Exit::Success)
 }
 
-/// The host part of a URL for `address` (an IPv6 address in brackets, the unspecified
-/// address as the loopback one, which a browser on this host can open).
-fn url_host(address: SocketAddr) -> String {
-    let ip = match address.ip() {
-        ip if ip.is_unspecified() && ip.is_ipv4() => std::net::Ipv4Addr::LOCALHOST.into(),
-        ip if ip.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
-        ip => ip,
+/// The time for the log: `YYYY-MM-DDTHH:MM:SSZ`.
+pub(crate) fn now() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    format!("{}Z", crate::list::utc(now as i64).replace(' ', "T"))
+}
+
+/// The addresses a client may reach the server at when it listens on `listen`: that
+/// address, or for the unspecified one the loopback address, then those of every interface
+/// (IPv6 ones only on `[::]`, and no link-local IPv6 one, which a URL cannot name without
+/// its zone): `hostname -I`'s.
+fn reachable(listen: IpAddr) -> Vec<IpAddr> {
+    if !listen.is_unspecified() {
+        return vec![listen];
+    }
+    let mut ips: Vec<IpAddr> = match listen {
+        IpAddr::V4(_) => vec![Ipv4Addr::LOCALHOST.into()],
+        IpAddr::V6(_) => vec![Ipv6Addr::LOCALHOST.into(), Ipv4Addr::LOCALHOST.into()],
     };
-    SocketAddr::new(ip, address.port()).to_string()
+    let interfaces = if_addrs::get_if_addrs().unwrap_or_else(|e| {
+        serve_log!("warning: cannot list this host's addresses: {e}");
+        Vec::new()
+    });
+    for interface in interfaces {
+        let ip = interface.ip();
+        let wanted = match ip {
+            IpAddr::V4(_) => true,
+            IpAddr::V6(v6) => listen.is_ipv6() && !v6.is_unicast_link_local(),
+        };
+        if wanted && !ip.is_loopback() && !ips.contains(&ip) {
+            ips.push(ip);
+        }
+    }
+    ips
 }
 
 /// How much of an HTTP/2 upload may be on its way unread.
@@ -265,7 +345,7 @@ async fn run(
                 Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of fds, or a connection reset before it was accepted.
-                    report::warn(format_args!("barge serve: cannot accept a connection: {e}"));
+                    serve_log!("warning: cannot accept a connection: {e}");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
@@ -274,8 +354,8 @@ async fn run(
             _ = terminate.recv() => break Signal::TERM,
         };
         let Some(place) = peers.take(peer.ip()) else {
-            log_line!(
-                "barge serve: {peer}: closed: this address holds its share of connections ({})",
+            serve_log!(
+                "{peer}: closed: this address holds its share of connections ({})",
                 peers.share
             );
             continue;
@@ -294,8 +374,8 @@ async fn run(
             match tokio::time::timeout(handshake, tls.accept(stream)).await {
                 Ok(Ok(stream)) => serve_connection(&builder, stop, stream, peer, server).await,
                 // A client that does not trust the certificate, or speaks no TLS.
-                Ok(Err(e)) => log_line!("barge serve: {peer}: TLS handshake failed: {e}"),
-                Err(_) => log_line!("barge serve: {peer}: TLS handshake timed out"),
+                Ok(Err(e)) => serve_log!("{peer}: TLS handshake failed: {e}"),
+                Err(_) => serve_log!("{peer}: TLS handshake timed out"),
             }
         });
     };
@@ -304,8 +384,8 @@ async fn run(
     drop(listener);
     let open = stopping.receiver_count();
     if open > 0 {
-        log_line!(
-            "barge serve: stopping; waiting for {open} connection(s) (send the signal again \
+        serve_log!(
+            "stopping; waiting for {open} connection(s) (send the signal again \
              to cancel running uploads)"
         );
     }

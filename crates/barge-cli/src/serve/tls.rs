@@ -1,7 +1,9 @@
 //! The server's TLS configuration: a certificate given, or one made at start.
 
+use std::io::Write;
 use std::net::IpAddr;
-use std::path::Path;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{anyhow, Context};
@@ -17,6 +19,8 @@ pub(super) struct Tls {
     /// The SHA-256 of the certificate, as `AB:CD:...` (what browsers and `openssl x509
     /// -fingerprint -sha256` show).
     pub(super) fingerprint: String,
+    /// A certificate made at start, as PEM.
+    pub(super) generated_pem: Option<String>,
 }
 
 impl Tls {
@@ -33,17 +37,26 @@ impl Tls {
         Tls::new(certs, key)
     }
 
-    /// With a self-signed certificate made now for localhost, 127.0.0.1, ::1 and `listen`
-    /// (unless it is the unspecified address).
-    pub(super) fn generated(listen: IpAddr) -> anyhow::Result<Tls> {
+    /// With a self-signed certificate made now for localhost, 127.0.0.1, ::1, this host's
+    /// name (when it is a plain DNS name) and `ips`.
+    pub(super) fn generated(ips: &[IpAddr]) -> anyhow::Result<Tls> {
         let mut names: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
-        if !listen.is_unspecified() && !listen.is_loopback() {
-            names.push(listen.to_string());
+        let host = barge::net::host_name();
+        let dns = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '.';
+        if !host.is_empty() && host.chars().all(dns) && host != "localhost" {
+            names.push(host);
+        }
+        for ip in ips.iter().map(IpAddr::to_string) {
+            if !names.contains(&ip) {
+                names.push(ip);
+            }
         }
         let made = rcgen::generate_simple_self_signed(names)
             .context("cannot make a self-signed certificate")?;
         let key = PrivatePkcs8KeyDer::from(made.signing_key.serialize_der());
-        Tls::new(vec![made.cert.der().clone()], key.into())
+        let mut tls = Tls::new(vec![made.cert.der().clone()], key.into())?;
+        tls.generated_pem = Some(made.cert.pem());
+        Ok(tls)
     }
 
     fn new(
@@ -69,6 +82,45 @@ impl Tls {
         Ok(Tls {
             acceptor: TlsAcceptor::from(Arc::new(config)),
             fingerprint,
+            generated_pem: None,
         })
     }
+}
+
+/// Writes a generated certificate's `pem` to `serve-PORT.pem` in this user's directory for
+/// barge (made mode 700 when missing): `$XDG_RUNTIME_DIR/barge`, or else `barge-UID` in the
+/// temporary directory. Returns the file's path.
+pub(super) fn write_cert(pem: &str, port: u16) -> anyhow::Result<PathBuf> {
+    let uid = rustix::process::geteuid().as_raw();
+    let dir = match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
+        Some(runtime) if runtime.is_absolute() && runtime.is_dir() => runtime.join("barge"),
+        _ => std::env::temp_dir().join(format!("barge-{uid}")),
+    };
+    let shown = shown_path(&dir);
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            return Err(e).with_context(|| format!("cannot make {shown}"));
+        }
+        _ => {}
+    }
+    // In a shared temporary directory another user may have made it first.
+    let meta = std::fs::symlink_metadata(&dir).with_context(|| format!("cannot read {shown}"))?;
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
+        anyhow::bail!("{shown} is not a directory that only this user may write");
+    }
+    // Written aside, then renamed over the file of an earlier server on this port.
+    let file = dir.join(format!("serve-{port}.pem"));
+    let aside = dir.join(format!("serve-{port}.pem.{}", std::process::id()));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(&aside)
+        .and_then(|mut out| out.write_all(pem.as_bytes()))
+        .and_then(|()| std::fs::rename(&aside, &file));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&aside);
+        return Err(e).with_context(|| format!("cannot write {}", shown_path(&file)));
+    }
+    Ok(file)
 }

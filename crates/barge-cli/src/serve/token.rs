@@ -82,14 +82,21 @@ impl Token {
         sha256(presented).ct_eq(&self.digest).into()
     }
 
-    /// Prints the page's address with the generated token in its fragment (which browsers
-    /// send to no server): the one place the token is ever shown.
-    pub(super) fn print_url(&self, url: &str, json: bool) {
+    /// Prints the page's addresses (one a line; with `json` one object, `url` the first of
+    /// `urls`) with the generated token in their fragment (which browsers send to no
+    /// server): the one place the token is ever shown.
+    pub(super) fn print_urls(&self, urls: &[String], json: bool) {
         let Some(text) = &self.generated else { return };
-        let address = format!("{url}#token={text}");
+        let addresses: Vec<String> = urls
+            .iter()
+            .map(|url| format!("{url}#token={text}"))
+            .collect();
         match json {
-            true => println!("{}", serde_json::json!({ "url": address })),
-            false => println!("{address}"),
+            true => println!(
+                "{}",
+                serde_json::json!({ "url": addresses[0], "urls": addresses })
+            ),
+            false => println!("{}", addresses.join("\n")),
         }
     }
 }

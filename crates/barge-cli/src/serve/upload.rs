@@ -11,6 +11,7 @@ use barge::confine::{ConfinedChild, ConfinedUnpack, Landed};
 use barge::error::ConfinedKind;
 use barge::format::{Limit, Limits};
 use barge::unpack::Restore;
+use barge::uploads::Reserved;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -50,8 +51,10 @@ pub(super) struct Upload {
     pub(super) max_body: Option<u64>,
     /// How long the body may send nothing.
     pub(super) idle: Duration,
-    /// Held until the child is gone: the upload's slot and its name's reservation.
-    pub(super) held: Box<dyn Send>,
+    /// Its name, held until the child is gone (told when it landed).
+    pub(super) reserved: Reserved,
+    /// Held until the child is gone: the upload's slot.
+    pub(super) slot: Box<dyn Send>,
 }
 
 /// What goes to the thread feeding the child.
@@ -79,10 +82,13 @@ impl Upload {
             })?;
         let (chunks, receiver) = mpsc::channel(8);
         let (done, result) = oneshot::channel();
-        let held = self.held;
+        let (reserved, slot) = (self.reserved, self.slot);
         tokio::task::spawn_blocking(move || {
             let landed = feed(child, receiver);
-            drop(held);
+            if landed.is_ok() {
+                reserved.landed();
+            }
+            drop((reserved, slot));
             let _ = done.send(landed);
         });
         let mut received = 0u64;

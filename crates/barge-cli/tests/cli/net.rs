@@ -56,7 +56,7 @@ impl Recv {
         let address = first
             .split("listening on ")
             .nth(1)
-            .and_then(|rest| rest.split(';').next())
+            .and_then(|rest| rest.split([';', ' ']).next())
             .unwrap_or_else(|| panic!("no address in {first:?}"))
             .to_string();
         let mut out = BufReader::new(child.stdout.take().unwrap());
@@ -554,14 +554,16 @@ fn files_for(connections: usize) -> usize {
 }
 
 /// Sends [`files_for`] `connections` files in `work` over `connections` through a
-/// [`relay`] that does `harm`: both ends must fail saying `said`, leaving some of the
-/// files landed, each whole. Returns SRC, DEST and the names landed.
+/// [`relay`] that does `harm`: both ends must fail saying `said` (the sender adding how to
+/// finish with --update), leaving some of the files landed, each whole; then the same
+/// receiver, waiting with its ticket, takes the `send --update` that finishes the tree.
+/// Returns SRC, DEST, the names landed before the retry and the retry's summary.
 fn through_relay(
     work: &Path,
     connections: usize,
     harm: Harm,
     said: &str,
-) -> (PathBuf, PathBuf, Vec<String>) {
+) -> (PathBuf, PathBuf, Vec<String>, serde_json::Value) {
     let src = work.join("src");
     let n = files_for(connections);
     files(&src, n);
@@ -580,15 +582,27 @@ fn through_relay(
         ],
         None,
     );
-    assert_clean_failure(&out, &[said], &format!("{said} (sender)"));
-    let ended = recv.wait();
-    assert!(!ended.status.success());
-    assert!(ended.stderr.contains(said), "{}", ended.stderr);
+    let hint = "run the same send again with --update to send the rest";
+    assert_clean_failure(&out, &[said, hint], &format!("{said} (sender)"));
     relay.join().unwrap();
     let landed = names_in(&dest);
     assert!(landed.len() < n, "all landed: {landed:?}");
     assert_whole_files(&src, &dest, said);
-    (src, dest, landed)
+    // The one-shot receiver still holds its ticket.
+    let out = send(
+        &[src.to_str().unwrap(), &ticket, "--update", "--json"],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ended = recv.wait();
+    assert!(ended.status.success(), "{}", ended.stderr);
+    let waited = "waiting 30 s (--timeout) for a retry with the same key";
+    for needle in [said, waited, "): landed "] {
+        assert!(ended.stderr.contains(needle), "{needle}: {}", ended.stderr);
+    }
+    assert_equal_trees(&src, &dest, "after --update");
+    let summary = serde_json::from_slice(&out.stdout).unwrap();
+    (src, dest, landed, summary)
 }
 
 /// `harm` on the first of one connection, at `offset`.
@@ -628,22 +642,13 @@ fn a_cut_stream_is_truncation_and_update_finishes_it() {
         (4, on_a_later(3_000_000, true)),
     ] {
         let work = tempdir();
-        let (src, dest, landed) = through_relay(work.path(), connections, harm, "truncated");
+        let (src, dest, landed, summary) =
+            through_relay(work.path(), connections, harm, "truncated");
         assert!(
             !landed.is_empty(),
             "nothing landed before the cut over {connections}"
         );
-
-        let recv = Recv::start(&dest, &[], None);
-        let out = send(
-            &[src.to_str().unwrap(), recv.ticket(), "--update", "--json"],
-            None,
-        );
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        assert!(recv.wait().status.success());
-        assert_equal_trees(&src, &dest, "after --update");
-        // Only what had not landed whole was sent again.
-        let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        // Only what had not landed whole was sent again, to the same receiver.
         let resent = summary["packed"]["files"].as_u64().unwrap();
         let n = files_for(connections);
         assert_eq!(resent as usize, n - landed.len(), "{summary}");
@@ -671,6 +676,61 @@ fn a_cut_stream_is_truncation_and_update_finishes_it() {
         );
         assert_equal_trees(&src, &dest, "after a second --update");
     }
+}
+
+#[test]
+fn a_cut_transfer_nobody_retries_ends_recv_after_its_timeout_and_a_refused_one_at_once() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    files(&src, files_for(1));
+    let dest = work.path().join("dest");
+    let recv = Recv::start(&dest, &["--timeout", "2"], None);
+    let ticket = recv.ticket().to_string();
+    let (address, key) = ticket.split_once('#').unwrap();
+    let (via, relay) = relay(address, 1, on_first(2_000_000, true));
+    let out = send(&[src.to_str().unwrap(), &format!("{via}#{key}")], None);
+    assert_clean_failure(&out, &["truncated", "--update"], "cut");
+    relay.join().unwrap();
+    let ended = recv.wait();
+    assert_eq!(ended.status.code(), Some(1), "{}", ended.stderr);
+    let waited = "waiting 2 s (--timeout) for a retry with the same key: on the sending host \
+                  run barge send DIR TICKET (the line above) --update";
+    assert!(ended.stderr.contains(waited), "{}", ended.stderr);
+
+    // A transfer the receiver refuses would fail again: recv ends with it, and the sender
+    // is not told to retry.
+    let recv = Recv::start(&dest, &[], None);
+    let out = send(&["--from-archive", "-", recv.ticket()], Some(b"not an archive"));
+    assert_clean_failure(&out, &["the receiver"], "refused");
+    assert!(
+        !text(&out.stderr).contains("--update"),
+        "{}",
+        text(&out.stderr)
+    );
+    let ended = recv.wait();
+    assert_eq!(ended.status.code(), Some(1), "{}", ended.stderr);
+    assert!(!ended.stderr.contains("waiting"), "{}", ended.stderr);
+}
+
+/// recv listens on loopback unless told otherwise, as serve does, and says how to listen
+/// for other hosts.
+#[test]
+fn recv_listens_on_this_host_only_by_default_as_serve_does() {
+    for command in ["recv", "serve"] {
+        let out = run(&mut barge([command, "--help"]), None);
+        let help = text(&out.stdout);
+        let listen = &help[help.find("--listen").unwrap()..];
+        let default = &listen[listen.find("[default: ").unwrap()..];
+        assert!(
+            default.starts_with("[default: 127.0.0.1:"),
+            "{command}: {default}"
+        );
+    }
+    let recv = Recv::start(&tempdir().path().join("dest"), &[], None);
+    let port = recv.address.rsplit(':').next().unwrap().to_string();
+    let ended = recv.stop();
+    let told = format!("(this host only: --listen 0.0.0.0:{port} receives from other hosts)");
+    assert!(ended.stderr.contains(&told), "{}", ended.stderr);
 }
 
 #[test]
@@ -1341,7 +1401,7 @@ fn send_v_lists_every_path_and_its_dry_run_says_what_cp_says() {
     let paths = many_dirs(&src);
     let dest = work.path().join("dest");
     let s = src.to_str().unwrap();
-    let recv = Recv::start(&dest, &["--keep"], None);
+    let recv = Recv::start(&dest, &["--keep-open"], None);
 
     // The dry run: cp's verbs, sorted, every directory, the same twice; -0 ends with NULs.
     let out = send(&[s, recv.ticket(), "--dry-run"], None);

@@ -22,14 +22,23 @@ struct Server {
     tls: bool,
     stderr: Arc<Mutex<String>>,
     stdout: Arc<Mutex<String>>,
+    /// Its XDG_RUNTIME_DIR, where it writes a generated certificate.
+    runtime: tempfile::TempDir,
 }
 
 impl Server {
     /// Starts `barge serve DEST --listen 127.0.0.1:0 ARGS` with BARGE_TOKEN set to `token`
     /// (none: generated), and waits for its address.
     fn start(dest: &Path, args: &[&str], token: Option<&str>) -> Server {
+        Server::start_on("127.0.0.1:0", dest, args, token)
+    }
+
+    /// [`Server::start`] listening on `listen`.
+    fn start_on(listen: &str, dest: &Path, args: &[&str], token: Option<&str>) -> Server {
+        let runtime = tempdir();
         let mut cmd = barge(["serve"]);
-        cmd.arg(dest).args(["--listen", "127.0.0.1:0"]).args(args);
+        cmd.arg(dest).args(["--listen", listen]).args(args);
+        cmd.env("XDG_RUNTIME_DIR", runtime.path());
         cmd.env_remove("BARGE_TOKEN");
         if let Some(token) = token {
             cmd.env("BARGE_TOKEN", token);
@@ -49,6 +58,7 @@ impl Server {
             tls: !args.contains(&"--plain-http"),
             stderr,
             stdout,
+            runtime,
         };
         let line = server.wait_for_log("listening on");
         let after = &line[line.find("127.0.0.1:").expect("an address") + 10..];
@@ -483,7 +493,7 @@ fn a_body_cut_off_or_stalled_leaves_nothing() {
     let (_, archive) = sample(work.path(), 300);
     let bytes = fs::read(&archive).unwrap();
     let dest = work.path().join("dest");
-    let server = Server::start(&dest, &["--plain-http", "--idle-timeout", "2"], Some(TOKEN));
+    let server = Server::start(&dest, &["--plain-http", "--timeout", "2"], Some(TOKEN));
     // Closed half-way, after files landed in the hidden staging directory.
     let socket = partial_upload(&server, "cut", &bytes, bytes.len() / 2);
     std::thread::sleep(Duration::from_millis(500));
@@ -901,7 +911,7 @@ fn tls_pair(dir: &Path) -> (PathBuf, PathBuf, Arc<rustls::ClientConfig>) {
 }
 
 /// Clients that speak HTTP/2 and ask nothing (no token needed) no longer hold every slot:
-/// a connection with no request in progress is closed after --idle-timeout (GOAWAY first),
+/// a connection with no request in progress is closed after --timeout (GOAWAY first),
 /// over TLS and plain HTTP; one that sends nothing at all too, and over TLS a handshake
 /// that does not end within it.
 #[test]
@@ -911,7 +921,7 @@ fn idle_connections_are_closed_after_the_idle_timeout() {
     let (cert, key, client) = tls_pair(work.path());
     let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
     for tls in [false, true] {
-        let mut args = vec!["--max-connections", "4", "--idle-timeout", "2"];
+        let mut args = vec!["--max-connections", "4", "--timeout", "2"];
         match tls {
             true => args.extend(["--cert", cert, "--key", key]),
             false => args.push("--plain-http"),
@@ -1122,4 +1132,150 @@ fn a_token_file_must_be_private_and_a_given_certificate_is_served() {
         status, 0,
         "a certificate curl was not told to trust was accepted"
     );
+}
+
+/// On all interfaces the server prints an address for each, writes the certificate it made
+/// for all of them, and curl trusts it with `--cacert FILE` at every address; the file goes
+/// when the server stops. Plain HTTP there is warned about.
+#[test]
+fn on_all_interfaces_every_address_is_printed_and_curl_trusts_the_written_certificate() {
+    let work = tempdir();
+    let (_, archive) = sample(work.path(), 3);
+    let dest = work.path().join("dest");
+    let server = Server::start_on("0.0.0.0:0", &dest, &[], None);
+    let cert = server
+        .runtime
+        .path()
+        .join(format!("barge/serve-{}.pem", server.port));
+    let told = server.wait_for_log("the generated certificate is in");
+    assert!(
+        told.contains(&format!("{} (curl --cacert", cert.display())),
+        "{told}"
+    );
+    // This host's IPv4 addresses, as `hostname -I` lists them.
+    let hostname = run(Command::new("hostname").arg("-I"), None);
+    let ips = String::from_utf8(hostname.stdout).unwrap();
+    let mut want: Vec<String> = vec!["127.0.0.1".into()];
+    want.extend(
+        ips.split_whitespace()
+            .filter(|ip| !ip.contains(':'))
+            .map(String::from),
+    );
+    let stdout = wait_for_line(&server.stdout, "#token=");
+    let token = stdout.rsplit("#token=").next().unwrap().to_owned();
+    let urls: Vec<String> = want
+        .iter()
+        .map(|ip| format!("https://{ip}:{}/", server.port))
+        .collect();
+    wait_for_line(&server.stdout, &format!("{}#token=", urls.last().unwrap()));
+    let printed = server.stdout.lock().unwrap().clone();
+    let mut printed: Vec<&str> = printed.lines().collect();
+    let mut wanted: Vec<String> = urls
+        .iter()
+        .map(|url| format!("{url}#token={token}"))
+        .collect();
+    printed.sort_unstable();
+    wanted.sort_unstable();
+    assert_eq!(printed, wanted, "one address a line, each with the token");
+    let also = server.wait_for_log(if urls.len() > 1 {
+        "also listening on"
+    } else {
+        "listening on"
+    });
+    assert!(
+        urls[1..].iter().all(|url| also.contains(url.as_str())),
+        "{also}"
+    );
+    let data = format!("@{}", archive.display());
+    for url in &urls {
+        let mut cmd = Command::new("curl");
+        cmd.args(["-sS", "--max-time", "60", "--cacert"]).arg(&cert);
+        cmd.args(["-H", &format!("Authorization: Bearer {token}")]);
+        cmd.args([
+            "-H",
+            "Content-Type: application/octet-stream",
+            "--data-binary",
+            &data,
+        ]);
+        let out = run(cmd.arg(format!("{url}upload")), None);
+        let body = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{url}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(field(&body, "name").is_string(), "{url}: {body}");
+    }
+    assert_eq!(names_in(&dest).len(), urls.len());
+    let (_, err) = server.stop();
+    assert!(!cert.exists(), "the certificate outlived its server");
+    assert!(!err.contains("warning"), "{err}");
+
+    let plain = Server::start_on("0.0.0.0:0", &dest, &["--plain-http"], Some(TOKEN));
+    plain.wait_for_log("warning: plain HTTP on 0.0.0.0:");
+    let (_, err) = plain.stop();
+    assert!(
+        err.contains("the token and every upload cross the network unencrypted"),
+        "{err}"
+    );
+    let loopback = Server::start(&dest, &["--plain-http"], Some(TOKEN));
+    let (_, err) = loopback.stop();
+    assert!(!err.contains("warning"), "plain HTTP on loopback: {err}");
+}
+
+/// Only an upload that landed takes a number; `GET /upload` tells whether a token is
+/// right; the page's icon is served; every log line starts with its time.
+#[test]
+fn numbers_go_to_landed_uploads_tokens_are_checked_and_log_lines_have_their_time() {
+    let work = tempdir();
+    let (_, archive) = sample(work.path(), 3);
+    let dest = work.path().join("dest");
+    let server = Server::start(&dest, &["--plain-http", "--json"], None);
+    let address = wait_for_line(&server.stdout, "\"url\"");
+    let address: serde_json::Value = serde_json::from_str(&address).unwrap();
+    let url = address["url"].as_str().unwrap();
+    assert_eq!(address["urls"][0], url, "{address}");
+    let token = url.rsplit("#token=").next().unwrap().to_owned();
+    let bad = work.path().join("bad");
+    fs::write(&bad, b"not an archive").unwrap();
+    let upload = |archive: &Path| {
+        let data = format!("@{}", archive.display());
+        let args = [
+            "-H",
+            "Content-Type: application/octet-stream",
+            "--data-binary",
+            &data,
+        ];
+        let (status, _, body) = server.curl(Some(&token), &args, "/upload");
+        (status, body)
+    };
+    assert_eq!(upload(&bad).0, 400);
+    let (status, body) = upload(&archive);
+    assert_eq!(status, 200, "{body}");
+    let name = field(&body, "name");
+    assert!(
+        name.as_str().unwrap().ends_with("Z-1"),
+        "{name}: the failed one took none"
+    );
+    assert_eq!(server.curl(Some(&token), &[], "/upload").0, 204);
+    assert_eq!(
+        server
+            .curl(Some("wrong-token-0123456789"), &[], "/upload")
+            .0,
+        401
+    );
+    assert_eq!(server.curl(None, &["-I"], "/upload").0, 401);
+    for icon in ["/favicon.ico", "/favicon.svg"] {
+        let (status, _, svg) = server.curl(None, &[], icon);
+        assert!(status == 200 && svg.starts_with("<svg"), "{icon}: {status}");
+    }
+    let (_, err) = server.stop();
+    let stamped = |line: &str| {
+        let (time, rest) = line.split_at_checked(21).unwrap_or(("", line));
+        let digits = time.bytes().filter(u8::is_ascii_digit).count();
+        let shape = time.len() == 21 && &time[4..5] == "-" && &time[10..11] == "T";
+        digits == 14 && shape && time.ends_with("Z ") && rest.starts_with("barge serve: ")
+    };
+    assert!(err.lines().count() >= 8, "{err}");
+    assert!(err.lines().all(stamped), "{err}");
 }

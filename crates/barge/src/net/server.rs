@@ -1,7 +1,7 @@
 //! The receiving server: a listener's accept loop, one thread per connection running
 //! [`Receive::connection`], within a budget of connections and a share of it per address,
-//! until its token is cancelled (a stop signal) or, one-shot, the first sender that showed
-//! the key.
+//! until its token is cancelled (a stop signal) or, one-shot, the first transfer that landed
+//! (or a failed one no sender retried in time).
 
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::os::fd::OwnedFd;
@@ -28,6 +28,7 @@ pub struct Receiver {
     listener: TcpListener,
     receive: Receive,
     keep: bool,
+    retry: Duration,
     cancel: Cancel,
 }
 
@@ -69,6 +70,21 @@ impl Done {
             Ok(Ended::DryRun(_)) => false,
             Err(failed) => failed.authenticated,
         }
+    }
+
+    /// Whether sending again (`send --update`) may finish it: a transfer whose connection
+    /// was cut, changed on the way or fell silent after the sender showed the key; not one
+    /// the receiver refused (a bad archive, a limit), which would fail again.
+    pub fn retryable(&self) -> bool {
+        let Err(failed) = &self.result else {
+            return false;
+        };
+        let kind = match &failed.error {
+            Error::Net { kind, .. } => *kind,
+            _ => return false,
+        };
+        let cut = [NetError::Truncated, NetError::Tampered, NetError::Timeout].contains(&kind);
+        failed.authenticated && cut
     }
 }
 
@@ -117,13 +133,22 @@ impl Receiver {
             listener,
             receive,
             keep: false,
+            retry: Duration::ZERO,
             cancel: Cancel::new(),
         }
     }
 
+    /// One-shot: after a transfer that was cut off ([`Done::retryable`]), keeps taking
+    /// senders (a retry with `send --update`) until one lands, or none came for `wait`
+    /// after the last failure (the default: none, the failure ends the loop at once).
+    pub fn retry_for(mut self, wait: Duration) -> Receiver {
+        self.retry = wait;
+        self
+    }
+
     /// Keeps receiving until its token is cancelled, which ends the loop once the running
     /// transfers are done; without it, the first sender that shows the key (and makes no
-    /// dry run) ends it.
+    /// dry run) ends it, unless its transfer was cut off (see [`Receiver::retry_for`]).
     pub fn keep(mut self, yes: bool) -> Receiver {
         self.keep = yes;
         self
@@ -139,8 +164,9 @@ impl Receiver {
     }
 
     /// Runs the loop, calling `report` with each connection as it ends. Returns the
-    /// connection that ended a one-shot receiver; `None` when a kept one stopped; a one-shot
-    /// receiver whose token was cancelled fails with [`Error::Interrupted`].
+    /// connection that ended a one-shot receiver (the last failed one when no retry came in
+    /// time); `None` when a kept one stopped; a one-shot receiver whose token was cancelled
+    /// fails with [`Error::Interrupted`].
     pub fn run(self, mut report: impl FnMut(Report<'_>)) -> Result<Option<Done>> {
         let shown = || TreePath(b"<listener>".to_vec());
         (self.listener.set_nonblocking(true)).map_err(|e| Error::os("listen", shown(), e))?;
@@ -151,7 +177,14 @@ impl Receiver {
             .map_err(|e| Error::io("eventfd", shown(), e))?;
         let wake = Arc::new(wake);
         let mut budget = Budget::new(self.receive.transfers_at_once());
+        // One-shot: the last failed transfer, and until when a retry may come.
+        let mut failed: Option<(Box<Done>, Instant)> = None;
         loop {
+            if let Some((_, until)) = &failed {
+                if budget.running == 0 && Instant::now() >= *until {
+                    return Ok(failed.map(|(done, _)| *done));
+                }
+            }
             // Full, or stopping: wait for a connection to end; connections wait in the listen
             // queue meanwhile.
             let stopping = self.cancel.is_cancelled();
@@ -166,7 +199,10 @@ impl Receiver {
                     report(Report::Ended(&done));
                     // Strangers still in their handshake are dropped with the process.
                     if done.ends_one_shot() && !self.keep {
-                        return Ok(Some(*done));
+                        if !done.retryable() || self.retry.is_zero() {
+                            return Ok(Some(*done));
+                        }
+                        failed = Some((done, Instant::now() + self.retry));
                     }
                 }
                 continue;
@@ -311,7 +347,8 @@ mod tests {
     }
 
     #[test]
-    fn only_a_sender_that_showed_the_key_and_sent_ends_a_one_shot_receiver() {
+    fn only_a_sender_that_showed_the_key_and_sent_ends_a_one_shot_receiver_and_a_cut_one_may_retry()
+    {
         let done = |result| Done {
             peer: "127.0.0.1:1".parse().unwrap(),
             result,
@@ -323,6 +360,20 @@ mod tests {
             error: Error::net(NetError::Remote, "x"),
         };
         assert!(done(Err(failed(true))).ends_one_shot());
+        assert!(
+            !done(Err(failed(true))).retryable(),
+            "refused by the receiver"
+        );
+        let cut = Failed {
+            error: Error::net(NetError::Truncated, "cut"),
+            ..failed(true)
+        };
+        assert!(done(Err(cut)).retryable());
+        let stranger_cut = Failed {
+            error: Error::net(NetError::Truncated, "cut"),
+            ..failed(false)
+        };
+        assert!(!done(Err(stranger_cut)).retryable());
         assert!(!done(Err(failed(false))).ends_one_shot(), "a stranger");
         let dry_run = DryRun {
             sender: "s".into(),

@@ -243,9 +243,10 @@ export async function landWithBarge(archive: ArchiveSource, dir: string, options
         : status === 0
           ? `${barge} (from ${from}) printed no JSON summary; is it barge? stdout: ${JSON.stringify(stdout.slice(0, 200))}`
           : `barge at ${barge} (from ${from}) ${how}${stderr.trim() ? `: ${stderr.trim().slice(0, 500)}` : " and said nothing"}`;
-  // barge's format code, else its error kind; else what went wrong from here.
-  const code =
-    sourceError !== undefined ? "source-failed" : ((report?.code ?? report?.kind) as string | undefined) ?? (status === 0 ? "not-barge" : "barge-failed");
+  // barge's format code, else its error kind (an archive that ends inside a file's content,
+  // "short" to barge, is "truncated" as unpack says); else what went wrong from here.
+  const reported = (report?.code ?? (report?.kind === "short" ? "truncated" : report?.kind)) as string | undefined;
+  const code = sourceError !== undefined ? "source-failed" : (reported ?? (status === 0 ? "not-barge" : "barge-failed"));
   throw new LandError(code, message, {
     status: status ?? undefined,
     signal: killedBy ?? undefined,

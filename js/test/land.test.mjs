@@ -144,6 +144,11 @@ describe("landWithBarge lands with barge", { skip }, () => {
     const through = archive(1, msg.symlink("l", tmp), msg.dir("l"), msg.file("x", "x"), msg.pop, msg.end(3));
     await refused(landWithBarge(through, dest, opts), /duplicate-name/, "duplicate-name");
     assert.equal(existsSync(dest), false);
+    // Cut inside a file's content: "short" to barge, truncated as unpack says it.
+    const cut = archive(0, msg.file("a", "x".repeat(100)), msg.end(1)).subarray(0, 50);
+    const e3 = await refused(landWithBarge(cut, dest, opts), /input ended after/, "truncated");
+    assert.equal(e3.kind, "short");
+    assert.equal(existsSync(dest), false);
     assert.deepEqual(
       readdirSync(tmp).filter((f) => f === "x" || f.startsWith(".")),
       [],

@@ -6,7 +6,8 @@
 import { spawn } from "node:child_process";
 import type { ChildProcess } from "node:child_process";
 import { pipeline } from "node:stream/promises";
-import { read } from "./source.js";
+import { argumentError, BargeError } from "./error.js";
+import { archiveChunks } from "./source.js";
 import type { ArchiveSource } from "./unpack.js";
 
 /** What `landWithBarge` does with options; each maps to one `barge unpack` flag. */
@@ -52,7 +53,7 @@ export interface LandOptions {
   onWarning?: (message: string) => void;
 }
 
-/** What `barge unpack --json` reports on success, as it prints it. */
+/** What `barge unpack --json` reports on success, its keys in camelCase (`not_restored` is `notRestored`). */
 export interface LandSummary {
   dirs: number;
   files: number;
@@ -65,37 +66,45 @@ export interface LandSummary {
   /** Existing entries skipped (`existing: "skip"`). */
   kept: number;
   /** What the archive held but barge could not restore (each also a warning). */
-  not_restored: { owners: number; setid: number; devices: number; xattrs: number; links: number; merged_dirs: number };
+  notRestored: { owners: number; setid: number; devices: number; xattrs: number; links: number; mergedDirs: number };
+  /** The mode barge gave a DIR it created from a format 2 archive's root record, else null. */
+  rootMode: number | null;
   /** Whether the landing ran in the user-namespace chroot. */
   sandboxed: boolean;
   seconds: number;
 }
 
+/** `value` with every object key in camelCase (`merged_dirs` is `mergedDirs`): barge's JSON as JavaScript spells it. */
+function camelCase(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(camelCase);
+  if (typeof value != "object" || value === null) return value;
+  return Object.fromEntries(Object.entries(value).map(([k, v]) => [k.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase()), camelCase(v)]));
+}
+
 /**
- * A landing that failed: barge could not be run, or refused the archive, or
- * the archive's source failed (then `cause` is that error). From barge's
- * `--json` error: `kind` (e.g. `"format"`, `"exists"`), and for an invalid
- * archive or one over a limit `code` (e.g. `"dot-name"`, `"too-many-bytes"`)
- * and `offset` as in docs/FORMAT.md.
+ * A landing that failed, with a `code` (README, "Errors"): barge could not be
+ * run (`barge-not-found`, `barge-not-runnable`), refused the archive (the
+ * format code of docs/FORMAT.md with its `offset`, e.g. `"dot-name"`,
+ * `"too-many-bytes"`, else barge's error kind, e.g. `"exists"`), failed
+ * otherwise (`barge-failed`, `not-barge`), the archive's source failed
+ * (`source-failed`, with that error as `cause`) or the signal aborted it
+ * (`aborted`, with the signal's reason as `cause`).
  */
-export class LandError extends Error {
+export class LandError extends BargeError {
   /** barge's exit status, when it ran. */
   readonly status?: number;
   /** The signal that ended barge, when one did. */
   readonly signal?: string;
   /** What barge printed on stderr. */
   readonly stderr: string;
+  /** barge's error kind (`"format"`, `"exists"`, ...), when it reported one. */
   readonly kind?: string;
-  readonly code?: string;
-  readonly offset?: number;
-  constructor(message: string, details: Partial<Omit<LandError, "message" | "name">> & { cause?: unknown } = {}) {
-    super(message, details.cause === undefined ? undefined : { cause: details.cause });
+  constructor(code: string, message: string, details: Partial<Pick<LandError, "status" | "signal" | "stderr" | "kind" | "offset">> & { cause?: unknown } = {}) {
+    super(code, message, details.offset, details.cause === undefined ? undefined : { cause: details.cause });
     this.status = details.status;
     this.signal = details.signal;
     this.stderr = details.stderr ?? "";
     this.kind = details.kind;
-    this.code = details.code;
-    this.offset = details.offset;
   }
   override get name(): string {
     return "LandError";
@@ -110,11 +119,11 @@ function flags(options: LandOptions): string[] {
   const count = (name: string, flag: string, v: unknown, units: boolean) => {
     if (v === undefined) return;
     if (!(Number.isSafeInteger(v) && (v as number) >= 0) && !(units && typeof v == "string" && /^[0-9A-Za-z.]+$/.test(v)))
-      throw new TypeError(`landWithBarge: ${name} must be a non-negative integer${units ? ' or a string such as "500M" or "none"' : ""}, not ${String(v)}`);
+      throw argumentError("bad-option", `landWithBarge: ${name} must be a non-negative integer${units ? ' or a string such as "500M" or "none"' : ""}, not ${String(v)}`);
     out.push(`${flag}=${v}`);
   };
   const choice = (name: keyof typeof CHOICES, v: string | undefined) => {
-    if (v !== undefined && !CHOICES[name].includes(v)) throw new TypeError(`landWithBarge: ${name} must be one of ${CHOICES[name].join(", ")}, not ${String(v)}`);
+    if (v !== undefined && !CHOICES[name].includes(v)) throw argumentError("bad-option", `landWithBarge: ${name} must be one of ${CHOICES[name].join(", ")}, not ${String(v)}`);
   };
   count("maxDepth", "--max-depth", options.maxDepth, false);
   count("maxEntries", "--max-entries", options.maxEntries, true);
@@ -142,7 +151,8 @@ function notRunnable(error: NodeJS.ErrnoException, barge: string, from: string):
         ? "barge was not found on PATH; install it or set BARGE_BIN"
         : `barge was not found at ${barge} (from ${from})`
       : `barge at ${barge} (from ${from}) is not runnable: ${error.code === "EACCES" ? "permission denied (not an executable file)" : error.message}`;
-  return new LandError(message, { cause: error });
+  const code = error.code === "ENOENT" ? "barge-not-found" : "barge-not-runnable";
+  return new LandError(code, message, { cause: error });
 }
 
 /** Resolves once `child` has started; rejects with why it could not. */
@@ -160,16 +170,6 @@ async function text(stream: NodeJS.ReadableStream): Promise<string> {
   return s;
 }
 
-/** The archive's bytes as chunks, read as `pipeline` asks for them. */
-function chunks(archive: ArchiveSource): Iterable<Uint8Array> | AsyncIterable<Uint8Array> {
-  if (archive instanceof Uint8Array) return [archive];
-  if (archive instanceof ArrayBuffer) return [new Uint8Array(archive)];
-  if (archive instanceof Blob) return read(archive.stream());
-  if (typeof archive == "object" && archive !== null && ("getReader" in archive || Symbol.asyncIterator in archive || Symbol.iterator in archive))
-    return read(archive);
-  throw new TypeError("landWithBarge: the archive must be a Uint8Array, an ArrayBuffer, a Blob, a ReadableStream, a Node Readable or an (async) iterable of Uint8Array chunks");
-}
-
 /**
  * Lands `archive` into the directory `dir` with `barge unpack - DIR`: barge
  * checks every entry against docs/FORMAT.md and the limits, writes nothing
@@ -184,14 +184,15 @@ function chunks(archive: ArchiveSource): Iterable<Uint8Array> | AsyncIterable<Ui
  * exit status and error kind/code/offset), or the archive's source fails.
  */
 export async function landWithBarge(archive: ArchiveSource, dir: string, options: LandOptions = {}): Promise<LandSummary> {
-  if (typeof dir != "string" || dir === "") throw new TypeError("landWithBarge: dir must be a non-empty path");
-  const input = chunks(archive);
+  if (typeof dir != "string" || dir === "") throw argumentError("bad-argument", "landWithBarge: dir must be a non-empty path");
+  const input = archiveChunks(archive, "landWithBarge");
   const args = ["unpack", "--json", "--no-progress", ...flags(options), "-", "--", dir];
   const envBarge = process.env.BARGE_BIN || undefined;
   const barge = options.barge ?? envBarge ?? "barge";
   const from = options.barge !== undefined ? "the barge option" : envBarge !== undefined ? "BARGE_BIN" : "PATH";
   const { signal, onWarning = (m: string) => console.warn(`barge: warning: ${m}`) } = options;
-  signal?.throwIfAborted();
+  const aborted = () => new LandError("aborted", `landing into ${dir} aborted: ${String(signal!.reason)}`, { cause: signal!.reason });
+  if (signal?.aborted) throw aborted();
 
   const child = spawn(barge, args, { stdio: ["pipe", "pipe", "pipe"] });
   const exited = new Promise<[number | null, NodeJS.Signals | null]>((resolve) => child.once("close", (code, sig) => resolve([code, sig])));
@@ -229,8 +230,8 @@ export async function landWithBarge(archive: ArchiveSource, dir: string, options
   } catch {
     // Not barge, or it died before reporting: said below.
   }
-  if (cutOff) throw signal!.reason;
-  if (status === 0 && sourceError === undefined && report && !("error" in report)) return report as unknown as LandSummary;
+  if (cutOff) throw aborted();
+  if (status === 0 && sourceError === undefined && report && !("error" in report)) return camelCase(report) as LandSummary;
 
   const said = lines.find((l) => l.startsWith("barge: error: "))?.slice(14) ?? (report?.error as string | undefined);
   const how = killedBy ? `was killed by ${killedBy}` : `exited with status ${status}`;
@@ -242,12 +243,15 @@ export async function landWithBarge(archive: ArchiveSource, dir: string, options
         : status === 0
           ? `${barge} (from ${from}) printed no JSON summary; is it barge? stdout: ${JSON.stringify(stdout.slice(0, 200))}`
           : `barge at ${barge} (from ${from}) ${how}${stderr.trim() ? `: ${stderr.trim().slice(0, 500)}` : " and said nothing"}`;
-  throw new LandError(message, {
+  // barge's format code, else its error kind (an archive that ends inside a file's content,
+  // "short" to barge, is "truncated" as unpack says); else what went wrong from here.
+  const reported = (report?.code ?? (report?.kind === "short" ? "truncated" : report?.kind)) as string | undefined;
+  const code = sourceError !== undefined ? "source-failed" : (reported ?? (status === 0 ? "not-barge" : "barge-failed"));
+  throw new LandError(code, message, {
     status: status ?? undefined,
     signal: killedBy ?? undefined,
     stderr,
     kind: report?.kind as string | undefined,
-    code: report?.code as string | undefined,
     offset: report?.offset as number | undefined,
     cause: sourceError,
   });

@@ -6,7 +6,7 @@
  */
 import { BargeError } from "./error.js";
 import { ExpectedIndex, KINDS } from "./index2.js";
-import { read } from "./source.js";
+import { archiveChunks } from "./source.js";
 import type { DataSource, Owner, Timestamp } from "./types.js";
 import { Xxh3 } from "./xxh3.js";
 
@@ -342,7 +342,7 @@ export async function* unpack(input: ArchiveSource, options: UnpackOptions = {})
       let live = true;
       /** The next token of this entry's content, or undefined at its end. */
       const next = async (): Promise<Exclude<Token, { t: "entry" | "end" }> | undefined> => {
-        if (!live) throw new Error(`the content of ${show(base.pathBytes)} is no longer available: the iteration moved on`);
+        if (!live) throw new BargeError("stale-entry", `the content of ${show(base.pathBytes)} is no longer available: the iteration moved on`);
         const t = open ? ((await tokens.next()).value as Token) : undefined;
         if (t?.t == "end" || !t) return (open = false), undefined;
         return t as Exclude<Token, { t: "entry" | "end" }>;
@@ -403,17 +403,7 @@ async function gather(chunks: AsyncIterable<Uint8Array>, size: number): Promise<
 /** The decoding loop: tokens in archive order, every check of docs/FORMAT.md in its order. */
 async function* decode(input: ArchiveSource, options: UnpackOptions): AsyncGenerator<Token> {
   const { maxDepth = 1024, maxEntries = Infinity, maxBytes = Infinity, maxSpace = Infinity, onRoot } = options;
-  const inp = new Input(
-    read(
-      input instanceof Uint8Array
-        ? [input]
-        : input instanceof ArrayBuffer
-          ? [new Uint8Array(input)]
-          : "stream" in input && typeof input.stream == "function"
-            ? input.stream()
-            : (input as DataSource),
-    ),
-  );
+  const inp = new Input(archiveChunks(input, "unpack"));
   const empty: Uint8Array = new Uint8Array();
   /** open directories, root first */
   const dirs: Dir[] = [{ name: empty, path: empty, names: new Set() }];

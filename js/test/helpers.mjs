@@ -474,3 +474,18 @@ export async function bargeSupport(barge) {
     rmSync(tmp, { recursive: true, force: true });
   }
 }
+
+/**
+ * The error codes users are told of: the first column of README.md's "Errors" table, and the
+ * codes of docs/FORMAT.md's table (what `unpack` and barge report for an invalid archive).
+ */
+export function documentedCodes() {
+  const readme = readFileSync(new URL("../README.md", import.meta.url), "utf8");
+  const errors = readme.slice(readme.indexOf("\n## Errors\n")).split("\n## ")[1];
+  const codes = errors
+    .split("\n")
+    .filter((l) => l.startsWith("| `"))
+    .flatMap((l) => [...l.split(" | ")[0].matchAll(/`([a-z0-9-]+)`/g)].map((m) => m[1]));
+  const spec = readFileSync(new URL("../../docs/FORMAT.md", import.meta.url), "utf8");
+  return new Set([...codes, ...[...spec.matchAll(/^\| `([a-z0-9-]+)` \|/gm)].map((m) => m[1])]);
+}

@@ -6,9 +6,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
 import { after, describe, test } from "node:test";
-import { pack } from "barge-archive";
+import { BargeError, pack } from "barge-archive";
 import { fromPath, landWithBarge, LandError } from "barge-archive/node";
-import { archive, collect, expectedTree, kindTree, msg, oddTree, readTree, withoutSetId, writeTree } from "./helpers.mjs";
+import { archive, collect, documentedCodes, expectedTree, kindTree, msg, oddTree, readTree, withoutSetId, writeTree } from "./helpers.mjs";
 
 const BARGE = process.env.BARGE_BIN;
 const skip = BARGE ? false : "BARGE_BIN is not set: set it to the barge binary (./scripts/build; target/barge) to land with it";
@@ -31,14 +31,21 @@ async function withEnv(env, f) {
   }
 }
 
-/** Asserts that `promise` rejects with a LandError whose message matches `message`, and returns it. */
-async function refused(promise, message) {
+const DOCUMENTED = documentedCodes();
+
+/**
+ * Asserts that `promise` rejects with a LandError (a BargeError) whose message matches
+ * `message` and whose code is `code`, listed in the README; returns the error.
+ */
+async function refused(promise, message, code) {
   const error = await promise.then(
     () => assert.fail("landWithBarge resolved"),
     (e) => e,
   );
-  assert.ok(error instanceof LandError, `not a LandError: ${error?.stack}`);
+  assert.ok(error instanceof LandError && error instanceof BargeError, `not a LandError: ${error?.stack}`);
   assert.match(error.message, message);
+  assert.equal(error.code, code, error.message);
+  assert.ok(DOCUMENTED.has(code), `${code} is not in the README's "Errors"`);
   return error;
 }
 
@@ -48,44 +55,46 @@ describe("landWithBarge cannot run barge", () => {
   test("not on PATH: says how to fix it", async () => {
     const empty = fresh("empty-path");
     mkdirSync(empty);
-    const error = await withEnv({ PATH: empty, BARGE_BIN: undefined }, () => refused(landWithBarge(archiveBytes, fresh("dest")), /^barge was not found on PATH; install it or set BARGE_BIN$/));
+    const error = await withEnv({ PATH: empty, BARGE_BIN: undefined }, () => refused(landWithBarge(archiveBytes, fresh("dest")), /^barge was not found on PATH; install it or set BARGE_BIN$/, "barge-not-found"));
     assert.equal(error.cause.code, "ENOENT");
   });
 
   test("missing where BARGE_BIN or the option says", async () => {
-    await withEnv({ BARGE_BIN: "/nonexistent/barge" }, () => refused(landWithBarge(archiveBytes, fresh("dest")), /^barge was not found at \/nonexistent\/barge \(from BARGE_BIN\)$/));
-    await refused(landWithBarge(archiveBytes, fresh("dest"), { barge: "/nonexistent/b" }), /^barge was not found at \/nonexistent\/b \(from the barge option\)$/);
+    await withEnv({ BARGE_BIN: "/nonexistent/barge" }, () => refused(landWithBarge(archiveBytes, fresh("dest")), /^barge was not found at \/nonexistent\/barge \(from BARGE_BIN\)$/, "barge-not-found"));
+    await refused(landWithBarge(archiveBytes, fresh("dest"), { barge: "/nonexistent/b" }), /^barge was not found at \/nonexistent\/b \(from the barge option\)$/, "barge-not-found");
   });
 
   test("not executable, or a directory", async () => {
     const file = fresh("not-exec");
     writeFileSync(file, "#!/bin/sh\n");
     chmodSync(file, 0o644);
-    await refused(landWithBarge(archiveBytes, fresh("dest"), { barge: file }), /is not runnable: permission denied/);
-    await refused(landWithBarge(archiveBytes, fresh("dest"), { barge: tmp }), /is not runnable: permission denied/);
+    await refused(landWithBarge(archiveBytes, fresh("dest"), { barge: file }), /is not runnable: permission denied/, "barge-not-runnable");
+    await refused(landWithBarge(archiveBytes, fresh("dest"), { barge: tmp }), /is not runnable: permission denied/, "barge-not-runnable");
   });
 
   test("a program that is not barge: its exit status and what it said, or that it printed no summary", async () => {
     const fails = fresh("fails");
     writeFileSync(fails, "#!/bin/sh\necho 'no such command: unpack' >&2\nexit 3\n", { mode: 0o755 });
-    const error = await refused(landWithBarge(archiveBytes, fresh("dest"), { barge: fails }), /exited with status 3: no such command: unpack$/);
+    const error = await refused(landWithBarge(archiveBytes, fresh("dest"), { barge: fails }), /exited with status 3: no such command: unpack$/, "barge-failed");
     assert.equal(error.status, 3);
-    await refused(landWithBarge(archiveBytes, fresh("dest"), { barge: "true" }), /^true \(from the barge option\) printed no JSON summary; is it barge\?/);
+    await refused(landWithBarge(archiveBytes, fresh("dest"), { barge: "true" }), /^true \(from the barge option\) printed no JSON summary; is it barge\?/, "not-barge");
   });
 
-  test("bad options are refused before anything runs", async () => {
+  test("bad options and arguments are refused before anything runs, as coded TypeErrors", async () => {
     const opts = { barge: "/nonexistent/barge" };
-    await assert.rejects(landWithBarge(archiveBytes, fresh("dest"), { ...opts, maxBytes: "1M --overwrite" }), { name: "TypeError", message: /maxBytes must be/ });
-    await assert.rejects(landWithBarge(archiveBytes, fresh("dest"), { ...opts, maxEntries: -1 }), { name: "TypeError", message: /maxEntries must be/ });
-    await assert.rejects(landWithBarge(archiveBytes, fresh("dest"), { ...opts, existing: "replace" }), { name: "TypeError", message: /existing must be one of keep, skip, overwrite/ });
-    await assert.rejects(landWithBarge("text", fresh("dest"), opts), { name: "TypeError", message: /the archive must be/ });
+    const option = (message) => ({ name: "TypeError", code: "bad-option", message });
+    await assert.rejects(landWithBarge(archiveBytes, fresh("dest"), { ...opts, maxBytes: "1M --overwrite" }), option(/maxBytes must be/));
+    await assert.rejects(landWithBarge(archiveBytes, fresh("dest"), { ...opts, maxEntries: -1 }), option(/maxEntries must be/));
+    await assert.rejects(landWithBarge(archiveBytes, fresh("dest"), { ...opts, existing: "replace" }), option(/existing must be one of keep, skip, overwrite/));
+    await assert.rejects(landWithBarge("text", fresh("dest"), opts), { name: "TypeError", code: "bad-argument", message: /the archive must be/ });
+    await assert.rejects(landWithBarge(archiveBytes, "", opts), { name: "TypeError", code: "bad-argument", message: /dir must be/ });
   });
 });
 
 describe("landWithBarge lands with barge", { skip }, () => {
   const opts = { barge: BARGE };
 
-  test("every input kind lands the tree, and the summary is barge's", async () => {
+  test("every input kind lands the tree, and the summary is barge's, its keys in camelCase", async () => {
     const src = fresh("src");
     const spec = oddTree(300);
     writeTree(src, spec);
@@ -110,7 +119,8 @@ describe("landWithBarge lands with barge", { skip }, () => {
       assert.deepEqual(readTree(dest), withoutSetId(expectedTree(spec)), label);
       assert.equal(summary.files, files, label);
       assert.equal(typeof summary.sandboxed, "boolean", label);
-      assert.deepEqual(Object.keys(summary.not_restored).sort(), ["devices", "links", "merged_dirs", "owners", "setid", "xattrs"], label);
+      assert.deepEqual(Object.keys(summary).sort(), ["bytes", "dirs", "files", "kept", "links", "notRestored", "rootMode", "sandboxed", "seconds", "specials", "symlinks"], label);
+      assert.deepEqual(summary.notRestored, { devices: 0, links: 0, mergedDirs: 0, owners: 0, setid: 0, xattrs: 0 }, label);
     }
   });
 
@@ -121,19 +131,23 @@ describe("landWithBarge lands with barge", { skip }, () => {
     const summary = await landWithBarge(pack(fromPath(src)), dest, { ...opts, setid: true });
     assert.deepEqual(readTree(dest, { times: true }), withoutSetId(readTree(src, { times: true })));
     assert.ok(summary.symlinks > 0 && summary.links > 0 && summary.specials > 0);
-    assert.equal(summary.not_restored.setid, 1);
+    assert.equal(summary.notRestored.setid, 1);
   });
 
   test("a hostile archive is refused with barge's message, status and code, and a new DIR is not created", async () => {
     const dest = fresh("dest");
     const dotdot = archive(0, msg.dir(".."), msg.file("escaped", "x"), msg.pop, msg.end(2));
-    const error = await refused(landWithBarge(dotdot, dest, opts), /^barge unpack exited with status 1: unpack into .+ failed; .+ was not created: archive byte 8: .*dot-name/);
+    const error = await refused(landWithBarge(dotdot, dest, opts), /^barge unpack exited with status 1: unpack into .+ failed; .+ was not created: archive byte 8: .*dot-name/, "dot-name");
     assert.deepEqual([error.status, error.kind, error.code, error.offset], [1, "format", "dot-name", 8]);
     assert.match(error.stderr, /^barge: error: /m);
     // A symlink out of DEST, then a file below it.
     const through = archive(1, msg.symlink("l", tmp), msg.dir("l"), msg.file("x", "x"), msg.pop, msg.end(3));
-    const e2 = await refused(landWithBarge(through, dest, opts), /duplicate-name/);
-    assert.equal(e2.code, "duplicate-name");
+    await refused(landWithBarge(through, dest, opts), /duplicate-name/, "duplicate-name");
+    assert.equal(existsSync(dest), false);
+    // Cut inside a file's content: "short" to barge, truncated as unpack says it.
+    const cut = archive(0, msg.file("a", "x".repeat(100)), msg.end(1)).subarray(0, 50);
+    const e3 = await refused(landWithBarge(cut, dest, opts), /input ended after/, "truncated");
+    assert.equal(e3.kind, "short");
     assert.equal(existsSync(dest), false);
     assert.deepEqual(
       readdirSync(tmp).filter((f) => f === "x" || f.startsWith(".")),
@@ -145,21 +159,21 @@ describe("landWithBarge lands with barge", { skip }, () => {
   test("limits are passed as flags: an archive over maxBytes or maxEntries is refused", async () => {
     const bytes = archive(0, msg.file("a", "x".repeat(100)), msg.file("b", "y"), msg.end(2));
     const dest = fresh("dest");
-    const e1 = await refused(landWithBarge(bytes, dest, { ...opts, maxBytes: 50 }), /more than 50 bytes of file data \(see --max-bytes\)/);
-    assert.deepEqual([e1.kind, e1.code], ["format", "too-many-bytes"]);
-    const e2 = await refused(landWithBarge(bytes, dest, { ...opts, maxEntries: 1 }), /--max-entries/);
-    assert.deepEqual([e2.kind, e2.code], ["format", "too-many-entries"]);
-    const e3 = await refused(landWithBarge(bytes, dest, { ...opts, maxSpace: 4096 }), /--max-space/);
-    assert.deepEqual([e3.kind, e3.code], ["format", "too-much-space"]);
+    const e1 = await refused(landWithBarge(bytes, dest, { ...opts, maxBytes: 50 }), /more than 50 bytes of file data \(see --max-bytes\)/, "too-many-bytes");
+    assert.equal(e1.kind, "format");
+    const e2 = await refused(landWithBarge(bytes, dest, { ...opts, maxEntries: 1 }), /--max-entries/, "too-many-entries");
+    assert.equal(e2.kind, "format");
+    const e3 = await refused(landWithBarge(bytes, dest, { ...opts, maxSpace: 4096 }), /--max-space/, "too-much-space");
+    assert.equal(e3.kind, "format");
     assert.equal(existsSync(dest), false);
     assert.equal((await landWithBarge(bytes, dest, { ...opts, maxBytes: "1K", maxEntries: 2 })).bytes, 101);
   });
 
-  test("existing entries: kept by default (an error), skipped or overwritten when asked; times: false", async () => {
+  test("existing entries: kept by default (an error coded exists), skipped or overwritten when asked; times: false", async () => {
     const dest = fresh("dest");
     await landWithBarge(archive(0, msg.file("a", "old"), msg.end(1)), dest, opts);
     const next = () => archive(1, msg.time(1000, 0), msg.file("a", "new"), msg.time(1000, 0), msg.file("b", "b"), msg.end(2));
-    const e = await refused(landWithBarge(next(), dest, opts), /stopped: a: already exists/);
+    const e = await refused(landWithBarge(next(), dest, opts), /stopped: a: already exists/, "exists");
     assert.equal(e.kind, "exists");
     assert.equal((await landWithBarge(next(), dest, { ...opts, existing: "skip" })).kept, 1);
     assert.equal(readFileSync(join(dest, "a"), "utf8"), "old");
@@ -198,12 +212,12 @@ describe("landWithBarge lands with barge", { skip }, () => {
       yield whole.subarray(0, 5000);
       throw boom;
     })();
-    const error = await refused(landWithBarge(input, dest, opts), /^reading the archive failed: disk on fire \(barge exited with status 1: .*truncated/);
+    const error = await refused(landWithBarge(input, dest, opts), /^reading the archive failed: disk on fire \(barge exited with status 1: .*truncated/, "source-failed");
     assert.equal(error.cause, boom);
     assert.equal(existsSync(dest), false);
   });
 
-  test("an abort cuts the archive off: rejects with the signal's reason and lands nothing", async () => {
+  test("an abort cuts the archive off: rejects as aborted, the signal's reason as cause, and lands nothing", async () => {
     const dest = fresh("dest");
     const controller = new AbortController();
     const input = Readable.from(
@@ -214,9 +228,11 @@ describe("landWithBarge lands with barge", { skip }, () => {
         yield new Uint8Array(10);
       })(),
     );
-    await assert.rejects(landWithBarge(input, dest, { ...opts, signal: controller.signal }), { name: "AbortError" });
+    const error = await refused(landWithBarge(input, dest, { ...opts, signal: controller.signal }), /^landing into .+ aborted: AbortError/, "aborted");
+    assert.equal(error.cause, controller.signal.reason);
     assert.equal(existsSync(dest), false);
-    const aborted = AbortSignal.abort();
-    await assert.rejects(landWithBarge(new Uint8Array(), fresh("dest"), { ...opts, signal: aborted }), { name: "AbortError" });
+    const reason = new Error("shutting down");
+    const early = await refused(landWithBarge(new Uint8Array(), fresh("dest"), { ...opts, signal: AbortSignal.abort(reason) }), /aborted: Error: shutting down$/, "aborted");
+    assert.equal(early.cause, reason);
   });
 });

@@ -28,7 +28,14 @@ test("file content not consumed is skipped; it cannot be read after the iteratio
     if (e.path === "c/d") assert.equal(new TextDecoder().decode(await e.bytes()), "DDD");
   }
   assert.deepEqual(seen, ["a", "b", "c", "c/d"]);
-  await assert.rejects(first.bytes(), /no longer available/);
+  await assert.rejects(first.bytes(), { name: "BargeError", code: "stale-entry", message: /no longer available/ });
+});
+
+test("an input that holds no archive is a TypeError coded bad-argument, at the first read", async () => {
+  for (const input of ["BARGE", 42, null, { length: 3 }]) {
+    const entries = unpack(input);
+    await assert.rejects(entries.next(), { name: "TypeError", code: "bad-argument", message: /^unpack: the archive must be a Uint8Array/ }, String(input));
+  }
 });
 
 test("content can be streamed in chunks, partly, then the rest is skipped", async () => {

@@ -59,18 +59,18 @@ export interface LandSummary {
   files: number;
   symlinks: number;
   /** Hard links made. */
-  links: number;
+  hardLinks: number;
   specials: number;
   /** Bytes of file content landed. */
   bytes: number;
   /** Existing entries skipped (`existing: "skip"`). */
   kept: number;
   /** What the archive held but barge could not restore (each also a warning). */
-  notRestored: { owners: number; setid: number; devices: number; xattrs: number; links: number; mergedDirs: number };
+  notRestored: { owners: number; setid: number; devices: number; xattrs: number; hardLinks: number; mergedDirs: number };
   /** The mode barge gave a DIR it created from a format 2 archive's root record, else null. */
   rootMode: number | null;
-  /** Whether the landing ran in the user-namespace chroot. */
-  sandboxed: boolean;
+  /** How the landing was confined: `"sandboxed"` (the user-namespace chroot), `{ unavailable: reason }` (the kernel refused it) or `"off"` (`sandbox: false`). */
+  confinement: "sandboxed" | "off" | { unavailable: string };
   seconds: number;
 }
 

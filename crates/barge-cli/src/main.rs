@@ -6,6 +6,7 @@ mod archive;
 mod cp;
 mod du;
 mod list;
+mod manual;
 mod net;
 mod report;
 mod serve;
@@ -629,13 +630,14 @@ fn run(command: Command, cancel: &Cancel) -> anyhow::Result<Exit> {
         Command::Key(args) => net::key(args),
         Command::Man { dir: Some(dir) } => {
             let shown = report::shown_path(&dir);
-            clap_mangen::generate_to(Cli::command(), &dir)
-                .with_context(|| format!("cannot write the manual pages into {shown}"))?;
+            for (name, page) in manual::pages()? {
+                std::fs::write(dir.join(&name), page)
+                    .with_context(|| format!("cannot write the manual page {shown}/{name}"))?;
+            }
             Ok(Exit::Success)
         }
         Command::Man { dir: None } => {
-            let mut page = Vec::new();
-            clap_mangen::Man::new(Cli::command()).render(&mut page)?;
+            let (_, page) = manual::pages()?.swap_remove(0);
             print(&page)
         }
         Command::Completions { shell } => {

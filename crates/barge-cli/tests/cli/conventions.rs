@@ -616,13 +616,19 @@ fn a_manual_page_and_completions_come_from_the_command_line_definition() {
     let page = run_ok(&mut barge(["man"]), None).stdout;
     let page = String::from_utf8_lossy(&page);
     assert!(page.contains(".TH barge 1"), "{page}");
+    // GNU's sections; SEE ALSO names only pages that `man --dir` writes.
     for needle in [
         "barge\\-unpack",
-        "Exit status:",
+        ".SH \"EXIT STATUS\"\n0: done.",
         "2: done, but some entries",
+        ".SH \"SEE ALSO\"\nbarge\\-pack(1), barge\\-unpack(1)",
     ] {
         assert!(page.contains(needle), "{needle} not in the page");
     }
+    assert!(
+        !page.contains("EXTRA") && !page.contains("barge\\-help"),
+        "{page}"
+    );
     let dir = work.path("man");
     fs::create_dir(&dir).unwrap();
     run_ok(barge(["man", "--dir"]).arg(&dir), None);
@@ -645,6 +651,14 @@ fn a_manual_page_and_completions_come_from_the_command_line_definition() {
     assert_eq!(names_in(&dir), pages);
     let unpack = fs::read_to_string(dir.join("barge-unpack.1")).unwrap();
     assert!(unpack.contains("\\-\\-max\\-bytes"), "{unpack}");
+    let cp = fs::read_to_string(dir.join("barge-cp.1")).unwrap();
+    for needle in [
+        ".SH \"NOTES\"\nDestination:",
+        ".SH \"EXIT STATUS\"",
+        ".SH \"SEE ALSO\"\nbarge(1)",
+    ] {
+        assert!(cp.contains(needle), "{needle} not in {cp}");
+    }
     for (shell, needle) in [
         ("bash", "complete -F _barge"),
         ("zsh", "#compdef barge"),

@@ -700,7 +700,10 @@ fn a_cut_transfer_nobody_retries_ends_recv_after_its_timeout_and_a_refused_one_a
     // A transfer the receiver refuses would fail again: recv ends with it, and the sender
     // is not told to retry.
     let recv = Recv::start(&dest, &[], None);
-    let out = send(&["--from-archive", "-", recv.ticket()], Some(b"not an archive"));
+    let out = send(
+        &["--from-archive", "-", recv.ticket()],
+        Some(b"not an archive"),
+    );
     assert_clean_failure(&out, &["the receiver"], "refused");
     assert!(
         !text(&out.stderr).contains("--update"),

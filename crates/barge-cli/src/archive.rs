@@ -98,9 +98,9 @@ impl PackArgs {
         self.out.json.then(|| is_stdio(self.output.as_deref()))
     }
 
-    /// Whether `-v` was given.
-    pub fn verbose(&self) -> bool {
-        self.out.verbose
+    /// The output options.
+    pub fn out(&self) -> OutputArgs {
+        self.out
     }
 }
 
@@ -150,13 +150,11 @@ pub fn pack(args: PackArgs, cancel: &Cancel) -> Result<Exit> {
     let inputs = args.dirs.iter().map(|d| shown_path(d)).collect::<Vec<_>>();
     let packed = result
         .with_context(|| pack_failed(&inputs.join(", "), output, kind, progress.written()))?;
-    if !args.out.quiet {
-        for warning in &packed.warnings {
-            warn(format_args!("{warning}"));
-        }
+    for warning in &packed.warnings {
+        warn(format_args!("{warning}"));
     }
     let lost = packed.warnings.iter().filter(|w| w.lost).count();
-    if lost > 0 && !args.out.quiet {
+    if lost > 0 {
         warn(format_args!(
             "the archive lacks {lost} entries, or parts of them, that could not be read \
              (exit status 2)"
@@ -542,7 +540,7 @@ pub fn verify(
         .map_err(|e| explain(e, &input, Some(archive)))
         .context("verify stopped")?;
     flushed.context("cannot write the differences")?;
-    if input.head().get(6) == Some(&1) && !out.quiet {
+    if input.head().get(6) == Some(&1) {
         warn("a version 1 archive holds no digests: its structure was checked, not its content");
     }
     let line = format!(

@@ -106,9 +106,9 @@ impl CpArgs {
         self.out.json
     }
 
-    /// Whether `-v` was given.
-    pub fn verbose(&self) -> bool {
-        self.out.verbose
+    /// The output options.
+    pub fn out(&self) -> OutputArgs {
+        self.out
     }
 }
 

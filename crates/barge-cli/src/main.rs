@@ -248,8 +248,8 @@ pub struct OutputArgs {
     /// carries the archive).
     #[arg(long)]
     json: bool,
-    /// Never show the progress line (it is shown only on a terminal, after one second),
-    /// nor the warnings of pack (its exit status still tells).
+    /// Print no warnings (the exit status still tells) and never the progress line (shown
+    /// only on a terminal, after one second); errors are still printed.
     #[arg(short, long)]
     quiet: bool,
     /// Show the progress line even when stderr is not a terminal (then as a new line each
@@ -418,7 +418,8 @@ enum Command {
     /// Apparent bytes, files, directories and other entries of each PATH, like `du -sb`.
     ///
     /// Hard-linked files are counted once, symlinks are never followed, unreadable entries
-    /// are counted and named on stderr (exit status 1) without stopping the walk.
+    /// are named on stderr without stopping the walk (exit status 2; a PATH that cannot be
+    /// measured at all: 1).
     #[command(disable_help_flag = true)]
     Du(du::DuArgs),
     /// Send trees (or an archive) to a `barge recv`, authenticated and encrypted.
@@ -486,6 +487,7 @@ fn main() -> ExitCode {
     };
     let json = cli.command.json();
     report::show_details(cli.command.verbose());
+    report::hide_warnings(cli.command.quiet());
     let result = run(cli.command, &cancel);
     let stopped_by = cancel.reason().filter(|&signal| signal > 0);
     let pipe_closed = |e: &anyhow::Error| stopped_by == Some(SIGPIPE) || report::is_broken_pipe(e);
@@ -511,16 +513,26 @@ fn main() -> ExitCode {
 }
 
 impl Command {
+    /// The output options, for the commands that have them.
+    fn out(&self) -> Option<OutputArgs> {
+        match self {
+            Command::Pack(args) => Some(args.out()),
+            Command::Unpack { out, .. } | Command::Verify { out, .. } => Some(*out),
+            Command::Cp(args) => Some(args.out()),
+            Command::Send(args) => Some(args.out()),
+            Command::Recv(args) => Some(args.out()),
+            _ => None,
+        }
+    }
+
     /// Whether `-v` was given.
     fn verbose(&self) -> bool {
-        match self {
-            Command::Pack(args) => args.verbose(),
-            Command::Unpack { out, .. } | Command::Verify { out, .. } => out.verbose,
-            Command::Cp(args) => args.verbose(),
-            Command::Send(args) => args.verbose(),
-            Command::Recv(args) => args.verbose(),
-            _ => false,
-        }
+        self.out().is_some_and(|out| out.verbose)
+    }
+
+    /// Whether `-q` was given.
+    fn quiet(&self) -> bool {
+        self.out().is_some_and(|out| out.quiet)
     }
 
     /// With `--json`: whether stdout carries the archive (then the JSON goes to stderr).

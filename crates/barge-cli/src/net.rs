@@ -120,9 +120,9 @@ impl SendArgs {
         self.out.json
     }
 
-    /// Whether `-v` was given.
-    pub fn verbose(&self) -> bool {
-        self.out.verbose
+    /// The output options.
+    pub fn out(&self) -> OutputArgs {
+        self.out
     }
 }
 
@@ -177,9 +177,9 @@ impl RecvArgs {
         self.out.json
     }
 
-    /// Whether `-v` was given.
-    pub fn verbose(&self) -> bool {
-        self.out.verbose
+    /// The output options.
+    pub fn out(&self) -> OutputArgs {
+        self.out
     }
 }
 
@@ -285,10 +285,8 @@ pub fn send(args: SendArgs, cancel: &Cancel) -> Result<Exit> {
     let sent = result?;
     let mut exit = Exit::Success;
     if let Some(packed) = &sent.packed {
-        if !args.out.quiet {
-            for warning in &packed.warnings {
-                warn(format_args!("{warning}"));
-            }
+        for warning in &packed.warnings {
+            warn(format_args!("{warning}"));
         }
         if packed.lost_any() {
             exit = Exit::Partial;
@@ -373,10 +371,8 @@ fn dry_run(
         .dry_run(pack, print)
         .with_context(|| format!("dry run of a send to {address} failed"))?;
     print_planned(changes, args.null)?;
-    if !args.out.quiet {
-        for warning in &packed.warnings {
-            warn(format_args!("{warning}"));
-        }
+    for warning in &packed.warnings {
+        warn(format_args!("{warning}"));
     }
     for path in &conflicts {
         warn(format_args!(

@@ -67,8 +67,19 @@ pub(crate) fn to_stderr(text: &str) {
     let _ = std::io::stderr().write_all(text.as_bytes());
 }
 
-/// Prints `barge: warning: MESSAGE` on stderr.
+/// Whether [`warn`] prints nothing (`-q`).
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// Asks [`warn`] to print nothing (`-q`: the exit status still tells).
+pub fn hide_warnings(hide: bool) {
+    QUIET.store(hide, Ordering::Relaxed);
+}
+
+/// Prints `barge: warning: MESSAGE` on stderr, unless `-q`.
 pub fn warn(message: impl Display) {
+    if QUIET.load(Ordering::Relaxed) {
+        return;
+    }
     let text = message.to_string();
     match DETAILS.load(Ordering::Relaxed) {
         true => log_line!("barge: warning: {text}"),

@@ -875,3 +875,31 @@ fn errors_are_plain_words_and_the_call_shows_with_v() {
         "{error}"
     );
 }
+
+/// `-q` means no warnings in every command, not only pack's (issue 33): cp as nobody warns
+/// that a setuid bit was dropped, and says nothing with -q; the exit status is the same.
+#[test]
+#[ignore = "needs root to run as nobody"]
+fn quiet_hides_the_warnings_of_every_command() {
+    require_root();
+    let work = tempdir();
+    fs::set_permissions(work.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    let src = work.path().join("src");
+    fs::create_dir(&src).unwrap();
+    file(&src.join("tool"), b"#!/bin/sh\n", 0o4755);
+    let copy = |flags: &[&str], to: &str| {
+        let mut cmd = as_nobody();
+        cmd.arg(bin()).arg("cp").args(flags);
+        run(cmd.arg(&src).arg(work.path().join(to)), None)
+    };
+    let loud = copy(&[], "loud");
+    assert_eq!(loud.status.code(), Some(0), "{}", stderr(&loud));
+    assert!(
+        stderr(&loud).contains("barge: warning: 1 setuid"),
+        "{}",
+        stderr(&loud)
+    );
+    let quiet = copy(&["-q"], "quiet");
+    assert_eq!(quiet.status.code(), Some(0), "{}", stderr(&quiet));
+    assert_eq!(stderr(&quiet), "");
+}

@@ -404,7 +404,7 @@ impl Channel {
     pub(crate) fn heard(&mut self) -> Error {
         self.wire.clear();
         match self.receive() {
-            Ok((kind, payload)) => super::unexpected(kind, payload),
+            Ok((kind, payload)) => super::protocol::unexpected(kind, payload),
             Err(e) => e,
         }
     }

@@ -270,7 +270,7 @@ fn a_dry_run_is_answered_and_over_with_its_answer() {
                 for message in &messages {
                     heard = tell(&mut sender, message).unwrap();
                 }
-                assert!(matches!(heard, Heard::Ready(Some(l)) if l.len() == 0));
+                assert!(matches!(heard, Heard::Ready(Some(l)) if l.is_empty()));
             }
         }
         assert!(!sender.waits());

@@ -269,9 +269,10 @@ impl Inbound {
         let In::Asked(hello) = std::mem::replace(&mut self.state, In::Over) else {
             unreachable!("accept follows a HELLO taken on");
         };
-        // A lane's ACCEPT says no compression, whatever its HELLO says.
-        let compress = hello.compress && hello.join.is_none();
-        let accept = (hello.answered()).then(|| Message::json(kind::ACCEPT, &Accept { compress }));
+        let accept = Accept {
+            compress: hello.compress,
+        };
+        let accept = (hello.answered()).then(|| Message::json(kind::ACCEPT, &accept));
         if !hello.dry_run {
             self.state = In::Data {
                 first: hello.join.is_none(),

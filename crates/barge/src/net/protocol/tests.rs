@@ -279,10 +279,18 @@ fn a_dry_run_is_answered_and_over_with_its_answer() {
 
 #[test]
 fn a_later_lane_is_accepted_with_no_listing_and_its_end_counts_nothing() {
-    let lane = Hello {
-        update: true,
-        ..lane_hello()
-    };
+    for compress in [false, true] {
+        let lane = Hello {
+            update: true,
+            compress,
+            ..lane_hello()
+        };
+        later_lane(lane);
+    }
+}
+
+/// A later lane saying `lane`, accepted, carrying a chunk and its END.
+fn later_lane(lane: Hello) {
     let (mut sender, hello) = Outbound::new(lane);
     assert!(
         sender.waits(),

@@ -109,6 +109,59 @@ impl Budget {
     }
 }
 
+/// The accept loop's rules without a listener or threads: when it takes a connection,
+/// waits for one to end or stops, and which connection ends a one-shot receiver.
+struct Serving {
+    budget: Budget,
+    keep: bool,
+    /// The connection that ended a one-shot receiver: it takes no more.
+    over: bool,
+}
+
+/// What the loop does next.
+#[derive(Debug, PartialEq, Eq)]
+enum Next {
+    /// Looks for a connection that ended, then takes a new one.
+    Take,
+    /// Waits for a running connection to end (full, or stopping).
+    Wait,
+    /// Ends: stopping with none running, or a one-shot receiver's sender landed.
+    Stop,
+}
+
+impl Serving {
+    fn new(max_transfers: usize, keep: bool) -> Serving {
+        Serving {
+            budget: Budget::new(max_transfers),
+            keep,
+            over: false,
+        }
+    }
+
+    /// What the loop does next; `stopping`: its token is cancelled.
+    fn next(&self, stopping: bool) -> Next {
+        match (self.over, self.budget.full() || stopping) {
+            (true, _) => Next::Stop,
+            (false, true) if self.budget.running == 0 => Next::Stop,
+            (false, true) => Next::Wait,
+            (false, false) => Next::Take,
+        }
+    }
+
+    /// A connection was given its thread.
+    fn started(&mut self) {
+        self.budget.running += 1;
+    }
+
+    /// A connection's thread ended: whether that ends a one-shot receiver.
+    fn ended(&mut self, event: &Event) -> bool {
+        self.budget.running -= 1;
+        let ends = matches!(event, Event::Done(done) if done.ends_one_shot());
+        self.over |= ends && !self.keep;
+        self.over
+    }
+}
+
 impl Receiver {
     /// Serves `listener` (set non-blocking here) with `receive`, one-shot unless
     /// [`Receiver::keep`].
@@ -150,28 +203,28 @@ impl Receiver {
         let wake = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC)
             .map_err(|e| Error::io("eventfd", shown(), e))?;
         let wake = Arc::new(wake);
-        let mut budget = Budget::new(self.receive.transfers_at_once());
+        let mut serving = Serving::new(self.receive.transfers_at_once(), self.keep);
         loop {
             // Full, or stopping: wait for a connection to end; connections wait in the listen
             // queue meanwhile.
-            let stopping = self.cancel.is_cancelled();
-            let event = match budget.full() || stopping {
-                true if budget.running == 0 => break,
-                true => rx.recv_timeout(Duration::from_millis(100)).ok(),
-                false => rx.try_recv().ok(),
+            let next = serving.next(self.cancel.is_cancelled());
+            let event = match next {
+                Next::Stop => break,
+                Next::Wait => rx.recv_timeout(Duration::from_millis(100)).ok(),
+                Next::Take => rx.try_recv().ok(),
             };
             if let Some(event) = event {
-                budget.running -= 1;
+                let over = serving.ended(&event);
                 if let Event::Done(done) = event {
                     report(Report::Ended(&done));
                     // Strangers still in their handshake are dropped with the process.
-                    if done.ends_one_shot() && !self.keep {
+                    if over {
                         return Ok(Some(*done));
                     }
                 }
                 continue;
             }
-            if budget.full() || stopping || !readable(&self.listener, &wake)? {
+            if next != Next::Take || !readable(&self.listener, &wake)? {
                 continue;
             }
             let (stream, peer) = match self.listener.accept() {
@@ -182,7 +235,7 @@ impl Receiver {
                     continue;
                 }
             };
-            let place = match budget.admit(peer.ip()) {
+            let place = match serving.budget.admit(peer.ip()) {
                 Ok(place) => place,
                 Err(why) => {
                     report(Report::Ended(&turned_away(peer, why)));
@@ -215,7 +268,7 @@ impl Receiver {
             });
             // Out of threads (a task limit): this connection is closed, the others go on.
             match spawned {
-                Ok(_) => budget.running += 1,
+                Ok(_) => serving.started(),
                 Err(e) => {
                     let done = turned_away(peer, format!("cannot start a thread: {e}"));
                     report(Report::Ended(&done));
@@ -308,6 +361,73 @@ mod tests {
                 true => assert!(matches!(ended, Ok(None))),
             }
         }
+    }
+
+    /// A connection that ended as `result`.
+    fn done(result: std::result::Result<Ended, Failed>) -> Event {
+        Event::Done(Box::new(Done {
+            peer: "127.0.0.1:1".parse().unwrap(),
+            result,
+            elapsed: Duration::ZERO,
+        }))
+    }
+
+    fn landed() -> std::result::Result<Ended, Failed> {
+        Ok(Ended::Landed(Received {
+            landed: crate::confine::Landed {
+                summary: crate::land::LandSummary::default(),
+                confinement: crate::root::Confinement::Off,
+            },
+            sender: "s".into(),
+            received_bytes: 0,
+            compressed: false,
+            update: false,
+        }))
+    }
+
+    #[test]
+    fn a_one_shot_receiver_takes_no_second_transfer_after_the_first_landed() {
+        let stranger = || {
+            Err(Failed {
+                authenticated: false,
+                sender: None,
+                error: Error::net(NetError::Authentication, "no key"),
+            })
+        };
+        for keep in [false, true] {
+            let mut serving = Serving::new(1, keep);
+            assert_eq!(serving.next(false), Next::Take);
+            // A stranger, a later lane and a transfer run; the stranger and the lane end.
+            (0..3).for_each(|_| serving.started());
+            assert!(!serving.ended(&done(stranger())));
+            assert!(!serving.ended(&Event::Lane));
+            assert_eq!(serving.next(false), Next::Take, "keep: {keep}");
+            // The transfer lands: a one-shot receiver is over, taking no second one.
+            serving.started();
+            assert_eq!(serving.ended(&done(landed())), !keep, "keep: {keep}");
+            let next = if keep { Next::Take } else { Next::Stop };
+            assert_eq!(serving.next(false), next, "keep: {keep}");
+            assert_eq!(serving.ended(&done(landed())), !keep, "keep: {keep}");
+            assert_eq!(serving.next(false), next, "keep: {keep}");
+        }
+    }
+
+    #[test]
+    fn a_full_or_stopping_loop_waits_for_its_connections_then_stops() {
+        let mut serving = Serving::new(2, true);
+        (0..2 + HANDSHAKES).for_each(|_| serving.started());
+        assert_eq!(serving.next(false), Next::Wait, "full");
+        serving.ended(&Event::Lane);
+        assert_eq!(serving.next(false), Next::Take);
+        assert_eq!(
+            serving.next(true),
+            Next::Wait,
+            "stopping, with some running"
+        );
+        (0..1 + HANDSHAKES).for_each(|_| {
+            serving.ended(&Event::Lane);
+        });
+        assert_eq!(serving.next(true), Next::Stop);
     }
 
     #[test]

@@ -516,6 +516,17 @@ fn the_sender_takes_each_answer_only_in_its_turn() {
         assert_eq!(net_kind(&error), Some(NetError::Protocol), "{error}");
         assert!(error.to_string().ends_with(problem), "{problem}: {error}");
     }
+    // Compression is agreed on both ways.
+    let mut compressed = Outbound::new(Hello {
+        compress: true,
+        ..hello()
+    })
+    .0;
+    let error = sender_fails(&mut compressed, &accept(false));
+    assert!(
+        error.to_string().ends_with("did not agree on compression"),
+        "{error}"
+    );
     // A plain transfer hears nothing before its END but what stops it.
     for message in [accept(false), landed] {
         let error = sender_fails(&mut sending(), &message);

@@ -31,6 +31,10 @@
 //! waits for it. The sender spreads the DATA over the lanes and ends each later lane with
 //! an empty END. The transfer id travels encrypted only.
 //!
+//! The rules of this exchange are `protocol.rs`' state machines (`Inbound`, `Outbound`),
+//! and the handshake's and messages' cryptography `channel/session.rs`', neither with a
+//! socket or a thread; `recv.rs`, `send.rs`, `lanes.rs` and `channel.rs` drive them.
+//!
 //! docs/SECURITY.md ("send / recv") has the threat model.
 
 pub(crate) mod channel;

@@ -32,8 +32,6 @@ use crate::sys::queue::QueueWriter;
 const HEAD: usize = 1 + SEQ;
 /// Chunks (of up to 64 KiB) a receiver holds ahead of the next one, per transfer.
 const WINDOW: u64 = 256;
-/// The most lanes a receiver lets one transfer open.
-pub(crate) const MAX_LANES: u32 = 16;
 /// How long a sender that got its result waits for lanes still authenticating (beyond
 /// three round trips), to end them cleanly: they take a round trip or two on a sound path.
 pub(crate) const LANES_GRACE: Duration = Duration::from_secs(1);

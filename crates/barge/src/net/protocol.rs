@@ -30,6 +30,9 @@ pub(crate) mod kind {
     pub(crate) const RESULT: u8 = 8;
 }
 
+/// The most lanes a receiver lets one transfer open.
+pub(crate) const MAX_LANES: u32 = 16;
+
 /// The bytes of a DATA message's chunk number (big-endian), before its archive bytes.
 pub(crate) const SEQ: usize = 8;
 
@@ -80,6 +83,13 @@ impl Hello {
     /// chunks the receiver could refuse. A plain transfer sends its data at once.
     fn answered(&self) -> bool {
         self.update || self.dry_run || self.join.is_some()
+    }
+
+    /// The transfer's id and the lanes it takes (at most [`MAX_LANES`]) when it spreads
+    /// over several: its later lanes join by the id.
+    pub(crate) fn spread(&self) -> Option<(&str, u32)> {
+        let id = self.transfer.as_deref().filter(|_| self.lanes > 1)?;
+        Some((id, self.lanes.min(MAX_LANES)))
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::channel::{protocol, Channel};
-use super::lanes::{Stop, Transfer, JOIN_POLL, MAX_LANES};
+use super::lanes::{Stop, Transfer, JOIN_POLL};
 use super::protocol::{kind, Asked, Hello, Inbound, Message, Messages};
 use super::Key;
 use crate::confine::{ConfinedUnpack, Landed};
@@ -324,8 +324,8 @@ impl Receive {
             }
             Ok(Asked::Transfer(hello)) => hello,
         };
-        let lanes = (hello.transfer.as_deref()).filter(|_| hello.lanes > 1);
-        let announced = match lanes.map(|id| self.transfers.announce(id, self.timeout)) {
+        let spread = hello.spread().map(|(id, _)| id);
+        let announced = match spread.map(|id| self.transfers.announce(id, self.timeout)) {
             Some(None) => {
                 let e = protocol("a transfer with this id is running");
                 close_with(channel, &inbound.refuse(e.to_string()));
@@ -451,10 +451,7 @@ impl Receive {
             }
         };
         let out = child.take_input();
-        let lanes = match announced {
-            Some(_) => hello.lanes.clamp(1, MAX_LANES),
-            None => 1,
-        };
+        let lanes = hello.spread().map_or(1, |(_, lanes)| lanes);
         let transfer = Transfer::new(out, lanes, self.timeout, self.cancel.clone());
         let transfer = Arc::new(transfer);
         if let Some(announced) = &announced {

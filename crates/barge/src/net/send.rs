@@ -9,8 +9,8 @@ use std::time::Duration;
 use rustix::io::Errno;
 
 use super::channel::Channel;
-use super::lanes::{Joining, Striper, LANES_GRACE, MAX_LANES};
-use super::protocol::{Heard, Hello, Outbound, VERSION};
+use super::lanes::{Joining, Striper, LANES_GRACE};
+use super::protocol::{Heard, Hello, Outbound, MAX_LANES, VERSION};
 use super::{Key, ZSTD_LEVEL};
 use crate::confine::Landed;
 use crate::error::{Error, NetError, Result, TreePath};

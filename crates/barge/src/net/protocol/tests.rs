@@ -317,6 +317,19 @@ fn later_lane(lane: Hello) {
 }
 
 #[test]
+fn a_transfer_spreads_over_the_lanes_it_names_with_an_id_up_to_the_most() {
+    let spread = |lanes, transfer: Option<&str>| Hello {
+        lanes,
+        transfer: transfer.map(Into::into),
+        ..hello()
+    };
+    assert_eq!(spread(4, Some("t")).spread(), Some(("t", 4)));
+    assert_eq!(spread(1000, Some("t")).spread(), Some(("t", MAX_LANES)));
+    assert_eq!(spread(1, Some("t")).spread(), None, "one lane");
+    assert_eq!(spread(4, None).spread(), None, "no id to join by");
+}
+
+#[test]
 fn a_first_message_that_is_no_hello_is_turned_away_without_an_answer() {
     let chunk = data(0, b"x");
     for (kind, payload, problem) in [
@@ -429,6 +442,8 @@ fn the_sender_hears_how_the_landing_failed_by_its_kind_unless_the_connection_bro
             NetError::Tampered,
         ),
         (Error::net(NetError::Protocol, "odd"), NetError::Protocol),
+        // A receiver stopped (SIGTERM) tells the sender so.
+        (Error::Interrupted { signal: 15 }, NetError::Remote),
         (
             Error::os(
                 "write",
@@ -519,6 +534,7 @@ fn the_sender_takes_each_answer_only_in_its_turn() {
     // Compression is agreed on both ways.
     let mut compressed = Outbound::new(Hello {
         compress: true,
+        update: true,
         ..hello()
     })
     .0;

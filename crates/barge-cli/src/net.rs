@@ -258,7 +258,7 @@ pub fn send(args: SendArgs, cancel: &Cancel) -> Result<Exit> {
                             .progress(&progress)
                             .archive(args.all_metadata)
                             .exclude(exclude.clone());
-                        operation.run(Payload::Pack(pack), &progress)
+                        operation.run(Payload::Pack(Box::new(pack)), &progress)
                     }
                 };
                 sent.with_context(|| format!("send to {address} failed"))

@@ -483,7 +483,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn counts_hard_links_once_keeps_subtotals_and_skips_paths_seen() {
+    fn counts_hard_links_once_keeps_subtotals_and_measures_paths_seen_apart() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         fs::create_dir_all(root.join("d/e")).unwrap();
@@ -509,8 +509,9 @@ mod tests {
         );
         // d holds g, e and the symlink: h is f, counted with the root, listed before d.
         assert_eq!(counts(&whole.subtotals[1].totals), (1, 2, 1));
-        // d again: every inode in it was counted with the first PATH.
-        assert_eq!(usages[1].totals, Totals::default());
+        // d again: counted with the first PATH, so measured apart, h with the rest.
+        assert!(usages[1].counted_before && !whole.counted_before);
+        assert_eq!(counts(&usages[1].totals), (2, 2, 1));
         assert_eq!(usages[1].subtotals[0].path.0, sub.as_os_str().as_bytes());
     }
 }

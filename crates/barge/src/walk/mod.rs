@@ -762,4 +762,51 @@ mod tests {
             ]
         );
     }
+
+    /// Members: each with its tree, the directories on the way entered with only what
+    /// leads to one, a path inside another taken once, and one the walk does not reach
+    /// reported; `..` and absolute paths refused.
+    #[test]
+    fn members_are_walked_with_the_directories_on_their_way() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        for d in ["a", "a/b", "c", "c/d"] {
+            dir(&root.join(d));
+        }
+        file(&root.join("a/b/f"), b"f");
+        file(&root.join("a/g"), b"g");
+        file(&root.join("c/d/h"), b"h");
+        file(&root.join("top"), b"t");
+        let paths = ["./a//b/f/", "c", "c/d/h", "top", "missing"];
+        let members = Members::new(paths).unwrap();
+        let mut rec = Recording::default();
+        let roots = vec![Root::members(open(root), members)];
+        Walk::new().run_named(roots, &mut rec).unwrap();
+        assert_eq!(
+            rec.calls,
+            [
+                entered("a", &root.join("a")),
+                entered("b", &root.join("a/b")),
+                listed_file("f", b"f"),
+                Recorded::Leave,
+                Recorded::Leave,
+                entered("c", &root.join("c")),
+                entered("d", &root.join("c/d")),
+                listed_file("h", b"h"),
+                Recorded::Leave,
+                Recorded::Leave,
+                listed_file("top", b"t"),
+                Recorded::Unreadable(
+                    "missing: stat failed: No such file or directory (os error 2)".into()
+                ),
+                Recorded::Finish,
+            ]
+        );
+        for bad in ["a/../..", "/etc"] {
+            assert!(
+                matches!(Members::new([bad]), Err(Error::Argument { .. })),
+                "{bad}"
+            );
+        }
+    }
 }

@@ -19,7 +19,9 @@ pub(crate) fn totals_below(paths: &[PathBuf], exclude: Exclude, threads: usize) 
     let du = Du::new().threads(threads).exclude(exclude);
     let mut all = Totals::default();
     for usage in du.run(paths).filter_map(|usage| usage.ok()) {
-        all.add(&usage.totals);
+        if !usage.counted_before {
+            all.add(&usage.totals);
+        }
     }
     all
 }

@@ -258,7 +258,8 @@ pub struct OutputArgs {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Pack the tree below DIR (or several DIRs) into an archive.
+    /// Pack the tree below DIR (or a file, several PATHs, or the paths -T lists) into an
+    /// archive.
     ///
     /// Records directories, regular files, symlinks, hard links and fifos with all their
     /// permission bits (setuid, setgid, sticky too) and modification times to the

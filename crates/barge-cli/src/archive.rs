@@ -43,11 +43,11 @@ fn is_stdio(path: Option<&Path>) -> bool {
 #[derive(clap::Args, Debug)]
 #[command(after_help = crate::report::exit_status!())]
 pub struct PackArgs {
-    /// What to pack: a directory (its entries at the top of the archive), or a file (or
-    /// symlink, fifo, ...: as it is, never followed) at the top under its name, as `tar -c
-    /// FILE` stores it. With several, each becomes a top-level entry named by its last
-    /// component, as tar does (in the order given; with --format 2 sorted by name). A
-    /// symlink named as a directory is followed.
+    /// What to pack: a directory (its entries at the top of the archive; a symlink to one
+    /// is followed), or anything else (a file, a symlink to no directory, a fifo, ...) as
+    /// it is, at the top under its name, as `tar -c FILE` stores it. With several, each
+    /// becomes a top-level entry named by its last component, as tar does (in the order
+    /// given; with --format 2 sorted by name).
     #[arg(required_unless_present = "files_from", value_name = "PATH")]
     dirs: Vec<PathBuf>,
     /// Pack the paths listed in FILE ('-': stdin), one per line (with --null, each ended
@@ -57,8 +57,9 @@ pub struct PackArgs {
     /// their own mode and time but only what leads to a listed path. A path with '..', or
     /// an absolute one beside relative ones or with -C, is refused; absolute ones alone
     /// are found from '/' and stored without it, as tar does. A listed path that is
-    /// missing is a warning (exit status 2). Entries come in name order, each once.
-    #[arg(short = 'T', long, value_name = "FILE|-", conflicts_with = "dirs")]
+    /// missing is a warning (exit status 2). Entries come in name order, each once. Not with
+    /// PATH arguments.
+    #[arg(short = 'T', long, value_name = "FILE|-")]
     files_from: Option<PathBuf>,
     /// With -T, the names in FILE end with a NUL byte, not a newline (`find -print0`).
     #[arg(short = '0', long, requires = "files_from")]
@@ -151,6 +152,9 @@ pub fn pack(args: PackArgs, cancel: &Cancel) -> Result<Exit> {
         (_, Some(date)) => Some(newer(date, true)?),
         _ => None,
     };
+    if args.files_from.is_some() && !args.dirs.is_empty() {
+        bail!("give the paths to pack either as arguments or in -T's list, not both");
+    }
     let directory = args.directory.as_deref();
     // What a count of the inputs' bytes walks, for the progress line.
     let (pack, sources): (_, Vec<PathBuf>) = match &args.files_from {

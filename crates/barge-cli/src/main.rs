@@ -248,7 +248,7 @@ pub struct OutputArgs {
     #[arg(short, long)]
     quiet: bool,
     /// Show the progress line even when stderr is not a terminal (then as a new line each
-    /// second, for logs).
+    /// second, for logs, starting with the time elapsed: `[1:05]`).
     #[arg(long, overrides_with = "no_progress")]
     progress: bool,
     /// Never show the progress line.

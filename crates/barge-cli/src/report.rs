@@ -292,7 +292,8 @@ fn progress_line(entries: u64, bytes: u64, total: Option<Known>, elapsed: Durati
         }
         false => "time left unknown".into(),
     };
-    format!("{about}{percent:>2}% {line}, {left}")
+    let percent = format!("{about}{percent}%");
+    format!("{percent:>3} {line}, {left}")
 }
 
 /// `M:SS`, or `H:MM:SS` from an hour on.
@@ -372,6 +373,8 @@ mod tests {
         assert_eq!(exact, "25% 3 entries, 25 B (25 B/s), 0:03 left");
         let early = progress_line(3, 25, Some(Known::AtLeast(50)), second);
         assert_eq!(early, "~50% 3 entries, 25 B (25 B/s), ~0:01 left");
+        let early = progress_line(3, 2, Some(Known::AtLeast(50)), second);
+        assert_eq!(early, "~4% 3 entries, 2 B (2 B/s), ~0:24 left");
         let passed = progress_line(3, 25, Some(Known::AtLeast(20)), second);
         assert_eq!(passed, "3 entries, 25 B (25 B/s)");
         assert_eq!(clock(3725), "1:02:05");

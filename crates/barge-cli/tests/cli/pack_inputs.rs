@@ -143,6 +143,13 @@ fn files_from_packs_exactly_the_listed_paths() {
         assert_eq!(fs::read(&archive0).unwrap(), fs::read(&archive).unwrap());
     }
 
+    // A list or its paths, not both; --null only with a list.
+    let mut cmd = barge(["pack", "-T", "-", "-o", "-", src_str]);
+    let out = run(&mut cmd, Some(b"c\n"));
+    assert_clean_failure(&out, &["either as arguments or in -T's list"], "both");
+    let out = run(&mut barge(["pack", "-0", src_str, "-o", "-"]), None);
+    assert_clean_failure(&out, &["--files-from"], "--null alone");
+
     // A missing path is a warning and exit status 2; the others are packed.
     let archive = work.path().join("missing.barge");
     let mut cmd = barge(["pack", "-T", "-", "-C", src_str, "-o"]);

@@ -55,11 +55,11 @@ pub struct Walk<'a> {
 pub struct Root {
     /// The name of the directory entry it is announced as (empty: its entries at the top,
     /// and it no entry itself).
-    pub name: Vec<u8>,
+    pub(crate) name: Vec<u8>,
     /// The directory, open for reading.
-    pub fd: OwnedFd,
+    pub(crate) fd: OwnedFd,
     /// Only these paths below it (with an empty name); none: everything.
-    pub members: Option<Members>,
+    pub(crate) members: Option<Members>,
 }
 
 impl Root {
@@ -155,9 +155,12 @@ impl Members {
         Ok(members)
     }
 
-    /// The first components of the members, sorted (all of them, or none when everything
-    /// is taken).
+    /// The first components of the members, sorted (an empty one when everything is
+    /// taken: the root's entries are all at the top).
     fn top_names(&self) -> Vec<&[u8]> {
+        if self.everything {
+            return vec![b""];
+        }
         let mut names: Vec<&[u8]> = (self.taken.keys())
             .map(|path| path.split(|&b| b == b'/').next().unwrap_or(path))
             .collect();

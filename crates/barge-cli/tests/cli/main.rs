@@ -14,6 +14,7 @@ mod list;
 mod net;
 mod offset;
 mod pack;
+mod pack_inputs;
 mod paths;
 mod redteam;
 mod restore;

@@ -175,6 +175,7 @@ pub struct Cp {
     cancel: Cancel,
     /// The umask copies are created under.
     umask: u32,
+    one_file_system: bool,
 }
 
 impl Default for Cp {
@@ -193,6 +194,7 @@ impl Default for Cp {
             threads: Work::Walk.threads(),
             cancel: Cancel::new(),
             umask: crate::root::process_umask(),
+            one_file_system: false,
         }
     }
 }
@@ -201,6 +203,13 @@ impl Cp {
     /// A copy with the defaults (see [`Cp::default`]).
     pub fn new() -> Cp {
         Cp::default()
+    }
+
+    /// Copies a directory on another filesystem than its SRC's as an empty directory (a
+    /// mount point is kept, its contents are not: `cp -x`).
+    pub fn one_file_system(mut self, yes: bool) -> Cp {
+        self.one_file_system = yes;
+        self
     }
 
     /// Also copies owners, extended attributes (ACLs too) and devices, as far as the
@@ -356,6 +365,7 @@ impl Cp {
             WalkParallel::new(fd, src_name)
                 .threads(self.threads)
                 .exclude(self.exclude.clone())
+                .one_file_system(self.one_file_system)
                 .visit(&mut Builder(&shared), root);
         } else {
             let (src_dir, src_entry) = split(src)?;

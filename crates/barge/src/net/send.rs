@@ -26,7 +26,7 @@ use crate::Progress;
 /// What to send.
 pub enum Payload<'a, 'p> {
     /// A tree, packed as it is sent.
-    Pack(Pack<'p>),
+    Pack(Box<Pack<'p>>),
     /// The bytes of an existing archive, as they are (the receiver checks them like any).
     Archive(&'a mut dyn Read),
 }
@@ -147,7 +147,9 @@ impl Send {
         };
         let (channel, mut outbound, listing) = self.start(channel, hello)?;
         let payload = match (payload, &listing) {
-            (Payload::Pack(pack), Some(listing)) => Payload::Pack(pack.unchanged(listing)),
+            (Payload::Pack(pack), Some(listing)) => {
+                Payload::Pack(Box::new(pack.unchanged(listing)))
+            }
             (payload, _) => payload,
         };
         let mut data = Striper::new(channel, joining, self.timeout);
@@ -420,7 +422,7 @@ fn stream(
     cancel: &Cancel,
 ) -> Result<Option<PackSummary>> {
     match payload {
-        Payload::Pack(pack) => pack.to_writer(out).map(Some),
+        Payload::Pack(pack) => (*pack).to_writer(out).map(Some),
         Payload::Archive(input) => {
             let mut buf = vec![0; 1 << 20];
             loop {

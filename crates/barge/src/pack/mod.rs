@@ -69,7 +69,7 @@ fn count<S: serde::Serializer, T>(items: &[T], to: S) -> std::result::Result<S::
 pub struct Warning {
     /// The entry.
     pub path: TreePath,
-    /// What happened: `socket ignored`, `open failed: Permission denied (os error 13)`.
+    /// What happened: `socket ignored`, `cannot open: Permission denied`.
     pub problem: String,
     /// True when the archive lacks something it should hold (the entry could not be read);
     /// false for a kind it does not take (a socket; a device, unless [`Pack::archive`]).

@@ -798,7 +798,7 @@ mod tests {
                 Recorded::Leave,
                 listed_file("top", b"t"),
                 Recorded::Unreadable(
-                    "missing: stat failed: No such file or directory (os error 2)".into()
+                    "missing: cannot access: No such file or directory".into()
                 ),
                 Recorded::Finish,
             ]

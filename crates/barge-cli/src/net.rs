@@ -59,8 +59,8 @@ pub(crate) use recv_help;
 /// What `barge send` takes.
 #[derive(clap::Args, Debug)]
 pub struct SendArgs {
-    /// The directories to send (one: its entries land at DEST's top; several: each as a
-    /// top-level directory named by its last component), then the receiver: the ticket
+    /// The directories to send (one, with or without a trailing '/': its contents land at
+    /// DEST's top; several: each as DEST/NAME, NAME its last component), then the receiver: the ticket
     /// `barge recv` printed (HOST:PORT#KEY), or HOST:PORT with the key from --key-file or
     /// BARGE_KEY.
     #[arg(required = true, value_name = "DIR... TICKET")]
@@ -220,6 +220,7 @@ pub fn send(args: SendArgs, cancel: &Cancel) -> Result<Exit> {
         ),
     };
     match (&args.archive, dirs.len()) {
+        (None, 2..) => refuse_contents(dirs)?,
         (Some(_), 0) | (None, 1..) => {}
         (Some(_), _) => bail!("--archive sends an archive, not DIRs: give only the ticket"),
         (None, 0) => bail!("nothing to send: give DIR... before the ticket (or --archive FILE)"),
@@ -290,6 +291,23 @@ pub fn send(args: SendArgs, cancel: &Cancel) -> Result<Exit> {
     );
     summary(args.out, &line, &sent, Map::new(), elapsed, false);
     Ok(exit)
+}
+
+/// Refuses a DIR with a trailing `/` (its contents, as rsync takes it) among several DIRs,
+/// each of which lands as DEST/NAME: only a single DIR lands its contents at DEST's top.
+fn refuse_contents(dirs: &[PathBuf]) -> Result<()> {
+    match dirs
+        .iter()
+        .find(|dir| dir.as_os_str().as_encoded_bytes().ends_with(b"/"))
+    {
+        Some(dir) => bail!(
+            "{}: a trailing '/' asks for the directory's contents, which only a single DIR \
+             sends (its entries land at DEST's top); with several DIRs each lands as DEST/NAME: \
+             name it without the '/'",
+            shown_path(dir)
+        ),
+        None => Ok(()),
+    }
 }
 
 /// The archive to send: a file, or stdin (never a terminal).

@@ -166,6 +166,7 @@ pub struct Cp {
     archive: bool,
     restore: Restore,
     update: bool,
+    checksum: bool,
     delete: bool,
     dry_run: bool,
     changes: bool,
@@ -178,13 +179,14 @@ pub struct Cp {
 }
 
 impl Default for Cp {
-    /// Modes, times, symlinks, hard links, fifos and sockets; existing entries are errors;
-    /// at most [`Work::Walk`] threads.
+    /// What `cp -a` keeps ([`Cp::archive`]); existing entries are errors; at most
+    /// [`Work::Walk`] threads.
     fn default() -> Cp {
         Cp {
-            archive: false,
+            archive: true,
             restore: Restore::default(),
             update: false,
+            checksum: false,
             delete: false,
             dry_run: false,
             changes: false,
@@ -203,8 +205,9 @@ impl Cp {
         Cp::default()
     }
 
-    /// Also copies owners, extended attributes (ACLs too) and devices, as far as the
-    /// process may (`cp -a`).
+    /// Copies owners, extended attributes (ACLs and capabilities too) and devices, as far
+    /// as the process may, besides modes, times, symlinks, hard links, fifos and sockets
+    /// (`cp -a`; the default). `false`: gives nothing away, no xattrs, no devices.
     pub fn archive(mut self, yes: bool) -> Cp {
         self.archive = yes;
         self
@@ -217,11 +220,19 @@ impl Cp {
         self
     }
 
-    /// Copies only entries whose type, size, mtime or permission bits (all twelve, less the
-    /// [`Cp::umask`] the copy is made under; as root with [`Cp::archive`], owner) differ from
-    /// DEST's, replacing those by rename.
+    /// Copies only entries that differ from DEST's by `compare.rs`'s unchanged rule (type,
+    /// size, mtime, permission bits (all twelve, less the [`Cp::umask`] the copy is made
+    /// under); with [`Cp::archive`] owners (as root) and files' extended attributes; which
+    /// names share a file), replacing those by rename.
     pub fn update(mut self, yes: bool) -> Cp {
         self.update = yes;
+        self
+    }
+
+    /// With [`Cp::update`], also compares the content of files the unchanged rule finds
+    /// the same (read on both sides, as `rsync -c`): one whose bytes differ is copied again.
+    pub fn checksum(mut self, yes: bool) -> Cp {
+        self.checksum = yes;
         self
     }
 

@@ -264,6 +264,12 @@ impl Policy {
         self.owners
     }
 
+    /// Whether the extended attribute `name` is restored: any as root, else `user.*` and
+    /// ACLs (an owner may set its files' ACLs, `setfacl`, as it may their modes).
+    pub(crate) fn sets_xattr(&self, name: &[u8]) -> bool {
+        self.owners || name.starts_with(b"user.") || name.starts_with(b"system.posix_acl_")
+    }
+
     /// What to restore of `entry`, counting in `skipped` what it may not.
     pub(crate) fn entry(&self, entry: &Entry<'_>, skipped: &mut NotRestored) -> Apply {
         let meta = entry.meta;
@@ -384,11 +390,7 @@ impl Policy {
                 .map_err(|e| Error::io("fchmod", path(), e))?;
         }
         for (name, value) in xattrs.iter() {
-            // An owner may set its files' ACLs (`setfacl`), as it may their modes.
-            if !(self.owners
-                || name.starts_with(b"user.")
-                || name.starts_with(b"system.posix_acl_"))
-            {
+            if !self.sets_xattr(name) {
                 skipped.xattrs += 1;
                 continue;
             }

@@ -94,14 +94,14 @@ impl Item {
     /// True when this is still the regular file or symlink `st` describes, by `rule`
     /// (links are the caller's to compare).
     pub(crate) fn matches(&self, st: &Statx, rule: Rule) -> bool {
+        let meta = Meta {
+            mode: self.mode,
+            mtime: Some(self.mtime),
+            owner: Some(self.owner),
+        };
         let listed = Facts {
-            kind: self.kind,
-            size: self.size,
-            meta: Meta {
-                mode: self.mode,
-                mtime: Some(self.mtime),
-                owner: Some(self.owner),
-            },
+            links: self.links,
+            ..Facts::new(self.kind, self.size, meta)
         };
         rule.unchanged(&Facts::of_statx(st), &listed)
     }
@@ -185,10 +185,13 @@ impl Listing {
         self.owners
     }
 
-    /// The unchanged rule of a sender with `archive` (owners sent) against this listing.
+    /// The unchanged rule of a sender with `archive` (owners sent) against this listing
+    /// (which carries no extended attributes).
     pub(crate) fn rule(&self, archive: bool) -> Rule {
         Rule {
             owners: archive && self.owners,
+            xattrs: false,
+            links: true,
         }
     }
 

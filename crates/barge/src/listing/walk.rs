@@ -59,11 +59,7 @@ pub(super) type DirMeta = Meta;
 
 /// What the unchanged rule compares of a directory with `meta`.
 fn dir_facts(meta: Meta) -> Facts {
-    Facts {
-        kind: Kind::Dir,
-        size: 0,
-        meta,
-    }
+    Facts::new(Kind::Dir, 0, meta)
 }
 
 impl ParallelVisitor for Lister<'_> {

@@ -430,6 +430,8 @@ impl<'a> Update<'a> {
         let Some(there) = there.filter(|t| t.matches(st, self.rule)) else {
             return false;
         };
+        // An archive links a name only to a name it holds: every name of the inode must be
+        // in the copy as it is here.
         let same_links = there.links == st.stx_nlink
             && if st.stx_nlink > 1 {
                 // A name of an inode packed already becomes a hard link to it.

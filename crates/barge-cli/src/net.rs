@@ -84,11 +84,17 @@ pub struct SendArgs {
     /// cut off finishes without resending its whole files.
     #[arg(short, long)]
     update: bool,
+    /// With --update, also have the receiver remove what DEST has and the DIRs lack (not
+    /// excluded entries; not special files, which the listing does not show), before it
+    /// lands anything: DEST becomes a copy of DIR, as with cp --update --delete.
+    #[arg(long, requires = "update", conflicts_with = "archive")]
+    delete: bool,
     /// Send nothing: connect and authenticate, with --update ask the receiver what DEST
     /// has, and print what the transfer would send, one path in DEST per line: `send` (DEST
-    /// lacks it) or `replace` (DEST has it differently; directories DEST has are not
-    /// shown); a file or symlink where DEST has a directory is named in a warning (the
-    /// receiver never replaces a directory) and the exit status is 1. The receiver lands
+    /// lacks it), `replace` (DEST has it differently; directories DEST has are not
+    /// shown) or, first, `delete` (with --delete); a file or symlink where DEST has a
+    /// directory is named in a warning (the receiver replaces a directory only with
+    /// --delete) and the exit status is 1. The receiver lands
     /// nothing, and a one-shot `barge recv` keeps waiting. The files that would be sent
     /// are read, as for the transfer.
     #[arg(long, conflicts_with = "archive")]
@@ -230,6 +236,7 @@ pub fn send(args: SendArgs, cancel: &Cancel) -> Result<Exit> {
         .timeout(Duration::from_secs(args.timeout))
         .compress(args.compress)
         .update(args.update)
+        .delete(args.delete)
         .connections(args.connections)
         .cancel(cancel.clone());
     let progress = Progress::default();
@@ -289,6 +296,10 @@ pub fn send(args: SendArgs, cancel: &Cancel) -> Result<Exit> {
         counted(landed.files, "files"),
         human_bytes(landed.bytes)
     );
+    let line = match sent.deleted {
+        0 => line,
+        n => format!("{line}, and deleted {n}"),
+    };
     summary(args.out, &line, &sent, Map::new(), elapsed, false);
     Ok(exit)
 }
@@ -342,7 +353,14 @@ fn dry_run(
     let packed = {
         let mut out = std::io::stdout().lock();
         let print = |planned: Planned<'_>| {
-            if planned.there == Some(Kind::Dir) && planned.kind != Kind::Dir {
+            if planned.delete {
+                if !args.out.json {
+                    let _ = writeln!(out, "delete {}", planned.path);
+                }
+                return;
+            }
+            // With --delete the directory is removed first.
+            if planned.there == Some(Kind::Dir) && planned.kind != Kind::Dir && !args.delete {
                 return conflicts.push(planned.path.clone());
             }
             if args.out.json || (planned.kind, planned.there) == (Kind::Dir, Some(Kind::Dir)) {
@@ -477,8 +495,12 @@ fn log(done: &Done, json: bool) {
         }
         Ok(Ended::Landed(received)) => {
             let l = &received.landed.summary;
+            let deleted = match received.deleted {
+                0 => String::new(),
+                n => format!(", deleted {n}"),
+            };
             log_line!(
-                "barge: recv: {peer} ({}): landed {}, {}, {} in {seconds:.2} s",
+                "barge: recv: {peer} ({}): landed {}, {}, {}{deleted} in {seconds:.2} s",
                 shown(&received.sender),
                 counted(l.dirs, "dirs"),
                 counted(l.files, "files"),

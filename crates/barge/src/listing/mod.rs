@@ -23,10 +23,11 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 
-use rustix::fs::{openat, statx, AtFlags, Mode, Statx};
+use rustix::fs::{openat, statx, AtFlags, Mode, Statx, StatxFlags};
+use rustix::io::Errno;
 
 use crate::compare::{Facts, Rule};
-use crate::error::Result;
+use crate::error::{Result, TreePath};
 use crate::exclude::Exclude;
 use crate::format::MAX_NAME;
 use crate::sys::DIR_FLAGS;
@@ -212,10 +213,7 @@ impl Listing {
 
     /// The entry at `path` (below the root, names joined by `/`).
     pub fn get(&self, path: &[u8]) -> Option<&Item> {
-        let (dir, name) = match path.iter().rposition(|&b| b == b'/') {
-            Some(slash) => (&path[..slash], &path[slash + 1..]),
-            None => (&path[..0], path),
-        };
+        let (dir, name) = split_path(path)?;
         self.dir(dir)?.get(name)
     }
 
@@ -298,6 +296,59 @@ impl Listing {
         unchanged
     }
 
+    /// What the trees `roots` (named as [`Listing::unchanged_dirs`] takes them) lack of what
+    /// the listing shows, for `send --delete`: the paths (in DEST, sorted) of the listed
+    /// files, symlinks and directories whose name the trees' directory does not hold, and
+    /// of the listed directories where the trees hold something else (removed so that it
+    /// can take their place); never one inside another. What `exclude` matches is not
+    /// looked at, nor is anything below it; with named roots, only their own directories
+    /// are (DEST's other top-level entries stay); a directory that cannot be read removes
+    /// nothing.
+    pub(crate) fn missing(
+        &self,
+        roots: &[(Vec<u8>, OwnedFd)],
+        exclude: &Exclude,
+    ) -> Vec<Box<[u8]>> {
+        let mut subdirs: HashMap<&[u8], Vec<&[u8]>> = HashMap::new();
+        for (parent, name) in self.dirs.keys().filter_map(|path| split_path(path)) {
+            subdirs.entry(parent).or_default().push(name);
+        }
+        let mut gone: Vec<Box<[u8]>> = Vec::new();
+        for (path, listed) in &self.dirs {
+            let Some(dir) = below_roots(roots, path, exclude) else {
+                continue;
+            };
+            let entries = listed.names.keys().map(|name| (&name[..], false));
+            let dirs = subdirs.get(&path[..]).into_iter().flatten();
+            for (name, is_dir) in entries.chain(dirs.map(|&name| (name, true))) {
+                let below = || below_root(roots, path, name);
+                if exclude.excludes(name, below, is_dir) {
+                    continue;
+                }
+                let kind = statx(&dir, name, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE)
+                    .map(|st| Kind::of_mode(st.stx_mode.into()));
+                let lacks = match kind {
+                    Err(Errno::NOENT) => true,
+                    Ok(kind) => is_dir && kind != Kind::Dir,
+                    Err(_) => false,
+                };
+                if lacks {
+                    gone.push(TreePath::join([&path[..]], name).0.into());
+                }
+            }
+        }
+        gone.sort_unstable();
+        // A directory removed takes what is below it.
+        let dirs: HashSet<&[u8]> = gone.iter().map(|p| &p[..]).collect();
+        let inside = |path: &[u8]| {
+            (path.iter().enumerate()).any(|(i, &b)| b == b'/' && dirs.contains(&path[..i]))
+        };
+        let keep: Vec<bool> = gone.iter().map(|p| !inside(p)).collect();
+        let mut keep = keep.into_iter();
+        gone.retain(|_| keep.next().expect("one per path"));
+        gone
+    }
+
     /// Writes the listing to `out` in its wire form (docs/FORMAT.md, "Update listing"),
     /// leaving out directories whose path is longer than 4096 bytes.
     pub fn write_to(&self, out: impl Write) -> io::Result<()> {
@@ -363,6 +414,55 @@ impl Listing {
             )),
         }
     }
+}
+
+/// A path's directory and last name (`None` for the root, the empty path).
+fn split_path(path: &[u8]) -> Option<(&[u8], &[u8])> {
+    match path.iter().rposition(|&b| b == b'/') {
+        Some(slash) => Some((&path[..slash], &path[slash + 1..])),
+        None if path.is_empty() => None,
+        None => Some((&path[..0], path)),
+    }
+}
+
+/// The path below its root of `name` in the directory `dir` (a path in DEST, where named
+/// roots are top-level entries), as `--exclude` matches it.
+fn below_root(roots: &[(Vec<u8>, OwnedFd)], dir: &[u8], name: &[u8]) -> Vec<u8> {
+    let path = TreePath::join([dir], name).0;
+    match roots {
+        [(root, _)] if root.is_empty() => path,
+        _ => match path.iter().position(|&b| b == b'/') {
+            Some(slash) => path[slash + 1..].to_vec(),
+            None => Vec::new(),
+        },
+    }
+}
+
+/// The trees' directory at `path` (a path in DEST), opened one name at a time without
+/// following a symlink; `None` where the trees lack it, it is no directory, or it or a
+/// directory above it is excluded. With named roots DEST's top level is none of theirs.
+fn below_roots(roots: &[(Vec<u8>, OwnedFd)], path: &[u8], exclude: &Exclude) -> Option<OwnedFd> {
+    let mut names = path.split(|&b| b == b'/').filter(|name| !name.is_empty());
+    let root = match roots {
+        [(root, fd)] if root.is_empty() => fd,
+        _ => {
+            let top = names.next()?;
+            &roots.iter().find(|(root, _)| &root[..] == top)?.1
+        }
+    };
+    let mut dir = openat(root, c".", DIR_FLAGS, Mode::empty()).ok()?;
+    let mut below = Vec::new();
+    for name in names {
+        if !below.is_empty() {
+            below.push(b'/');
+        }
+        below.extend_from_slice(name);
+        if exclude.excludes(name, || below.clone(), true) {
+            return None;
+        }
+        dir = openat(&dir, name, DIR_FLAGS, Mode::empty()).ok()?;
+    }
+    Some(dir)
 }
 
 #[cfg(test)]

@@ -672,3 +672,30 @@ fn after_a_cut_off_landing_an_update_makes_the_copy_equal() {
         );
     }
 }
+
+/// What `send --delete` removes: below named roots only what their own trees lack (a
+/// directory whole, once; a directory where the tree has a file), never DEST's other
+/// top-level entries nor what is excluded, or below an excluded directory.
+#[test]
+fn what_the_trees_lack_is_found_below_their_roots_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let (root, dest) = (dir.path().join("t"), dir.path().join("dest"));
+    for tree in [&root, &dest.join("t")] {
+        fs::create_dir_all(tree.join("d/sub")).unwrap();
+        fs::create_dir_all(tree.join("skip")).unwrap();
+        fs::write(tree.join("d/kept"), b"k").unwrap();
+    }
+    fs::create_dir_all(dest.join("other")).unwrap();
+    fs::create_dir_all(dest.join("t/gone/deeper")).unwrap();
+    fs::write(dest.join("t/gone/deeper/f"), b"f").unwrap();
+    fs::write(dest.join("t/d/old"), b"o").unwrap();
+    fs::write(dest.join("t/d/x.tmp"), b"x").unwrap();
+    fs::write(dest.join("t/skip/below"), b"b").unwrap();
+    fs::remove_dir(root.join("d/sub")).unwrap();
+    fs::write(root.join("d/sub"), b"now a file").unwrap();
+    let roots = vec![(b"t".to_vec(), open(&root))];
+    let exclude = Exclude::new(["*.tmp", "skip/"]).unwrap();
+    let gone = list(&dest).missing(&roots, &exclude);
+    let gone: Vec<&[u8]> = gone.iter().map(|p| &p[..]).collect();
+    assert_eq!(gone, [&b"t/d/old"[..], b"t/d/sub", b"t/gone"]);
+}

@@ -8,12 +8,16 @@
 //! sender                                   receiver
 //!   -> e                        handshake
 //!   <- e, ee, psk               (the receiver has shown the key)
-//!   HELLO {version, compress, update, name, lanes, transfer, dry_run}   (the sender has
-//!                                         shown the key: a child is spawned only now)
+//!   HELLO {version, compress, update, delete, name, lanes, transfer, dry_run}   (the
+//!                                         sender has shown the key: a child is spawned
+//!                                         only now)
 //!                            <- ACCEPT {compress} | REFUSE {reason}   (with update or
 //!                                         dry_run only: a plain transfer sends on at once)
 //!                            <- LIST ... LIST_END   (with update: what DEST has)
 //!   (a dry run ends here: the receiver closes, having landed nothing)
+//!   DELETE {paths: u16 LE length, bytes} ... DELETE_END {u64 BE: DELETE bytes}
+//!                                         (with update and delete: what DEST has and the
+//!                                         sender's trees lack, removed before any data)
 //!   DATA {u64 BE: chunk number, archive bytes (zstd frames when compressed)} ...
 //!   END {u64 BE: DATA archive bytes, u64 BE: chunks}   (the authenticated end)
 //!                            <- RESULT {landed} | {error: {kind, message}}
@@ -55,7 +59,7 @@ use crate::error::{escape_message, Error, NetError, Result};
 use channel::{protocol, Channel, MAX_PAYLOAD};
 
 /// The version of the protocol a HELLO names.
-const VERSION: u32 = 5;
+const VERSION: u32 = 6;
 /// The port `recv` listens on unless told otherwise.
 pub const DEFAULT_PORT: u16 = 7361;
 /// zstd's level for `--compress`: its fastest but negative ones, run on every core, so that
@@ -73,6 +77,8 @@ mod kind {
     pub(crate) const DATA: u8 = 6;
     pub(crate) const END: u8 = 7;
     pub(crate) const RESULT: u8 = 8;
+    pub(crate) const DELETE: u8 = 9;
+    pub(crate) const DELETE_END: u8 = 10;
 }
 
 /// What the sender asks for.
@@ -83,6 +89,10 @@ struct Hello {
     compress: bool,
     /// Existing entries are replaced (and, with the listing, unchanged ones not sent).
     update: bool,
+    /// With `update`: the sender sends DELETE messages, the paths to remove from DEST,
+    /// before its data.
+    #[serde(default)]
+    delete: bool,
     /// The sender's host name, for the receiver's log.
     name: String,
     /// The connections the sender would use for the transfer, this one included.
@@ -181,6 +191,46 @@ pub fn host_name() -> String {
     String::from_utf8_lossy(uname.nodename().to_bytes()).into_owned()
 }
 
+/// Writes `paths` (each below DEST, at most `u16::MAX` bytes) as DELETE messages, then
+/// DELETE_END.
+fn send_paths(channel: &mut channel::Channel, paths: &[Box<[u8]>]) -> Result<()> {
+    let mut out = Messages::new(channel, kind::DELETE);
+    for path in paths {
+        let len = u16::try_from(path.len()).expect("a listed path");
+        let written = out
+            .write_all(&len.to_le_bytes())
+            .and_then(|()| out.write_all(path));
+        if written.is_err() {
+            return Err(out.failed.take().expect("only the channel fails"));
+        }
+    }
+    out.end(kind::DELETE_END).map(drop)
+}
+
+/// The paths DELETE messages carried (`bytes`, all of them), each checked to be a path
+/// below DEST: names joined by `/`, none empty, `.` or `..`.
+fn read_paths(mut bytes: &[u8]) -> Result<Vec<&[u8]>> {
+    let mut paths = Vec::new();
+    while let Some((len, rest)) = bytes.split_first_chunk::<2>() {
+        let len = usize::from(u16::from_le_bytes(*len));
+        let path = rest
+            .get(..len)
+            .ok_or_else(|| protocol("a path to remove cut short"))?;
+        if let Some(e) = path
+            .split(|&b| b == b'/')
+            .find_map(|n| crate::format::check_name(n).err())
+        {
+            return Err(protocol(format!("a bad path to remove: {e}")));
+        }
+        paths.push(path);
+        bytes = &rest[len..];
+    }
+    match bytes.is_empty() {
+        true => Ok(paths),
+        false => Err(protocol("a path to remove cut short")),
+    }
+}
+
 /// A byte stream as messages of one type (the receiver's listing of DEST as LIST): an
 /// [`io::Write`] over one channel. (The archive goes as DATA over the lanes' `Striper`.)
 pub(crate) struct Messages<'c> {
@@ -249,6 +299,29 @@ impl Write for Messages<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paths_to_remove_are_names_below_dest() {
+        let wire = |paths: &[&[u8]]| -> Vec<u8> {
+            let mut bytes = Vec::new();
+            for path in paths {
+                bytes.extend_from_slice(&(path.len() as u16).to_le_bytes());
+                bytes.extend_from_slice(path);
+            }
+            bytes
+        };
+        let good = wire(&[b"a", b"d/e/f"]);
+        assert_eq!(read_paths(&good).unwrap(), [&b"a"[..], b"d/e/f"]);
+        for bad in [&b"../x"[..], b"/etc", b"a//b", b"a/.", b"", b"a\0b"] {
+            let shown = read_paths(&wire(&[b"a", bad])).unwrap_err().to_string();
+            assert!(shown.contains("a bad path to remove"), "{bad:?}: {shown}");
+        }
+        let cut = &good[..good.len() - 1];
+        assert!(read_paths(cut)
+            .unwrap_err()
+            .to_string()
+            .contains("cut short"));
+    }
 
     #[test]
     fn a_receivers_words_are_shown_escaped() {

@@ -238,6 +238,12 @@ impl<'a> Pack<'a> {
         self
     }
 
+    /// What `listing` (of the destination) shows and this pack's trees lack, not excluded:
+    /// the paths `send --delete` removes (see [`Listing::missing`]).
+    pub(crate) fn missing_in(&self, listing: &Listing) -> Vec<Box<[u8]>> {
+        listing.missing(&self.roots, &self.exclude)
+    }
+
     /// Writes this version of the format (the default: [`Format::V1`]). Version 2 is
     /// sealed on [`Pack::threads`] threads, and adds the root directory's records.
     pub fn format(mut self, format: Format) -> Pack<'a> {

@@ -98,6 +98,11 @@ impl PackArgs {
     pub fn json(&self) -> Option<bool> {
         self.out.json.then(|| is_stdio(self.output.as_deref()))
     }
+
+    /// Whether `-v` was given.
+    pub fn verbose(&self) -> bool {
+        self.out.verbose
+    }
 }
 
 /// `barge pack DIR... [-o FILE|-]`.
@@ -322,7 +327,7 @@ pub fn unpack(
     );
     for (n, what) in [
         (landed.symlinks, "symlinks"),
-        (landed.links, "hard links"),
+        (landed.hard_links, "hard links"),
         (landed.specials, "special files"),
         (landed.kept, "existing entries skipped"),
     ] {
@@ -330,10 +335,9 @@ pub fn unpack(
             line += &format!(", {}", counted(n, what));
         }
     }
-    let mut sandboxed = Map::new();
-    let confined = confinement == Confinement::Sandboxed;
-    sandboxed.insert("sandboxed".into(), json!(confined));
-    summary(out, &line, &landed, sandboxed, elapsed, false);
+    let mut confined = Map::new();
+    confined.insert("confinement".into(), json!(confinement));
+    summary(out, &line, &landed, confined, elapsed, false);
     // The mapping is released by the exit; unmapping it first only costs time.
     std::mem::forget(input);
     Ok(Exit::Success)
@@ -392,7 +396,7 @@ pub fn warn_not_restored(skipped: &NotRestored) {
              the filesystem refused the others, e.g. user.* on symlinks)",
         ),
         (
-            skipped.links,
+            skipped.hard_links,
             "hard links not made (their file existed in DEST and was skipped)",
         ),
         (

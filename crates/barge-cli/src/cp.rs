@@ -109,6 +109,11 @@ impl CpArgs {
     pub fn json(&self) -> bool {
         self.out.json
     }
+
+    /// Whether `-v` was given.
+    pub fn verbose(&self) -> bool {
+        self.out.verbose
+    }
 }
 
 /// Prints what a copy reports as it goes.
@@ -122,7 +127,7 @@ impl CpReport for Printer {
     fn error(&self, e: Error) {
         match self.repairs {
             true => warn(format_args!("{e}; copied again")),
-            false => error(e),
+            false => crate::report::failure(&e.into()),
         }
     }
 
@@ -183,7 +188,7 @@ pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
                         Ok(copied) => copied,
                         Err(e @ Error::Interrupted { .. }) => return Err(e.into()),
                         Err(e) => {
-                            error(e);
+                            crate::report::failure(&e.into());
                             failed += 1;
                             continue;
                         }
@@ -214,7 +219,7 @@ pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
                         )?;
                         // What the repair adds: its copies, not what it found as it was.
                         again.counts.dirs = 0;
-                        again.counts.up_to_date = 0;
+                        again.counts.unchanged = 0;
                         done.add(&again);
                         checked = cp.verify(src, target, &Printer::default())?;
                     }
@@ -227,6 +232,7 @@ pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
         })
     });
     result?;
+    done.counts.errors += failed;
     let mut skipped = done.not_restored;
     for (n, what) in [
         (
@@ -255,7 +261,7 @@ pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
         (c.symlinks, "symlinks"),
         (c.hard_links, "hard links"),
         (c.specials, "special files"),
-        (c.up_to_date, "up to date"),
+        (c.unchanged, "unchanged"),
         (c.kept, "existing entries skipped"),
         (c.replaced, "replaced"),
         (c.deleted, "deleted"),
@@ -278,7 +284,7 @@ pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
         extra.insert("verified".into(), json!(verified));
     }
     summary(args.out, &line, &done, extra, elapsed, false);
-    if c.errors > 0 || failed > 0 || verified.differences > 0 {
+    if c.errors > 0 || verified.differences > 0 {
         if verified.differences > 0 {
             error(format_args!(
                 "{} entries of the copy differ from SRC",

@@ -77,7 +77,7 @@ pub struct DuArgs {
     exclude: Vec<String>,
     /// Most worker threads: one per core on a cached tree, more (up to N) while directories
     /// are slow to read, to keep many reads in flight on a cold cache.
-    #[arg(long, value_name = "N", default_value_t = Work::Walk.threads())]
+    #[arg(short = 'j', long, value_name = "N", default_value_t = Work::Walk.threads())]
     threads: usize,
     /// Print help.
     #[arg(long, action = clap::ArgAction::Help)]

@@ -9,6 +9,8 @@ mod list;
 mod net;
 mod report;
 mod serve;
+#[cfg(test)]
+mod vocabulary;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -169,7 +171,7 @@ pub struct RestoreArgs {
     keep_old_files: bool,
     /// Leave entries that exist in DEST as they are and skip them (counted in the summary;
     /// a hard link to a skipped file is not made).
-    #[arg(long, group = "old")]
+    #[arg(short = 'n', long, group = "old")]
     skip_old_files: bool,
     /// Replace entries that exist in DEST: each is written under a temporary name in the
     /// same directory and renamed over the old one, so nothing is written through an
@@ -480,6 +482,7 @@ fn main() -> ExitCode {
         false => Cancel::new(),
     };
     let json = cli.command.json();
+    report::show_details(cli.command.verbose());
     let result = run(cli.command, &cancel);
     let stopped_by = cancel.reason().filter(|&signal| signal > 0);
     let pipe_closed = |e: &anyhow::Error| stopped_by == Some(SIGPIPE) || report::is_broken_pipe(e);
@@ -488,7 +491,7 @@ fn main() -> ExitCode {
         // Not an error, and nothing to say: as rg does. (An archive cut short is an error.)
         Err(e) if listing && pipe_closed(&e) => Exit::Success,
         Err(e) => {
-            report::error(&e);
+            report::failure(&e);
             if let Some(stdout_is_data) = json {
                 report::json_error(&e, stdout_is_data);
             }
@@ -505,6 +508,18 @@ fn main() -> ExitCode {
 }
 
 impl Command {
+    /// Whether `-v` was given.
+    fn verbose(&self) -> bool {
+        match self {
+            Command::Pack(args) => args.verbose(),
+            Command::Unpack { out, .. } | Command::Verify { out, .. } => out.verbose,
+            Command::Cp(args) => args.verbose(),
+            Command::Send(args) => args.verbose(),
+            Command::Recv(args) => args.verbose(),
+            _ => false,
+        }
+    }
+
     /// With `--json`: whether stdout carries the archive (then the JSON goes to stderr).
     fn json(&self) -> Option<bool> {
         match self {

@@ -68,13 +68,13 @@ pub struct SendArgs {
     /// Send the bytes of an existing archive (a file, or '-' for stdin) as they are,
     /// instead of packing DIRs.
     #[arg(long, value_name = "FILE|-")]
-    archive: Option<PathBuf>,
+    from_archive: Option<PathBuf>,
     /// Also send owners, extended attributes and devices, as `pack -a` (the receiver
     /// restores them only as root).
-    #[arg(short = 'a', long = "all-metadata", conflicts_with = "archive")]
-    all_metadata: bool,
+    #[arg(short, long, alias = "all-metadata", conflicts_with = "from_archive")]
+    archive: bool,
     /// Leave out entries matching PATTERN (repeatable), as `barge pack --exclude`.
-    #[arg(long, value_name = "PATTERN", conflicts_with = "archive")]
+    #[arg(long, value_name = "PATTERN", conflicts_with = "from_archive")]
     exclude: Vec<String>,
     /// Compress the stream (zstd): for links slower than the disks.
     #[arg(long)]
@@ -87,7 +87,7 @@ pub struct SendArgs {
     /// With --update, also have the receiver remove what DEST has and the DIRs lack (not
     /// excluded entries; not special files, which the listing does not show), before it
     /// lands anything: DEST becomes a copy of DIR, as with cp --update --delete.
-    #[arg(long, requires = "update", conflicts_with = "archive")]
+    #[arg(long, requires = "update", conflicts_with = "from_archive")]
     delete: bool,
     /// Send nothing: connect and authenticate, with --update ask the receiver what DEST
     /// has, and print what the transfer would send, one path in DEST per line: `send` (DEST
@@ -97,7 +97,7 @@ pub struct SendArgs {
     /// --delete) and the exit status is 1. The receiver lands
     /// nothing, and a one-shot `barge recv` keeps waiting. The files that would be sent
     /// are read, as for the transfer.
-    #[arg(long, conflicts_with = "archive")]
+    #[arg(long, conflicts_with = "from_archive")]
     dry_run: bool,
     /// Spread the transfer over up to N TCP connections. By default one, or 4 when the
     /// round trip to the receiver is 5 ms or more: one connection carries at most its
@@ -121,6 +121,11 @@ impl SendArgs {
     pub fn json(&self) -> bool {
         self.out.json
     }
+
+    /// Whether `-v` was given.
+    pub fn verbose(&self) -> bool {
+        self.out.verbose
+    }
 }
 
 /// What `barge recv` takes.
@@ -142,9 +147,9 @@ pub struct RecvArgs {
     /// Keep receiving (one transfer after another, or several at once) until SIGTERM or
     /// SIGINT, which end it once the running transfers are done: for a service. Without
     /// it, recv exits after the first sender that authenticates, with its status.
-    #[arg(long)]
-    keep: bool,
-    /// Transfers landing at once, at most (with --keep); another sender waits for one to end
+    #[arg(long, alias = "keep")]
+    keep_open: bool,
+    /// Transfers landing at once, at most (with --keep-open); another sender waits for one to end
     /// (up to --timeout). A transfer's extra connections (send --connections) count as none.
     /// Beyond them recv takes 64 connections at once (in their handshake, or waiting), of
     /// which one address (an IPv6 /64) may have 16 in their handshake (more are closed at
@@ -168,6 +173,11 @@ impl RecvArgs {
     /// Whether the output is JSON.
     pub fn json(&self) -> bool {
         self.out.json
+    }
+
+    /// Whether `-v` was given.
+    pub fn verbose(&self) -> bool {
+        self.out.verbose
     }
 }
 
@@ -225,11 +235,13 @@ pub fn send(args: SendArgs, cancel: &Cancel) -> Result<Exit> {
              --key-file FILE or {KEY_VAR}"
         ),
     };
-    match (&args.archive, dirs.len()) {
+    match (&args.from_archive, dirs.len()) {
         (None, 2..) => refuse_contents(dirs)?,
         (Some(_), 0) | (None, 1..) => {}
-        (Some(_), _) => bail!("--archive sends an archive, not DIRs: give only the ticket"),
-        (None, 0) => bail!("nothing to send: give DIR... before the ticket (or --archive FILE)"),
+        (Some(_), _) => bail!("--from-archive sends an archive, not DIRs: give only the ticket"),
+        (None, 0) => {
+            bail!("nothing to send: give DIR... before the ticket (or --from-archive FILE)")
+        }
     }
     let address = ticket.address();
     let operation = Send::new(&address, key)
@@ -246,7 +258,7 @@ pub fn send(args: SendArgs, cancel: &Cancel) -> Result<Exit> {
         return dry_run(&args, dirs, &operation, exclude, &address, cancel);
     }
     let (result, elapsed) = std::thread::scope(|scope| {
-        if args.archive.is_none() && shows_progress(args.out) {
+        if args.from_archive.is_none() && shows_progress(args.out) {
             let exclude = exclude.clone();
             // Without a thread to be had, progress has no total.
             let counting = || count_total(dirs, exclude, &total);
@@ -254,7 +266,7 @@ pub fn send(args: SendArgs, cancel: &Cancel) -> Result<Exit> {
         }
         let known = || Some(total.load(Relaxed)).filter(|&t| t > 0);
         with_progress(args.out, &progress, known, || -> Result<Sent> {
-            let sent = match &args.archive {
+            let sent = match &args.from_archive {
                 Some(path) => {
                     let mut input = open_archive(path)?;
                     operation.run(Payload::Archive(&mut *input), &progress)
@@ -262,7 +274,7 @@ pub fn send(args: SendArgs, cancel: &Cancel) -> Result<Exit> {
                 None => {
                     let pack = open_pack(dirs, None, cancel)?
                         .progress(&progress)
-                        .archive(args.all_metadata)
+                        .archive(args.archive)
                         .exclude(exclude.clone());
                     operation.run(Payload::Pack(pack), &progress)
                 }
@@ -345,7 +357,7 @@ fn dry_run(
 ) -> Result<Exit> {
     let start = Instant::now();
     let pack = open_pack(dirs, None, cancel)?
-        .archive(args.all_metadata)
+        .archive(args.archive)
         .exclude(exclude);
     // A non-directory where DEST has a directory: the receiver refuses to replace it (it
     // removes nothing whole), and the transfer would stop there.
@@ -452,14 +464,14 @@ pub fn recv(args: RecvArgs, cancel: &Cancel) -> Result<Exit> {
         .limits(args.limits.limits_or(Some(dest.free)))
         .restore(args.restore.restore())
         .timeout(Duration::from_secs(args.timeout))
-        // With --keep, only the timeout ends a running connection.
-        .cancel(match args.keep {
+        // With --keep-open, only the timeout ends a running connection.
+        .cancel(match args.keep_open {
             true => Cancel::new(),
             false => cancel.clone(),
         })
         .max_transfers(args.max_connections as usize);
     let receiver = Receiver::new(listener, receive)
-        .keep(args.keep)
+        .keep(args.keep_open)
         .cancel(cancel.clone());
     let ended = receiver.run(|report| match report {
         Report::Ended(done) => log(done, args.out.json),

@@ -68,7 +68,11 @@ pub(crate) fn to_stderr(text: &str) {
 
 /// Prints `barge: warning: MESSAGE` on stderr.
 pub fn warn(message: impl Display) {
-    log_line!("barge: warning: {message}");
+    let text = message.to_string();
+    match DETAILS.load(Ordering::Relaxed) {
+        true => log_line!("barge: warning: {text}"),
+        false => log_line!("barge: warning: {}", without_errno(&text)),
+    }
 }
 
 /// `n` and the noun `plural`, in the singular for one (`1 dir`, `2 dirs`, `1 entry`).
@@ -85,6 +89,41 @@ pub fn note(message: impl Display) {
     log_line!("barge: note: {message}");
 }
 
+/// Whether [`failure`] adds the failed call and its errno (`-v`).
+static DETAILS: AtomicBool = AtomicBool::new(false);
+
+/// Asks [`failure`] for the failed call and its errno after the message (`-v`).
+pub fn show_details(show: bool) {
+    DETAILS.store(show, Ordering::Relaxed);
+}
+
+/// Prints `barge: error: MESSAGE` for an error chain, its causes after colons; with `-v`
+/// (see [`show_details`]) the failed system call and errno in parentheses.
+pub fn failure(error: &anyhow::Error) {
+    let cause = error.chain().find_map(|c| c.downcast_ref::<barge::Error>());
+    let text = format!("{error:#}");
+    match DETAILS.load(Ordering::Relaxed) {
+        true => match cause.and_then(barge::Error::detail) {
+            Some(detail) => log_line!("barge: error: {text} ({detail})"),
+            None => log_line!("barge: error: {text}"),
+        },
+        false => log_line!("barge: error: {}", without_errno(&text)),
+    }
+}
+
+/// `text` less the " (os error N)" that Rust's OS errors end in: `-v` keeps it.
+fn without_errno(text: &str) -> String {
+    let mut rest = text;
+    let mut plain = String::new();
+    while let Some(start) = rest.find(" (os error ") {
+        plain += &rest[..start];
+        rest = &rest[start..];
+        let end = rest.find(')').map_or(rest.len(), |end| end + 1);
+        rest = &rest[end..];
+    }
+    plain + rest
+}
+
 /// Prints `barge: error: MESSAGE` on stderr (an error chain with its causes after colons).
 pub fn error(message: impl Display) {
     log_line!("barge: error: {message:#}");
@@ -94,14 +133,14 @@ pub fn error(message: impl Display) {
 /// would have gone.
 pub fn json_error(error: &anyhow::Error, stdout_is_data: bool) {
     let cause = error.chain().find_map(|c| c.downcast_ref::<barge::Error>());
-    let fields = error_fields(&format!("{error:#}"), cause);
+    let fields = error_fields(&without_errno(&format!("{error:#}")), cause);
     print_json(&Value::Object(fields), stdout_is_data);
 }
 
 /// The one shape of a JSON error, in every command's output and serve's answers: `error`
-/// (the message), and from the library's error its `kind` (`io`, `format`, `exists`, ...;
+/// (the message, in words), and from the library's error its `kind` (`io`, `format`, `exists`, ...;
 /// a confined lander's error by its own), the `code` and archive `offset` of a format
-/// error, the `errno` of an OS error, and a confined lander's entry as `path`.
+/// error, the `errno` and `operation` (the call) of an OS error, and a confined lander's entry as `path`.
 pub fn error_fields(message: &str, cause: Option<&barge::Error>) -> Map<String, Value> {
     let mut fields = Map::new();
     fields.insert("error".into(), json!(message));
@@ -118,8 +157,9 @@ pub fn error_fields(message: &str, cause: Option<&barge::Error>) -> Map<String, 
             fields.insert("code".into(), json!(kind.code()));
             fields.insert("offset".into(), json!(offset));
         }
-        barge::Error::Io { cause, .. } => {
+        barge::Error::Io { cause, op, .. } => {
             fields.insert("errno".into(), json!(cause.raw_os_error()));
+            fields.insert("operation".into(), json!(op));
         }
         barge::Error::Confined(confined) => {
             let given = [

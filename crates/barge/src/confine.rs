@@ -400,7 +400,10 @@ mod tests {
         assert_eq!(failure.errno, Some(libc::ENOSPC));
         assert_eq!(failure.path, Some(TreePath(b"a/\xff".to_vec())));
         assert_eq!(failure.message, message);
-        assert!(message.starts_with("a/\\xff: openat failed"), "{message}");
+        assert!(
+            message.starts_with("a/\\xff: cannot open: No space left on device"),
+            "{message}"
+        );
         let failure = round_trip(Error::Interrupted {
             signal: libc::SIGTERM,
         });

@@ -304,10 +304,11 @@ pub enum Limit {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A system call failed on an entry.
+    /// A system call failed on an entry. The message says it in words ("cannot create the
+    /// directory: permission denied"); [`Error::detail`] names the call and the errno.
     /// (The OS error is part of the message, not a `source`, so a chain of causes does not
     /// print it twice.)
-    #[error("{path}: {op} failed: {cause}")]
+    #[error("{path}: {}", io_problem(.op, .cause))]
     Io {
         /// The operation, e.g. `openat` or `sendfile`.
         op: &'static str,
@@ -608,7 +609,69 @@ pub(crate) fn signal_name(signal: i32) -> String {
 /// The library's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// What went wrong in an [`Error::Io`], in words: "cannot create directory: permission
+/// denied".
+pub(crate) fn io_problem(op: &str, cause: &io::Error) -> String {
+    format!("{}: {}", action(op), reason(cause))
+}
+
+/// What an [`Error::Io`]'s operation was doing, in words.
+fn action(op: &str) -> String {
+    // GNU coreutils' words where they have them ("cannot access", "cannot create directory").
+    let words = match op {
+        "statx" | "fstat" | "fstatat" | "stat" => "cannot access",
+        "open directory" | "reopen directory" | "dup directory" => "cannot open directory",
+        "open" | "openat" | "dup" => "cannot open",
+        "getdents64" => "cannot read directory",
+        "read" | "pread" | "read archive" | "mmap" | "poll" => "cannot read",
+        "write" | "pwrite" | "write archive" | "write the archive" => "cannot write",
+        "mkdirat" => "cannot create directory",
+        "mknodat" => "cannot create special file",
+        "symlinkat" => "cannot create symbolic link",
+        "linkat" => "cannot create hard link",
+        "readlinkat" => "cannot read symbolic link",
+        "unlinkat" | "remove" | "unlinkat (removing the partial file)" => "cannot remove",
+        "renameat" | "renameat2 (exchange)" | "rename into place" => "cannot move into place",
+        "utimensat" => "cannot set times",
+        "fchmod" => "cannot set permissions",
+        "chown" => "cannot change ownership",
+        "setxattr" => "cannot set extended attributes",
+        "flistxattr" => "cannot read extended attributes",
+        "copy_file_range" | "sendfile" | "share extents (FICLONE)" => "cannot copy data",
+        "ftruncate" => "cannot set size",
+        "lseek" => "cannot find data",
+        "statvfs" => "cannot read free space",
+        "open the archive" => "cannot open archive",
+        "open destination" | "create destination" | "open the destination's parent" => {
+            "cannot open destination"
+        }
+        other => return format!("{other} failed"),
+    };
+    words.into()
+}
+
+/// The OS error in words, without its number ("Permission denied", as strerror says it).
+fn reason(cause: &io::Error) -> String {
+    let text = cause.to_string();
+    match text.find(" (os error ") {
+        Some(end) => text[..end].into(),
+        None => text,
+    }
+}
+
 impl Error {
+    /// For an [`Error::Io`], the operation and the errno it failed with (`mkdirat, errno
+    /// 13`): what `-v` adds to the message in words.
+    pub fn detail(&self) -> Option<String> {
+        match self {
+            Error::Io { op, cause, .. } => Some(match cause.raw_os_error() {
+                Some(errno) => format!("{op}, errno {errno}"),
+                None => op.to_string(),
+            }),
+            _ => None,
+        }
+    }
+
     /// Builds an [`Error::Io`] from a rustix errno; a call interrupted by a signal that asked
     /// to stop (see `retry`) is [`Error::Interrupted`].
     pub fn io(op: &'static str, path: TreePath, errno: rustix::io::Errno) -> Error {

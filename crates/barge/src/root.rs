@@ -56,14 +56,20 @@ pub(crate) fn open_parent(dir: &Path, path: &[u8]) -> Result<OwnedFd> {
 }
 
 /// How the destination is confined.
+/// In JSON: `"sandboxed"`, `{"unavailable": REASON}` or `"off"` (the CamelCase names of
+/// older peers are read too).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Confinement {
     /// In a new user namespace, chrooted to the destination, with no outside fds open.
+    #[serde(alias = "Sandboxed")]
     Sandboxed,
     /// The sandbox was asked for but the kernel refused it (the reason); layers 1-2 still hold.
+    #[serde(alias = "Unavailable")]
     Unavailable(String),
     /// The sandbox was turned off.
+    #[serde(alias = "Off")]
     Off,
 }
 

@@ -349,7 +349,7 @@ fn a_many_segment_archive_lands_on_every_core_as_on_one() {
             let what = format!("zstd {level:?} {engine:?} {from:?}");
             let landed = land(&Unpack::new(), engine, from, &archive, &dest);
             let summary = landed.unwrap_or_else(|e| panic!("{what}: {e}"));
-            assert_eq!((summary.files, summary.links), (42, 2), "{what}");
+            assert_eq!((summary.files, summary.hard_links), (42, 2), "{what}");
             assert_eq!(fs::read(dest.join("big")).unwrap(), big(), "{what}");
             let big = fs::metadata(dest.join("big")).unwrap();
             assert_eq!(

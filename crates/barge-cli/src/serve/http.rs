@@ -312,7 +312,7 @@ impl Server {
         }
         let summary = landed.summary;
         let entries =
-            summary.dirs + summary.files + summary.symlinks + summary.links + summary.specials;
+            summary.dirs + summary.files + summary.symlinks + summary.hard_links + summary.specials;
         let seconds = start.elapsed().as_secs_f64();
         let result = json!({
             "name": name, "entries": entries, "files": summary.files, "bytes": summary.bytes,

@@ -1270,7 +1270,7 @@ fn update_copies_what_changed_by_rename_and_deletes_only_when_asked() {
     for (field, want) in [
         ("files", 3),
         ("replaced", 2),
-        ("up_to_date", 2),
+        ("unchanged", 2),
         ("deleted", 0),
     ] {
         assert_eq!(count(&summary, field), want, "{field}: {summary}");
@@ -1436,7 +1436,7 @@ fn a_trailing_slash_copies_the_contents_of_src() {
     assert_equal_trees(&src, &dest.join("src"), "SRC into DEST/NAME");
     // Copied again with --update: everything is there.
     let summary = update(&contents, &dest, "--update SRC/");
-    assert_eq!(count(&summary, "up_to_date"), 6, "{summary}");
+    assert_eq!(count(&summary, "unchanged"), 6, "{summary}");
     assert_eq!(count(&summary, "files"), 0, "{summary}");
 }
 
@@ -1456,7 +1456,7 @@ fn update_compares_xattrs_hard_links_and_with_checksum_content() {
     let (contents, copy) = (src.join(""), work.path("copy"));
     assert_exit(&run(&mut cp2(&src, &copy), None), 0, "first copy");
     let summary = update(&contents, &copy, "--update of a true copy");
-    assert_eq!(count(&summary, "up_to_date"), 4, "{summary}");
+    assert_eq!(count(&summary, "unchanged"), 4, "{summary}");
 
     set_xattr(&copy.join("tagged"), "user.tag", b"two");
     fs::remove_file(copy.join("linked2")).unwrap();
@@ -1467,7 +1467,7 @@ fn update_compares_xattrs_hard_links_and_with_checksum_content() {
         ("files", 1),
         ("hard_links", 1),
         ("replaced", 2),
-        ("up_to_date", 2),
+        ("unchanged", 2),
     ] {
         assert_eq!(count(&summary, field), want, "{field}: {summary}");
     }
@@ -1476,7 +1476,7 @@ fn update_compares_xattrs_hard_links_and_with_checksum_content() {
 
     rewrite_in_place(&copy.join("same"), b"sane\n");
     let summary = update(&contents, &copy, "--update of same size and time");
-    assert_eq!(count(&summary, "up_to_date"), 4, "{summary}");
+    assert_eq!(count(&summary, "unchanged"), 4, "{summary}");
     assert_eq!(fs::read(copy.join("same")).unwrap(), b"sane\n");
     let out = run(cp(["-u", "-c", "--json"]).arg(&contents).arg(&copy), None);
     assert_exit(&out, 0, "--update --checksum");

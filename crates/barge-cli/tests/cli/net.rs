@@ -1,6 +1,6 @@
 //! `barge send` / `barge recv` over loopback, real processes: round trips, keys and key
 //! files, a wrong key, a relay that flips a byte or cuts the stream, every hostile archive
-//! from a malicious sender, setuid bits, `--keep` with concurrent senders, strangers
+//! from a malicious sender, setuid bits, `--keep-open` with concurrent senders, strangers
 //! flooding recv (its connection limits, the handshake's deadline, a task limit), log lines
 //! each written whole (a sender's name escaped), and keys never in a log.
 
@@ -105,7 +105,7 @@ impl Recv {
         }
     }
 
-    /// Ends a `--keep` receiver with SIGTERM and waits for it.
+    /// Ends a `--keep-open` receiver with SIGTERM and waits for it.
     fn stop(self) -> Ended {
         let pid = rustix::process::Pid::from_raw(self.child.id() as i32).unwrap();
         rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
@@ -213,7 +213,7 @@ fn a_version_2_archive_is_sent_as_it_is_and_lands() {
             };
             let recv = Recv::start(&dest, restore, None);
             let path = archive.to_str().unwrap();
-            let mut args = vec!["--archive", if from == "-" { "-" } else { path }];
+            let mut args = vec!["--from-archive", if from == "-" { "-" } else { path }];
             args.push(recv.ticket());
             if compress {
                 args.push("--compress");
@@ -883,7 +883,7 @@ fn cp_and_send_updates_agree_that_a_setgid_or_owner_change_is_a_change() {
     };
     let want = (changed.len() as u64, 3 - changed.len() as u64);
     assert_eq!(
-        counts(&copied["files"], &copied["up_to_date"]),
+        counts(&copied["files"], &copied["unchanged"]),
         want,
         "cp: {copied}"
     );
@@ -958,7 +958,7 @@ fn later_connections_slower_than_the_transfer_end_as_lanes() {
     let src = work.path().join("src");
     files(&src, 3);
     let dest = work.path().join("dest");
-    let recv = Recv::start(&dest, &["--keep", "--json"], None);
+    let recv = Recv::start(&dest, &["--keep-open", "--json"], None);
     let ticket = recv.ticket().to_string();
     let (address, key) = ticket.split_once('#').unwrap();
     let slow = Harm {
@@ -998,7 +998,7 @@ fn every_hostile_archive_from_a_malicious_sender_is_refused_and_stays_inside() {
         let (dest, sentinel) = case.prepare(work.path());
         let before = scan(&dest);
         let recv = Recv::start(&dest, case.args, None);
-        let out = send(&["--archive", "-", recv.ticket()], Some(&case.archive));
+        let out = send(&["--from-archive", "-", recv.ticket()], Some(&case.archive));
         let ended = recv.wait();
         assert_clean_failure(&out, &["the receiver"], &what);
         assert_eq!(ended.status.code(), Some(1), "{what}: {}", ended.stderr);
@@ -1098,7 +1098,11 @@ fn setid_bits_from_a_sender_land_only_where_their_ids_do() {
 fn keep_receives_concurrent_senders_and_sigterm_ends_it() {
     let work = tempdir();
     let dest = work.path().join("dest");
-    let recv = Recv::start(&dest, &["--keep", "--max-connections", "1", "--json"], None);
+    let recv = Recv::start(
+        &dest,
+        &["--keep-open", "--max-connections", "1", "--json"],
+        None,
+    );
     let ticket = recv.ticket().to_string();
     let key = ticket.split('#').nth(1).unwrap().to_string();
     let senders: Vec<_> = (0..3)
@@ -1299,7 +1303,7 @@ fn strangers_beyond_the_cap_wait_in_the_listen_queue_and_each_handshake_has_a_de
     let src = work.path().join("src");
     files(&src, 2);
     let dest = work.path().join("dest");
-    let args = ["--keep", "--max-connections", "1", "--timeout", "3"];
+    let args = ["--keep-open", "--max-connections", "1", "--timeout", "3"];
     let recv = Recv::start(&dest, &args, None);
     // Until the first handshakes end: no thread ends meanwhile.
     let peak = peak_threads(recv.child.id(), Duration::from_millis(2500));

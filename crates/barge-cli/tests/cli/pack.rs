@@ -474,9 +474,9 @@ fn unreadable_entries_are_warnings_in(format: &str) {
     let stderr = stderr_of(&out);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     for needle in [
-        "barge: warning: big-secret: open failed: Permission denied",
-        "barge: warning: locked: open directory failed: Permission denied",
-        "barge: warning: secret: open failed: Permission denied",
+        "barge: warning: big-secret: cannot open: Permission denied",
+        "barge: warning: locked: cannot open directory: Permission denied",
+        "barge: warning: secret: cannot open: Permission denied",
         "barge: warning: the archive lacks 3 entries, or parts of them, that could not be read \
          (exit status 2)",
     ] {

@@ -416,7 +416,7 @@ fn a_many_segment_archive_lands_through_the_confined_child() {
             .unwrap();
         child.input().write_all(&archive).unwrap();
         let landed_summary = child.wait().unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(landed_summary.summary.links, 2, "{name}");
+        assert_eq!(landed_summary.summary.hard_links, 2, "{name}");
         let (tree, linked) = landed(&dest);
         assert!(linked, "{name}: the hard links");
         same_as_first(&mut reference, tree, name.to_string());

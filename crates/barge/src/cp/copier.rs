@@ -453,7 +453,7 @@ impl<'a> Copier<'a> {
             match self.found(at, stat, kind)? {
                 Found::Nothing => {}
                 Found::Same if update => {
-                    self.counts.up_to_date += 1;
+                    self.counts.unchanged += 1;
                     let size = if kind == Kind::File { stat.stx_size } else { 0 };
                     self.shared.progress.add_entry(size);
                     return Ok(());

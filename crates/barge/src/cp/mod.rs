@@ -81,7 +81,7 @@ pub struct CpCounts {
     /// Fifos, sockets and devices created.
     pub specials: u64,
     /// Entries left as they were because DEST had them already ([`Cp::update`]).
-    pub up_to_date: u64,
+    pub unchanged: u64,
     /// Existing entries left alone ([`Existing::Skip`](crate::land::restore::Existing::Skip)).
     pub kept: u64,
     /// Existing entries replaced.
@@ -102,7 +102,7 @@ impl CpCounts {
         self.symlinks += other.symlinks;
         self.hard_links += other.hard_links;
         self.specials += other.specials;
-        self.up_to_date += other.up_to_date;
+        self.unchanged += other.unchanged;
         self.kept += other.kept;
         self.replaced += other.replaced;
         self.deleted += other.deleted;

@@ -305,7 +305,7 @@ fn an_update_leaves_unchanged_files_alone_and_replaces_changed_ones() {
     // Nothing changed since: nothing copied.
     let again = copied(&update, &src, &dest);
     assert_eq!(again.counts.files + again.counts.replaced, 0);
-    assert_eq!(again.counts.up_to_date, 12, "{:?}", again.counts);
+    assert_eq!(again.counts.unchanged, 12, "{:?}", again.counts);
     assert_eq!(snapshot(&dest), after);
 }
 
@@ -332,7 +332,7 @@ fn an_update_finds_a_copy_made_under_the_umask_unchanged() {
         "{:?}",
         again.counts
     );
-    assert_eq!(again.counts.up_to_date, 1, "{:?}", again.counts);
+    assert_eq!(again.counts.unchanged, 1, "{:?}", again.counts);
 }
 
 #[test]

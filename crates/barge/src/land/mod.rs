@@ -50,7 +50,7 @@ pub struct LandSummary {
     /// Symlinks created.
     pub symlinks: u64,
     /// Hard links made.
-    pub links: u64,
+    pub hard_links: u64,
     /// Fifos and devices created.
     pub specials: u64,
     /// Entries skipped because their name existed ([`restore::Existing::Skip`]).
@@ -67,7 +67,7 @@ impl LandSummary {
         self.files += other.files;
         self.bytes += other.bytes;
         self.symlinks += other.symlinks;
-        self.links += other.links;
+        self.hard_links += other.hard_links;
         self.specials += other.specials;
         self.kept += other.kept;
         self.not_restored.add(&other.not_restored);

@@ -142,7 +142,7 @@ pub struct NotRestored {
     /// root, and any the filesystem refused (e.g. `user.*` on a symlink).
     pub xattrs: u64,
     /// Hard links not made because the file they name was skipped (it existed).
-    pub links: u64,
+    pub hard_links: u64,
     /// Directories that were there and kept their own mode or time where `--overwrite`
     /// would give them the archive's: the process is not their owner.
     #[serde(default)]
@@ -161,7 +161,7 @@ impl NotRestored {
         self.setid += other.setid;
         self.devices += other.devices;
         self.xattrs += other.xattrs;
-        self.links += other.links;
+        self.hard_links += other.hard_links;
         self.merged_dirs += other.merged_dirs;
     }
 }

@@ -872,13 +872,13 @@ impl Sink for SyncLander {
     fn hard_link(&mut self, link: &Entry<'_>, target: u64) -> Result<()> {
         self.draining = false;
         let Some((dir, name)) = self.link_target(target) else {
-            self.summary.not_restored.links += 1;
+            self.summary.not_restored.hard_links += 1;
             return Ok(());
         };
         let make =
             |at: BorrowedFd<'_>, new: &[u8]| linkat(&*dir, &name[..], at, new, AtFlags::empty());
         if self.make_other(link, &Apply::default(), "linkat", make)? {
-            self.summary.links += 1;
+            self.summary.hard_links += 1;
         }
         Ok(())
     }
@@ -1061,7 +1061,10 @@ mod tests {
             assert_eq!(ino(&d.join("h")), ino(&d.join("f")), "{what}");
             assert_eq!(ino(&dest.path().join("l")), ino(&d.join("f")), "{what}");
             let summary = sink.summary();
-            assert_eq!((summary.files, summary.links, summary.symlinks), (1, 2, 1));
+            assert_eq!(
+                (summary.files, summary.hard_links, summary.symlinks),
+                (1, 2, 1)
+            );
         }
     }
 
@@ -1082,7 +1085,11 @@ mod tests {
             assert!(!dest.path().join("l").exists(), "{what}");
             assert_eq!(std::fs::read(dest.path().join("k")).unwrap(), b"was there");
             let summary = sink.summary();
-            assert_eq!((summary.kept, summary.not_restored.links), (1, 1), "{what}");
+            assert_eq!(
+                (summary.kept, summary.not_restored.hard_links),
+                (1, 1),
+                "{what}"
+            );
         }
     }
 

@@ -287,7 +287,7 @@ impl UringLander {
                 }
             }
             What::Symlink { .. } => self.landed.symlinks += 1,
-            What::Link { .. } => self.landed.links += 1,
+            What::Link { .. } => self.landed.hard_links += 1,
         }
         Ok(())
     }

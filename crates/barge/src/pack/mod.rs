@@ -86,7 +86,7 @@ impl Warning {
     /// The warning of an entry that could not be read.
     fn unreadable(error: Error) -> Warning {
         let (path, problem) = match error {
-            Error::Io { op, path, cause } => (path, format!("{op} failed: {cause}")),
+            Error::Io { op, path, cause } => (path, crate::error::io_problem(op, &cause)),
             other => (TreePath::default(), other.to_string()),
         };
         Warning {

@@ -180,7 +180,7 @@ fn a_name_taken_while_landing_is_never_replaced() {
             _ => fs::create_dir(&dest).unwrap(),
         }
         let error = destination.finish(true, None).unwrap_err().to_string();
-        assert!(error.contains("rename into place"), "{taken}: {error}");
+        assert!(error.contains("cannot move into place"), "{taken}: {error}");
         assert_eq!(
             names(parent.path()),
             ["new"],

@@ -475,9 +475,7 @@ mod tests {
                 listed_file("x", b"x"),
                 Recorded::Leave,
                 entered("2", &two),
-                Recorded::Unreadable(
-                    "2/locked: open directory failed: Permission denied (os error 13)".into()
-                ),
+                Recorded::Unreadable("2/locked: cannot open directory: Permission denied".into()),
                 Recorded::Empty("locked".into(), locked_meta),
                 listed_file("ok", b"ok"),
                 Recorded::Leave,

@@ -946,7 +946,7 @@ mod tests {
         fs::set_permissions(&locked, fs::Permissions::from_mode(0o755)).unwrap();
         assert_eq!(
             record.errors.into_inner().unwrap(),
-            ["top/a/b: open directory failed: Permission denied (os error 13)"]
+            ["top/a/b: cannot open directory: Permission denied"]
         );
         assert_eq!(canonical(record.calls.into_inner().unwrap()), want);
     }

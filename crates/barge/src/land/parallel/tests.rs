@@ -316,7 +316,7 @@ fn a_file_of_several_batches_and_a_hard_link_across_batches_land_whole() {
             );
             let ino = |p: &str| d.join(p).metadata().unwrap().ino();
             assert_eq!(ino("z/l"), ino("a/f"), "{level:?} {i}");
-            assert_eq!((summary.files, summary.links), (3, 1), "{level:?} {i}");
+            assert_eq!((summary.files, summary.hard_links), (3, 1), "{level:?} {i}");
         }
     }
 }

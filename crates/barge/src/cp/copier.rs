@@ -28,7 +28,7 @@ use crate::land::sync::{create_at, exists, replace, replace_by_dir, LinkTarget, 
 use crate::sys::dir::{dirent_buffer, remove_tree, Listing};
 use crate::sys::thread::spawn_elsewhere;
 use crate::sys::{DIR_FLAGS, FILE_FLAGS};
-use crate::tree::{Entry, Kind, Meta, Owner, XattrReader, Xattrs, STATX_MASK};
+use crate::tree::{Entry, Kind, Meta, Owner, XattrReader, Xattrs, XattrsOf, STATX_MASK};
 use crate::walk::parallel::{Dir, ParallelVisitor, ParallelVisitorBuilder, WalkState};
 use crate::Progress;
 use chunked::Chunked;
@@ -374,24 +374,19 @@ impl<'a> Copier<'a> {
         if kind != Kind::File {
             return Ok(Found::Same);
         }
-        // A file's extended attributes and content cost opens and reads: looked at only
-        // when the rest is the same.
-        let open = |dir, name| openat(dir, name, FILE_FLAGS, Mode::empty());
-        let src = open(at.src, at.src_name)
-            .map_err(|e| Error::io("open", at.src_path(self.shared), e))?;
-        // A copy that cannot be read is replaced.
-        let Ok(copied) = open(dest.as_fd(), at.name) else {
-            return Ok(Found::Other);
-        };
+        // A file's extended attributes and content cost more calls: looked at only when
+        // the rest is the same.
         if self.cp().archive {
-            let policy = self.shared.policy;
-            for (fd, facts) in [(&src, &mut source), (&copied, &mut copy)] {
-                if self.xattrs.read(fd.as_fd()).is_err() {
-                    return Ok(Found::Other);
-                }
-                let xattrs = Xattrs(&self.xattrs.wire);
-                facts.xattrs = Some(xattr_digest(xattrs, |name| policy.sets_xattr(name)));
-            }
+            let (src, copied) = (
+                self.xattr_digest(at.src, at.src_name),
+                self.xattr_digest(dest.as_fd(), at.name),
+            );
+            // Attributes that cannot be read are replaced (the copy names the source's
+            // error).
+            let (Ok(src), Ok(copied)) = (src, copied) else {
+                return Ok(Found::Other);
+            };
+            (source.xattrs, copy.xattrs) = (Some(src), Some(copied));
             let rule = Rule {
                 xattrs: true,
                 ..rule
@@ -401,6 +396,13 @@ impl<'a> Copier<'a> {
             }
         }
         if self.cp().checksum {
+            let open = |dir, name| openat(dir, name, FILE_FLAGS, Mode::empty());
+            let src = open(at.src, at.src_name)
+                .map_err(|e| Error::io("open", at.src_path(self.shared), e))?;
+            // A copy that cannot be read is replaced.
+            let Ok(copied) = open(dest.as_fd(), at.name) else {
+                return Ok(Found::Other);
+            };
             let cancel = &self.cp().cancel;
             let same = first_difference(src.as_fd(), copied.as_fd(), &mut self.bufs, cancel);
             if !matches!(same, Ok(Ok(_))) {
@@ -411,6 +413,24 @@ impl<'a> Copier<'a> {
             return Ok(Found::Other);
         }
         Ok(Found::Same)
+    }
+
+    /// The digest of the extended attributes the copy keeps of the file `name` in `dir`
+    /// ([`xattr_digest`]): read by name, or through an fd where the kernel cannot (before
+    /// Linux 6.13).
+    fn xattr_digest(&mut self, dir: BorrowedFd<'_>, name: &[u8]) -> rustix::io::Result<u64> {
+        match self.xattrs.read_from(XattrsOf::Name(dir, name)) {
+            Err(Errno::NOSYS) => {
+                let fd = openat(dir, name, FILE_FLAGS, Mode::empty())?;
+                self.xattrs.read(fd.as_fd())?;
+            }
+            read => {
+                read?;
+            }
+        }
+        let policy = self.shared.policy;
+        let xattrs = Xattrs(&self.xattrs.wire);
+        Ok(xattr_digest(xattrs, |name| policy.sets_xattr(name)))
     }
 
     /// Whether the copy `there` (named `name` in `dest`) of a file of several names

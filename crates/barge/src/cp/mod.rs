@@ -10,15 +10,16 @@
 //! What is restored is the landers' one policy (`land/restore.rs`); existing entries are
 //! kept, skipped or replaced by rename as unpack does (`land::sync::create_at`), and with
 //! [`Cp::update`] an entry that `compare.rs`'s unchanged rule finds as DEST has it (type,
-//! size, mtime, all twelve permission bits less the umask; owner too, as root with `-a`) is
-//! left alone. A file's time is set last, after its content, so a copy cut short is seen as
+//! size, mtime, all twelve permission bits less the umask; owner as root, extended
+//! attributes, which names share a file; with [`Cp::checksum`] content) is left alone. A file's time is set last, after its content, so a copy cut short is seen as
 //! different by the next `--update`. A directory gets its mode, extended attributes and time when the walker
 //! drops its state, which is after everything below it (its subdirectories hold it).
 //!
 //! Small files go by `copy_file_range` too: one path for every size, since `read` + `write`
 //! cost no less per small file on tmpfs (docs/BENCHMARKS.md, "Design measurements"). A file costs the walker's `statx` + `openat` + `openat(O_EXCL)` + the copy +
-//! `futimens` + two `close`s, and `-a` adds `flistxattr` (and `fchown` where creating the
-//! copy does not give it its owner already): 7 and 8 calls, where GNU `cp -a` makes 17.
+//! `futimens` + two `close`s, and [`Cp::archive`] adds `flistxattr` (and `fchown` where
+//! creating the copy does not give it its owner already): 7 and 8 calls, where GNU `cp -a`
+//! makes 17.
 
 mod copier;
 mod dest;

@@ -416,18 +416,9 @@ impl<'a> Copier<'a> {
     }
 
     /// The digest of the extended attributes the copy keeps of the file `name` in `dir`
-    /// ([`xattr_digest`]): read by name, or through an fd where the kernel cannot (before
-    /// Linux 6.13).
+    /// ([`xattr_digest`]).
     fn xattr_digest(&mut self, dir: BorrowedFd<'_>, name: &[u8]) -> rustix::io::Result<u64> {
-        match self.xattrs.read_from(XattrsOf::Name(dir, name)) {
-            Err(Errno::NOSYS) => {
-                let fd = openat(dir, name, FILE_FLAGS, Mode::empty())?;
-                self.xattrs.read(fd.as_fd())?;
-            }
-            read => {
-                read?;
-            }
-        }
+        self.xattrs.read_from(XattrsOf::Name(dir, name))?;
         let policy = self.shared.policy;
         let xattrs = Xattrs(&self.xattrs.wire);
         Ok(xattr_digest(xattrs, |name| policy.sets_xattr(name)))

@@ -17,7 +17,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use crate::fidelity::{every_kind, script};
+use crate::fidelity::{every_kind, script, set_xattr};
 
 /// A running `barge recv`: its ticket (when it made the key) and address.
 struct Recv {
@@ -831,6 +831,45 @@ fn send_delete_removes_what_src_lacks_but_not_excluded_entries() {
     assert!(ended.stderr.contains(", deleted 4 in "), "{}", ended.stderr);
     fs::remove_file(dest.join("kept.tmp")).unwrap();
     assert_equal_trees(&src, &dest, "after --update --delete");
+}
+
+/// `send -a --update` compares extended attributes too, as `cp --update` does: one changed
+/// alone in DEST makes its file sent again, and lands as SRC has it.
+#[test]
+fn send_update_with_a_finds_an_xattr_changed_alone() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    fs::create_dir(&src).unwrap();
+    file(&src.join("tagged"), b"tagged", 0o644);
+    file(&src.join("same"), b"same", 0o644);
+    set_xattr(&src.join("tagged"), "user.tag", b"one");
+    let dest = work.path().join("dest");
+    let s = src.to_str().unwrap();
+    let send_to = |update: &[&str]| {
+        let recv = Recv::start(&dest, &[], None);
+        let mut args = vec!["-a", "--json", s, recv.ticket()];
+        args.extend(update);
+        let out = send(&args, None);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(recv.wait().status.success());
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    send_to(&[]);
+    let tag = || {
+        let mut value = [0u8; 16];
+        let n = rustix::fs::lgetxattr(dest.join("tagged"), "user.tag", &mut value).unwrap();
+        value[..n].to_vec()
+    };
+    assert_eq!(tag(), b"one");
+    set_xattr(&dest.join("tagged"), "user.tag", b"two");
+    let sent = send_to(&["--update"]);
+    let packed = &sent["packed"];
+    assert_eq!(
+        (&packed["files"], &packed["unchanged"]),
+        (&1.into(), &1.into()),
+        "{sent}"
+    );
+    assert_eq!(tag(), b"one");
 }
 
 /// `cp --update` and `send --update` apply the library's one unchanged rule: a setgid bit

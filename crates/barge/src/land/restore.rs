@@ -166,6 +166,13 @@ impl NotRestored {
     }
 }
 
+/// Whether a process that gives files away (`owners`: root, asked) sets the extended
+/// attribute `name`: any, else `user.*` and ACLs (an owner may set its files' ACLs,
+/// `setfacl`, as it may their modes).
+pub(crate) fn xattr_kept(owners: bool, name: &[u8]) -> bool {
+    owners || name.starts_with(b"user.") || name.starts_with(b"system.posix_acl_")
+}
+
 /// [`Restore`] resolved for this process: built once per unpack and copied into each
 /// lander.
 #[derive(Clone, Copy, Debug)]
@@ -264,10 +271,9 @@ impl Policy {
         self.owners
     }
 
-    /// Whether the extended attribute `name` is restored: any as root, else `user.*` and
-    /// ACLs (an owner may set its files' ACLs, `setfacl`, as it may their modes).
+    /// Whether the extended attribute `name` is restored ([`xattr_kept`]).
     pub(crate) fn sets_xattr(&self, name: &[u8]) -> bool {
-        self.owners || name.starts_with(b"user.") || name.starts_with(b"system.posix_acl_")
+        xattr_kept(self.owners, name)
     }
 
     /// What to restore of `entry`, counting in `skipped` what it may not.

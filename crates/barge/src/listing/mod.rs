@@ -19,23 +19,24 @@ use walk::{Check, DirMeta, Gather};
 
 use std::collections::{HashMap, HashSet};
 use std::io::{self, BufWriter, Write};
-use std::os::fd::OwnedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 
 use rustix::fs::{openat, statx, AtFlags, Mode, Statx, StatxFlags};
 use rustix::io::Errno;
 
-use crate::compare::{Facts, Rule};
+use crate::compare::{xattr_digest, Facts, Rule};
 use crate::error::{Result, TreePath};
 use crate::exclude::Exclude;
 use crate::format::MAX_NAME;
+use crate::land::restore::xattr_kept;
 use crate::sys::DIR_FLAGS;
-use crate::tree::{Kind, Meta, Owner, Timestamp, STATX_MASK};
+use crate::tree::{Kind, Meta, Owner, Timestamp, XattrReader, Xattrs, XattrsOf, STATX_MASK};
 use crate::walk::parallel::WalkParallel;
 
-/// The first bytes of a listing: its magic and version 3; the last byte is its flags.
-const HEADER: [u8; 8] = *b"BLIST\x00\x03\x00";
+/// The first bytes of a listing: its magic and version 4; the last byte is its flags.
+const HEADER: [u8; 8] = *b"BLIST\x00\x04\x00";
 /// The flag that says the lister keeps owners (they are then compared).
 const OWNERS_KEPT: u8 = 0x01;
 /// Tag of a directory's record.
@@ -47,8 +48,8 @@ const END: u8 = 0x00;
 /// [`ListingLimits::max_path`].
 const MAX_PATH: usize = 4096;
 /// Bytes of an item besides its name: kind, name length, size, seconds, nanoseconds, mode,
-/// links, link group, uid, gid.
-const ITEM: usize = 1 + 1 + 8 + 8 + 4 + 2 + 4 + 4 + 4 + 4;
+/// links, link group, uid, gid, extended attributes' digest.
+const ITEM: usize = 1 + 1 + 8 + 8 + 4 + 2 + 4 + 4 + 4 + 4 + 8;
 
 /// A regular file or symlink as a listing describes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,6 +70,9 @@ pub struct Item {
     pub group: u32,
     /// Numeric owner.
     pub owner: Owner,
+    /// A file's extended attributes, those the lister keeps (as it restores them: all
+    /// with [`Listing::owners`], else `user.*` and ACLs), as their digest (`compare::xattr_digest`; 0 for a symlink).
+    pub xattrs: u64,
 }
 
 impl Item {
@@ -89,12 +93,19 @@ impl Item {
             links,
             group: 0,
             owner: meta.owner.unwrap_or_default(),
+            xattrs: 0,
         })
     }
 
     /// True when this is still the regular file or symlink `st` describes, by `rule`
-    /// (links are the caller's to compare).
-    pub(crate) fn matches(&self, st: &Statx, rule: Rule) -> bool {
+    /// (links are the caller's to compare; extended attributes only where the rule keeps
+    /// them, of a file, through `xattrs`, which reads them only then).
+    pub(crate) fn matches(
+        &self,
+        st: &Statx,
+        rule: Rule,
+        xattrs: impl FnOnce() -> Option<u64>,
+    ) -> bool {
         let meta = Meta {
             mode: self.mode,
             mtime: Some(self.mtime),
@@ -102,9 +113,22 @@ impl Item {
         };
         let listed = Facts {
             links: self.links,
+            xattrs: Some(self.xattrs),
             ..Facts::new(self.kind, self.size, meta)
         };
-        rule.unchanged(&Facts::of_statx(st), &listed)
+        let mut here = Facts::of_statx(st);
+        let compared = Rule {
+            xattrs: false,
+            ..rule
+        };
+        if !compared.unchanged(&here, &listed) {
+            return false;
+        }
+        if !rule.xattrs || self.kind != Kind::File {
+            return true;
+        }
+        here.xattrs = xattrs();
+        rule.unchanged(&here, &listed)
     }
 }
 
@@ -163,7 +187,10 @@ impl Listing {
     /// [`Listing::unlisted`]. `owners`: the lister restores owners (see
     /// [`Listing::owners`]).
     pub fn of_dir(root: OwnedFd, threads: usize, owners: bool) -> Listing {
-        let gather = Gather::default();
+        let gather = Gather {
+            owners,
+            ..Gather::default()
+        };
         let Ok(stat) = statx(&root, "", AtFlags::EMPTY_PATH, STATX_MASK) else {
             return Listing {
                 unlisted: 1,
@@ -186,14 +213,25 @@ impl Listing {
         self.owners
     }
 
-    /// The unchanged rule of a sender with `archive` (owners sent) against this listing
-    /// (which carries no extended attributes).
+    /// The unchanged rule of a sender with `archive` (owners and extended attributes sent)
+    /// against this listing.
     pub(crate) fn rule(&self, archive: bool) -> Rule {
         Rule {
             owners: archive && self.owners,
-            xattrs: false,
+            xattrs: archive,
             links: true,
         }
+    }
+
+    /// The digest of the extended attributes of the file `name` in `dir` that the lister
+    /// keeps, read into `reader` (`None` where they cannot be read: then it differs).
+    pub(crate) fn xattrs_of(
+        &self,
+        reader: &mut XattrReader,
+        dir: BorrowedFd<'_>,
+        name: &[u8],
+    ) -> Option<u64> {
+        digest_of(reader, dir, name, self.owners)
     }
 
     /// Files and symlinks listed.
@@ -385,6 +423,7 @@ impl Listing {
                 item.extend_from_slice(&e.group.to_le_bytes());
                 item.extend_from_slice(&e.owner.uid.to_le_bytes());
                 item.extend_from_slice(&e.owner.gid.to_le_bytes());
+                item.extend_from_slice(&e.xattrs.to_le_bytes());
                 out.write_all(&item)?;
             }
         }
@@ -414,6 +453,20 @@ impl Listing {
             )),
         }
     }
+}
+
+/// The digest of the extended attributes of the file `name` in `dir` that a lister keeping
+/// owners or not keeps.
+fn digest_of(
+    reader: &mut XattrReader,
+    dir: BorrowedFd<'_>,
+    name: &[u8],
+    owners: bool,
+) -> Option<u64> {
+    reader.read_from(XattrsOf::Name(dir, name)).ok()?;
+    Some(xattr_digest(Xattrs(&reader.wire), |name| {
+        xattr_kept(owners, name)
+    }))
 }
 
 /// A path's directory and last name (`None` for the root, the empty path).

@@ -407,7 +407,8 @@ fn item(kind: u8, name: &[u8], size: u64, nsec: u32, mode: u16, links: u32, grou
     b.extend_from_slice(&mode.to_le_bytes());
     b.extend_from_slice(&links.to_le_bytes());
     b.extend_from_slice(&group.to_le_bytes());
-    b.extend_from_slice(&[0; 8]);
+    // Owner, extended attributes.
+    b.extend_from_slice(&[0; 16]);
     b
 }
 
@@ -551,21 +552,21 @@ fn a_malformed_or_oversized_listing_is_refused_at_its_record() {
         (
             wire(&[&d, &item(2, b"x", 1, 0, 0o777, 0, 0)]),
             37,
-            "x: a symlink with a mode",
+            "x: a symlink with a mode, links, a link group or extended attributes",
         ),
         (
             wire(&[&d, &file(b"x"), &end(1, 2)]),
-            78,
+            86,
             "the end record counts 1 directories and 2",
         ),
         (
             wire(&[&d, &file(b"x"), &end(2, 1)]),
-            78,
+            86,
             "the end record counts 2",
         ),
         (
             wire(&[&d, &file(b"x"), &ends, &ends]),
-            95,
+            103,
             "17 bytes after the end record",
         ),
     ];
@@ -698,4 +699,26 @@ fn what_the_trees_lack_is_found_below_their_roots_only() {
     let gone = list(&dest).missing(&roots, &exclude);
     let gone: Vec<&[u8]> = gone.iter().map(|p| &p[..]).collect();
     assert_eq!(gone, [&b"t/d/old"[..], b"t/d/sub", b"t/gone"]);
+}
+
+/// An extended attribute changed alone in the copy: a pack that sends them (`archive`)
+/// sends the file again, and the directories above it; one that does not leaves it out.
+#[test]
+fn an_xattr_changed_alone_is_a_change_where_the_pack_sends_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (root, copy) = (dir.path().join("t"), dir.path().join("copy"));
+    make_tree(&root);
+    copy_of(&root, &copy);
+    let set = |path: &Path, value: &[u8]| {
+        rustix::fs::lsetxattr(path, "user.tag", value, rustix::fs::XattrFlags::empty()).unwrap()
+    };
+    set(&root.join("d/e/f/zero"), b"one");
+    set(&copy.join("d/e/f/zero"), b"two");
+    let (packed, _) = pack(&root, &list(&copy), false);
+    assert_eq!(sent(&packed), ["|fifo"]);
+    let (packed, _) = pack(&root, &list(&copy), true);
+    assert_eq!(sent(&packed), ["d/e/f/zero", "|fifo"]);
+    set(&copy.join("d/e/f/zero"), b"one");
+    let (packed, _) = pack(&root, &list(&copy), true);
+    assert_eq!(sent(&packed), ["|fifo"]);
 }

@@ -137,7 +137,7 @@ pub struct RecvArgs {
     /// The directory to land into (created when missing, with its parents).
     dest: PathBuf,
     /// The address and port to listen on (port 0: one the kernel chooses). By default this
-    /// host only, as `barge serve`: 0.0.0.0:7361 (or [::]:7361) receives from other hosts.
+    /// host only, as `barge serve`: `0.0.0.0:7361` (or `[::]:7361`) receives from other hosts.
     #[arg(long, value_name = "ADDR:PORT", default_value_t = SocketAddr::from(([127, 0, 0, 1], DEFAULT_PORT)))]
     listen: SocketAddr,
     /// The host name the ticket gives senders (by default the listen address, or this

@@ -50,7 +50,7 @@ pub struct ServeArgs {
     /// The directory uploads land in, each as a new directory (created when missing).
     dest: PathBuf,
     /// The address and port to listen on; port 0 lets the system choose. By default this
-    /// host only: 0.0.0.0:8443 (or [::]:8443) takes uploads from other hosts, and the
+    /// host only: `0.0.0.0:8443` (or `[::]:8443`) takes uploads from other hosts, and the
     /// address of each interface is printed on stderr.
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:8443")]
     listen: SocketAddr,

@@ -80,6 +80,9 @@ pub(super) struct Shared<'a> {
     pub(super) links: &'a Mutex<HashMap<(u64, u64), LinkTarget>>,
     /// The names of multi-link files [`Part::Rank`] leaves to [`Cp::run_links`].
     pub(super) deferred: &'a Mutex<Vec<Deferred>>,
+    /// SRC's device: noted as 0 in `deferred`, where other machines, which may number a
+    /// shared filesystem's device otherwise, must find the same key.
+    pub(super) src_dev: u64,
     /// `FICLONE` failed as unsupported (or `--reflink=never`): not tried again.
     pub(super) no_clone: AtomicBool,
     /// `copy_file_range` failed as unsupported (or `--reflink=never`): not tried again.
@@ -375,7 +378,9 @@ impl<'a> Copier<'a> {
     pub(super) fn copy(&mut self, at: &Pair<'_>, stat: &Statx) -> Result<()> {
         let kind = Kind::of_mode(stat.stx_mode.into());
         if kind == Kind::File && stat.stx_nlink > 1 && matches!(self.cp().part, Part::Rank { .. }) {
-            let name = (inode_key(stat), (at.path)());
+            let (dev, ino) = inode_key(stat);
+            let dev = if dev == self.shared.src_dev { 0 } else { dev };
+            let name = ((dev, ino), (at.path)());
             self.shared.deferred.lock().expect("no panics").push(name);
             return Ok(());
         }

@@ -165,8 +165,8 @@ pub struct Linked {
     deferred: Mutex<Vec<Deferred>>,
 }
 
-/// A name of a file of several links left by [`Part::Rank`]: the source's device and inode,
-/// and the name's path below SRC.
+/// A name of a file of several links left by [`Part::Rank`]: the source's device (0: SRC's)
+/// and inode, and the name's path below SRC.
 pub type Deferred = ((u64, u64), Vec<u8>);
 
 impl Linked {
@@ -405,7 +405,8 @@ impl Cp {
             refuse_inside(&stat, parent.as_fd(), src, dest)?;
         }
         let me = Owner::of_process();
-        let shared = self.shared(src, dest, me, linked, progress, report);
+        let mut shared = self.shared(src, dest, me, linked, progress, report);
+        shared.src_dev = inode_key(&stat).0;
         let mut copier = Copier::new(&shared);
         let parent = Arc::new(parent);
         let in_setgid = statx(&*parent, "", AtFlags::EMPTY_PATH, StatxFlags::MODE)
@@ -517,6 +518,7 @@ impl Cp {
             dest: dest.as_os_str().as_bytes().to_vec(),
             links: &linked.copies,
             deferred: &linked.deferred,
+            src_dev: 0,
             no_clone: AtomicBool::new(self.reflink == Reflink::Never),
             no_range: AtomicBool::new(self.reflink == Reflink::Never),
             target: Mutex::new(None),

@@ -1,7 +1,8 @@
 //! `pack`, `unpack`, `list`, `cat` and `verify`.
 
 use std::io::{IsTerminal, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -16,12 +17,15 @@ use barge::sys::fds::raise_fd_limit;
 use barge::tree;
 use barge::unpack::{Archive, NotRestored, Unpack};
 use barge::verify::{Difference, Verify};
-use rustix::fs::{open, openat, Mode, OFlags, CWD};
+use barge::walk::{Members, Newer, Root};
+use rustix::fs::{open, openat, statat, AtFlags, FileType, Mode, OFlags, CWD};
+use rustix::io::Errno;
 use serde_json::{json, Map};
 
 use crate::list::{Format, Printer};
 use crate::report::{
-    counted, human_bytes, json_path, shown_path, summary, warn, with_progress, Exit,
+    counted, human_bytes, json_path, note, shown_path, shows_progress, summary, warn,
+    with_progress, Exit, Known, Total,
 };
 use crate::OutputArgs;
 
@@ -38,11 +42,42 @@ fn is_stdio(path: Option<&Path>) -> bool {
 #[derive(clap::Args, Debug)]
 #[command(after_help = crate::report::exit_status!())]
 pub struct PackArgs {
-    /// The directory to pack (its entries at the top of the archive); with several, each
-    /// becomes a top-level directory named by its last component, as tar does (in the
-    /// order given; with --format 2 sorted by name).
-    #[arg(required = true, value_name = "DIR")]
+    /// What to pack: a directory (its entries at the top of the archive; a symlink to one
+    /// is followed), or anything else (a file, a symlink to no directory, a fifo, ...) as
+    /// it is, at the top under its name, as `tar -c FILE` stores it. With several, each
+    /// becomes a top-level entry named by its last component, as tar does (in the order
+    /// given; with --format 2 sorted by name).
+    #[arg(required_unless_present = "files_from", value_name = "PATH")]
     dirs: Vec<PathBuf>,
+    /// Pack the paths listed in FILE ('-': stdin), one per line (with --null, each ended
+    /// by a NUL byte), as `tar -T`: each with everything below it, never following a
+    /// symlink, found in -C's directory (else the current one) and stored under the path
+    /// given (`./a/b` as `a/b`). The directories on the way to one are packed too, with
+    /// their own mode and time but only what leads to a listed path. A path with '..', or
+    /// an absolute one beside relative ones or with -C, is refused; absolute ones alone
+    /// are found from '/' and stored without it, as tar does. A listed path that is
+    /// missing is a warning (exit status 2). Entries come in name order, each once. Not with
+    /// PATH arguments.
+    #[arg(short = 'T', long, value_name = "FILE|-")]
+    files_from: Option<PathBuf>,
+    /// With -T, the names in FILE end with a NUL byte, not a newline (`find -print0`).
+    #[arg(short = '0', long, requires = "files_from")]
+    null: bool,
+    /// Pack only entries changed at or after DATE (their modification or status change
+    /// time, as `tar --newer`), and every directory, for the structure, whatever its
+    /// times. DATE: `2026-11-27`, `2026-11-27 14:30`, `2026-11-27T14:30:00+01:00` (local
+    /// time unless a zone is given), `@SECONDS` (since the epoch), or a file whose
+    /// modification time is the date: a path starting with '/' or '.' (`./stamp`), as tar
+    /// takes one.
+    #[arg(short = 'N', long, value_name = "DATE|FILE", group = "since")]
+    newer: Option<String>,
+    /// As --newer, looking at modification times only (`tar --newer-mtime`).
+    #[arg(long, value_name = "DATE|FILE", group = "since")]
+    newer_mtime: Option<String>,
+    /// Stay on each PATH's filesystem: a directory on another (a mount point) is packed
+    /// empty, its contents are not, as `tar --one-file-system` does (with -T: on -C's).
+    #[arg(short = 'x', long)]
+    one_file_system: bool,
     /// Where to write the archive ('-' for stdout, the default when it is not a terminal).
     ///
     /// A new file in FILE's directory takes the archive and is renamed over FILE only
@@ -53,7 +88,8 @@ pub struct PackArgs {
     /// -C's.
     #[arg(short, long, value_name = "FILE|-")]
     output: Option<PathBuf>,
-    /// Find the DIRs in this directory (tar's -C; the archive stays where -o says).
+    /// Find the PATHs (and -T's paths) in this directory (tar's -C; the archive stays
+    /// where -o says).
     #[arg(short = 'C', long = "directory", value_name = "DIR")]
     directory: Option<PathBuf>,
     /// Also record owners (numeric; with --format 2 their user and group names too, which
@@ -115,7 +151,31 @@ pub fn pack(args: PackArgs, cancel: &Cancel) -> Result<Exit> {
         _ => PackFormat::V2,
     };
     let exclude = Exclude::new(&args.exclude)?;
-    let pack = open_pack(&args.dirs, args.directory.as_deref(), cancel)?;
+    let newer = match (&args.newer, &args.newer_mtime) {
+        (Some(date), _) => Some(newer(date, false)?),
+        (_, Some(date)) => Some(newer(date, true)?),
+        _ => None,
+    };
+    if args.files_from.is_some() && !args.dirs.is_empty() {
+        bail!("give the paths to pack either as arguments or in -T's list, not both");
+    }
+    let directory = args.directory.as_deref();
+    // What a count of the inputs' bytes walks, for the progress line.
+    let (pack, sources): (_, Vec<PathBuf>) = match &args.files_from {
+        Some(list) => {
+            let (root, base, paths) = files_from(list, args.null, directory)?;
+            let sources = paths.iter().map(|p| base.join(bytes_path(p))).collect();
+            (Pack::inputs(vec![root])?.cancel(cancel.clone()), sources)
+        }
+        None => {
+            let sources = args
+                .dirs
+                .iter()
+                .map(|d| in_directory(directory, d))
+                .collect();
+            (open_pack(&args.dirs, directory, cancel)?, sources)
+        }
+    };
     let output = args.output.as_deref();
     let stdout = std::io::stdout();
     let file = match output {
@@ -127,6 +187,7 @@ pub fn pack(args: PackArgs, cancel: &Cancel) -> Result<Exit> {
     };
     let kind = file.as_ref().map(Output::kind);
     let progress = crate::report::progress(args.out, kind.is_none());
+    let exclude_again = exclude.clone();
     let mut pack = pack
         .progress(&progress)
         .archive(args.archive)
@@ -138,16 +199,32 @@ pub fn pack(args: PackArgs, cancel: &Cancel) -> Result<Exit> {
     if let Some(threads) = args.threads {
         pack = pack.threads(threads as usize);
     }
-    let (result, elapsed) = with_progress(
-        args.out,
-        &progress,
-        || None,
-        || match file {
-            Some(file) => pack.to_output(file),
-            None => pack.to_fd(stdout.as_fd()),
-        },
-    );
-    let inputs = args.dirs.iter().map(|d| shown_path(d)).collect::<Vec<_>>();
+    if let Some(newer) = newer {
+        pack = pack.newer(newer);
+    }
+    let pack = pack.one_file_system(args.one_file_system);
+    let total = Total::default();
+    let (result, elapsed) = std::thread::scope(|scope| {
+        // Not with --newer, which leaves out what the count cannot tell; without a thread
+        // to be had, progress has no total.
+        if newer.is_none() && shows_progress(args.out) {
+            let count = || total.count(&sources, exclude_again, args.one_file_system);
+            let _ = std::thread::Builder::new().spawn_scoped(scope, count);
+        }
+        with_progress(
+            args.out,
+            &progress,
+            || total.known(),
+            || match file {
+                Some(file) => pack.to_output(file),
+                None => pack.to_fd(stdout.as_fd()),
+            },
+        )
+    });
+    let inputs = match &args.files_from {
+        Some(list) => vec![format!("-T {}", shown_path(list))],
+        None => args.dirs.iter().map(|d| shown_path(d)).collect(),
+    };
     let packed = result
         .with_context(|| pack_failed(&inputs.join(", "), output, kind, progress.written()))?;
     for warning in &packed.warnings {
@@ -190,36 +267,183 @@ pub fn pack(args: PackArgs, cancel: &Cancel) -> Result<Exit> {
     })
 }
 
-/// The pack of `dirs` (found in `directory`, tar's -C): one DIR's entries at the top, or
-/// each of several as a top-level directory named by its last component.
+/// The pack of `paths` (found in `directory`, tar's -C): one directory's entries at the
+/// top, or each of several as a top-level directory named by its last component; a path
+/// that is no directory (nor a symlink to one) is an entry of its parent, at the top under
+/// its name.
 pub fn open_pack<'a>(
-    dirs: &[PathBuf],
+    paths: &[PathBuf],
     directory: Option<&Path>,
     cancel: &Cancel,
 ) -> Result<Pack<'a>> {
     let base = match directory {
-        Some(dir) => Some(
-            open(dir, DIR_FLAGS, Mode::empty())
-                .with_context(|| format!("cannot change to directory {}", shown_path(dir)))?,
-        ),
+        Some(dir) => Some(open_directory(dir)?),
         None => None,
     };
-    let open_input = |dir: &Path| {
-        let base = base.as_ref().map_or(CWD, |fd| fd.as_fd());
-        openat(base, dir, DIR_FLAGS, Mode::empty())
-            .with_context(|| format!("cannot open directory {}", shown_path(dir)))
-    };
-    let pack = match dirs {
-        [dir] => Pack::new(open_input(dir)?),
-        dirs => {
-            let roots = dirs
+    let base = base.as_ref().map_or(CWD, |fd| fd.as_fd());
+    let pack = match paths {
+        [path] => match open_input(base, path)? {
+            Input::Dir(fd) => Pack::new(fd),
+            Input::Entry(root) => Pack::inputs(vec![root])?,
+        },
+        paths => {
+            let roots = paths
                 .iter()
-                .map(|dir| Ok((top_name(dir)?, open_input(dir)?)))
+                .map(|path| match open_input(base, path)? {
+                    Input::Dir(fd) => Ok(Root::tree(top_name(path)?, fd)),
+                    Input::Entry(root) => Ok(root),
+                })
                 .collect::<Result<_>>()?;
-            Pack::named(roots)?
+            Pack::inputs(roots)?
         }
     };
     Ok(pack.cancel(cancel.clone()))
+}
+
+/// A path to pack, opened.
+enum Input {
+    /// A directory (or a symlink to one), open.
+    Dir(OwnedFd),
+    /// Anything else: its parent, with it as the one member.
+    Entry(Root),
+}
+
+/// Opens `path` (relative to `base`) as a directory, following a symlink the user named; a
+/// path that is something else is taken as it is, an entry of its parent.
+fn open_input(base: BorrowedFd<'_>, path: &Path) -> Result<Input> {
+    let opened = openat(base, path, DIR_FLAGS, Mode::empty());
+    let not_dir = |e| {
+        let stat = statat(base, path, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+        (e == Errno::NOTDIR || FileType::from_raw_mode(stat.st_mode) == FileType::Symlink)
+            .then_some(())
+    };
+    match opened {
+        Ok(fd) => Ok(Input::Dir(fd)),
+        Err(e) if not_dir(e).is_some() => {
+            let name = top_name(path)?;
+            let parent = match path.parent() {
+                Some(parent) if !parent.as_os_str().is_empty() => parent,
+                _ => Path::new("."),
+            };
+            let fd = openat(base, parent, DIR_FLAGS, Mode::empty())
+                .with_context(|| format!("cannot open directory {}", shown_path(parent)))?;
+            Ok(Input::Entry(Root::members(fd, Members::new([name])?)))
+        }
+        Err(e) => Err(anyhow::Error::new(std::io::Error::from(e)))
+            .with_context(|| format!("cannot open {}", shown_path(path))),
+    }
+}
+
+/// Opens -C's directory.
+fn open_directory(dir: &Path) -> Result<OwnedFd> {
+    open(dir, DIR_FLAGS, Mode::empty())
+        .with_context(|| format!("cannot change to directory {}", shown_path(dir)))
+}
+
+/// `path` as -C finds it.
+fn in_directory(directory: Option<&Path>, path: &Path) -> PathBuf {
+    directory.map_or_else(|| path.to_path_buf(), |dir| dir.join(path))
+}
+
+/// A path from a -T list.
+fn bytes_path(path: &[u8]) -> &Path {
+    Path::new(std::ffi::OsStr::from_bytes(path))
+}
+
+/// The root `pack -T LIST` packs (the paths in LIST below -C's directory, or below '/' when
+/// every one is absolute), that directory's path, and the paths as listed relative to it.
+fn files_from(
+    list: &Path,
+    null: bool,
+    directory: Option<&Path>,
+) -> Result<(Root, PathBuf, Vec<Vec<u8>>)> {
+    let text = match is_stdio(Some(list)) {
+        true => {
+            let mut text = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut text)
+                .context("cannot read the -T list from stdin")?;
+            text
+        }
+        false => std::fs::read(list)
+            .with_context(|| format!("cannot read the -T list {}", shown_path(list)))?,
+    };
+    let end = if null { b'\0' } else { b'\n' };
+    let mut paths: Vec<Vec<u8>> = (text.split(|&b| b == end))
+        .filter(|p| !p.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect();
+    let absolute = paths.iter().filter(|p| p.starts_with(b"/")).count();
+    let base = match (absolute, directory) {
+        (0, directory) => directory.unwrap_or(Path::new(".")).to_path_buf(),
+        (n, None) if n == paths.len() => {
+            note("removing the leading '/' from the listed paths, as tar does");
+            for path in &mut paths {
+                let slashes = path.iter().take_while(|&&b| b == b'/').count();
+                path.drain(..slashes);
+            }
+            PathBuf::from("/")
+        }
+        (_, Some(_)) => bail!("-T lists absolute paths: they cannot be found in -C's directory"),
+        _ => bail!(
+            "-T lists both absolute and relative paths: list them all from one directory \
+             (-C DIR and paths relative to it)"
+        ),
+    };
+    let fd = match directory.is_some() || absolute > 0 {
+        true => open_directory(&base)?,
+        false => {
+            open(".", DIR_FLAGS, Mode::empty()).context("cannot open the current directory")?
+        }
+    };
+    let members = Members::new(&paths).context("in the -T list")?;
+    Ok((Root::members(fd, members), base, paths))
+}
+
+/// `--newer DATE|FILE`: what it keeps. FILE is a path starting with '/' or '.', whose
+/// modification time is the date (tar's rule).
+fn newer(date: &str, mtime_only: bool) -> Result<Newer> {
+    let since = if date.starts_with(['/', '.']) {
+        let meta = std::fs::metadata(date)
+            .with_context(|| format!("cannot read the modification time of {date}"))?;
+        let time = meta.modified()?;
+        jiff::Timestamp::try_from(time)?
+    } else if let Some(seconds) = date.strip_prefix('@') {
+        let seconds: i64 = seconds
+            .parse()
+            .with_context(|| format!("{date}: not a number of seconds after '@'"))?;
+        jiff::Timestamp::from_second(seconds)?
+    } else {
+        parse_date(date).with_context(|| {
+            format!(
+                "{date}: not a date (2026-11-27, 2026-11-27 14:30, 2026-11-27T14:30:00Z, \
+                 @SECONDS) nor a file (name a file by a path starting with '/' or '.')"
+            )
+        })?
+    };
+    Ok(Newer {
+        since: tree::Timestamp {
+            sec: since.as_second(),
+            nsec: since.subsec_nanosecond() as u32,
+        },
+        mtime_only,
+    })
+}
+
+/// A date with a zone or offset (RFC 3339, RFC 9557), or a civil date and time in the
+/// local zone (a date alone: its midnight).
+fn parse_date(text: &str) -> Result<jiff::Timestamp> {
+    if let Ok(time) = text.parse::<jiff::Timestamp>() {
+        return Ok(time);
+    }
+    if let Ok(zoned) = text.parse::<jiff::ZonedDateTime>() {
+        return Ok(zoned.timestamp());
+    }
+    let zone = jiff::tz::TimeZone::system();
+    let zoned = match text.parse::<jiff::civil::DateTime>() {
+        Ok(civil) => civil.to_zoned_datetime(zone)?,
+        Err(_) => text.parse::<jiff::civil::Date>()?.to_zoned_datetime(zone)?,
+    };
+    Ok(zoned.timestamp())
 }
 
 /// The name of the top-level entry an input directory becomes: its last component.
@@ -305,7 +529,7 @@ pub fn unpack(
     let (result, elapsed) = with_progress(
         out,
         &progress,
-        || size,
+        || size.map(Known::Exact),
         || operation.land(&input, &mut destination, &progress),
     );
     let landed = result

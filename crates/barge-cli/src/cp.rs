@@ -2,7 +2,6 @@
 //! progress line whose total comes from a concurrent `du` of the sources.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
 use anyhow::{bail, Result};
@@ -17,8 +16,8 @@ use serde_json::{json, Map};
 
 use crate::archive::warn_not_restored;
 use crate::report::{
-    count_total, counted, error, exit_status, human_bytes, list_line, lists_on_stderr,
-    print_planned, shown_path, shows_progress, summary, warn, with_progress, Exit,
+    counted, error, exit_status, human_bytes, list_line, lists_on_stderr, print_planned,
+    shown_path, shows_progress, summary, warn, with_progress, Exit, Total,
 };
 use crate::OutputArgs;
 
@@ -75,6 +74,10 @@ pub struct CpArgs {
     /// SRC (a leading '/' anchors it); a trailing '/' matches directories only.
     #[arg(long, value_name = "PATTERN")]
     exclude: Vec<String>,
+    /// Stay on SRC's filesystem: a directory on another (a mount point) is copied empty,
+    /// its contents are not, as `cp -x` does.
+    #[arg(short = 'x', long)]
+    one_file_system: bool,
     /// Change nothing: print what would be copied (`copy`), replaced (`replace`) and
     /// removed (`delete`), one `VERB PATH` per line, sorted by PATH (its path in DEST; every
     /// directory that would be made is listed too).
@@ -172,6 +175,7 @@ pub(crate) fn plan(args: &CpArgs, cancel: &Cancel) -> Result<Plan> {
         .reflink(reflink)
         .exclude(exclude.clone())
         .threads(args.threads)
+        .one_file_system(args.one_file_system)
         .umask(0)
         .cancel(cancel.clone());
     let printer = Printer {
@@ -202,7 +206,7 @@ pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
     let progress = Progress::default();
     // Names of one file in several SRCs stay linked, as with cp -a.
     let linked = Linked::default();
-    let total = AtomicU64::new(0);
+    let total = Total::default();
     let mut done = CpSummary::default();
     let mut verified = Verified::default();
     // SRCs that could not be copied at all (each named); the others still are.
@@ -211,36 +215,40 @@ pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
         if shows_progress(args.out) {
             // Without a thread to be had, progress has no total.
             let _ = std::thread::Builder::new()
-                .spawn_scoped(scope, || count_total(srcs, exclude, &total));
+                .spawn_scoped(scope, || total.count(srcs, exclude, args.one_file_system));
         }
-        let known = || Some(total.load(Relaxed)).filter(|&t| t > 0);
-        with_progress(args.out, &progress, known, || {
-            for (src, target) in &targets {
-                let copied = match cp.run_linked(src, target, &linked, &progress, &printer) {
-                    Ok(copied) => copied,
-                    Err(e @ Error::Interrupted { .. }) => return Err(e.into()),
-                    Err(e) => {
-                        crate::report::failure(&e.into());
-                        failed += 1;
-                        continue;
+        with_progress(
+            args.out,
+            &progress,
+            || total.known(),
+            || {
+                for (src, target) in &targets {
+                    let copied = match cp.run_linked(src, target, &linked, &progress, &printer) {
+                        Ok(copied) => copied,
+                        Err(e @ Error::Interrupted { .. }) => return Err(e.into()),
+                        Err(e) => {
+                            crate::report::failure(&e.into());
+                            failed += 1;
+                            continue;
+                        }
+                    };
+                    done.add(&copied);
+                    if copied.stopped {
+                        bail!(
+                            "copy into {} stopped: it can take no more",
+                            shown_path(target)
+                        );
                     }
-                };
-                done.add(&copied);
-                if copied.stopped {
-                    bail!(
-                        "copy into {} stopped: it can take no more",
-                        shown_path(target)
-                    );
+                    if args.verify && !args.dry_run {
+                        let checked = cp.verify(src, target, &printer)?;
+                        verified.files += checked.files;
+                        verified.bytes += checked.bytes;
+                        verified.differences += checked.differences;
+                    }
                 }
-                if args.verify && !args.dry_run {
-                    let checked = cp.verify(src, target, &printer)?;
-                    verified.files += checked.files;
-                    verified.bytes += checked.bytes;
-                    verified.differences += checked.differences;
-                }
-            }
-            Ok(())
-        })
+                Ok(())
+            },
+        )
     });
     result?;
     done.counts.errors += failed;

@@ -1,7 +1,8 @@
 //! `barge du`: sizes and entry counts of trees, like `du -sb` with counts.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use barge::du::{Du, Subtotal, Totals, Usage};
@@ -10,7 +11,7 @@ use barge::sys::fds::raise_fd_limit;
 use barge::threads::Work;
 use serde_json::{json, Map, Value};
 
-use crate::report::{counted, error, exit_status, human_bytes, json_path, note, warn, Exit};
+use crate::report::{counted, error, exit_status, human_bytes, json_path, shown_path, warn, Exit};
 
 /// The totals of everything below `paths` (each inode once), on up to `threads` threads;
 /// what cannot be read counts as nothing.
@@ -18,7 +19,9 @@ pub(crate) fn totals_below(paths: &[PathBuf], exclude: Exclude, threads: usize) 
     let du = Du::new().threads(threads).exclude(exclude);
     let mut all = Totals::default();
     for usage in du.run(paths).filter_map(|usage| usage.ok()) {
-        all.add(&usage.totals);
+        if !usage.counted_before {
+            all.add(&usage.totals);
+        }
     }
     all
 }
@@ -28,16 +31,16 @@ pub(crate) fn totals_below(paths: &[PathBuf], exclude: Exclude, threads: usize) 
 macro_rules! differences {
     () => {
         "\
-Output: one line per PATH, SIZE<TAB>N files<TAB>N dirs<TAB>N other<TAB>PATH, and a total line
-for several PATHs; SIZE equals `du -sb PATH` (with --disk-usage, `du -s -B1 PATH`), files equal
-`find PATH -type f -links 1` plus one per distinct hard-linked inode, dirs count PATH itself.
-With -h, SIZE says which it is: `1.5 MiB apparent` (`du -sh --apparent-size`), or with
---disk-usage `1.6 MiB on disk` (`du -sh`).
+Output: one line per PATH in aligned columns, SIZE  N files  N dirs  N other  PATH, and a
+total line for several PATHs; SIZE equals `du -sb PATH` (with --disk-usage, `du -s -B1 PATH`),
+files equal `find PATH -type f -links 1` plus one per distinct hard-linked inode, dirs count
+PATH itself. With -h, SIZE says which it is: `1.5 MiB apparent` (`du -sh --apparent-size`), or
+with --disk-usage `1.6 MiB on disk` (`du -sh`). For scripts, --json.
 
 Differences from GNU du:
   - with several PATHs, every inode is counted once over all of them, as du does, but a PATH
-    already counted (inside an earlier PATH) is printed with 0 and named in a note on stderr,
-    where du leaves it out;
+    inside an earlier one is shown with its own size and marked `(inside EARLIER, counted
+    there)`, not added to the total again, where du leaves it out;
   - with --depth, a file hard-linked from two directories counts in whichever the parallel
     walk reaches first (du: the first in its own order); totals are the same;
   - -h prints binary units with one decimal (`1.5 MiB`);
@@ -111,7 +114,9 @@ pub fn du(args: DuArgs) -> Result<Exit> {
     let (mut errors, mut named) = (0u64, 0u64);
     let mut failed = false;
     let mut results = Vec::new();
-    for usage in du.run(&paths) {
+    // The text lines' columns, aligned once all are known.
+    let mut rows = Vec::new();
+    for (i, usage) in du.run(&paths).enumerate() {
         let usage = match usage {
             Ok(usage) => usage,
             Err(e) => {
@@ -122,12 +127,6 @@ pub fn du(args: DuArgs) -> Result<Exit> {
                 continue;
             }
         };
-        if usage.counted_before && !args.json {
-            let path = barge::error::escape_bytes(&usage.subtotals[0].path.0);
-            note(format_args!(
-                "{path}: counted already, in an earlier PATH (shown as 0)"
-            ));
-        }
         for e in &usage.errors {
             if named < barge::du::NAMED_ERRORS as u64 {
                 warn(e);
@@ -135,11 +134,27 @@ pub fn du(args: DuArgs) -> Result<Exit> {
             }
         }
         errors += usage.error_count;
-        total.add(&usage.totals);
+        let within = match usage.counted_before {
+            true => Some(earlier(&paths[..i], &usage)),
+            false => {
+                total.add(&usage.totals);
+                None
+            }
+        };
         if args.json {
             results.push(json_usage(&args, &usage));
         } else {
-            print_usage(&args, &usage, &mut stdout)?;
+            for sub in shown(&args, &usage) {
+                let mark = within
+                    .as_ref()
+                    .filter(|_| sub.path == usage.subtotals[0].path);
+                rows.push(row(
+                    &args,
+                    &sub.totals,
+                    &sub.path.0,
+                    mark.map(String::as_str),
+                ));
+            }
         }
     }
     if errors > named {
@@ -149,8 +164,13 @@ pub fn du(args: DuArgs) -> Result<Exit> {
         let mut all = json_totals(&total);
         all.insert("errors".into(), json!(errors));
         writeln!(stdout, "{}", json!({"paths": results, "total": all}))?;
-    } else if paths.len() > 1 {
-        writeln!(stdout, "{}", line(&args, &total, b"total"))?;
+    } else {
+        if paths.len() > 1 {
+            rows.push(row(&args, &total, b"total", None));
+        }
+        for line in aligned(&rows) {
+            writeln!(stdout, "{line}")?;
+        }
     }
     Ok(match (failed, errors) {
         (true, _) => Exit::Error,
@@ -168,22 +188,71 @@ fn size(args: &DuArgs, totals: &Totals) -> u64 {
     }
 }
 
-/// `SIZE<TAB>N files<TAB>N dirs<TAB>N other<TAB>PATH` (`1 file`, `1 dir`); with -h, SIZE
-/// right-aligned and labelled with its basis.
-fn line(args: &DuArgs, totals: &Totals, path: &[u8]) -> String {
+/// The columns of a line: SIZE, N and `files`, N and `dirs`, N and `other`, PATH (and,
+/// inside an earlier PATH, which); with -h, SIZE labelled with its basis.
+fn row(args: &DuArgs, totals: &Totals, path: &[u8], within: Option<&str>) -> [String; 8] {
     let size = size(args, totals);
     let size = match (args.human_readable, args.disk_usage) {
         (false, _) => size.to_string(),
-        (true, false) => format!("{:>10} apparent", human_bytes(size)),
-        (true, true) => format!("{:>10} on disk", human_bytes(size)),
+        (true, false) => format!("{} apparent", human_bytes(size)),
+        (true, true) => format!("{} on disk", human_bytes(size)),
     };
-    format!(
-        "{size}\t{}\t{}\t{} other\t{}",
-        counted(totals.files, "files"),
-        counted(totals.dirs, "dirs"),
-        totals.other,
-        barge::error::escape_bytes(path)
-    )
+    let noun = |n: u64, plural: &str| counted(n, plural).split_once(' ').unwrap().1.to_string();
+    let mut path = barge::error::escape_bytes(path);
+    if let Some(earlier) = within {
+        path.push_str(&format!("  (inside {earlier}, counted there)"));
+    }
+    [
+        size,
+        totals.files.to_string(),
+        noun(totals.files, "files"),
+        totals.dirs.to_string(),
+        noun(totals.dirs, "dirs"),
+        totals.other.to_string(),
+        "other".into(),
+        path,
+    ]
+}
+
+/// The lines of `rows`, their columns aligned: numbers to the right, words to the left, two
+/// spaces between columns (one between a count and its word), the path last, unpadded.
+fn aligned(rows: &[[String; 8]]) -> Vec<String> {
+    let width = |i: usize| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..8).map(width).collect();
+    let w = |i: usize| widths[i];
+    rows.iter()
+        .map(|r| {
+            format!(
+                "{:>a$}  {:>b$} {:<c$}  {:>d$} {:<e$}  {:>f$} {}  {}",
+                r[0],
+                r[1],
+                r[2],
+                r[3],
+                r[4],
+                r[5],
+                r[6],
+                r[7],
+                a = w(0),
+                b = w(1),
+                c = w(2),
+                d = w(3),
+                e = w(4),
+                f = w(5),
+            )
+        })
+        .collect()
+}
+
+/// The PATH among `earlier` that `usage`'s PATH, counted already, lies inside: the first
+/// whose real path is its own or above it (as the user named it), else `an earlier PATH`.
+fn earlier(earlier: &[PathBuf], usage: &Usage) -> String {
+    let path = Path::new(std::ffi::OsStr::from_bytes(&usage.subtotals[0].path.0));
+    let real = path.canonicalize().ok();
+    (earlier.iter())
+        .find(|p| {
+            (real.as_ref()).is_some_and(|real| p.canonicalize().is_ok_and(|a| real.starts_with(a)))
+        })
+        .map_or("an earlier PATH".into(), |p| shown_path(p))
 }
 
 /// The subtotals to show: the PATH alone, or with `--depth` every directory, largest first.
@@ -195,13 +264,6 @@ fn shown<'a>(args: &DuArgs, usage: &'a Usage) -> Vec<&'a Subtotal> {
             .then_with(|| a.path.0.cmp(&b.path.0))
     });
     shown
-}
-
-fn print_usage(args: &DuArgs, usage: &Usage, out: &mut impl Write) -> Result<()> {
-    for sub in shown(args, usage) {
-        writeln!(out, "{}", line(args, &sub.totals, &sub.path.0))?;
-    }
-    Ok(())
 }
 
 fn json_totals(totals: &Totals) -> Map<String, Value> {

@@ -255,7 +255,7 @@ pub struct OutputArgs {
     #[arg(short, long)]
     quiet: bool,
     /// Show the progress line even when stderr is not a terminal (then as a new line each
-    /// second, for logs).
+    /// second, for logs, starting with the time elapsed: `[1:05]`).
     #[arg(long, overrides_with = "no_progress")]
     progress: bool,
     /// Never show the progress line.
@@ -265,7 +265,8 @@ pub struct OutputArgs {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Pack the tree below DIR (or several DIRs) into an archive.
+    /// Pack the tree below DIR (or a file, several PATHs, or the paths -T lists) into an
+    /// archive.
     ///
     /// Records directories, regular files, symlinks, hard links and fifos with all their
     /// permission bits (setuid, setgid, sticky too) and modification times to the

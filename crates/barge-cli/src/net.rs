@@ -4,7 +4,6 @@ use std::fs::File;
 use std::io::{IsTerminal, Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -20,8 +19,8 @@ use serde_json::{json, Map, Value};
 
 use crate::archive::{open_pack, warn_not_restored};
 use crate::report::{
-    count_total, counted, error_fields, human_bytes, log_line, print_planned, shown_path,
-    shows_progress, summary, warn, with_progress, Exit,
+    counted, error_fields, human_bytes, log_line, print_planned, shown_path, shows_progress,
+    summary, warn, with_progress, Exit, Total,
 };
 use crate::{LimitArgs, OutputArgs, RestoreArgs};
 
@@ -252,7 +251,7 @@ pub fn send(args: SendArgs, cancel: &Cancel) -> Result<Exit> {
         .connections(args.connections)
         .cancel(cancel.clone());
     let progress = crate::report::progress(args.out, false);
-    let total = AtomicU64::new(0);
+    let total = Total::default();
     let exclude = Exclude::new(&args.exclude)?;
     if args.dry_run {
         return dry_run(&args, dirs, &operation, exclude, &address, cancel);
@@ -261,26 +260,30 @@ pub fn send(args: SendArgs, cancel: &Cancel) -> Result<Exit> {
         if args.from_archive.is_none() && shows_progress(args.out) {
             let exclude = exclude.clone();
             // Without a thread to be had, progress has no total.
-            let counting = || count_total(dirs, exclude, &total);
+            let counting = || total.count(dirs, exclude, false);
             let _ = std::thread::Builder::new().spawn_scoped(scope, counting);
         }
-        let known = || Some(total.load(Relaxed)).filter(|&t| t > 0);
-        with_progress(args.out, &progress, known, || -> Result<Sent> {
-            let sent = match &args.from_archive {
-                Some(path) => {
-                    let mut input = open_archive(path)?;
-                    operation.run(Payload::Archive(&mut *input), &progress)
-                }
-                None => {
-                    let pack = open_pack(dirs, None, cancel)?
-                        .progress(&progress)
-                        .archive(args.archive)
-                        .exclude(exclude.clone());
-                    operation.run(Payload::Pack(pack), &progress)
-                }
-            };
-            sent.map_err(|e| retry_hint(e, &address))
-        })
+        with_progress(
+            args.out,
+            &progress,
+            || total.known(),
+            || -> Result<Sent> {
+                let sent = match &args.from_archive {
+                    Some(path) => {
+                        let mut input = open_archive(path)?;
+                        operation.run(Payload::Archive(&mut *input), &progress)
+                    }
+                    None => {
+                        let pack = open_pack(dirs, None, cancel)?
+                            .progress(&progress)
+                            .archive(args.archive)
+                            .exclude(exclude.clone());
+                        operation.run(Payload::Pack(Box::new(pack)), &progress)
+                    }
+                };
+                sent.map_err(|e| retry_hint(e, &address))
+            },
+        )
     });
     let sent = result?;
     let mut exit = Exit::Success;

@@ -3,11 +3,14 @@
 
 use std::fmt::Display;
 use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use barge::du::Du;
 use barge::exclude::Exclude;
 use barge::{Progress, TreePath};
 use serde_json::{json, Map, Value};
@@ -217,14 +220,16 @@ pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
 }
 
 /// Runs `work` while a progress line is refreshed on stderr, once the work has run for a
-/// second: on a terminal (or anywhere with `--progress`: then a new line each second), and
-/// never with `--no-progress` or `-q`. With the `total` bytes known (asked each time, as a
-/// concurrent count may find it) it shows how far along the work is and how long the rest
-/// should take. Returns the result and the elapsed time.
+/// second: on a terminal (or anywhere with `--progress`: then a new line each second, for
+/// logs, starting with the time elapsed), and never with `--no-progress` or `-q`. With the
+/// `total` bytes known (asked each time, as a concurrent count may find it) it shows how
+/// far along the work is and how long the rest should take; while that count is under way,
+/// as an estimate (`~`) from what it counted so far. Returns the result and the elapsed
+/// time.
 pub fn with_progress<T>(
     out: OutputArgs,
     progress: &Progress,
-    total: impl Fn() -> Option<u64> + Sync,
+    total: impl Fn() -> Option<Known> + Sync,
     work: impl FnOnce() -> T,
 ) -> (T, Duration) {
     let start = Instant::now();
@@ -248,7 +253,7 @@ pub fn with_progress<T>(
                 let line = progress_line(progress.entries(), progress.bytes(), total(), elapsed);
                 match terminal {
                     true => to_stderr(&format!("\r\x1b[K{line}")),
-                    false => log_line!("{line}"),
+                    false => log_line!("[{}] {line}", clock(elapsed.as_secs())),
                 }
                 shown = true;
                 next = match terminal {
@@ -267,15 +272,47 @@ pub fn with_progress<T>(
     (result, start.elapsed())
 }
 
-/// Sums the bytes below `srcs` into `total`: the progress line's total for cp and send,
-/// counted on a thread of its own while they work.
-pub fn count_total(srcs: &[std::path::PathBuf], exclude: Exclude, total: &AtomicU64) {
-    barge::interrupt::keep_signals_off_this_thread();
-    let threads = barge::threads::Work::Background.threads();
-    total.store(
-        crate::du::totals_below(srcs, exclude, threads).bytes,
-        Ordering::Relaxed,
-    );
+/// What a progress line knows of the total bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Known {
+    /// All of them (an archive's size, a finished count).
+    Exact(u64),
+    /// At least these (a count under way).
+    AtLeast(u64),
+}
+
+/// A progress line's total for cp, send and pack: the bytes below the sources, counted by a
+/// `du` on a thread of its own ([`Total::count`]) while they work, and known as far as it
+/// has counted.
+#[derive(Debug, Default)]
+pub struct Total {
+    counted: Arc<Progress>,
+    done: AtomicBool,
+}
+
+impl Total {
+    /// Counts the bytes below `srcs` (each inode once), leaving out what `exclude` matches
+    /// and, with `one_file_system`, what lies on other filesystems than each SRC's.
+    pub fn count(&self, srcs: &[PathBuf], exclude: Exclude, one_file_system: bool) {
+        barge::interrupt::keep_signals_off_this_thread();
+        let du = Du::new()
+            .threads(barge::threads::Work::Background.threads())
+            .exclude(exclude)
+            .one_file_system(one_file_system)
+            .tally(self.counted.clone());
+        du.run(srcs).for_each(drop);
+        self.done.store(true, Ordering::Relaxed);
+    }
+
+    /// What is known of the total so far (nothing before the count found a byte).
+    pub fn known(&self) -> Option<Known> {
+        let bytes = self.counted.bytes();
+        match self.done.load(Ordering::Relaxed) {
+            true => Some(Known::Exact(bytes)),
+            false => Some(Known::AtLeast(bytes)),
+        }
+        .filter(|_| bytes > 0)
+    }
 }
 
 /// Whether [`with_progress`] shows a progress line: not on a terminal where `-v` lists
@@ -319,28 +356,41 @@ pub fn progress(out: OutputArgs, stdout_is_data: bool) -> Progress {
     })
 }
 
-/// `42% 1.2 GiB, 1234 entries, 150.0 MiB/s, 0:11 left` (without a `total`, from the entries
-/// on). The total is an archive's size, which holds a little more than the content counted,
-/// so the line says 99% at most.
-fn progress_line(entries: u64, bytes: u64, total: Option<u64>, elapsed: Duration) -> String {
+/// `42% 1234 entries, 1.2 GiB (150.0 MiB/s), 0:11 left` (without a `total`, from the
+/// entries on; with a total under count, `~42%` and `~0:11 left`, and nothing once the work
+/// has passed what was counted). The total is an archive's size, which holds a little more
+/// than the content counted, or the content, so the line says 99% at most.
+fn progress_line(entries: u64, bytes: u64, total: Option<Known>, elapsed: Duration) -> String {
     let rate = bytes as f64 / elapsed.as_secs_f64();
-    let mut line = format!(
+    let line = format!(
         "{entries} entries, {} ({}/s)",
         human_bytes(bytes),
         human_bytes(rate as u64)
     );
-    if let Some(total) = total.filter(|&t| t > 0) {
-        let percent = (bytes.saturating_mul(100) / total).min(99);
-        let left = match rate > 0.0 {
-            true => {
-                let seconds = (total.saturating_sub(bytes) as f64 / rate).ceil() as u64;
-                format!("{}:{:02} left", seconds / 60, seconds % 60)
-            }
-            false => "time left unknown".into(),
-        };
-        line = format!("{percent:>2}% {line}, {left}");
+    let (total, about) = match total {
+        Some(Known::Exact(total)) if total > 0 => (total, ""),
+        Some(Known::AtLeast(total)) if total > bytes => (total, "~"),
+        _ => return line,
+    };
+    let percent = (bytes.saturating_mul(100) / total).min(99);
+    let left = match rate > 0.0 {
+        true => {
+            let seconds = (total.saturating_sub(bytes) as f64 / rate).ceil() as u64;
+            format!("{about}{} left", clock(seconds))
+        }
+        false => "time left unknown".into(),
+    };
+    let percent = format!("{about}{percent}%");
+    format!("{percent:>3} {line}, {left}")
+}
+
+/// `M:SS`, or `H:MM:SS` from an hour on.
+fn clock(seconds: u64) -> String {
+    let (h, m, s) = (seconds / 3600, seconds / 60 % 60, seconds % 60);
+    match h {
+        0 => format!("{m}:{s:02}"),
+        h => format!("{h}:{m:02}:{s:02}"),
     }
-    line
 }
 
 /// Formats a byte count with binary units (`1.5 MiB`).
@@ -428,7 +478,21 @@ pub fn json_path(fields: &mut Map<String, Value>, key: &str, path: &[u8]) {
 
 #[cfg(test)]
 mod tests {
-    use super::counted;
+    use super::*;
+
+    #[test]
+    fn a_total_under_count_is_an_estimate_until_the_work_passes_it() {
+        let second = Duration::from_secs(1);
+        let exact = progress_line(3, 25, Some(Known::Exact(100)), second);
+        assert_eq!(exact, "25% 3 entries, 25 B (25 B/s), 0:03 left");
+        let early = progress_line(3, 25, Some(Known::AtLeast(50)), second);
+        assert_eq!(early, "~50% 3 entries, 25 B (25 B/s), ~0:01 left");
+        let early = progress_line(3, 2, Some(Known::AtLeast(50)), second);
+        assert_eq!(early, "~4% 3 entries, 2 B (2 B/s), ~0:24 left");
+        let passed = progress_line(3, 25, Some(Known::AtLeast(20)), second);
+        assert_eq!(passed, "3 entries, 25 B (25 B/s)");
+        assert_eq!(clock(3725), "1:02:05");
+    }
 
     #[test]
     fn one_is_said_in_the_singular() {

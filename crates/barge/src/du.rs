@@ -17,7 +17,7 @@ use std::collections::HashSet;
 use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use rustix::fs::{openat, statx, AtFlags, FileType, Mode, Statx, CWD};
 use rustix::io::Errno;
@@ -33,6 +33,7 @@ use crate::tree::{Entry, STATX_MASK};
 use crate::walk::parallel::{
     Dir, ParallelVisitor, ParallelVisitorBuilder, WalkParallel, WalkState,
 };
+use crate::Progress;
 
 /// How many errors a [`Usage`] keeps in full (the others are only counted).
 pub const NAMED_ERRORS: usize = 8;
@@ -100,8 +101,9 @@ pub struct Usage {
     pub errors: Vec<Error>,
     /// How many entries could not be measured or read.
     pub error_count: u64,
-    /// The PATH was counted already, as part of an earlier PATH (or the same one given
-    /// twice): its totals are zero.
+    /// The PATH is a directory counted already, inside an earlier PATH (or the same one
+    /// given twice): its totals are its own, measured apart, and belong to no total over
+    /// the PATHs.
     pub counted_before: bool,
 }
 
@@ -113,6 +115,7 @@ pub struct Du {
     threads: usize,
     exclude: Exclude,
     cancel: Cancel,
+    tally: Option<Arc<Progress>>,
 }
 
 impl Default for Du {
@@ -124,6 +127,7 @@ impl Default for Du {
             threads: Work::Walk.threads(),
             exclude: Exclude::default(),
             cancel: Cancel::new(),
+            tally: None,
         }
     }
 }
@@ -159,6 +163,13 @@ impl Du {
         self
     }
 
+    /// Adds the bytes it counts to `tally` as it goes (each directory's once it is listed):
+    /// a progress line's total while the count is under way.
+    pub fn tally(mut self, tally: Arc<Progress>) -> Du {
+        self.tally = Some(tally);
+        self
+    }
+
     /// Uses at most `threads` worker threads (see [`WalkParallel::threads`]).
     pub fn threads(mut self, threads: usize) -> Du {
         self.threads = threads;
@@ -166,7 +177,8 @@ impl Du {
     }
 
     /// Measures each of `paths` in turn (symlinks are measured, not followed). With several
-    /// PATHs every inode is counted once over all of them, as du does; with one, only files
+    /// PATHs every inode is counted once over all of them, as du does (a directory PATH
+    /// counted already is measured apart: [`Usage::counted_before`]); with one, only files
     /// with several links are remembered. A PATH's result fails only when the PATH itself
     /// cannot be reached; problems below it are reported in its [`Usage`].
     pub fn run<'a, P: AsRef<Path>>(
@@ -186,20 +198,23 @@ impl Du {
     fn measure(&self, path: &Path, seen: &Seen) -> Result<Usage> {
         let name = path.as_os_str().as_bytes();
         let whole = |e| Error::io("statx", TreePath(name.to_vec()), e);
+        let apart = Seen::default();
+        let mut counted_before = false;
         let count = match openat(CWD, path, DIR_FLAGS, Mode::empty()) {
             Ok(fd) => {
                 let stat = statx(&fd, "", AtFlags::EMPTY_PATH, STATX_MASK).map_err(whole)?;
-                let count = Count::new(self, seen, &stat);
-                if seen.counts_dir(inode_key(&stat)) {
-                    let slot = count.slot(0, name.to_vec());
-                    let mut totals = Totals::default();
-                    totals.count(&stat);
-                    count.add(slot, &totals);
-                    WalkParallel::new(fd, name)
-                        .threads(self.threads)
-                        .exclude(self.exclude.clone())
-                        .visit(&mut &count, slot);
-                }
+                // A directory counted already (inside an earlier PATH) is measured on its
+                // own, apart from the inodes counted over all PATHs.
+                counted_before = !seen.counts_dir(inode_key(&stat));
+                let count = Count::new(self, if counted_before { &apart } else { seen }, &stat);
+                let slot = count.slot(0, name.to_vec());
+                let mut totals = Totals::default();
+                totals.count(&stat);
+                count.add(slot, &totals);
+                WalkParallel::new(fd, name)
+                    .threads(self.threads)
+                    .exclude(self.exclude.clone())
+                    .visit(&mut &count, slot);
                 count
             }
             Err(open) => {
@@ -216,20 +231,15 @@ impl Du {
             }
         };
         self.cancel.check()?;
-        let mut usage = count.finish();
-        if usage.subtotals.is_empty() {
-            // Skipped: seen in an earlier PATH.
-            usage.counted_before = true;
-            usage.subtotals.push(Subtotal {
-                path: TreePath(name.to_vec()),
-                totals: Totals::default(),
-            });
-        }
-        Ok(usage)
+        Ok(Usage {
+            counted_before,
+            ..count.finish()
+        })
     }
 }
 
-/// The inodes counted so far in one [`Du::run`].
+/// The inodes counted so far in one [`Du::run`] (or in one PATH measured apart).
+#[derive(Default)]
 struct Seen {
     /// Every inode is remembered (several PATHs), not only those with several links.
     all: bool,
@@ -316,6 +326,9 @@ impl<'a> Count<'a> {
     }
 
     fn add(&self, slot: usize, totals: &Totals) {
+        if let Some(tally) = &self.du.tally {
+            tally.add_bytes(totals.bytes);
+        }
         self.slots.lock().expect("no panics")[slot]
             .totals
             .add(totals);
@@ -470,7 +483,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn counts_hard_links_once_keeps_subtotals_and_skips_paths_seen() {
+    fn counts_hard_links_once_keeps_subtotals_and_measures_paths_seen_apart() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         fs::create_dir_all(root.join("d/e")).unwrap();
@@ -496,8 +509,9 @@ mod tests {
         );
         // d holds g, e and the symlink: h is f, counted with the root, listed before d.
         assert_eq!(counts(&whole.subtotals[1].totals), (1, 2, 1));
-        // d again: every inode in it was counted with the first PATH.
-        assert_eq!(usages[1].totals, Totals::default());
+        // d again: counted with the first PATH, so measured apart, h with the rest.
+        assert!(usages[1].counted_before && !whole.counted_before);
+        assert_eq!(counts(&usages[1].totals), (2, 2, 1));
         assert_eq!(usages[1].subtotals[0].path.0, sub.as_os_str().as_bytes());
     }
 }

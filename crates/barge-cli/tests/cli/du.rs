@@ -167,8 +167,8 @@ fn depth_subtotals_match_du_d() {
         let lines: Vec<(u64, &str)> = text
             .lines()
             .map(|l| {
-                let fields: Vec<&str> = l.split('\t').collect();
-                (fields[0].parse().unwrap(), fields[4])
+                let (size, path) = columns(l);
+                (size.parse().unwrap(), path)
             })
             .collect();
         assert!(
@@ -190,20 +190,20 @@ fn disk_usage_and_human_readable_text() {
     assert_eq!(first_number(&text), want, "{text}");
     let [_, _, files, dirs, other] = gnu(dir.path());
     let expected_tail = format!(
-        "\t{files} files\t{dirs} dirs\t{other} other\t{}\n",
+        "  {files} files  {dirs} dirs  {other} other  {}\n",
         dir.path().display()
     );
     assert!(text.ends_with(&expected_tail), "{text}");
-    // -h labels its basis and right-aligns the size.
+    // -h labels its basis.
     let out = run_ok(barge(["du", "-h"]).arg(dir.path()), None);
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(
-        text.starts_with("  64.") && text.contains(" MiB apparent\t"),
+        text.starts_with("64.") && text.contains(" MiB apparent  "),
         "{text}"
     );
     let out = run_ok(barge(["du", "-h", "--disk-usage"]).arg(dir.path()), None);
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains(" MiB on disk\t"), "{text}");
+    assert!(text.contains(" MiB on disk  "), "{text}");
 }
 
 /// One file and one directory are said in the singular.
@@ -213,7 +213,7 @@ fn one_file_and_one_dir_are_singular() {
     fs::write(dir.path().join("f"), b"12345").unwrap();
     let out = run_ok(barge(["du"]).arg(dir.path()), None);
     let text = String::from_utf8(out.stdout).unwrap();
-    let want = format!("\t1 file\t1 dir\t0 other\t{}\n", dir.path().display());
+    let want = format!("  1 file  1 dir  0 other  {}\n", dir.path().display());
     assert!(text.ends_with(&want), "{text}");
 }
 
@@ -232,7 +232,8 @@ fn several_paths_count_each_inode_once_like_du() {
     let mut du = Command::new("du");
     du.arg("-sbc").args(paths);
     let du = String::from_utf8(run_ok(&mut du, None).stdout).unwrap();
-    // du leaves out the PATHs it has already counted; barge shows them with 0 bytes.
+    // du leaves out the PATHs it has already counted; barge shows them with their own
+    // sizes, out of the total.
     let du = parse_du(&du);
     assert_eq!(json["total"]["bytes"].as_u64(), Some(du["total"]));
     let per_path: Vec<u64> = (0..4)
@@ -240,20 +241,56 @@ fn several_paths_count_each_inode_once_like_du() {
         .collect();
     assert_eq!(per_path[0], du[a.to_str().unwrap()]);
     assert_eq!(per_path[1], du[nested.to_str().unwrap()]);
-    assert_eq!(&per_path[2..], &[0, 0]);
+    assert_eq!(per_path[2], first_number(&sh(r#"du -sb "$1""#, &sub)));
+    assert_eq!(per_path[3], per_path[0]);
     let before: Vec<bool> = (0..4)
         .map(|i| json["paths"][i]["counted_before"].as_bool().unwrap())
         .collect();
     assert_eq!(before, [false, false, true, true]);
-    // In text, a note names each PATH shown as 0.
+    // In text, each PATH counted already names the PATH it lies in.
     let out = run_ok(barge(["du"]).args(paths), None);
-    let stderr = String::from_utf8(out.stderr).unwrap();
-    let notes: Vec<&str> = stderr.lines().filter(|l| l.contains("note:")).collect();
-    assert_eq!(notes.len(), 2, "{stderr}");
-    assert!(notes[0].contains(sub.to_str().unwrap()), "{stderr}");
-    assert!(notes[1].contains(a.to_str().unwrap()), "{stderr}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let a = a.to_str().unwrap();
+    assert_eq!(lines.len(), 5, "{text}");
+    assert!(!lines[1].contains("inside"), "{text}");
+    let inside = format!("  (inside {a}, counted there)");
+    assert!(
+        lines[2].ends_with(&format!("{}{inside}", sub.display())),
+        "{text}"
+    );
+    assert!(lines[3].ends_with(&format!("{a}{inside}")), "{text}");
+    assert_eq!(
+        columns(lines[4]),
+        (du["total"].to_string().as_str(), "total")
+    );
 }
 
+/// A nested PATH (today's complaint: `barge du a a/b` printed "0 0 files") is measured on
+/// its own, marked, and left out of the total; the columns line up.
+#[test]
+fn a_nested_path_shows_its_own_size_marked_and_the_columns_align() {
+    let dir = tempdir();
+    let a = dir.path().join("a");
+    fs::create_dir_all(a.join("b")).unwrap();
+    fs::write(a.join("b/big"), vec![7u8; 123_456]).unwrap();
+    fs::write(a.join("f"), b"12345").unwrap();
+    let out = run_ok(
+        barge(["du"]).current_dir(dir.path()).args(["a", "a/b"]),
+        None,
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let b = first_number(&sh(r#"du -sb "$1""#, &a.join("b")));
+    let all = first_number(&sh(r#"du -sb "$1""#, &a));
+    let want = format!(
+        "{all:>6}  2 files  2 dirs  0 other  a\n\
+         {b:>6}  1 file   1 dir   0 other  a/b  (inside a, counted there)\n\
+         {all:>6}  2 files  2 dirs  0 other  total\n"
+    );
+    assert_eq!(text, want, "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+}
 #[test]
 fn symlink_and_file_paths_are_measured_not_followed() {
     let dir = tempdir();
@@ -362,6 +399,12 @@ fn one_file_system_skips_mounts_like_du_x() {
     );
     assert_eq!(whole["total"]["bytes"].as_u64(), Some(all));
     assert_eq!(x["total"]["bytes"].as_u64(), Some(same_fs), "{stderr}");
+}
+
+/// The SIZE and PATH columns of a `barge du` line (`SIZE  N files  N dirs  N other  PATH`).
+fn columns(line: &str) -> (&str, &str) {
+    let size = line.split_whitespace().next().unwrap();
+    (size, line.split_once(" other  ").unwrap().1)
 }
 
 /// Parses du's `SIZE<TAB>PATH` lines into a map from path to size.

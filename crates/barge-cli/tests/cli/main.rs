@@ -17,6 +17,7 @@ mod mpi;
 mod net;
 mod offset;
 mod pack;
+mod pack_inputs;
 mod paths;
 mod redteam;
 mod restore;

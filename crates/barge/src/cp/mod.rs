@@ -253,6 +253,7 @@ pub struct Cp {
     cancel: Cancel,
     /// The umask copies are created under.
     umask: u32,
+    one_file_system: bool,
 }
 
 impl Default for Cp {
@@ -272,6 +273,7 @@ impl Default for Cp {
             part: Part::Whole,
             cancel: Cancel::new(),
             umask: crate::root::process_umask(),
+            one_file_system: false,
         }
     }
 }
@@ -280,6 +282,13 @@ impl Cp {
     /// A copy with the defaults (see [`Cp::default`]).
     pub fn new() -> Cp {
         Cp::default()
+    }
+
+    /// Copies a directory on another filesystem than its SRC's as an empty directory (a
+    /// mount point is kept, its contents are not: `cp -x`).
+    pub fn one_file_system(mut self, yes: bool) -> Cp {
+        self.one_file_system = yes;
+        self
     }
 
     /// Also copies owners, extended attributes (ACLs too) and devices, as far as the
@@ -419,6 +428,7 @@ impl Cp {
             WalkParallel::new(fd, src_name)
                 .threads(self.threads)
                 .exclude(self.exclude.clone())
+                .one_file_system(self.one_file_system)
                 .visit(&mut Builder(&shared), root);
         } else {
             let (src_dir, src_entry) = split(src)?;

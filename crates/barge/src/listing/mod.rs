@@ -32,6 +32,7 @@ use crate::format::MAX_NAME;
 use crate::sys::DIR_FLAGS;
 use crate::tree::{Kind, Meta, Owner, Timestamp, STATX_MASK};
 use crate::walk::parallel::WalkParallel;
+use crate::walk::Root;
 
 /// The first bytes of a listing: its magic and version 3; the last byte is its flags.
 const HEADER: [u8; 8] = *b"BLIST\x00\x03\x00";
@@ -240,7 +241,7 @@ impl Listing {
     /// above it changed; a failure of the walk itself finds nothing unchanged.
     pub(crate) fn unchanged_dirs(
         &self,
-        roots: &[(Vec<u8>, OwnedFd)],
+        roots: &[Root],
         exclude: &Exclude,
         threads: usize,
         rule: Rule,
@@ -251,7 +252,8 @@ impl Listing {
             dirs: Mutex::default(),
             failed: AtomicBool::new(false),
         };
-        for (name, fd) in roots {
+        // A root of members is not checked: its directories are not taken whole.
+        for Root { name, fd, .. } in roots.iter().filter(|r| r.members.is_none()) {
             // Opened anew: a duplicate would share the position the pack's listing reads from.
             let root = openat(fd, c".", DIR_FLAGS, Mode::empty())
                 .and_then(|fd| Ok((statx(&fd, "", AtFlags::EMPTY_PATH, STATX_MASK)?, fd)));

@@ -1,5 +1,7 @@
 //! The encrypted channel: a Noise `NNpsk2` handshake over a TCP stream, then framed,
 //! authenticated messages, each a `u16` big-endian length + ciphertext, written in batches.
+//! The handshake and the messages' encryption are `channel/session.rs`' (no socket); this
+//! file moves their bytes.
 //!
 //! Every wait has a timeout (the peer sent nothing, or took nothing, for that long) and,
 //! fails once the caller's cancellation token (`Cancel`) is cancelled.
@@ -10,16 +12,14 @@ use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags};
-use snow::{Builder, TransportState};
 
 use super::key::Key;
 use crate::error::{Error, NetError, Result, TreePath};
 use crate::interrupt::{wait_for_any, Cancel, Waited};
+use session::{Initiator, Responder, Session};
 
-/// The Noise protocol: see docs/SECURITY.md ("send / recv") for why psk2.
-const PATTERN: &str = "Noise_NNpsk2_25519_AESGCM_SHA256";
-/// Bound into the handshake: a peer speaking another version fails it.
-const PROLOGUE: &[u8] = b"barge-net-1";
+mod session;
+
 /// Longest Noise message.
 const MAX_MESSAGE: usize = 65535;
 /// The authentication tag of each message.
@@ -253,22 +253,13 @@ impl Wire {
     }
 }
 
-/// Encrypts the message `plain` with `noise` onto `wire`'s queue.
-fn encrypt_onto(wire: &mut Wire, noise: &mut TransportState, plain: &[u8]) -> Result<()> {
-    wire.frame(|out| {
-        (noise.write_message(plain, out)).map_err(|e| protocol(format!("cannot encrypt: {e}")))
-    })
-}
-
 /// The authenticated, encrypted channel over one TCP connection (see the [module](self)
-/// documentation).
+/// documentation): a [`Session`]'s messages over a [`Wire`].
 pub(crate) struct Channel {
     wire: Wire,
-    noise: TransportState,
+    session: Session,
     /// The last message decrypted, or the next one to encrypt.
     plain: Vec<u8>,
-    /// Set once the peer showed it holds the key: before that a failure means a wrong key.
-    authenticated: bool,
 }
 
 impl Channel {
@@ -282,16 +273,12 @@ impl Channel {
         stop: Cancel,
     ) -> Result<Channel> {
         let mut wire = Wire::new(stream, timeout, stop, true)?;
-        let mut noise = builder(key).build_initiator().expect("valid parameters");
-        // -> e
-        wire.frame(|out| Ok(noise.write_message(&[], out).expect("fits")))?;
+        let mut initiator = Initiator::new(key);
+        wire.frame(|out| Ok(initiator.first(out)))?;
         wire.flush(false)?;
-        // <- e, ee, psk: decrypts only with the key.
         let body = wire.read_frame(false)?;
-        noise
-            .read_message(&wire.input[body], &mut [0; MAX_MESSAGE])
-            .map_err(|_| not_authenticated(true))?;
-        Channel::new(wire, noise, true)
+        let session = initiator.finish(&wire.input[body])?;
+        Ok(Channel::new(wire, session))
     }
 
     /// Runs the receiver's side of the handshake over `stream`. The sender is known to
@@ -306,28 +293,19 @@ impl Channel {
     ) -> Result<Channel> {
         let mut wire = Wire::new(stream, timeout, stop, false)?;
         wire.deadline = Some((Instant::now(), handshake));
-        let mut noise = builder(key).build_responder().expect("valid parameters");
-        // -> e: anyone can send one; a malformed one is no barge sender.
         let body = wire.read_frame(false)?;
-        noise
-            .read_message(&wire.input[body], &mut [0; MAX_MESSAGE])
-            .map_err(|_| not_authenticated(false))?;
-        // <- e, ee, psk
-        wire.frame(|out| Ok(noise.write_message(&[], out).expect("fits")))?;
+        let mut responder = Responder::new(key, &wire.input[body])?;
+        wire.frame(|out| Ok(responder.answer(out)))?;
         wire.flush(false)?;
-        Channel::new(wire, noise, false)
+        Ok(Channel::new(wire, responder.finish()?))
     }
 
-    fn new(wire: Wire, noise: snow::HandshakeState, sender: bool) -> Result<Channel> {
-        let noise = noise
-            .into_transport_mode()
-            .map_err(|e| protocol(format!("the handshake did not finish: {e}")))?;
-        Ok(Channel {
+    fn new(wire: Wire, session: Session) -> Channel {
+        Channel {
             wire,
-            noise,
+            session,
             plain: Vec::with_capacity(MAX_MESSAGE),
-            authenticated: sender,
-        })
+        }
     }
 
     /// Queues a message of type `kind` (payload at most [`MAX_PAYLOAD`] bytes), writing the
@@ -346,14 +324,16 @@ impl Channel {
         self.plain.clear();
         self.plain.push(kind);
         self.plain.extend_from_slice(payload);
-        encrypt_onto(&mut self.wire, &mut self.noise, &self.plain)
+        let (session, plain) = (&mut self.session, &self.plain);
+        self.wire.frame(|out| session.seal(plain, out))
     }
 
     /// Encrypts the message `plain` (its type, then its payload) onto the queue, writing
     /// nothing: [`Channel::queue`] without copying a payload that comes with its type.
     pub(crate) fn queue_message(&mut self, plain: &[u8]) -> Result<()> {
         debug_assert!(plain.len() <= MAX_PLAIN);
-        encrypt_onto(&mut self.wire, &mut self.noise, plain)
+        let session = &mut self.session;
+        self.wire.frame(|out| session.seal(plain, out))
     }
 
     /// Bytes queued and not written yet.
@@ -404,7 +384,7 @@ impl Channel {
     pub(crate) fn heard(&mut self) -> Error {
         self.wire.clear();
         match self.receive() {
-            Ok((kind, payload)) => super::unexpected(kind, payload),
+            Ok((kind, payload)) => super::protocol::unexpected(kind, payload),
             Err(e) => e,
         }
     }
@@ -415,28 +395,11 @@ impl Channel {
         if self.pending() > 0 {
             self.flush()?;
         }
-        let body = self.wire.read_frame(self.authenticated)?;
+        let body = self.wire.read_frame(self.session.authenticated())?;
         self.plain.resize(MAX_MESSAGE, 0);
-        let n = match self
-            .noise
-            .read_message(&self.wire.input[body], &mut self.plain)
-        {
-            Ok(n) => n,
-            Err(_) if !self.authenticated => return Err(not_authenticated(self.wire.sender)),
-            Err(_) => {
-                return Err(Error::net(
-                    NetError::Tampered,
-                    "a message failed its authentication check: the connection was tampered \
-                     with (a byte changed, or a message replayed, reordered or dropped)",
-                ))
-            }
-        };
-        self.authenticated = true;
+        let opened = (self.session).open(&self.wire.input[body], &mut self.plain)?;
         self.wire.deadline = None;
-        match self.plain[..n].split_first() {
-            Some((&kind, payload)) => Ok((kind, payload)),
-            None => Err(protocol("an empty message")),
-        }
+        Ok(opened)
     }
 
     /// Sends what is queued, stops sending (a FIN), and reads what the peer still sends
@@ -460,14 +423,6 @@ impl Channel {
             }
         }
     }
-}
-
-/// The handshake's parameters with `key`.
-fn builder(key: &Key) -> Builder<'_> {
-    Builder::new(PATTERN.parse().expect("a valid pattern"))
-        .psk(2, key.bytes())
-        .and_then(|b| b.prologue(PROLOGUE))
-        .expect("valid parameters")
 }
 
 /// The error of a peer that does not hold the key (the `sender` cannot tell a receiver

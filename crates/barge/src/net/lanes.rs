@@ -23,19 +23,15 @@ use std::time::{Duration, Instant};
 use rustix::event::{PollFd, PollFlags};
 
 use super::channel::{protocol, truncated, Channel, BATCH, MAX_PLAIN};
-use super::kind;
+use super::protocol::{data_head, kind, Carried, Counted, Inbound, Outbound, SEQ};
 use crate::error::{Error, NetError, Result};
 use crate::interrupt::{wait_a_slice, wait_for_any, Cancel, Waited};
 use crate::sys::queue::QueueWriter;
 
-/// The bytes of a DATA message's chunk number (big-endian), before its archive bytes.
-const SEQ: usize = 8;
 /// What a DATA message holds before its archive bytes: its type and chunk number.
 const HEAD: usize = 1 + SEQ;
 /// Chunks (of up to 64 KiB) a receiver holds ahead of the next one, per transfer.
 const WINDOW: u64 = 256;
-/// The most lanes a receiver lets one transfer open.
-pub(crate) const MAX_LANES: u32 = 16;
 /// How long a sender that got its result waits for lanes still authenticating (beyond
 /// three round trips), to end them cleanly: they take a round trip or two on a sound path.
 pub(crate) const LANES_GRACE: Duration = Duration::from_secs(1);
@@ -102,7 +98,6 @@ pub(crate) struct Striper {
 impl Striper {
     pub(crate) fn new(first: Channel, joining: Option<Joining>, timeout: Duration) -> Striper {
         let mut chunk = Vec::with_capacity(MAX_PLAIN);
-        chunk.push(kind::DATA);
         chunk.resize(HEAD, 0);
         Striper {
             stop: first.stop().clone(),
@@ -117,10 +112,13 @@ impl Striper {
         }
     }
 
-    /// Sends the rest, then END on every lane (the first one's with the bytes and chunks
-    /// sent), written out; returns the lanes, the first one first, the lanes still
-    /// connecting (left out: see [`Joining::finish`]) and the bytes sent.
-    pub(crate) fn end(mut self) -> Result<(Vec<Channel>, Option<Joining>, u64)> {
+    /// Sends the rest, then END on every lane (the first one's, from `first`, with the
+    /// bytes and chunks sent), written out; returns the lanes, the first one first, the
+    /// lanes still connecting (left out: see [`Joining::finish`]) and the bytes sent.
+    pub(crate) fn end(
+        mut self,
+        first: &mut Outbound,
+    ) -> Result<(Vec<Channel>, Option<Joining>, u64)> {
         self.send_chunk()?;
         let joining = self.joining.take();
         if let Some(joining) = &joining {
@@ -129,9 +127,11 @@ impl Striper {
         for lane in &mut self.lanes[1..] {
             lane.queue(kind::END, &[])?;
         }
-        let mut end = self.bytes.to_be_bytes().to_vec();
-        end.extend_from_slice(&self.chunks.to_be_bytes());
-        self.lanes[0].queue(kind::END, &end)?;
+        let end = first.end(Counted {
+            bytes: self.bytes,
+            chunks: self.chunks,
+        });
+        self.lanes[0].queue(end.kind, &end.payload)?;
         while self.lanes.iter().any(|lane| lane.pending() > 0) {
             if !self.write_ready(self.timeout)? {
                 return Err(self.took_nothing());
@@ -146,7 +146,7 @@ impl Striper {
         if self.chunk.len() == HEAD {
             return Ok(());
         }
-        self.chunk[1..HEAD].copy_from_slice(&self.chunks.to_be_bytes());
+        self.chunk[..HEAD].copy_from_slice(&data_head(self.chunks));
         let lane = self.lane_with_room()?;
         let channel = &mut self.lanes[lane];
         channel.queue_message(&self.chunk)?;
@@ -357,37 +357,38 @@ impl Transfer {
         open
     }
 
-    /// Carries one lane's DATA into the lander until its END, and returns END's payload;
-    /// `None` when it failed (the transfer's failure is recorded: see [`Transfer::failure`]).
-    /// A later lane closed before any DATA is one the sender did not need: no failure.
-    pub(crate) fn carry(&self, channel: &mut Channel, first: bool) -> Option<Vec<u8>> {
+    /// Carries one lane's DATA into the lander until its END, as `inbound` reads them; returns
+    /// what the END counted (on the first lane), or `None` when it failed (the transfer's
+    /// failure is recorded: see [`Transfer::failure`]).
+    pub(crate) fn carry(
+        &self,
+        channel: &mut Channel,
+        inbound: &mut Inbound,
+    ) -> Option<Option<Counted>> {
         channel.cancel_on(Some(self.cancel.clone()));
-        let carried = self.carry_until_end(channel, first);
+        let carried = self.carry_until_end(channel, inbound);
         channel.cancel_on(None);
         carried
     }
 
-    fn carry_until_end(&self, channel: &mut Channel, first: bool) -> Option<Vec<u8>> {
-        let mut carried = false;
+    fn carry_until_end(
+        &self,
+        channel: &mut Channel,
+        inbound: &mut Inbound,
+    ) -> Option<Option<Counted>> {
         let stop = loop {
-            let (seq, bytes) = match channel.receive() {
-                Ok((kind::DATA, payload)) if payload.len() > SEQ => payload.split_at(SEQ),
-                Ok((kind::END, payload)) => return Some(payload.to_vec()),
-                Ok((kind, _)) => {
-                    break Some(
-                        protocol(format!("type {kind} where DATA or END was expected")).into(),
-                    )
-                }
-                Err(Error::Net {
-                    kind: NetError::Truncated,
-                    ..
-                }) if !first && !carried => break None,
-                Err(e) => break Some(e.into()),
+            let carried = match channel.receive() {
+                Ok((kind, payload)) => inbound.carry(kind, payload),
+                Err(e) => break inbound.broken(e).map(Stop::Channel),
             };
-            carried = true;
-            let seq = u64::from_be_bytes(seq.try_into().expect("SEQ bytes"));
-            if let Err(stop) = self.put(seq, bytes) {
-                break stop;
+            match carried {
+                Ok(Carried::Chunk { seq, bytes }) => {
+                    if let Err(stop) = self.put(seq, bytes) {
+                        break stop;
+                    }
+                }
+                Ok(Carried::End(counted)) => return Some(counted),
+                Err(e) => break Some(e.into()),
             }
         };
         if let Some(stop) = stop {
@@ -469,7 +470,8 @@ impl Transfer {
     /// After the first lane's END: waits until all `chunks` are in the lander, checks the
     /// byte count, and closes the lander's input; returns the bytes, or `None` when the
     /// transfer failed (see [`Transfer::failure`]).
-    pub(crate) fn finish(&self, chunks: u64, bytes: u64) -> Option<u64> {
+    pub(crate) fn finish(&self, counted: Counted) -> Option<u64> {
+        let Counted { bytes, chunks } = counted;
         let finished = self
             .wait(|state| state.next >= chunks, chunks)
             .and_then(|mut state| {

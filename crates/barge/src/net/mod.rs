@@ -31,31 +31,26 @@
 //! waits for it. The sender spreads the DATA over the lanes and ends each later lane with
 //! an empty END. The transfer id travels encrypted only.
 //!
+//! The rules of this exchange are `protocol.rs`' state machines (`Inbound`, `Outbound`),
+//! and the handshake's and messages' cryptography `channel/session.rs`', neither with a
+//! socket or a thread; `recv.rs`, `send.rs`, `lanes.rs` and `channel.rs` drive them.
+//!
 //! docs/SECURITY.md ("send / recv") has the threat model.
 
 pub(crate) mod channel;
 pub mod key;
 pub(crate) mod lanes;
 pub mod peers;
+pub(crate) mod protocol;
 pub mod recv;
 pub mod send;
 pub mod server;
-
-use std::io::{self, Write};
-
-use serde::{Deserialize, Serialize};
 
 pub use key::{open_private, Key, Ticket};
 pub use recv::{Connection, Receive, Received};
 pub use send::{Payload, Planned, Send, Sent};
 pub use server::Receiver;
 
-use crate::confine::Landed;
-use crate::error::{escape_message, Error, NetError, Result};
-use channel::{protocol, Channel, MAX_PAYLOAD};
-
-/// The version of the protocol a HELLO names.
-const VERSION: u32 = 5;
 /// The port `recv` listens on unless told otherwise.
 pub const DEFAULT_PORT: u16 = 7361;
 /// zstd's level for `--compress`: its fastest but negative ones, run on every core, so that
@@ -63,209 +58,8 @@ pub const DEFAULT_PORT: u16 = 7361;
 /// docs/BENCHMARKS.md, "Design measurements").
 const ZSTD_LEVEL: i32 = 1;
 
-/// The message types (the first byte of each message's plaintext).
-mod kind {
-    pub(crate) const HELLO: u8 = 1;
-    pub(crate) const ACCEPT: u8 = 2;
-    pub(crate) const REFUSE: u8 = 3;
-    pub(crate) const LIST: u8 = 4;
-    pub(crate) const LIST_END: u8 = 5;
-    pub(crate) const DATA: u8 = 6;
-    pub(crate) const END: u8 = 7;
-    pub(crate) const RESULT: u8 = 8;
-}
-
-/// What the sender asks for.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-struct Hello {
-    version: u32,
-    /// The archive comes as zstd frames.
-    compress: bool,
-    /// Existing entries are replaced (and, with the listing, unchanged ones not sent).
-    update: bool,
-    /// The sender's host name, for the receiver's log.
-    name: String,
-    /// The connections the sender would use for the transfer, this one included.
-    #[serde(default = "one")]
-    lanes: u32,
-    /// With `lanes` over 1: the id later lanes join with (random, as secret as a key).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    transfer: Option<String>,
-    /// Set on a later lane: the id of the transfer it joins (none of the above applies).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    join: Option<String>,
-    /// Nothing is sent: the receiver accepts (and with `update` sends its listing), then
-    /// closes, landing nothing.
-    #[serde(default)]
-    dry_run: bool,
-}
-
-impl Hello {
-    /// Whether the sender waits for the receiver's ACCEPT before it goes on: for the listing
-    /// an update or a dry run reads after it, and on a later lane, which must not carry
-    /// chunks the receiver could refuse. A plain transfer sends its data at once.
-    fn answered(&self) -> bool {
-        self.update || self.dry_run || self.join.is_some()
-    }
-}
-
-/// The receiver's yes, to a HELLO that is [`Hello::answered`].
-#[derive(Clone, Debug, Serialize, Deserialize)]
-struct Accept {
-    compress: bool,
-}
-
-fn one() -> u32 {
-    1
-}
-
-/// The receiver's no, before any data.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-struct Refuse {
-    reason: String,
-}
-
-/// How the landing ended, as the receiver tells the sender.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum Outcome {
-    Landed(Landed),
-    Error { kind: String, message: String },
-}
-
-/// Parses a JSON message.
-fn decode<'a, T: Deserialize<'a>>(what: &str, payload: &'a [u8]) -> Result<T> {
-    serde_json::from_slice(payload).map_err(|e| protocol(format!("a bad {what} message: {e}")))
-}
-
-/// Encodes a JSON message.
-fn encode(message: &impl Serialize) -> Vec<u8> {
-    serde_json::to_vec(message).expect("plain data")
-}
-
-/// The error for a message the peer should not have sent now: a receiver's refusal or
-/// failure (with the kind it names when that is a network failure, so both ends report
-/// tampering alike), or a protocol error.
-fn unexpected(kind: u8, payload: &[u8]) -> Error {
-    match kind {
-        kind::REFUSE => match decode::<Refuse>("REFUSE", payload) {
-            Ok(refuse) => Error::net(
-                NetError::Remote,
-                format!("the receiver refused: {}", escape_message(&refuse.reason)),
-            ),
-            Err(e) => e,
-        },
-        kind::RESULT => match decode::<Outcome>("RESULT", payload) {
-            Ok(Outcome::Error { kind, message }) => {
-                let kind = [
-                    NetError::Tampered,
-                    NetError::Truncated,
-                    NetError::Timeout,
-                    NetError::Protocol,
-                ]
-                .into_iter()
-                .find(|k| k.name() == kind)
-                .unwrap_or(NetError::Remote);
-                Error::net(kind, format!("the receiver: {}", escape_message(&message)))
-            }
-            Ok(Outcome::Landed(_)) => protocol("a result before the end of the data"),
-            Err(e) => e,
-        },
-        other => protocol(format!("an unexpected message (type {other})")),
-    }
-}
-
 /// This host's name, for the peer's log and for tickets.
 pub fn host_name() -> String {
     let uname = rustix::system::uname();
     String::from_utf8_lossy(uname.nodename().to_bytes()).into_owned()
-}
-
-/// A byte stream as messages of one type (the receiver's listing of DEST as LIST): an
-/// [`io::Write`] over one channel. (The archive goes as DATA over the lanes' `Striper`.)
-pub(crate) struct Messages<'c> {
-    channel: &'c mut Channel,
-    kind: u8,
-    buf: Vec<u8>,
-    sent: u64,
-    /// The channel's error, which the writer's caller sees only as an I/O error.
-    pub(crate) failed: Option<Error>,
-}
-
-impl<'c> Messages<'c> {
-    pub(crate) fn new(channel: &'c mut Channel, kind: u8) -> Messages<'c> {
-        Messages {
-            channel,
-            kind,
-            buf: Vec::with_capacity(MAX_PAYLOAD),
-            sent: 0,
-            failed: None,
-        }
-    }
-
-    /// Sends the buffered bytes as one message.
-    pub(crate) fn send(&mut self) -> io::Result<()> {
-        if self.buf.is_empty() {
-            return Ok(());
-        }
-        match self.channel.send(self.kind, &self.buf) {
-            Ok(()) => {
-                self.sent += self.buf.len() as u64;
-                self.buf.clear();
-                Ok(())
-            }
-            Err(e) => {
-                let shown = io::Error::other(e.to_string());
-                self.failed = Some(e);
-                Err(shown)
-            }
-        }
-    }
-
-    /// Sends the rest, then `end` with the count of bytes sent (big-endian); returns it.
-    pub(crate) fn end(mut self, end: u8) -> Result<u64> {
-        self.send().map_err(|_| self.failed.take().expect("set"))?;
-        self.channel.send(end, &self.sent.to_be_bytes())?;
-        self.channel.flush()?;
-        Ok(self.sent)
-    }
-}
-
-impl Write for Messages<'_> {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        let n = bytes.len().min(MAX_PAYLOAD - self.buf.len());
-        self.buf.extend_from_slice(&bytes[..n]);
-        if self.buf.len() == MAX_PAYLOAD {
-            self.send()?;
-        }
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_receivers_words_are_shown_escaped() {
-        let forged = "no\nbarge: send: done\u{1b}[2J \\x41";
-        let refused = encode(&Refuse {
-            reason: forged.into(),
-        });
-        let failed = encode(&Outcome::Error {
-            kind: "remote".into(),
-            message: forged.into(),
-        });
-        for (kind, payload) in [(kind::REFUSE, refused), (kind::RESULT, failed)] {
-            let shown = unexpected(kind, &payload).to_string();
-            assert!(
-                shown.ends_with("no\\nbarge: send: done\\x1b[2J \\x41"),
-                "{shown}"
-            );
-        }
-    }
 }

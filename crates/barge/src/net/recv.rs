@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::channel::{protocol, Channel};
-use super::lanes::{Stop, Transfer, JOIN_POLL, MAX_LANES};
-use super::{decode, encode, kind, Accept, Hello, Key, Messages, Outcome, Refuse, VERSION};
+use super::lanes::{Stop, Transfer, JOIN_POLL};
+use super::protocol::{kind, Asked, Hello, Inbound, Message, Messages};
+use super::Key;
 use crate::confine::{ConfinedUnpack, Landed};
 use crate::error::{Error, NetError, Result, TreePath};
 use crate::format::Limits;
@@ -267,71 +268,68 @@ impl Receive {
             handshake,
             self.cancel.clone(),
         );
-        let mut channel = accepted.map_err(|error| Failed {
+        let stranger = |error| Failed {
             authenticated: false,
             sender: None,
             error,
-        })?;
-        let hello = match channel.receive() {
+        };
+        let mut channel = accepted.map_err(stranger)?;
+        let mut inbound = Inbound::default();
+        let asked = match channel.receive() {
             Ok((kind, payload)) => {
                 on_authenticated();
-                match kind {
-                    kind::HELLO => decode::<Hello>("HELLO", payload),
-                    kind => Err(protocol(format!("type {kind} where HELLO was expected"))),
-                }
+                inbound.hello(kind, payload)
             }
-            Err(error) => {
-                return Err(Failed {
-                    authenticated: false,
-                    sender: None,
-                    error,
-                })
-            }
+            Err(error) => return Err(stranger(error)),
         };
-        let failed = |error, sender: Option<&Hello>| Failed {
+        let failed = |error, sender: &Hello| Failed {
             authenticated: true,
-            sender: sender.map(|h| h.name.clone()),
+            sender: Some(sender.name.clone()),
             error,
         };
-        let hello = hello.map_err(|e| failed(e, None))?;
-        if hello.version != VERSION {
-            let reason = format!(
-                "protocol version {}; this receiver speaks {VERSION}",
-                hello.version
-            );
-            refuse(channel, reason.clone());
-            return Err(failed(
-                protocol(format!("the sender speaks {reason}")),
-                Some(&hello),
-            ));
-        }
-        if let Some(id) = &hello.join {
-            let transfer = self.joined(&channel, id);
-            on_lane();
-            match transfer {
-                Some(transfer) => self.lane(channel, &transfer),
-                // Late: the transfer ended (or failed) while this lane connected.
-                None => refuse(channel, "no running transfer takes this lane".into()),
+        let hello = match asked {
+            Err(refused) => {
+                if let Some(reply) = &refused.reply {
+                    close_with(channel, reply);
+                }
+                return Err(Failed {
+                    authenticated: true,
+                    sender: refused.sender,
+                    error: refused.error,
+                });
             }
-            return Ok(Connection::Lane);
-        }
-        if hello.dry_run {
-            let listed = self.dry_run(channel, &hello);
-            return listed
-                .map(|listed| {
-                    Connection::DryRun(DryRun {
-                        sender: hello.name.clone(),
-                        listed,
+            Ok(Asked::Join(id)) => {
+                let transfer = self.joined(&channel, &id);
+                on_lane();
+                match transfer {
+                    Some(transfer) => self.lane(channel, inbound, &transfer),
+                    // Late: the transfer ended (or failed) while this lane connected.
+                    None => {
+                        let no = inbound.refuse("no running transfer takes this lane".into());
+                        close_with(channel, &no);
+                    }
+                }
+                return Ok(Connection::Lane);
+            }
+            Ok(Asked::DryRun(hello)) => {
+                let listed = self.dry_run(channel, inbound);
+                return listed
+                    .map(|listed| {
+                        Connection::DryRun(DryRun {
+                            sender: hello.name.clone(),
+                            listed,
+                        })
                     })
-                })
-                .map_err(|e| failed(e, Some(&hello)));
-        }
-        let lanes = (hello.transfer.as_deref()).filter(|_| hello.lanes > 1);
-        let announced = match lanes.map(|id| self.transfers.announce(id, self.timeout)) {
+                    .map_err(|e| failed(e, &hello));
+            }
+            Ok(Asked::Transfer(hello)) => hello,
+        };
+        let spread = hello.spread().map(|(id, _)| id);
+        let announced = match spread.map(|id| self.transfers.announce(id, self.timeout)) {
             Some(None) => {
                 let e = protocol("a transfer with this id is running");
-                refuse(channel, e.to_string());
-                return Err(failed(e, Some(&hello)));
+                close_with(channel, &inbound.refuse(e.to_string()));
+                return Err(failed(e, &hello));
             }
             Some(announced) => announced,
             None => None,
@@ -339,14 +337,14 @@ impl Receive {
         let _slot = match self.slots.take(self.timeout, &self.cancel) {
             Ok(slot) => slot,
             Err(e) => {
-                refuse(channel, e.to_string());
-                return Err(failed(e, Some(&hello)));
+                close_with(channel, &inbound.refuse(e.to_string()));
+                return Err(failed(e, &hello));
             }
         };
-        let landed = self.land(channel, &hello, announced);
+        let landed = self.land(channel, inbound, &hello, announced);
         landed
             .map(Connection::Landed)
-            .map_err(|e| failed(e, Some(&hello)))
+            .map_err(|e| failed(e, &hello))
     }
 
     /// The running transfer `id` a later lane joins; `None` when it ended or has all its
@@ -370,27 +368,35 @@ impl Receive {
 
     /// Carries a later lane's share of `transfer`: its DATA until its END, or the
     /// transfer's end.
-    fn lane(&self, mut channel: Channel, transfer: &Transfer) {
-        let _ = channel.send(kind::ACCEPT, &encode(&Accept { compress: false }));
-        transfer.carry(&mut channel, false);
+    fn lane(&self, mut channel: Channel, mut inbound: Inbound, transfer: &Transfer) {
+        if let Some(accept) = inbound.accept().accept {
+            let _ = send(&mut channel, &accept);
+        }
+        transfer.carry(&mut channel, &mut inbound);
         transfer.linger();
         channel.close();
     }
 
     /// Answers a dry run: ACCEPT, with update the listing of DEST; returns the entries
     /// listed. Nothing is spawned or landed.
-    fn dry_run(&self, mut channel: Channel, hello: &Hello) -> Result<u64> {
-        let accept = Accept {
-            compress: hello.compress,
-        };
-        channel.send(kind::ACCEPT, &encode(&accept))?;
-        let listed = match hello.update {
-            true => self.send_listing(&mut channel)?,
-            false => 0,
-        };
+    fn dry_run(&self, mut channel: Channel, mut inbound: Inbound) -> Result<u64> {
+        let listed = self.answer(&mut channel, &mut inbound)?;
         channel.flush()?;
         channel.close();
         Ok(listed)
+    }
+
+    /// Takes on the HELLO: sends the ACCEPT and the listing of DEST it asks for (none for a
+    /// plain transfer); returns the entries listed.
+    fn answer(&self, channel: &mut Channel, inbound: &mut Inbound) -> Result<u64> {
+        let answer = inbound.accept();
+        if let Some(accept) = &answer.accept {
+            send(channel, accept)?;
+        }
+        match answer.list {
+            true => self.send_listing(channel),
+            false => Ok(0),
+        }
     }
 
     /// Sends the listing of DEST (what `--update` leaves out when unchanged), as LIST
@@ -406,13 +412,14 @@ impl Receive {
         // Owners are compared where this receiver restores them (whatever the umask).
         let owners = Policy::new(self.restore, Owner::of_process(), 0).owners();
         let listing = Listing::of_dir(root, Work::Listing.threads(), owners);
-        let mut out = Messages::new(channel, kind::LIST);
+        let mut out = Messages::new(kind::LIST, |kind, payload| channel.send(kind, payload));
         let written = listing.write_to(&mut out);
         if let Some(e) = out.failed.take() {
             return Err(e);
         }
         written.map_err(|e| Error::os("list", shown(), e))?;
         out.end(kind::LIST_END)?;
+        channel.flush()?;
         Ok(listing.len())
     }
 
@@ -421,6 +428,7 @@ impl Receive {
     fn land(
         &self,
         mut channel: Channel,
+        mut inbound: Inbound,
         hello: &Hello,
         announced: Option<Announced>,
     ) -> Result<Received> {
@@ -435,21 +443,21 @@ impl Receive {
         let mut child = match landing.spawn() {
             Ok(child) => child,
             Err(e) => {
-                refuse(channel, format!("cannot start the lander: {e}"));
+                close_with(
+                    channel,
+                    &inbound.refuse(format!("cannot start the lander: {e}")),
+                );
                 return Err(e);
             }
         };
         let out = child.take_input();
-        let lanes = match announced {
-            Some(_) => hello.lanes.clamp(1, MAX_LANES),
-            None => 1,
-        };
+        let lanes = hello.spread().map_or(1, |(_, lanes)| lanes);
         let transfer = Transfer::new(out, lanes, self.timeout, self.cancel.clone());
         let transfer = Arc::new(transfer);
         if let Some(announced) = &announced {
             announced.running(transfer.clone());
         }
-        let fed = self.feed(&mut channel, hello, &transfer);
+        let fed = self.feed(&mut channel, &mut inbound, &transfer);
         drop(announced);
         let result = match fed {
             Ok(received_bytes) => child.wait().map(|landed| Received {
@@ -481,22 +489,10 @@ impl Receive {
             }
         };
         // The sender hears how it ended (unless the connection itself failed).
-        let outcome = match &result {
-            Ok(received) => Outcome::Landed(received.landed.clone()),
-            Err(e) => Outcome::Error {
-                kind: e.kind().into(),
-                message: e.to_string(),
-            },
+        let told = match inbound.result(result.as_ref().map(|r| &r.landed)) {
+            Some(outcome) => send(&mut channel, &outcome).is_ok(),
+            None => false,
         };
-        // A tampered stream leaves our direction intact: the sender hears of it too.
-        let broken = matches!(
-            &result,
-            Err(Error::Net {
-                kind: NetError::Truncated | NetError::Timeout,
-                ..
-            })
-        );
-        let told = !broken && channel.send(kind::RESULT, &encode(&outcome)).is_ok();
         transfer.end();
         if told {
             channel.close();
@@ -510,34 +506,25 @@ impl Receive {
     fn feed(
         &self,
         channel: &mut Channel,
-        hello: &Hello,
+        inbound: &mut Inbound,
         transfer: &Transfer,
     ) -> std::result::Result<u64, Stop> {
-        if hello.answered() {
-            let accept = Accept {
-                compress: hello.compress,
-            };
-            channel.send(kind::ACCEPT, &encode(&accept))?;
-        }
-        if hello.update {
-            self.send_listing(channel)?;
-        }
-        let finished = transfer.carry(channel, true).and_then(|end| {
-            let Ok(end) = <[u8; 16]>::try_from(&end[..]) else {
-                transfer.fail(protocol("a bad END").into());
-                return None;
-            };
-            let [bytes, chunks] =
-                [&end[..8], &end[8..]].map(|n| u64::from_be_bytes(n.try_into().expect("8 bytes")));
-            transfer.finish(chunks, bytes)
-        });
+        self.answer(channel, inbound)?;
+        // The first lane's END counts (`Inbound::carry`).
+        let counted = transfer.carry(channel, inbound).flatten();
+        let finished = counted.and_then(|counted| transfer.finish(counted));
         finished.ok_or_else(|| transfer.failure().unwrap_or(Stop::Lander))
     }
 }
 
-/// Tells the sender why it is refused, and closes.
-fn refuse(mut channel: Channel, reason: String) {
-    let _ = channel.send(kind::REFUSE, &encode(&Refuse { reason }));
+/// Queues `message` on `channel`.
+fn send(channel: &mut Channel, message: &Message) -> Result<()> {
+    channel.send(message.kind, &message.payload)
+}
+
+/// Tells the sender `message` (its refusal), and closes.
+fn close_with(mut channel: Channel, message: &Message) {
+    let _ = send(&mut channel, message);
     channel.close();
 }
 

@@ -8,14 +8,15 @@ use std::time::Duration;
 
 use rustix::io::Errno;
 
-use super::channel::{protocol, Channel};
-use super::lanes::{Joining, Striper, LANES_GRACE, MAX_LANES};
-use super::{decode, encode, kind, unexpected, Accept, Hello, Key, Outcome, VERSION, ZSTD_LEVEL};
+use super::channel::Channel;
+use super::lanes::{Joining, Striper, LANES_GRACE};
+use super::protocol::{Heard, Hello, Outbound, MAX_LANES, VERSION};
+use super::{Key, ZSTD_LEVEL};
 use crate::confine::Landed;
 use crate::error::{Error, NetError, Result, TreePath};
 use crate::format::Limits;
 use crate::interrupt::Cancel;
-use crate::listing::{Listing, ListingLimits};
+use crate::listing::Listing;
 use crate::pack::{Pack, PackSummary};
 use crate::threads::Work;
 use crate::tree::{Content, Device, DirPath, Entry, Kind, Sink};
@@ -25,7 +26,7 @@ use crate::Progress;
 /// What to send.
 pub enum Payload<'a, 'p> {
     /// A tree, packed as it is sent.
-    Pack(Pack<'p>),
+    Pack(Box<Pack<'p>>),
     /// The bytes of an existing archive, as they are (the receiver checks them like any).
     Archive(&'a mut dyn Read),
 }
@@ -144,10 +145,11 @@ impl Send {
             transfer,
             ..self.hello(lanes, None)
         };
-        let mut channel = self.start(channel, hello)?;
-        let listing = self.what_dest_has(&mut channel)?;
+        let (channel, mut outbound, listing) = self.start(channel, hello)?;
         let payload = match (payload, &listing) {
-            (Payload::Pack(pack), Some(listing)) => Payload::Pack(pack.unchanged(listing)),
+            (Payload::Pack(pack), Some(listing)) => {
+                Payload::Pack(Box::new(pack.unchanged(listing)))
+            }
             (payload, _) => payload,
         };
         let mut data = Striper::new(channel, joining, self.timeout);
@@ -170,13 +172,11 @@ impl Send {
                 data.failed.take().map_or(packed, Err)?
             }
         };
-        let (mut lanes, joining, sent_bytes) = data.end()?;
-        let landed = match lanes[0].receive()? {
-            (kind::RESULT, payload) => match decode("RESULT", payload)? {
-                Outcome::Landed(landed) => landed,
-                Outcome::Error { .. } => return Err(unexpected(kind::RESULT, payload)),
-            },
-            (kind, payload) => return Err(unexpected(kind, payload)),
+        let (mut lanes, joining, sent_bytes) = data.end(&mut outbound)?;
+        let (kind, payload) = lanes[0].receive()?;
+        let landed = match outbound.receive(kind, payload)? {
+            Heard::Landed(landed) => landed,
+            heard => unreachable!("{heard:?} after END"),
         };
         let used = lanes.len();
         for lane in lanes {
@@ -212,8 +212,7 @@ impl Send {
             self.timeout,
             self.cancel.clone(),
         )?;
-        let mut channel = self.start(channel, hello)?;
-        let listing = self.what_dest_has(&mut channel)?;
+        let (channel, _, listing) = self.start(channel, hello)?;
         channel.close();
         let pack = match &listing {
             Some(listing) => pack.unchanged(listing),
@@ -246,32 +245,30 @@ impl Send {
         })
     }
 
-    /// With update, what DEST has (the receiver's listing), so unchanged files are left out.
-    fn what_dest_has(&self, channel: &mut Channel) -> Result<Option<Listing>> {
-        match self.update {
-            true => receive_listing(channel).map(Some),
-            false => Ok(None),
-        }
-    }
-
-    /// Says `hello` on an authenticated `channel` and, when the receiver answers it, reads
-    /// its ACCEPT. A plain transfer's data follows its HELLO without waiting for an answer;
-    /// the HELLO leaves at once all the same (one small write), so the receiver starts its
-    /// lander while the first batch of data is packed.
-    fn start(&self, mut channel: Channel, hello: Hello) -> Result<Channel> {
-        channel.send(kind::HELLO, &encode(&hello))?;
-        if !hello.answered() {
+    /// Says `hello` on an authenticated `channel` and reads the receiver's answer when it
+    /// sends one: its ACCEPT and, with update, its listing of what DEST has (so unchanged
+    /// files are left out). A plain transfer's data follows its HELLO without waiting for an
+    /// answer; the HELLO leaves at once all the same (one small write), so the receiver
+    /// starts its lander while the first batch of data is packed.
+    fn start(
+        &self,
+        mut channel: Channel,
+        hello: Hello,
+    ) -> Result<(Channel, Outbound, Option<Listing>)> {
+        let (mut outbound, hello) = Outbound::new(hello);
+        channel.send(hello.kind, &hello.payload)?;
+        if !outbound.waits() {
             channel.write_some()?;
-            return Ok(channel);
+            return Ok((channel, outbound, None));
         }
-        let accept: Accept = match channel.receive()? {
-            (kind::ACCEPT, payload) => decode("ACCEPT", payload)?,
-            (kind, payload) => return Err(unexpected(kind, payload)),
-        };
-        if accept.compress != self.compress {
-            return Err(protocol("the receiver did not agree on compression"));
+        loop {
+            let (kind, payload) = channel.receive()?;
+            match outbound.receive(kind, payload)? {
+                Heard::More => {}
+                Heard::Ready(listing) => return Ok((channel, outbound, listing)),
+                Heard::Landed(_) => unreachable!("a result only after END"),
+            }
         }
-        Ok(channel)
     }
 
     /// The HELLO of a transfer over `lanes`, or of a lane joining `transfer`.
@@ -306,11 +303,10 @@ impl Send {
                 let mut lane = Channel::connect(send.connect()?, &send.key, send.timeout, stop)?;
                 let hello = send.hello(1, Some(transfer));
                 if over.is_cancelled() {
-                    return lane
-                        .send(kind::HELLO, &encode(&hello))
-                        .and_then(|()| lane.flush());
+                    let (_, hello) = Outbound::new(hello);
+                    return (lane.send(hello.kind, &hello.payload)).and_then(|()| lane.flush());
                 }
-                let _ = ready.send(send.start(lane, hello)?);
+                let _ = ready.send(send.start(lane, hello)?.0);
                 Ok(())
             });
         }
@@ -426,7 +422,7 @@ fn stream(
     cancel: &Cancel,
 ) -> Result<Option<PackSummary>> {
     match payload {
-        Payload::Pack(pack) => pack.to_writer(out).map(Some),
+        Payload::Pack(pack) => (*pack).to_writer(out).map(Some),
         Payload::Archive(input) => {
             let mut buf = vec![0; 1 << 20];
             loop {
@@ -447,30 +443,6 @@ fn stream(
             Ok(None)
         }
     }
-}
-
-/// Reads the receiver's listing of DEST (LIST messages, then LIST_END with their byte
-/// count), within [`ListingLimits`]' defaults.
-pub(super) fn receive_listing(channel: &mut Channel) -> Result<Listing> {
-    let limits = ListingLimits::default();
-    let mut bytes = Vec::new();
-    loop {
-        match channel.receive()? {
-            (kind::LIST, chunk) if bytes.len() as u64 + chunk.len() as u64 <= limits.max_bytes => {
-                bytes.extend_from_slice(chunk)
-            }
-            (kind::LIST, _) => {
-                return Err(protocol(format!(
-                    "the listing of DEST is over {} bytes",
-                    limits.max_bytes
-                )))
-            }
-            (kind::LIST_END, count) if count == (bytes.len() as u64).to_be_bytes() => break,
-            (kind::LIST_END, _) => return Err(protocol("a listing of another length than sent")),
-            (kind, payload) => return Err(unexpected(kind, payload)),
-        }
-    }
-    Listing::read_from(&bytes[..], limits)
 }
 
 #[cfg(test)]

@@ -125,6 +125,74 @@ impl Budget {
     }
 }
 
+/// The accept loop's rules without a listener or threads: when it takes a connection,
+/// waits for one to end or stops, and which connection ends a one-shot receiver.
+struct Serving {
+    budget: Budget,
+    keep: bool,
+    /// How long a one-shot receiver waits for a retry after a transfer cut off.
+    retry: Duration,
+    /// A one-shot receiver's transfer that was cut off, and until when a retry may come.
+    failed: Option<(Box<Done>, Instant)>,
+}
+
+/// What the loop does next.
+#[derive(Debug, PartialEq, Eq)]
+enum Next {
+    /// Looks for a connection that ended, then takes a new one.
+    Take,
+    /// Waits for a running connection to end (full, or stopping).
+    Wait,
+    /// Ends: stopping with none running.
+    Stop,
+    /// Ends a one-shot receiver whose transfer was cut off and not retried in time.
+    GiveUp,
+}
+
+impl Serving {
+    fn new(max_transfers: usize, keep: bool, retry: Duration) -> Serving {
+        Serving {
+            budget: Budget::new(max_transfers),
+            keep,
+            retry,
+            failed: None,
+        }
+    }
+
+    /// What the loop does next at `now`; `stopping`: its token is cancelled.
+    fn next(&self, stopping: bool, now: Instant) -> Next {
+        let idle = self.budget.running == 0;
+        match &self.failed {
+            Some((_, until)) if idle && now >= *until => Next::GiveUp,
+            _ if !(self.budget.full() || stopping) => Next::Take,
+            _ if idle => Next::Stop,
+            _ => Next::Wait,
+        }
+    }
+
+    /// A connection was given its thread.
+    fn started(&mut self) {
+        self.budget.running += 1;
+    }
+
+    /// A connection's thread ended at `now`: the connection, when it ends a one-shot
+    /// receiver (one cut off keeps it waiting for a retry instead, see [`Done::retryable`]).
+    fn ended(&mut self, event: Event, now: Instant) -> Option<Box<Done>> {
+        self.budget.running -= 1;
+        let Event::Done(done) = event else {
+            return None;
+        };
+        if self.keep || !done.ends_one_shot() {
+            return None;
+        }
+        if done.retryable() && !self.retry.is_zero() {
+            self.failed = Some((done, now + self.retry));
+            return None;
+        }
+        Some(done)
+    }
+}
+
 impl Receiver {
     /// Serves `listener` (set non-blocking here) with `receive`, one-shot unless
     /// [`Receiver::keep`].
@@ -176,38 +244,28 @@ impl Receiver {
         let wake = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC)
             .map_err(|e| Error::io("eventfd", shown(), e))?;
         let wake = Arc::new(wake);
-        let mut budget = Budget::new(self.receive.transfers_at_once());
-        // One-shot: the last failed transfer, and until when a retry may come.
-        let mut failed: Option<(Box<Done>, Instant)> = None;
+        let mut serving = Serving::new(self.receive.transfers_at_once(), self.keep, self.retry);
         loop {
-            if let Some((_, until)) = &failed {
-                if budget.running == 0 && Instant::now() >= *until {
-                    return Ok(failed.map(|(done, _)| *done));
-                }
-            }
             // Full, or stopping: wait for a connection to end; connections wait in the listen
             // queue meanwhile.
-            let stopping = self.cancel.is_cancelled();
-            let event = match budget.full() || stopping {
-                true if budget.running == 0 => break,
-                true => rx.recv_timeout(Duration::from_millis(100)).ok(),
-                false => rx.try_recv().ok(),
+            let next = serving.next(self.cancel.is_cancelled(), Instant::now());
+            let event = match next {
+                Next::Stop => break,
+                Next::GiveUp => return Ok(serving.failed.map(|(done, _)| *done)),
+                Next::Wait => rx.recv_timeout(Duration::from_millis(100)).ok(),
+                Next::Take => rx.try_recv().ok(),
             };
             if let Some(event) = event {
-                budget.running -= 1;
-                if let Event::Done(done) = event {
-                    report(Report::Ended(&done));
-                    // Strangers still in their handshake are dropped with the process.
-                    if done.ends_one_shot() && !self.keep {
-                        if !done.retryable() || self.retry.is_zero() {
-                            return Ok(Some(*done));
-                        }
-                        failed = Some((done, Instant::now() + self.retry));
-                    }
+                if let Event::Done(done) = &event {
+                    report(Report::Ended(done));
+                }
+                // Strangers still in their handshake are dropped with the process.
+                if let Some(done) = serving.ended(event, Instant::now()) {
+                    return Ok(Some(*done));
                 }
                 continue;
             }
-            if budget.full() || stopping || !readable(&self.listener, &wake)? {
+            if next != Next::Take || !readable(&self.listener, &wake)? {
                 continue;
             }
             let (stream, peer) = match self.listener.accept() {
@@ -218,7 +276,7 @@ impl Receiver {
                     continue;
                 }
             };
-            let place = match budget.admit(peer.ip()) {
+            let place = match serving.budget.admit(peer.ip()) {
                 Ok(place) => place,
                 Err(why) => {
                     report(Report::Ended(&turned_away(peer, why)));
@@ -251,7 +309,7 @@ impl Receiver {
             });
             // Out of threads (a task limit): this connection is closed, the others go on.
             match spawned {
-                Ok(_) => budget.running += 1,
+                Ok(_) => serving.started(),
                 Err(e) => {
                     let done = turned_away(peer, format!("cannot start a thread: {e}"));
                     report(Report::Ended(&done));
@@ -344,6 +402,110 @@ mod tests {
                 true => assert!(matches!(ended, Ok(None))),
             }
         }
+    }
+
+    /// A connection that ended as `result`.
+    fn done(result: std::result::Result<Ended, Failed>) -> Event {
+        Event::Done(Box::new(Done {
+            peer: "127.0.0.1:1".parse().unwrap(),
+            result,
+            elapsed: Duration::ZERO,
+        }))
+    }
+
+    fn landed() -> std::result::Result<Ended, Failed> {
+        Ok(Ended::Landed(Received {
+            landed: crate::confine::Landed {
+                summary: crate::land::LandSummary::default(),
+                confinement: crate::root::Confinement::Off,
+            },
+            sender: "s".into(),
+            received_bytes: 0,
+            compressed: false,
+            update: false,
+        }))
+    }
+
+    #[test]
+    fn a_one_shot_receiver_ends_with_the_first_transfer_that_landed() {
+        let stranger = || {
+            Err(Failed {
+                authenticated: false,
+                sender: None,
+                error: Error::net(NetError::Authentication, "no key"),
+            })
+        };
+        let now = Instant::now();
+        for keep in [false, true] {
+            let mut serving = Serving::new(1, keep, Duration::from_secs(30));
+            assert_eq!(serving.next(false, now), Next::Take);
+            // A stranger, a later lane and a transfer run; the stranger and the lane end.
+            (0..3).for_each(|_| serving.started());
+            assert!(serving.ended(done(stranger()), now).is_none());
+            assert!(serving.ended(Event::Lane, now).is_none());
+            assert_eq!(serving.next(false, now), Next::Take, "keep: {keep}");
+            // The transfer lands: it ends a one-shot receiver, which takes no second one.
+            let ended = serving.ended(done(landed()), now);
+            assert_eq!(ended.is_some(), !keep, "keep: {keep}");
+        }
+    }
+
+    /// A one-shot receiver's transfer cut off keeps it taking senders for the retry time:
+    /// a retry that lands ends it, else it gives up once none runs.
+    #[test]
+    fn a_cut_transfer_keeps_a_one_shot_receiver_for_a_retry_until_its_time() {
+        let cut = || {
+            Err(Failed {
+                authenticated: true,
+                sender: Some("s".into()),
+                error: Error::net(NetError::Truncated, "cut"),
+            })
+        };
+        let now = Instant::now();
+        let later = now + Duration::from_secs(31);
+        let mut serving = Serving::new(1, false, Duration::from_secs(30));
+        serving.started();
+        assert!(
+            serving.ended(done(cut()), now).is_none(),
+            "waits for a retry"
+        );
+        assert_eq!(serving.next(false, now), Next::Take);
+        serving.started();
+        assert_eq!(serving.next(false, later), Next::Take, "a retry is running");
+        assert!(
+            serving.ended(done(landed()), later).is_some(),
+            "the retry landed"
+        );
+        serving.started();
+        assert!(serving.ended(done(cut()), now).is_none());
+        assert_eq!(serving.next(false, later), Next::GiveUp);
+        assert!(
+            serving.failed.is_some(),
+            "the cut transfer is what it ends with"
+        );
+        // Without a retry time, a cut transfer ends it at once.
+        let mut serving = Serving::new(1, false, Duration::ZERO);
+        serving.started();
+        assert!(serving.ended(done(cut()), now).is_some());
+    }
+
+    #[test]
+    fn a_full_or_stopping_loop_waits_for_its_connections_then_stops() {
+        let now = Instant::now();
+        let mut serving = Serving::new(2, true, Duration::ZERO);
+        (0..2 + HANDSHAKES).for_each(|_| serving.started());
+        assert_eq!(serving.next(false, now), Next::Wait, "full");
+        serving.ended(Event::Lane, now);
+        assert_eq!(serving.next(false, now), Next::Take);
+        assert_eq!(
+            serving.next(true, now),
+            Next::Wait,
+            "stopping, with some running"
+        );
+        (0..1 + HANDSHAKES).for_each(|_| {
+            serving.ended(Event::Lane, now);
+        });
+        assert_eq!(serving.next(true, now), Next::Stop);
     }
 
     #[test]

@@ -23,7 +23,7 @@ use crate::listing::{Item, Listing, Names, Unchanged};
 use crate::output::{ArchiveWriter, FdWriter, IoWriter, Output};
 use crate::threads::Work;
 use crate::tree::{DirPath, Entry, Kind, Meta as TreeMeta, Xattrs};
-use crate::walk::Walk;
+use crate::walk::{Newer, Root, Walk};
 use crate::Progress;
 
 /// What a pack did.
@@ -69,7 +69,7 @@ fn count<S: serde::Serializer, T>(items: &[T], to: S) -> std::result::Result<S::
 pub struct Warning {
     /// The entry.
     pub path: TreePath,
-    /// What happened: `socket ignored`, `open failed: Permission denied (os error 13)`.
+    /// What happened: `socket ignored`, `cannot open: Permission denied`.
     pub problem: String,
     /// True when the archive lacks something it should hold (the entry could not be read);
     /// false for a kind it does not take (a socket; a device, unless [`Pack::archive`]).
@@ -87,6 +87,7 @@ impl Warning {
     fn unreadable(error: Error) -> Warning {
         let (path, problem) = match error {
             Error::Io { op, path, cause } => (path, crate::error::io_problem(op, &cause)),
+            Error::Argument { arg, problem } => (TreePath(arg.into_bytes()), problem),
             other => (TreePath::default(), other.to_string()),
         };
         Warning {
@@ -117,8 +118,10 @@ impl Warning {
 #[derive(Debug)]
 pub struct Pack<'a> {
     /// The directories to walk, with the names of their top-level entries (empty: the
-    /// directory's entries at the top).
-    roots: Vec<(Vec<u8>, OwnedFd)>,
+    /// directory's entries at the top, or only its members).
+    roots: Vec<Root>,
+    newer: Option<Newer>,
+    one_file_system: bool,
     progress: Option<&'a Progress>,
     /// Device and inode of the file the archive replaces.
     replaced: Option<(u64, u64)>,
@@ -149,12 +152,14 @@ impl<'a> Pack<'a> {
     /// A pack of the tree below the directory `root` (opened for reading): its entries at
     /// the top of the archive.
     pub fn new(root: OwnedFd) -> Pack<'a> {
-        Pack::of(vec![(Vec::new(), root)])
+        Pack::of(vec![Root::tree(Vec::new(), root)])
     }
 
-    fn of(roots: Vec<(Vec<u8>, OwnedFd)>) -> Pack<'a> {
+    fn of(roots: Vec<Root>) -> Pack<'a> {
         Pack {
             roots,
+            newer: None,
+            one_file_system: false,
             progress: None,
             replaced: None,
             archive: false,
@@ -173,17 +178,54 @@ impl<'a> Pack<'a> {
     /// sorted by name, as every directory's entries are). A name that is no valid entry
     /// name, or given twice, is an [`Error::Argument`].
     pub fn named(roots: Vec<(Vec<u8>, OwnedFd)>) -> Result<Pack<'a>> {
-        for (i, (name, _)) in roots.iter().enumerate() {
+        let roots = roots.into_iter().map(|(name, fd)| Root::tree(name, fd));
+        Pack::inputs(roots.collect())
+    }
+
+    /// A pack of `roots`: directory trees, each a top-level directory named by its name (or
+    /// its entries at the top, when unnamed), and members of directories (a file named on
+    /// the command line, `pack -T`), each at the top under its path. A top-level name that
+    /// is no valid entry name, or that two roots would both give, is an
+    /// [`Error::Argument`]; so are roots whose top-level names interleave (version 2 sorts
+    /// the roots by name, and each root's entries come together).
+    pub fn inputs(roots: Vec<Root>) -> Result<Pack<'a>> {
+        if let [root] = &roots[..] {
+            if root.name.is_empty() {
+                return Ok(Pack::of(roots));
+            }
+        }
+        let mut sorted: Vec<Vec<&[u8]>> = roots.iter().map(Root::top_names).collect();
+        sorted.sort();
+        let mut last: Option<&[u8]> = None;
+        for name in sorted.into_iter().flatten() {
             let bad = |problem: String| Error::Argument {
                 arg: crate::error::escape_bytes(name),
                 problem,
             };
             check_name(name).map_err(|e| bad(format!("cannot name a top-level entry: {e}")))?;
-            if roots[..i].iter().any(|(other, _)| other == name) {
-                return Err(bad("two inputs would be the same top-level entry".into()));
+            if last >= Some(name) {
+                return Err(bad(match last == Some(name) {
+                    true => "two inputs would be the same top-level entry".into(),
+                    false => "inputs would interleave at the top of the archive".into(),
+                }));
             }
+            last = Some(name);
         }
         Ok(Pack::of(roots))
+    }
+
+    /// Leaves out every entry but directories that `newer` does not keep (`pack --newer`:
+    /// directories are packed whatever their times, as tar packs them).
+    pub fn newer(mut self, newer: Newer) -> Pack<'a> {
+        self.newer = Some(newer);
+        self
+    }
+
+    /// Packs a directory on another filesystem than its root's as an empty directory (a
+    /// mount point is kept, its contents are not: `tar --one-file-system`).
+    pub fn one_file_system(mut self, yes: bool) -> Pack<'a> {
+        self.one_file_system = yes;
+        self
     }
 
     /// Counts entries, content bytes and archive bytes written in `progress` as it goes.
@@ -314,7 +356,9 @@ impl<'a> Pack<'a> {
         let walk = Walk::new()
             .exclude(&self.exclude)
             .xattrs(self.archive)
-            .prune(&unchanged.dirs);
+            .prune(&unchanged.dirs)
+            .newer(self.newer)
+            .one_file_system(self.one_file_system);
         let packed = match self.format {
             Format::V1 => encode(
                 out,
@@ -326,13 +370,18 @@ impl<'a> Pack<'a> {
                 |packer| walk.run_named(self.roots, packer),
             ),
             Format::V2 => {
-                // Version 2 sorts the entries of every directory, named roots too.
+                // Version 2 sorts the entries of every directory, the roots too (by name:
+                // `Pack::inputs` checks that they do not interleave). A single root's own records, from a duplicate
+                // of its fd (the walk takes the fd); several named roots are entries of
+                // their own, and a root of members is no entry.
                 let mut roots = self.roots;
-                roots.sort_by(|a, b| a.0.cmp(&b.0));
-                // A single root's own records, from a duplicate of its fd (the walk takes
-                // the fd); several named roots are entries of their own.
+                roots.sort_by(|a, b| a.top_names().cmp(&b.top_names()));
                 let root = match &roots[..] {
-                    [(name, fd)] if name.is_empty() => Some(
+                    [Root {
+                        name,
+                        fd,
+                        members: None,
+                    }] if name.is_empty() => Some(
                         fcntl_dupfd_cloexec(fd, 0)
                             .map_err(|e| Error::io("dup directory", TreePath::default(), e))?,
                     ),

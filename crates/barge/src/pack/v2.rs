@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::CStr;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -501,9 +501,10 @@ pub(super) struct Planner<'a> {
     /// Files are checked readable before they are planned (the process is not root).
     check_access: bool,
     /// The current directory: its path, and a duplicate of its fd once a file in it is
-    /// planned.
+    /// planned, with the walker's fd it duplicates (top-level files of several roots of
+    /// members come from several directories without an `enter_dir` between them).
     dir: DirPath,
-    dir_fd: Option<Arc<OwnedFd>>,
+    dir_fd: Option<(RawFd, Arc<OwnedFd>)>,
     /// The entry number of each file with several links planned so far, by device and inode.
     links: HashMap<(u64, u64), u64>,
     update: Update<'a>,
@@ -647,11 +648,13 @@ impl<'a> Planner<'a> {
             Stored::Extents(fd, extents) => self.ext_file(&entry, fd, size, &extents),
             Stored::File => {
                 let dir = match &self.dir_fd {
-                    Some(fd) => fd.clone(),
-                    None => {
+                    Some((raw, fd)) if *raw == dir.as_raw_fd() => fd.clone(),
+                    _ => {
                         let dup = fcntl_dupfd_cloexec(dir, 0)
                             .map_err(|e| Error::io("dup directory", self.dir.join(b""), e))?;
-                        self.dir_fd.insert(Arc::new(dup)).clone()
+                        let dup = Arc::new(dup);
+                        self.dir_fd = Some((dir.as_raw_fd(), dup.clone()));
+                        dup
                     }
                 };
                 let path = FilePath::new(&self.dir, name);

@@ -4,21 +4,24 @@
 
 pub mod parallel;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use rustix::fs::{
-    fstat, major, minor, openat, readlinkat_raw, statat, AtFlags, FileType, Mode, Stat,
+    fstat, major, minor, openat, readlinkat_raw, statat, statx, AtFlags, FileType, Mode, Stat,
+    StatxFlags,
 };
-use rustix::io::Errno;
+use rustix::io::{fcntl_dupfd_cloexec, Errno};
 
 use crate::error::{Error, TreePath};
 use crate::exclude::Exclude;
 use crate::format::MAX_SYMLINK;
 use crate::sys::dir::{dirent_buffer, Listing};
 use crate::sys::DIR_FLAGS;
-use crate::tree::{Content, Device, DirPath, Entry, Kind, Meta, Sink, XattrReader, Xattrs};
+use crate::tree::{
+    Content, Device, DirPath, Entry, Kind, Meta, Sink, Timestamp, XattrReader, Xattrs,
+};
 
 /// Walks the tree below the directory `root` into `sink` with the default options (see
 /// [`Walk::run`]).
@@ -43,6 +46,170 @@ pub struct Walk<'a> {
     exclude: Option<&'a Exclude>,
     xattrs: bool,
     prune: Option<&'a HashSet<Box<[u8]>>>,
+    newer: Option<Newer>,
+    one_file_system: bool,
+}
+
+/// A root of a walk: a directory, and what of it the walk takes.
+#[derive(Debug)]
+pub struct Root {
+    /// The name of the directory entry it is announced as (empty: its entries at the top,
+    /// and it no entry itself).
+    pub(crate) name: Vec<u8>,
+    /// The directory, open for reading.
+    pub(crate) fd: OwnedFd,
+    /// Only these paths below it (with an empty name); none: everything.
+    pub(crate) members: Option<Members>,
+}
+
+impl Root {
+    /// The whole tree below `fd`, announced as the directory `name` (empty: its entries at
+    /// the top).
+    pub fn tree(name: Vec<u8>, fd: OwnedFd) -> Root {
+        Root {
+            name,
+            fd,
+            members: None,
+        }
+    }
+
+    /// The entries `members` below `fd`, at the top.
+    pub fn members(fd: OwnedFd, members: Members) -> Root {
+        Root {
+            name: Vec::new(),
+            fd,
+            members: Some(members),
+        }
+    }
+
+    /// The names of the top-level entries the walk can announce from it, sorted.
+    pub fn top_names(&self) -> Vec<&[u8]> {
+        match &self.members {
+            Some(members) => members.top_names(),
+            None => vec![&self.name[..]],
+        }
+    }
+}
+
+/// What a walk takes below a root when not everything (`pack -T`, a file named on the
+/// command line): each member with everything below it, and the directories on the way to
+/// one, entered with their own metadata but holding only what leads to a member (tar
+/// records no such directories; barge's archives name every entry by its directories).
+#[derive(Clone, Debug, Default)]
+pub struct Members {
+    /// The members by path below the root, none below another, each with whether the walk
+    /// reached it.
+    taken: HashMap<Box<[u8]>, bool>,
+    /// The proper ancestors of the members.
+    above: HashSet<Box<[u8]>>,
+    /// A member is the root itself (`.`): everything is taken.
+    everything: bool,
+}
+
+impl Members {
+    /// The paths `paths` below the root: `/`-separated, with `.` components and repeated
+    /// or trailing slashes ignored (`./a//b/` is `a/b`). A path that climbs (`..`) or is
+    /// absolute is an [`Error::Argument`]; one given twice or inside another is taken once.
+    pub fn new<P: AsRef<[u8]>>(paths: impl IntoIterator<Item = P>) -> Result<Members, Error> {
+        let mut normal = Vec::new();
+        for path in paths {
+            let path = path.as_ref();
+            let bad = |problem: &str| Error::Argument {
+                arg: crate::error::escape_bytes(path),
+                problem: problem.into(),
+            };
+            if path.first() == Some(&b'/') {
+                return Err(bad(
+                    "is absolute; name it relative to the directory packed from",
+                ));
+            }
+            let mut parts = Vec::new();
+            for part in path.split(|&b| b == b'/') {
+                match part {
+                    b"" | b"." => {}
+                    b".." => return Err(bad("climbs out with '..'; it cannot be stored")),
+                    part => parts.push(part),
+                }
+            }
+            normal.push(parts.join(&b'/'));
+        }
+        normal.sort();
+        normal.dedup();
+        let mut members = Members::default();
+        let mut last: Option<&[u8]> = None;
+        for path in &normal {
+            if path.is_empty() {
+                members.everything = true;
+                continue;
+            }
+            // Sorted, so a member's tree follows it: a path inside the last member is in it.
+            if last.is_some_and(|l| path.starts_with(l) && path.get(l.len()) == Some(&b'/')) {
+                continue;
+            }
+            last = Some(path);
+            members.taken.insert(path[..].into(), false);
+            for (i, _) in path.iter().enumerate().filter(|(_, &b)| b == b'/') {
+                members.above.insert(path[..i].into());
+            }
+        }
+        Ok(members)
+    }
+
+    /// The first components of the members, sorted (an empty one when everything is
+    /// taken: the root's entries are all at the top).
+    fn top_names(&self) -> Vec<&[u8]> {
+        if self.everything {
+            return vec![b""];
+        }
+        let mut names: Vec<&[u8]> = (self.taken.keys())
+            .map(|path| path.split(|&b| b == b'/').next().unwrap_or(path))
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// What the walk does with the entry at `path`: takes it whole (noting that it reached
+    /// it), enters it for what leads to a member, or leaves it out.
+    fn take(&mut self, path: &[u8]) -> Take {
+        if let Some(reached) = self.taken.get_mut(path) {
+            *reached = true;
+            Take::Whole
+        } else if self.above.contains(path) {
+            Take::Above
+        } else {
+            Take::No
+        }
+    }
+
+    /// The members the walk did not reach, sorted.
+    fn unreached(&self) -> Vec<&[u8]> {
+        let mut paths: Vec<&[u8]> = (self.taken.iter())
+            .filter(|(_, &reached)| !reached)
+            .map(|(path, _)| &path[..])
+            .collect();
+        paths.sort();
+        paths
+    }
+}
+
+/// What [`Members::take`] says of an entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Take {
+    Whole,
+    Above,
+    No,
+}
+
+/// What `pack --newer` keeps besides directories: entries changed at or after `since`, by
+/// their modification time or, unless `mtime_only`, their status change time (GNU tar's
+/// `--newer`, and `--newer-mtime`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Newer {
+    /// The date.
+    pub since: Timestamp,
+    /// Looks at modification times alone.
+    pub mtime_only: bool,
 }
 
 impl<'a> Walk<'a> {
@@ -72,19 +239,34 @@ impl<'a> Walk<'a> {
         self
     }
 
+    /// Leaves out every entry but directories that `newer` does not keep (one more `statx`
+    /// per entry that is no directory).
+    pub fn newer(mut self, newer: Option<Newer>) -> Walk<'a> {
+        self.newer = newer;
+        self
+    }
+
+    /// Announces a directory on another filesystem than its root's empty (a mount point is
+    /// kept, its contents are not: `tar --one-file-system`).
+    pub fn one_file_system(mut self, yes: bool) -> Walk<'a> {
+        self.one_file_system = yes;
+        self
+    }
+
     /// Walks the tree below the directory `root` (its entries come at the top: `root`
     /// itself is no entry), then calls [`Sink::finish`], or [`Sink::abort`] on a failure.
     pub fn run<S: Sink>(self, root: OwnedFd, sink: &mut S) -> std::result::Result<(), S::Error> {
-        self.run_named(vec![(Vec::new(), root)], sink)
+        self.run_named(vec![Root::tree(Vec::new(), root)], sink)
     }
 
     /// Walks each of `roots` as a directory entry named by its name (entered with its own
     /// metadata, its tree below it) in the order given, then calls [`Sink::finish`], or
     /// [`Sink::abort`] on a failure. An empty name walks that root's entries at the top,
-    /// as [`Walk::run`] does.
+    /// as [`Walk::run`] does (only its members, when it has some; each member it does not
+    /// reach is reported through [`Sink::unreadable`]).
     pub fn run_named<S: Sink>(
         self,
-        roots: Vec<(Vec<u8>, OwnedFd)>,
+        roots: Vec<Root>,
         sink: &mut S,
     ) -> std::result::Result<(), S::Error> {
         let mut walker = Walker {
@@ -96,10 +278,12 @@ impl<'a> Walk<'a> {
             top: 0,
             xattrs: XattrReader::default(),
             target: vec![0; MAX_SYMLINK + 1],
+            members: None,
+            dev: 0,
         };
         let walked = roots
             .into_iter()
-            .try_for_each(|(name, root)| walker.root(&name, root, sink));
+            .try_for_each(|root| walker.root(root, sink));
         match walked {
             Ok(()) => sink.finish(),
             Err(e) => Err(sink.abort(e)),
@@ -111,6 +295,8 @@ struct Frame {
     fd: OwnedFd,
     listing: Listing,
     next: usize,
+    /// Everything in it is taken (else only what [`Members::take`] takes).
+    whole: bool,
 }
 
 /// A walk under way: its options and reusable buffers.
@@ -128,29 +314,43 @@ struct Walker<'a> {
     xattrs: XattrReader,
     /// A symlink's target.
     target: Vec<u8>,
+    /// The current root's members, if it has some.
+    members: Option<Members>,
+    /// The current root's device (`--one-file-system`).
+    dev: u64,
 }
 
 impl Walker<'_> {
     /// Walks the root `fd`: as the directory `name`, or its entries at the top when the
     /// name is empty.
-    fn root<S: Sink>(
-        &mut self,
-        name: &[u8],
-        fd: OwnedFd,
-        sink: &mut S,
-    ) -> std::result::Result<(), S::Error> {
+    fn root<S: Sink>(&mut self, root: Root, sink: &mut S) -> std::result::Result<(), S::Error> {
+        let name = &root.name[..];
         if self.pruned(name) {
             return Ok(());
         }
         let path = || TreePath(name.to_vec());
-        let frame = self
-            .frame(fd)
+        let stat = fstat(&root.fd).map_err(|e| Error::io("fstat", path(), e))?;
+        self.dev = stat.st_dev;
+        self.members = root.members.filter(|m| !m.everything);
+        // A duplicate, to look for the members the walk did not reach once it is done.
+        let base = match self.members.is_some() {
+            true => {
+                Some(fcntl_dupfd_cloexec(&root.fd, 0).map_err(|e| Error::io("dup", path(), e))?)
+            }
+            false => None,
+        };
+        let mut frame = self
+            .frame(root.fd)
             .map_err(|e| Error::io("getdents64", path(), e))?;
+        frame.whole = self.members.is_none();
         if name.is_empty() {
             self.top = 0;
-            return self.walk(frame, sink);
+            self.walk(frame, sink)?;
+            return match base {
+                Some(base) => self.unreached(base.as_fd(), sink),
+                None => Ok(()),
+            };
         }
-        let stat = fstat(&frame.fd).map_err(|e| Error::io("fstat", path(), e))?;
         let Some(frame) = self.announce_dir(frame, name, &stat, sink)? else {
             return Ok(());
         };
@@ -159,6 +359,31 @@ impl Walker<'_> {
         self.walk(frame, sink)?;
         self.at.leave();
         sink.leave_dir()
+    }
+
+    /// Reports each member the walk did not reach below `base`: missing, or behind a
+    /// symlink or a mount point it does not cross.
+    fn unreached<S: Sink>(
+        &mut self,
+        base: BorrowedFd<'_>,
+        sink: &mut S,
+    ) -> std::result::Result<(), S::Error> {
+        let Some(members) = self.members.take() else {
+            return Ok(());
+        };
+        for path in members.unreached() {
+            let error = match statat(base, path, AtFlags::SYMLINK_NOFOLLOW) {
+                Err(e) => Error::io("stat", TreePath(path.to_vec()), e),
+                Ok(_) => Error::Argument {
+                    arg: crate::error::escape_bytes(path),
+                    problem: "not packed: a symlink (never followed) or another filesystem \
+                              is on its way"
+                        .into(),
+                },
+            };
+            sink.unreadable(error)?;
+        }
+        Ok(())
     }
 
     /// Walks the tree below the listed directory `root`.
@@ -194,17 +419,36 @@ impl Walker<'_> {
                 },
             };
             let kind = stat.map_or(Kind::of(kind), |s| Kind::of_mode(s.st_mode));
+            let take = match (&mut self.members, frame.whole) {
+                (Some(members), false) => members.take(&path().0[self.top..]),
+                _ => Take::Whole,
+            };
+            if take == Take::No || (take == Take::Above && kind != Kind::Dir) {
+                continue;
+            }
             if let Some(exclude) = self.options.exclude {
                 let below_root = || path().0.split_off(self.top);
                 if exclude.excludes(name, below_root, kind == Kind::Dir) {
                     continue;
                 }
             }
+            if let (Some(newer), false) = (self.options.newer, kind == Kind::Dir) {
+                let times = StatxFlags::MTIME | StatxFlags::CTIME;
+                match statx(parent, name, AtFlags::SYMLINK_NOFOLLOW, times) {
+                    Ok(st) if !newer.keeps(&st) => continue,
+                    Ok(_) => {}
+                    Err(e) => {
+                        sink.unreadable(Error::io("statx", path(), e))?;
+                        continue;
+                    }
+                }
+            }
+            let whole = frame.whole || take == Take::Whole;
             match (kind, stat) {
                 (Kind::Dir, _) if self.pruned(name) => {}
                 (Kind::Dir, _) => {
                     let name = std::mem::take(&mut self.name);
-                    let opened = self.open_dir(parent, &name, sink);
+                    let opened = self.open_dir(parent, &name, whole, sink);
                     self.name = name;
                     if let Some(dir) = opened? {
                         self.at.enter(&self.name);
@@ -250,19 +494,28 @@ impl Walker<'_> {
     /// Opens and lists the directory `name` in `parent` and announces it: entered (its
     /// frame returned, to walk), or empty. One that cannot be opened, stated or listed is
     /// reported unreadable and announced empty (as far as it can be stated).
+    /// `whole`: everything below it is taken. With [`Walk::one_file_system`], a directory on
+    /// another filesystem is announced empty, unlisted.
     fn open_dir<S: Sink>(
         &mut self,
         parent: BorrowedFd<'_>,
         name: &[u8],
+        whole: bool,
         sink: &mut S,
     ) -> std::result::Result<Option<Frame>, S::Error> {
         let opened = openat(parent, name, DIR_FLAGS, Mode::empty())
             .map_err(|e| ("open directory", e))
             .and_then(|fd| Ok((fstat(&fd).map_err(|e| ("fstat", e))?, fd)))
-            .and_then(|(stat, fd)| Ok((self.frame(fd).map_err(|e| ("getdents64", e))?, stat)))
+            .and_then(|(stat, fd)| {
+                let frame = match self.options.one_file_system && stat.st_dev != self.dev {
+                    true => Ok(Frame::unlisted(fd)),
+                    false => self.frame(fd),
+                };
+                Ok((frame.map_err(|e| ("getdents64", e))?, stat))
+            })
             .map_err(|(op, e)| Error::io(op, self.at.join(name), e));
         let (frame, stat) = match opened {
-            Ok(opened) => opened,
+            Ok((frame, stat)) => (Frame { whole, ..frame }, stat),
             Err(e) => {
                 sink.unreadable(e)?;
                 if let Ok(stat) = statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
@@ -333,7 +586,31 @@ impl Walker<'_> {
             fd,
             listing,
             next: 0,
+            whole: true,
         })
+    }
+}
+
+impl Frame {
+    /// The frame of a directory that is not listed: announced empty.
+    fn unlisted(fd: OwnedFd) -> Frame {
+        Frame {
+            fd,
+            listing: Listing::default(),
+            next: 0,
+            whole: true,
+        }
+    }
+}
+
+impl Newer {
+    /// True when the entry `st` (its times) is kept.
+    fn keeps(&self, st: &rustix::fs::Statx) -> bool {
+        let time = |t: rustix::fs::StatxTimestamp| Timestamp {
+            sec: t.tv_sec,
+            nsec: t.tv_nsec,
+        };
+        time(st.stx_mtime) >= self.since || (!self.mtime_only && time(st.stx_ctime) >= self.since)
     }
 }
 
@@ -456,7 +733,10 @@ mod tests {
         file(&two.join("locked/hidden"), b"hidden");
         file(&two.join("ok"), b"ok");
         fs::set_permissions(two.join("locked"), fs::Permissions::from_mode(0o000)).unwrap();
-        let roots = vec![(b"one".to_vec(), open(&one)), (b"2".to_vec(), open(&two))];
+        let roots = vec![
+            Root::tree(b"one".to_vec(), open(&one)),
+            Root::tree(b"2".to_vec(), open(&two)),
+        ];
         let mut rec = Recording::default();
         std::thread::scope(|scope| {
             scope.spawn(|| {
@@ -482,5 +762,52 @@ mod tests {
                 Recorded::Finish,
             ]
         );
+    }
+
+    /// Members: each with its tree, the directories on the way entered with only what
+    /// leads to one, a path inside another taken once, and one the walk does not reach
+    /// reported; `..` and absolute paths refused.
+    #[test]
+    fn members_are_walked_with_the_directories_on_their_way() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        for d in ["a", "a/b", "c", "c/d"] {
+            dir(&root.join(d));
+        }
+        file(&root.join("a/b/f"), b"f");
+        file(&root.join("a/g"), b"g");
+        file(&root.join("c/d/h"), b"h");
+        file(&root.join("top"), b"t");
+        let paths = ["./a//b/f/", "c", "c/d/h", "top", "missing"];
+        let members = Members::new(paths).unwrap();
+        let mut rec = Recording::default();
+        let roots = vec![Root::members(open(root), members)];
+        Walk::new().run_named(roots, &mut rec).unwrap();
+        assert_eq!(
+            rec.calls,
+            [
+                entered("a", &root.join("a")),
+                entered("b", &root.join("a/b")),
+                listed_file("f", b"f"),
+                Recorded::Leave,
+                Recorded::Leave,
+                entered("c", &root.join("c")),
+                entered("d", &root.join("c/d")),
+                listed_file("h", b"h"),
+                Recorded::Leave,
+                Recorded::Leave,
+                listed_file("top", b"t"),
+                Recorded::Unreadable(
+                    "missing: cannot access: No such file or directory".into()
+                ),
+                Recorded::Finish,
+            ]
+        );
+        for bad in ["a/../..", "/etc"] {
+            assert!(
+                matches!(Members::new([bad]), Err(Error::Argument { .. })),
+                "{bad}"
+            );
+        }
     }
 }

@@ -223,6 +223,7 @@ pub struct WalkParallel {
     name: Vec<u8>,
     threads: usize,
     exclude: Exclude,
+    one_file_system: bool,
 }
 
 impl WalkParallel {
@@ -234,7 +235,15 @@ impl WalkParallel {
             name: name.to_vec(),
             threads: crate::threads::Work::Walk.threads(),
             exclude: Exclude::default(),
+            one_file_system: false,
         }
+    }
+
+    /// Does not list a directory on another filesystem than the root's: visitors see it
+    /// entered, and empty (a mount point is kept, its contents are not: `cp -x`).
+    pub fn one_file_system(mut self, yes: bool) -> WalkParallel {
+        self.one_file_system = yes;
+        self
     }
 
     /// Leaves out what `exclude` matches below the root: visitors never see it, and an
@@ -269,7 +278,13 @@ impl WalkParallel {
             pending: AtomicUsize::new(0),
             state: root,
         });
-        let walk = Walk::new(builder, self.threads, self.exclude);
+        let mut walk = Walk::new(builder, self.threads, self.exclude);
+        if self.one_file_system {
+            // Unknown (a root that cannot be stated): every directory is listed.
+            walk.dev = statx(&self.root, "", AtFlags::EMPTY_PATH, StatxFlags::TYPE)
+                .ok()
+                .map(|st| device(&st));
+        }
         let mut visitor = walk.build();
         let mut scratch = Scratch::default();
         walk.list(&root_dir, self.root, &mut visitor, &mut scratch);
@@ -359,6 +374,13 @@ struct Walk<'b, B: ParallelVisitorBuilder> {
     quit: AtomicBool,
     /// What is left out (`None` when nothing is).
     exclude: Option<Exclude>,
+    /// The root's device, when directories on others are not listed.
+    dev: Option<u64>,
+}
+
+/// The device a `statx` says its entry is on.
+fn device(stat: &Statx) -> u64 {
+    rustix::fs::makedev(stat.stx_dev_major, stat.stx_dev_minor)
 }
 
 impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
@@ -384,6 +406,7 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
             listed: AtomicU64::new(0),
             quit: AtomicBool::new(false),
             exclude: Some(exclude).filter(|e| !e.is_empty()),
+            dev: None,
         }
     }
 
@@ -557,7 +580,10 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
                     pending: AtomicUsize::new(0),
                     state,
                 });
-                self.list(&dir, fd, visitor, scratch);
+                match self.dev.is_some_and(|dev| dev != device(&stat)) {
+                    true => visitor.listed(&dir),
+                    false => self.list(&dir, fd, visitor, scratch),
+                }
             }
             Err(state) => self.obey(state),
         }

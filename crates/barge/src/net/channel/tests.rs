@@ -8,7 +8,7 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::thread;
 
 use super::*;
-use crate::net::{encode, kind, Refuse};
+use crate::net::protocol::{encode, kind, Refuse};
 
 /// Long enough for any wait a test expects to end: none of them measures time.
 pub(crate) const WAIT: Duration = Duration::from_secs(20);

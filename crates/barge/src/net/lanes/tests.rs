@@ -7,6 +7,7 @@ use std::thread;
 
 use super::*;
 use crate::net::channel::tests::{net_kind, pair, WAIT};
+use crate::net::protocol::tests::{carrying, sending};
 use crate::source::ByteSource;
 use crate::sys::queue::QueueReader;
 
@@ -26,6 +27,11 @@ fn receiving(lanes: u32, timeout: Duration) -> (Arc<Transfer>, thread::JoinHandl
     });
     let transfer = Transfer::new(writer, lanes, timeout, Cancel::new());
     (Arc::new(transfer), reading)
+}
+
+/// What an END counts: `chunks` of `bytes` in all.
+fn counted(chunks: u64, bytes: u64) -> Counted {
+    Counted { bytes, chunks }
 }
 
 /// The error a stop carries ("lander" when the lander stopped reading).
@@ -51,7 +57,7 @@ fn chunks_ahead_are_held_and_written_in_order() {
     for (seq, bytes) in [(2, "c"), (4, "e"), (0, "a"), (3, "d"), (1, "b")] {
         transfer.put(seq, bytes.as_bytes()).ok().unwrap();
     }
-    assert_eq!(transfer.finish(5, 5), Some(5));
+    assert_eq!(transfer.finish(counted(5, 5)), Some(5));
     assert_eq!(reading.join().unwrap(), b"abcde");
     assert!(transfer.failure().is_none());
 }
@@ -76,20 +82,20 @@ fn the_end_counts_chunks_and_bytes() {
     // Fewer bytes than END says.
     let (transfer, _reading) = receiving(1, WAIT);
     transfer.put(0, b"ab").ok().unwrap();
-    assert_eq!(transfer.finish(1, 3), None);
+    assert_eq!(transfer.finish(counted(1, 3)), None);
     let failure = shown(transfer.failure().unwrap());
     assert!(failure.contains("2 of 3 bytes arrived"), "{failure}");
     // A chunk past the counted end.
     let (transfer, _reading) = receiving(1, WAIT);
     transfer.put(0, b"a").ok().unwrap();
     transfer.put(2, b"c").ok().unwrap();
-    assert_eq!(transfer.finish(1, 1), None);
+    assert_eq!(transfer.finish(counted(1, 1)), None);
     let failure = shown(transfer.failure().unwrap());
     assert_eq!(failure, "protocol error: chunks after the counted end");
     // A counted chunk that never comes.
     let (transfer, _reading) = receiving(1, Duration::from_millis(50));
     transfer.put(0, b"a").ok().unwrap();
-    assert_eq!(transfer.finish(2, 2), None);
+    assert_eq!(transfer.finish(counted(2, 2)), None);
     let failure = transfer.failure().unwrap();
     let Stop::Channel(e) = failure else {
         panic!("the lander")
@@ -115,7 +121,7 @@ fn a_chunk_a_window_ahead_waits_for_the_next_one() {
     }
     ahead.join().unwrap();
     let n = WINDOW + 1;
-    assert_eq!(transfer.finish(n, n), Some(n));
+    assert_eq!(transfer.finish(counted(n, n)), Some(n));
     let out = reading.join().unwrap();
     assert_eq!(out.len() as u64, n);
     assert_eq!(out[..3], *b"abc");
@@ -158,13 +164,18 @@ fn a_lane_carries_its_data_until_its_end_and_fails_on_anything_else() {
     let data = |seq: u64, bytes: &[u8]| [&seq.to_be_bytes()[..], bytes].concat();
     sender.send(kind::DATA, &data(1, b"world")).unwrap();
     sender.send(kind::DATA, &data(0, b"hello ")).unwrap();
-    sender.send(kind::END, b"the end").unwrap();
+    sender
+        .send(
+            kind::END,
+            &[11u64.to_be_bytes(), 2u64.to_be_bytes()].concat(),
+        )
+        .unwrap();
     sender.flush().unwrap();
     assert_eq!(
-        transfer.carry(&mut receiver, true),
-        Some(b"the end".to_vec())
+        transfer.carry(&mut receiver, &mut carrying(true)),
+        Some(Some(counted(2, 11)))
     );
-    assert_eq!(transfer.finish(2, 11), Some(11));
+    assert_eq!(transfer.finish(counted(2, 11)), Some(11));
     assert_eq!(reading.join().unwrap(), b"hello world");
 
     for (kind, payload) in [(kind::HELLO, data(0, b"x")), (kind::DATA, data(0, b""))] {
@@ -172,7 +183,7 @@ fn a_lane_carries_its_data_until_its_end_and_fails_on_anything_else() {
         let (transfer, _reading) = receiving(1, WAIT);
         sender.send(kind, &payload).unwrap();
         sender.flush().unwrap();
-        assert_eq!(transfer.carry(&mut receiver, true), None);
+        assert_eq!(transfer.carry(&mut receiver, &mut carrying(true)), None);
         let failure = shown(transfer.failure().unwrap());
         assert!(
             failure.ends_with("where DATA or END was expected"),
@@ -191,7 +202,7 @@ fn a_later_lane_closed_before_any_data_is_no_failure_and_the_first_lane_is() {
         sender.flush().unwrap();
         receiver.receive().unwrap();
         drop(sender);
-        assert_eq!(transfer.carry(&mut receiver, first), None);
+        assert_eq!(transfer.carry(&mut receiver, &mut carrying(first)), None);
         let failure = transfer.failure().map(|stop| match stop {
             Stop::Channel(e) => net_kind(&e),
             Stop::Lander => None,
@@ -215,18 +226,14 @@ fn an_archive_spread_over_three_lanes_is_joined_back_in_order() {
         ready.send(later).unwrap();
     }
     let (transfer, reading) = receiving(3, WAIT);
-    let carrying: Vec<_> = (receivers.into_iter().enumerate())
+    let lanes_carrying: Vec<_> = (receivers.into_iter().enumerate())
         .map(|(lane, mut receiver)| {
             let transfer = transfer.clone();
             thread::spawn(move || {
-                let end = transfer.carry(&mut receiver, lane == 0)?;
-                match lane {
-                    0 => {
-                        let [bytes, chunks] = [&end[..8], &end[8..]]
-                            .map(|n| u64::from_be_bytes(n.try_into().unwrap()));
-                        transfer.finish(chunks, bytes).map(|_| end)
-                    }
-                    _ => Some(end),
+                let end = transfer.carry(&mut receiver, &mut carrying(lane == 0))?;
+                match end {
+                    Some(counted) => transfer.finish(counted).map(|_| end),
+                    None => Some(end),
                 }
             })
         })
@@ -235,12 +242,15 @@ fn an_archive_spread_over_three_lanes_is_joined_back_in_order() {
     let archive: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
     let mut striper = Striper::new(first, Some(Joining::new(joined, Cancel::new())), WAIT);
     striper.write_all(&archive).unwrap();
-    let (lanes, _joining, bytes) = striper.end().unwrap();
+    let (lanes, _joining, bytes) = striper.end(&mut sending()).unwrap();
     assert_eq!((lanes.len(), bytes), (3, archive.len() as u64));
-    let ends: Vec<Option<Vec<u8>>> = carrying.into_iter().map(|c| c.join().unwrap()).collect();
+    let ends: Vec<_> = lanes_carrying
+        .into_iter()
+        .map(|c| c.join().unwrap())
+        .collect();
     let chunks = archive.len().div_ceil(MAX_PLAIN - HEAD) as u64;
-    let counted = [bytes.to_be_bytes(), chunks.to_be_bytes()].concat();
-    assert_eq!(ends, [Some(counted), Some(Vec::new()), Some(Vec::new())]);
+    let first = Some(Some(counted(chunks, bytes)));
+    assert_eq!(ends, [first, Some(None), Some(None)]);
     assert!(reading.join().unwrap() == archive, "joined out of order");
 }
 
@@ -250,7 +260,7 @@ fn a_receivers_word_fails_the_striper() {
     receiver
         .send(
             kind::REFUSE,
-            &crate::net::encode(&crate::net::Refuse {
+            &crate::net::protocol::encode(&crate::net::protocol::Refuse {
                 reason: "no room".into(),
             }),
         )
@@ -259,7 +269,7 @@ fn a_receivers_word_fails_the_striper() {
     assert!(sender.spoke_within(WAIT));
     let mut striper = Striper::new(sender, None, WAIT);
     striper.write_all(b"some archive").unwrap();
-    let error = striper.end().map(drop).unwrap_err();
+    let error = striper.end(&mut sending()).map(drop).unwrap_err();
     assert!(
         error.to_string().ends_with("the receiver refused: no room"),
         "{error}"

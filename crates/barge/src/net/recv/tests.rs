@@ -6,7 +6,7 @@ use std::thread;
 
 use super::*;
 use crate::net::channel::tests::{net_kind, WAIT};
-use crate::net::send::receive_listing;
+use crate::net::protocol::{decode, encode, Accept, Heard, Outbound, Refuse, VERSION};
 
 /// What the receiving thread saw: the connection's outcome, and whether it called
 /// `on_authenticated` and `on_lane`.
@@ -161,9 +161,18 @@ fn a_dry_run_is_accepted_and_told_what_dest_has_with_update_and_lands_nothing() 
         assert_eq!(kind, kind::ACCEPT);
         let accept: Accept = decode("ACCEPT", payload).unwrap();
         assert!(accept.compress, "agrees on compression");
+        // The sender's side reads the listing.
+        let (mut outbound, _) = Outbound::new(dry_run);
+        let mut heard = outbound.receive(kind, payload).unwrap();
+        while let Heard::More = heard {
+            let (kind, payload) = channel.receive().unwrap();
+            heard = outbound.receive(kind, payload).unwrap();
+        }
         let listed = match update {
             true => {
-                let listing = receive_listing(&mut channel).unwrap();
+                let Heard::Ready(Some(listing)) = heard else {
+                    panic!("{heard:?}")
+                };
                 assert!(listing
                     .get(b"d/f")
                     .is_some_and(|f| f.kind == crate::tree::Kind::File));

@@ -8,7 +8,7 @@ use rustix::fs::{open, Mode, OFlags};
 use super::*;
 use crate::land::LandSummary;
 use crate::net::channel::tests::{net_kind, WAIT};
-use crate::net::{Messages, Refuse};
+use crate::net::protocol::{decode, encode, kind, Accept, Messages, Outcome, Refuse};
 use crate::root::Confinement;
 
 /// A receiver played on a thread by `script`, given its channel after the handshake and the
@@ -163,9 +163,10 @@ fn a_refusal_a_failure_or_another_message_is_the_senders_error() {
 fn list(channel: &mut Channel, dir: &std::path::Path) {
     let fd = open(dir, OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).unwrap();
     let listing = Listing::of_dir(fd, 1, false);
-    let mut out = Messages::new(channel, kind::LIST);
+    let mut out = Messages::new(kind::LIST, |kind, payload| channel.send(kind, payload));
     listing.write_to(&mut out).unwrap();
     out.end(kind::LIST_END).unwrap();
+    channel.flush().unwrap();
 }
 
 #[test]

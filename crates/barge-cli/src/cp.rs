@@ -77,7 +77,7 @@ pub struct CpArgs {
     /// Stay on SRC's filesystem: a directory on another (a mount point) is copied empty,
     /// its contents are not, as `cp -x` does.
     #[arg(short = 'x', long)]
-    one_file_system: bool,
+    pub(crate) one_file_system: bool,
     /// Change nothing: print what would be copied (`copy`), replaced (`replace`) and
     /// removed (`delete`), one `VERB PATH` per line, sorted by PATH (its path in DEST; every
     /// directory that would be made is listed too).

@@ -6,7 +6,7 @@
 //! The counts are summed on every rank (one exit status for the job); rank 0 shows the
 //! progress and the summary. Only the main thread calls MPI.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
@@ -21,7 +21,7 @@ use mpi::traits::*;
 use serde_json::Value;
 
 use crate::cp::{plan, report, CpArgs, Plan};
-use crate::report::{count_total, failure, shown_path, shows_progress, with_progress, Exit};
+use crate::report::{failure, shown_path, shows_progress, with_progress, Exit, Total};
 
 /// The longest the ranks wait between two sums of their progress (they start at a
 /// millisecond, so that a small copy does not wait for the sum that ends it).
@@ -87,15 +87,14 @@ pub fn cp(args: &CpArgs, cancel: &Cancel) -> Result<Exit> {
     };
     let mut out = args.out();
     out.no_progress |= rank != 0;
-    let total = AtomicU64::new(0);
+    let total = Total::default();
     let (done, elapsed) = std::thread::scope(|scope| {
         if shows_progress(out) {
             let _ = std::thread::Builder::new().spawn_scoped(scope, || {
-                count_total(std::slice::from_ref(src), exclude, &total)
+                total.count(std::slice::from_ref(src), exclude, args.one_file_system)
             });
         }
-        let known = || Some(total.load(Relaxed)).filter(|&t| t > 0);
-        with_progress(out, &summed, known, copy)
+        with_progress(out, &summed, || total.known(), copy)
     });
     // A copy that failed as a whole (SRC or DEST unreachable) counts one error.
     let done = done.unwrap_or_else(|| {

@@ -797,9 +797,7 @@ mod tests {
                 Recorded::Leave,
                 Recorded::Leave,
                 listed_file("top", b"t"),
-                Recorded::Unreadable(
-                    "missing: cannot access: No such file or directory".into()
-                ),
+                Recorded::Unreadable("missing: cannot access: No such file or directory".into()),
                 Recorded::Finish,
             ]
         );

@@ -844,18 +844,34 @@ impl<'a> Copier<'a> {
             .map_err(|e| Error::io("statx", shared.src_path(path), e))?;
         let dir_stat = statx(&src_dir, "", AtFlags::EMPTY_PATH, STATX_MASK)
             .map_err(|e| Error::io("statx", shared.src_path(dir), e))?;
-        let setgid = statx(&*dest_dir, "", AtFlags::EMPTY_PATH, StatxFlags::MODE)
-            .is_ok_and(|st| st.stx_mode & 0o2000 != 0);
+        let mode = statx(&*dest_dir, "", AtFlags::EMPTY_PATH, StatxFlags::MODE)
+            .map_err(|e| Error::io("statx", shared.dest_path(dir), e))?
+            .stx_mode as u32
+            & 0o7777;
+        // A directory finished read-only before (its source's mode) takes the name all the
+        // same, as the walk's copy would have made it before finishing the directory.
+        let locked = !shared.root && mode & 0o300 != 0o300;
+        let chmod = |mode| {
+            fchmod(&*dest_dir, Mode::from_raw_mode(mode))
+                .map_err(|e| Error::io("fchmod", shared.dest_path(dir), e))
+        };
+        if locked {
+            chmod(mode | 0o300)?;
+        }
         let below = || path.to_vec();
         let at = Pair {
             src: src_dir.as_fd(),
             src_name: name,
             dest: Some(&dest_dir),
             name,
-            setgid,
+            setgid: mode & 0o2000 != 0,
             path: &below,
         };
-        self.copy(&at, &stat)?;
+        let copied = self.copy(&at, &stat);
+        if locked {
+            chmod(mode)?;
+        }
+        copied?;
         let time = Apply {
             mtime: Meta::of_statx(&dir_stat).mtime,
             ..Apply::default()

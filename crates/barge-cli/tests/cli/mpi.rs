@@ -4,14 +4,17 @@
 //! is finished by `--update` into the same tree, the part done before kept.
 
 use std::fs;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::{barge, bin, file, is_root, run_ok, skipped, spawn, tempdir, wait_output};
+use crate::common::{
+    as_nobody, barge, bin, file, is_root, require_root, run_ok, skipped, spawn, tempdir,
+    wait_output,
+};
 use crate::cp::assert_equal_trees;
 use crate::fidelity::{every_kind, set_xattr};
 
@@ -20,7 +23,11 @@ const RANKS: &str = "4";
 
 /// `mpiexec -n 4 barge cp --mpi ARGS` (the binary under test has the `mpi` feature).
 fn mpi_cp(args: &[&Path], extra: &[&str]) -> Command {
-    let mut cmd = Command::new("mpiexec");
+    mpi_cp_by(Command::new("mpiexec"), args, extra)
+}
+
+/// [`mpi_cp`] run by `cmd` (`mpiexec` or a command that runs it).
+fn mpi_cp_by(mut cmd: Command, args: &[&Path], extra: &[&str]) -> Command {
     cmd.args(["-n", RANKS])
         .arg(bin())
         .args(["cp", "--mpi", "--json"]);
@@ -209,4 +216,31 @@ fn child_running(pid: u32) -> bool {
             .rsplit_once(')')
             .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
     })
+}
+
+#[test]
+#[ignore = "needs root (to run the job as nobody)"]
+fn a_read_only_directory_takes_its_linked_name_without_root() {
+    require_root();
+    let work = tempdir();
+    let src = work.path().join("src");
+    // A directory below the parts, finished (read-only) before the links are made.
+    let deep = src.join("a/b/c/d");
+    fs::create_dir_all(&deep).unwrap();
+    fs::create_dir_all(src.join("x")).unwrap();
+    file(&src.join("x/f"), b"two names", 0o644);
+    fs::hard_link(src.join("x/f"), deep.join("g")).unwrap();
+    fs::set_permissions(&deep, fs::Permissions::from_mode(0o555)).unwrap();
+    std::os::unix::fs::chown(work.path(), Some(65534), Some(65534)).unwrap();
+    let dest = work.path().join("dest");
+    let mut nobody = as_nobody();
+    nobody.arg("mpiexec");
+    let done = summary(&mut mpi_cp_by(nobody, &[&src, &dest], &[]));
+    assert_eq!(done["errors"], 0, "{done}");
+    let copy = fs::metadata(dest.join("a/b/c/d/g")).unwrap();
+    assert_eq!(copy.ino(), fs::metadata(dest.join("x/f")).unwrap().ino());
+    assert_eq!(
+        fs::metadata(dest.join("a/b/c/d")).unwrap().mode() & 0o7777,
+        0o555
+    );
 }

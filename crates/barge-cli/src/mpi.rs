@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
-use barge::cp::{link_owner, CpSummary, Deferred, Linked, Part, Verified};
+use barge::cp::{link_owner, CpSummary, Deferred, Linked, Part};
 use barge::interrupt::Cancel;
 use barge::Progress;
 use mpi::collective::SystemOperation;
@@ -103,20 +103,24 @@ pub fn cp(args: &CpArgs, cancel: &Cancel) -> Result<Exit> {
         failed
     });
     let done = sum(&world, &done);
-    let mut verified = Verified::default();
-    if args.verify && rank == 0 && !done.stopped {
-        verified = cp.verify(src, dest, &printer)?;
-    }
-    let mut differences = 0;
+    // Rank 0 reads the copy back; every rank learns whether it found a difference.
+    let verified = (args.verify && rank == 0 && !done.stopped)
+        .then(|| cp.verify(src, dest, &printer))
+        .transpose();
+    let differs = verified
+        .as_ref()
+        .map_or(true, |v| v.is_some_and(|v| v.differences > 0));
+    let mut any_differs = 0u64;
     world.all_reduce_into(
-        &verified.differences,
-        &mut differences,
+        &u64::from(differs),
+        &mut any_differs,
         SystemOperation::sum(),
     );
     if rank != 0 {
-        let fine = done.counts.errors == 0 && differences == 0 && !done.stopped;
+        let fine = done.counts.errors == 0 && any_differs == 0 && !done.stopped;
         return Ok(if fine { Exit::Success } else { Exit::Error });
     }
+    let verified = verified?.unwrap_or_default();
     if done.stopped {
         bail!(
             "copy into {} stopped: it can take no more",

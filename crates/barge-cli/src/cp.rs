@@ -28,11 +28,12 @@ macro_rules! differences {
 Destination: DEST absent: the one SRC is copied as DEST; DEST a directory: each SRC is copied
 into DEST/NAME (NAME being the SRC's last component), merged into a directory already there.
 
-Keeps by default: modes (all 12 bits; setuid/setgid only where the copy has the owner or
-group they grant), modification times to the nanosecond (directories too), symlinks (never
-followed, also a SRC), hard links within the copy, fifos and sockets. -a adds owners (as
-root), extended attributes and ACLs, and devices. What the process may not restore is named
-in one warning per kind.
+Keeps what `cp -a` keeps, always (-a, -r, -R and -p are accepted and change nothing): modes
+(all 12 bits; setuid/setgid only where the copy has the owner or group they grant),
+modification times to the nanosecond (directories too), owners (as root), extended
+attributes (ACLs and file capabilities among them), symlinks (never followed, also a SRC),
+hard links within the copy, fifos, sockets and devices (as root). What the process may not
+keep is named in one warning per kind.
 
 Differences from GNU cp -a:
   - an entry DEST already has is an error (the copy goes on; exit status 1), unless
@@ -53,13 +54,20 @@ pub struct CpArgs {
     /// The trees (or files, symlinks, ...) to copy, then where to.
     #[arg(required = true, num_args = 2.., value_name = "SRC... DEST")]
     paths: Vec<PathBuf>,
-    /// Also keep owners (as root), extended attributes and ACLs, and devices, as `cp -a`.
-    #[arg(short, long)]
-    archive: bool,
-    /// Copy only entries whose type, size, modification time or permissions (all twelve
-    /// bits; as root with -a, owner) differ from DEST's, each replaced by rename (a copy cut short is finished by running it again with --update).
+    /// As GNU cp's -a (archive), -R/-r (recursive) and -p (preserve) ask: barge cp always
+    /// copies whole trees and keeps what `cp -a` keeps. Accepted, changes nothing.
+    #[arg(short = 'a', long = "archive", visible_short_aliases = ['R', 'r', 'p'], visible_alias = "recursive")]
+    _as_cp_a: bool,
+    /// Copy only entries that differ from DEST's in anything the copy keeps (type, size,
+    /// modification time, permissions (all twelve bits), owner (as root), extended
+    /// attributes, hard links), each replaced by rename (a copy cut short is finished by
+    /// running it again with --update).
     #[arg(short, long)]
     update: bool,
+    /// With --update, also compare the content of files that are the same in everything
+    /// else (read on both sides, as rsync -c): one whose bytes differ is copied again.
+    #[arg(short = 'c', long, requires = "update")]
+    checksum: bool,
     /// With --update, also remove what DEST has and SRC lacks (not excluded entries).
     #[arg(long, requires = "update")]
     delete: bool,
@@ -88,7 +96,8 @@ pub struct CpArgs {
     #[arg(short = '0', long, requires = "dry_run")]
     null: bool,
     /// After copying, read every file back on both sides and compare; a difference is an
-    /// error.
+    /// error. With --update, what differs is copied again (its content compared, as with
+    /// --checksum) and checked once more.
     #[arg(long)]
     pub(crate) verify: bool,
     /// Share data extents with the source where the filesystem can (auto), always (fail
@@ -127,11 +136,16 @@ pub(crate) struct Printer {
     planned: Option<Mutex<Vec<(Change, TreePath)>>>,
     /// Where -v's list goes (see `report::lists_on_stderr`).
     on_stderr: bool,
+    /// What `--verify` finds is copied again (`--update`): a warning, not an error.
+    repairs: bool,
 }
 
 impl CpReport for Printer {
     fn error(&self, e: Error) {
-        crate::report::failure(&e.into());
+        match self.repairs {
+            true => warn(format_args!("{e}; copied again")),
+            false => crate::report::failure(&e.into()),
+        }
     }
 
     fn change(&self, change: Change, path: &TreePath) {
@@ -166,9 +180,9 @@ pub(crate) fn plan(args: &CpArgs, cancel: &Cancel) -> Result<Plan> {
     };
     let exclude = Exclude::new(&args.exclude)?;
     let cp = Cp::new()
-        .archive(args.archive)
         .restore(Restore::default().existing(existing))
         .update(args.update)
+        .checksum(args.checksum)
         .delete(args.delete)
         .dry_run(args.dry_run)
         .changes((args.dry_run && !args.out.json) || (args.out.verbose && !args.dry_run))
@@ -181,6 +195,7 @@ pub(crate) fn plan(args: &CpArgs, cancel: &Cancel) -> Result<Plan> {
     let printer = Printer {
         planned: args.dry_run.then(Mutex::default),
         on_stderr: lists_on_stderr(args.out, false),
+        repairs: false,
     };
     Ok(Plan {
         cp,
@@ -240,7 +255,22 @@ pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
                         );
                     }
                     if args.verify && !args.dry_run {
-                        let checked = cp.verify(src, target, &printer)?;
+                        let finder = Printer {
+                            planned: None,
+                            on_stderr: printer.on_stderr,
+                            repairs: args.update,
+                        };
+                        let mut checked = cp.verify(src, target, &finder)?;
+                        if args.update && checked.differences > 0 {
+                            let repair = cp.clone().checksum(true);
+                            let mut again =
+                                repair.run_linked(src, target, &linked, &progress, &printer)?;
+                            // What the repair adds: its copies, not what it found as it was.
+                            again.counts.dirs = 0;
+                            again.counts.unchanged = 0;
+                            done.add(&again);
+                            checked = cp.verify(src, target, &printer)?;
+                        }
                         verified.files += checked.files;
                         verified.bytes += checked.bytes;
                         verified.differences += checked.differences;
@@ -283,12 +313,6 @@ pub(crate) fn report(
     }
     warn_not_restored(&skipped);
     let c = &done.counts;
-    if c.left_out > 0 {
-        warn(format_args!(
-            "{} devices left out (-a copies them)",
-            c.left_out
-        ));
-    }
     let verb = if args.dry_run { "would copy" } else { "copied" };
     let mut line = format!(
         "{verb} {}, {}, {}",

@@ -404,8 +404,10 @@ enum Command {
     /// Copy trees (or any entries) to DEST, keeping what `cp -a` keeps, on every core.
     ///
     /// DEST absent: the one SRC is copied as DEST; DEST a directory: each SRC is copied
-    /// into it under its own name. Modes, times, symlinks, hard links, fifos and sockets by
-    /// default; -a adds owners, extended attributes (ACLs) and devices. Below SRC and DEST
+    /// into it under its own name, or with a trailing '/' (SRC/) its contents, as rsync.
+    /// Keeps what `cp -a` keeps with no flag: modes, times, symlinks, hard links, fifos,
+    /// sockets, and as far as the process may owners, extended attributes (ACLs,
+    /// capabilities) and devices, with one warning per kind it cannot keep. Below SRC and DEST
     /// nothing is followed or written through: new entries are created exclusively and an
     /// existing one is an error unless --update, --overwrite or --skip-old-files; an entry
     /// that cannot be copied is named and the copy goes on (exit status 1 at the end).

@@ -58,8 +58,8 @@ pub(crate) use recv_help;
 /// What `barge send` takes.
 #[derive(clap::Args, Debug)]
 pub struct SendArgs {
-    /// The directories to send (one: its entries land at DEST's top; several: each as a
-    /// top-level directory named by its last component), then the receiver: the ticket
+    /// The directories to send (one, with or without a trailing '/': its contents land at
+    /// DEST's top; several: each as DEST/NAME, NAME its last component), then the receiver: the ticket
     /// `barge recv` printed (HOST:PORT#KEY), or HOST:PORT with the key from --key-file or
     /// BARGE_KEY.
     #[arg(required = true, value_name = "DIR... TICKET")]
@@ -83,11 +83,17 @@ pub struct SendArgs {
     /// cut off finishes without resending its whole files.
     #[arg(short, long)]
     update: bool,
+    /// With --update, also have the receiver remove what DEST has and the DIRs lack (not
+    /// excluded entries; not special files, which the listing does not show), before it
+    /// lands anything: DEST becomes a copy of DIR, as with cp --update --delete.
+    #[arg(long, requires = "update", conflicts_with = "from_archive")]
+    delete: bool,
     /// Send nothing: connect and authenticate, with --update ask the receiver what DEST
     /// has, and print what the transfer would send, one `VERB PATH` per line (PATH in DEST),
-    /// sorted by PATH, as `cp --dry-run` does: `copy` (DEST lacks it) or `replace` (DEST has
-    /// it differently; directories DEST has are not shown); a file or symlink where DEST has a directory is named in a warning (the
-    /// receiver never replaces a directory) and the exit status is 1. The receiver lands
+    /// sorted by PATH, as `cp --dry-run` does: `copy` (DEST lacks it), `replace` (DEST has
+    /// it differently; directories DEST has are not shown) or `delete` (with --delete); a
+    /// file or symlink where DEST has a directory is named in a warning (the receiver
+    /// replaces a directory only with --delete) and the exit status is 1. The receiver lands
     /// nothing, and a one-shot `barge recv` keeps waiting. The files that would be sent
     /// are read, as for the transfer.
     #[arg(long, conflicts_with = "from_archive")]
@@ -237,6 +243,7 @@ pub fn send(args: SendArgs, cancel: &Cancel) -> Result<Exit> {
         ),
     };
     match (&args.from_archive, dirs.len()) {
+        (None, 2..) => refuse_contents(dirs)?,
         (Some(_), 0) | (None, 1..) => {}
         (Some(_), _) => bail!("--from-archive sends an archive, not DIRs: give only the ticket"),
         (None, 0) => {
@@ -248,6 +255,7 @@ pub fn send(args: SendArgs, cancel: &Cancel) -> Result<Exit> {
         .timeout(Duration::from_secs(args.timeout))
         .compress(args.compress)
         .update(args.update)
+        .delete(args.delete)
         .connections(args.connections)
         .cancel(cancel.clone());
     let progress = crate::report::progress(args.out, false);
@@ -309,6 +317,10 @@ pub fn send(args: SendArgs, cancel: &Cancel) -> Result<Exit> {
         counted(landed.files, "files"),
         human_bytes(landed.bytes)
     );
+    let line = match sent.deleted {
+        0 => line,
+        n => format!("{line}, and deleted {n}"),
+    };
     summary(args.out, &line, &sent, Map::new(), elapsed, false);
     Ok(exit)
 }
@@ -324,6 +336,23 @@ fn retry_hint(error: barge::Error, address: &str) -> anyhow::Error {
              --update to send the rest)"
         )),
         false => anyhow::Error::new(error).context(format!("send to {address} failed")),
+    }
+}
+
+/// Refuses a DIR with a trailing `/` (its contents, as rsync takes it) among several DIRs,
+/// each of which lands as DEST/NAME: only a single DIR lands its contents at DEST's top.
+fn refuse_contents(dirs: &[PathBuf]) -> Result<()> {
+    match dirs
+        .iter()
+        .find(|dir| dir.as_os_str().as_encoded_bytes().ends_with(b"/"))
+    {
+        Some(dir) => bail!(
+            "{}: a trailing '/' asks for the directory's contents, which only a single DIR \
+             sends (its entries land at DEST's top); with several DIRs each lands as DEST/NAME: \
+             name it without the '/'",
+            shown_path(dir)
+        ),
+        None => Ok(()),
     }
 }
 
@@ -358,7 +387,14 @@ fn dry_run(
     let mut conflicts = Vec::new();
     let mut changes = Vec::new();
     let print = |planned: Planned<'_>| {
-        if planned.there == Some(Kind::Dir) && planned.kind != Kind::Dir {
+        if planned.delete {
+            if !args.out.json {
+                changes.push((Change::Delete, planned.path.clone()));
+            }
+            return;
+        }
+        // With --delete the directory is removed first.
+        if planned.there == Some(Kind::Dir) && planned.kind != Kind::Dir && !args.delete {
             return conflicts.push(planned.path.clone());
         }
         if args.out.json || (planned.kind, planned.there) == (Kind::Dir, Some(Kind::Dir)) {
@@ -506,8 +542,12 @@ fn log(done: &Done, json: bool) {
         }
         Ok(Ended::Landed(received)) => {
             let l = &received.landed.summary;
+            let deleted = match received.deleted {
+                0 => String::new(),
+                n => format!(", deleted {n}"),
+            };
             log_line!(
-                "barge: recv: {peer} ({}): landed {}, {}, {} in {seconds:.2} s",
+                "barge: recv: {peer} ({}): landed {}, {}, {}{deleted} in {seconds:.2} s",
                 shown(&received.sender),
                 counted(l.dirs, "dirs"),
                 counted(l.files, "files"),

@@ -442,7 +442,9 @@ pub fn print_planned(mut planned: Vec<(barge::cp::Change, TreePath)>, null: bool
     let names = |path: &TreePath| -> Vec<Vec<u8>> {
         path.0.split(|&b| b == b'/').map(<[u8]>::to_vec).collect()
     };
-    planned.sort_by_cached_key(|(change, path)| (names(path), *change as u8));
+    // A path removed and then copied anew (a directory where SRC has a file): delete first.
+    let order = |change: &Change| !matches!(change, Change::Delete);
+    planned.sort_by_cached_key(|(change, path)| (names(path), order(change), *change as u8));
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     for (change, path) in &planned {
         let verb = match change {

@@ -162,3 +162,40 @@ fn flag_table_in_readme_lists_every_flag() {
          missing {missing:#?}, stale {stale:#?}"
     );
 }
+
+/// README's tables of tar, cp, rsync and du spellings: every barge command line in them
+/// parses (a renamed or dropped flag fails here, not in a reader's shell).
+#[test]
+fn readme_spellings_are_command_lines_barge_takes() {
+    use clap::Parser;
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
+    let readme = std::fs::read_to_string(path).unwrap();
+    let mut checked = 0;
+    for section in ["### For tar users", "### For cp, rsync and du users"] {
+        let start = readme.find(section).expect("README has the section");
+        let table = readme[start..]
+            .lines()
+            .skip(2)
+            .take_while(|l| !l.starts_with('#'));
+        for row in table.filter(|l| l.starts_with("| `")) {
+            let cell = row
+                .replace("\\|", "¦")
+                .split('|')
+                .nth(2)
+                .unwrap_or_default()
+                .to_string();
+            for span in cell.split('`').skip(1).step_by(2) {
+                let Some(at) = span.find("barge ") else {
+                    continue;
+                };
+                let words = span[at..].split_whitespace();
+                let args: Vec<String> = words.map(|w| w.trim_matches('\'').to_string()).collect();
+                if let Err(e) = crate::Cli::try_parse_from(&args) {
+                    panic!("README's `{}` does not parse: {e}", args.join(" "));
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 30, "only {checked} command lines found");
+}

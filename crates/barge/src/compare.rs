@@ -3,6 +3,7 @@
 //! of an inode (hard links, du's counted inodes, DEST inside SRC), and the one comparison of
 //! a tree with its copy ([`Compare`]: `cp --verify`, the tests' tree assertions).
 
+use std::hash::Hasher;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -18,7 +19,7 @@ use crate::interrupt::{retry, Cancel};
 use crate::root::{open_parent, split};
 use crate::sys::{DIR_FLAGS, FILE_FLAGS};
 use crate::threads::Work;
-use crate::tree::{Entry, Kind, Meta, STATX_MASK};
+use crate::tree::{Entry, Kind, Meta, Xattrs, STATX_MASK};
 use crate::walk::parallel::{
     Dir, ParallelVisitor, ParallelVisitorBuilder, WalkParallel, WalkState,
 };
@@ -42,27 +43,100 @@ pub(crate) struct Facts {
     pub(crate) size: u64,
     /// Permission bits (all twelve), modification time, owner.
     pub(crate) meta: Meta,
+    /// A regular file's names (`st_nlink`; 0 where not known).
+    pub(crate) links: u32,
+    /// A digest of the extended attributes in archive form ([`xattr_digest`]; `None` where
+    /// they were not read).
+    pub(crate) xattrs: Option<u64>,
 }
 
 impl Facts {
+    /// `kind`, `size` and `meta`, links and extended attributes not known.
+    pub(crate) fn new(kind: Kind, size: u64, meta: Meta) -> Facts {
+        Facts {
+            kind,
+            size,
+            meta,
+            links: 0,
+            xattrs: None,
+        }
+    }
+
     /// What `stat` (asked with [`STATX_MASK`]) says.
     pub(crate) fn of_statx(stat: &Statx) -> Facts {
+        let kind = Kind::of_mode(stat.stx_mode.into());
         Facts {
-            kind: Kind::of_mode(stat.stx_mode.into()),
-            size: stat.stx_size,
-            meta: Meta::of_statx(stat),
+            links: if kind == Kind::File {
+                stat.stx_nlink
+            } else {
+                0
+            },
+            ..Facts::new(kind, stat.stx_size, Meta::of_statx(stat))
         }
+    }
+}
+
+/// The digest [`Facts::xattrs`] holds of the extended attributes `xattrs` (as
+/// `XattrReader` reads them: sorted by name) that `kept` says a copy keeps.
+pub(crate) fn xattr_digest(xattrs: Xattrs<'_>, kept: impl Fn(&[u8]) -> bool) -> u64 {
+    let mut digest = twox_hash::XxHash3_64::new();
+    for (name, value) in xattrs.iter().filter(|(name, _)| kept(name)) {
+        for bytes in [name, value] {
+            digest.write(&(bytes.len() as u64).to_le_bytes());
+            digest.write(bytes);
+        }
+    }
+    digest.finish()
+}
+
+/// Two buffers of [`BLOCK`] bytes for [`first_difference`] (allocated by its first call).
+pub(crate) type Buffers = (Vec<u8>, Vec<u8>);
+
+/// Reads the files `a` and `b` in blocks to their ends (not only as far as their size
+/// says: a kernel file says 0 and holds more) and compares them: `Ok(Err(at))`, the first
+/// byte that differs, or `Ok(Ok(bytes))`, the length of both when they are the same.
+pub(crate) fn first_difference(
+    a: BorrowedFd<'_>,
+    b: BorrowedFd<'_>,
+    bufs: &mut Buffers,
+    cancel: &Cancel,
+) -> rustix::io::Result<std::result::Result<u64, u64>> {
+    for buf in [&mut bufs.0, &mut bufs.1] {
+        buf.resize(BLOCK, 0);
+    }
+    let mut at = 0u64;
+    loop {
+        let x = retry(cancel, || pread(a, &mut bufs.0[..], at))?;
+        let y = retry(cancel, || pread(b, &mut bufs.1[..], at))?;
+        if x != y || bufs.0[..x] != bufs.1[..y] {
+            let first = bufs.0[..x.min(y)]
+                .iter()
+                .zip(&bufs.1[..x.min(y)])
+                .position(|(p, q)| p != q)
+                .unwrap_or(x.min(y));
+            return Ok(Err(at + first as u64));
+        }
+        if x == 0 {
+            return Ok(Ok(at));
+        }
+        at += x as u64;
     }
 }
 
 /// The unchanged rule: an entry is unchanged when its kind, size, modification time (to the
 /// nanosecond) and all twelve permission bits are the same (a symlink's bits are not: Linux
-/// fixes them), and its owner too where the copy keeps owners. Hard links and extended
-/// attributes are for the callers that keep them.
+/// fixes them), and, where the copy keeps them, its owner, its extended attributes and its
+/// links: a file of one name has one in the copy (a copy with more shares its inode with
+/// another name, which writing it would change). Which names of a file of several share
+/// its copy is for the callers, which see the names.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Rule {
     /// Owners are kept (archive mode, by a process that may give files away).
     pub(crate) owners: bool,
+    /// Extended attributes are kept (both sides' [`Facts::xattrs`] read).
+    pub(crate) xattrs: bool,
+    /// Hard links are kept.
+    pub(crate) links: bool,
 }
 
 /// A fact the unchanged rule compares.
@@ -75,6 +149,10 @@ pub(crate) enum Fact {
     Mode,
     /// The owner (where kept; different where the source records none).
     Owner,
+    /// The extended attributes (where kept).
+    Xattrs,
+    /// A file of one name has several in the copy (where links are kept).
+    Links,
 }
 
 impl Rule {
@@ -94,6 +172,14 @@ impl Rule {
             (
                 self.owners && (a.owner.is_none() || a.owner != b.owner),
                 Fact::Owner,
+            ),
+            (
+                self.xattrs && (source.xattrs.is_none() || source.xattrs != copy.xattrs),
+                Fact::Xattrs,
+            ),
+            (
+                self.links && source.links == 1 && copy.links != 1,
+                Fact::Links,
             ),
         ]
         .into_iter()
@@ -262,7 +348,7 @@ impl<'a> ParallelVisitorBuilder for &'a Shared<'a> {
         Checker {
             shared: self,
             totals: Verified::default(),
-            bufs: (vec![0; BLOCK], vec![0; BLOCK]),
+            bufs: Buffers::default(),
         }
     }
 }
@@ -271,7 +357,7 @@ impl<'a> ParallelVisitorBuilder for &'a Shared<'a> {
 struct Checker<'a> {
     shared: &'a Shared<'a>,
     totals: Verified,
-    bufs: (Vec<u8>, Vec<u8>),
+    bufs: Buffers,
 }
 
 impl Drop for Checker<'_> {
@@ -347,8 +433,7 @@ impl Checker<'_> {
         }
     }
 
-    /// Reads both files in blocks to their ends (not only as far as their size says: a
-    /// kernel file says 0 and holds more) and compares them.
+    /// Compares the content of the file `name` of `src` with `copy_name` of `copy`.
     fn compare_files(
         &mut self,
         src: BorrowedFd<'_>,
@@ -361,33 +446,16 @@ impl Checker<'_> {
             (Ok(a), Ok(b)) => (a, b),
             (Err(e), _) | (_, Err(e)) => return Err(format!("open: {e}")),
         };
-        let mut at = 0u64;
-        loop {
-            let cancel = &self.shared.compare.cancel;
-            let read = |fd: &OwnedFd, buf: &mut [u8]| retry(cancel, || pread(fd, &mut buf[..], at));
-            let (x, y) = match (read(&a, &mut self.bufs.0), read(&b, &mut self.bufs.1)) {
-                (Ok(x), Ok(y)) => (x, y),
-                (Err(e), _) | (_, Err(e)) => return Err(format!("read: {e}")),
-            };
-            if x != y || self.bufs.0[..x] != self.bufs.1[..y] {
-                let first = self.bufs.0[..x.min(y)]
-                    .iter()
-                    .zip(&self.bufs.1[..x.min(y)])
-                    .position(|(p, q)| p != q)
-                    .unwrap_or(x.min(y));
-                return Err(format!(
-                    "content differs from SRC at byte {}",
-                    at + first as u64
-                ));
+        let cancel = &self.shared.compare.cancel;
+        match first_difference(a.as_fd(), b.as_fd(), &mut self.bufs, cancel) {
+            Ok(Ok(bytes)) => {
+                self.totals.files += 1;
+                self.totals.bytes += bytes;
+                Ok(())
             }
-            if x == 0 {
-                break;
-            }
-            at += x as u64;
+            Ok(Err(at)) => Err(format!("content differs from SRC at byte {at}")),
+            Err(e) => Err(format!("read: {e}")),
         }
-        self.totals.files += 1;
-        self.totals.bytes += at;
-        Ok(())
     }
 }
 
@@ -536,9 +604,9 @@ mod tests {
             owner: Some(Owner { uid, gid: 0 }),
         };
         Facts {
-            kind,
-            size: 3,
-            meta,
+            links: 1,
+            xattrs: Some(xattr_digest(Xattrs::default(), |_| true)),
+            ..Facts::new(kind, 3, meta)
         }
     }
 
@@ -553,7 +621,44 @@ mod tests {
         }
         let given_away = facts(Kind::File, 0o644, 1000);
         assert!(rule.unchanged(&given_away, &file));
-        assert!(!Rule { owners: true }.unchanged(&given_away, &file));
+        let owners = Rule {
+            owners: true,
+            ..Rule::default()
+        };
+        assert!(!owners.unchanged(&given_away, &file));
+    }
+
+    #[test]
+    fn xattrs_and_links_count_only_where_kept() {
+        let kept = Rule {
+            xattrs: true,
+            links: true,
+            ..Rule::default()
+        };
+        let file = facts(Kind::File, 0o644, 0);
+        let mut tagged = file;
+        let mut wire = Vec::new();
+        Xattrs::push(&mut wire, b"user.x", b"1");
+        tagged.xattrs = Some(xattr_digest(Xattrs(&wire), |_| true));
+        assert_eq!(
+            xattr_digest(Xattrs(&wire), |name| name != b"user.x"),
+            file.xattrs.unwrap(),
+            "only what the copy keeps counts"
+        );
+        assert!(Rule::default().unchanged(&tagged, &file));
+        assert_eq!(
+            kept.differences(&tagged, &file).collect::<Vec<_>>(),
+            [Fact::Xattrs]
+        );
+        let mut linked = file;
+        linked.links = 2;
+        assert!(Rule::default().unchanged(&file, &linked));
+        assert_eq!(
+            kept.differences(&file, &linked).collect::<Vec<_>>(),
+            [Fact::Links]
+        );
+        // A source of several names may have one in the copy (its others outside SRC).
+        assert!(kept.unchanged(&linked, &file));
     }
 
     #[test]

@@ -5,14 +5,15 @@
 //! per directory the parallel walker. Sinks: the landers, the encoder (`pack`), du's
 //! counter, `list`'s printer, and [`Recording`] for tests.
 
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 
 use rustix::fs::{FileType, Stat, Statx, StatxFlags};
 
-use rustix::fs::{fgetxattr, flistxattr};
+use rustix::fs::{fgetxattr, flistxattr, AtFlags};
 use rustix::io::Errno;
 
 use crate::error::{Error, TreePath};
+use crate::sys::xattr::{getxattrat, listxattrat};
 use crate::sys::FILE_FLAGS;
 
 /// What every `statx` of an entry asks for, by every walker and operation: everything they
@@ -229,6 +230,33 @@ impl<'a> Xattrs<'a> {
     }
 }
 
+/// Whose extended attributes an [`XattrReader`] reads.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum XattrsOf<'a> {
+    /// An open file's.
+    Fd(BorrowedFd<'a>),
+    /// The entry of that name in the directory, not followed.
+    Name(BorrowedFd<'a>, &'a [u8]),
+}
+
+impl XattrsOf<'_> {
+    fn list(self, names: &mut [u8]) -> rustix::io::Result<usize> {
+        match self {
+            XattrsOf::Fd(fd) => flistxattr(fd, names),
+            XattrsOf::Name(dir, name) => listxattrat(dir, name, AtFlags::SYMLINK_NOFOLLOW, names),
+        }
+    }
+
+    fn get(self, attribute: &[u8], value: &mut [u8]) -> rustix::io::Result<usize> {
+        match self {
+            XattrsOf::Fd(fd) => fgetxattr(fd, attribute, value),
+            XattrsOf::Name(dir, name) => {
+                getxattrat(dir, name, AtFlags::SYMLINK_NOFOLLOW, attribute, value)
+            }
+        }
+    }
+}
+
 /// Reads the extended attributes of an open file into their archive form ([`Xattrs`]):
 /// `flistxattr`, then `fgetxattr` per name, names ascending; buffers reused from one file
 /// to the next.
@@ -246,8 +274,25 @@ impl XattrReader {
     /// out, and the number of those is returned. Costs one `flistxattr` for a file without
     /// attributes; a filesystem without them gives none; on an error none are kept.
     pub(crate) fn read(&mut self, fd: BorrowedFd<'_>) -> rustix::io::Result<usize> {
+        self.read_from(XattrsOf::Fd(fd))
+    }
+
+    /// [`XattrReader::read`] of the file `of`: for a name by `listxattrat` and
+    /// `getxattrat`, or where the kernel has none (before Linux 6.13) through an fd opened
+    /// for it.
+    pub(crate) fn read_from(&mut self, of: XattrsOf<'_>) -> rustix::io::Result<usize> {
+        match (self.read_as(of), of) {
+            (Err(Errno::NOSYS), XattrsOf::Name(dir, name)) => {
+                let fd = rustix::fs::openat(dir, name, FILE_FLAGS, rustix::fs::Mode::empty())?;
+                self.read_as(XattrsOf::Fd(fd.as_fd()))
+            }
+            (read, _) => read,
+        }
+    }
+
+    fn read_as(&mut self, of: XattrsOf<'_>) -> rustix::io::Result<usize> {
         self.wire.clear();
-        self.list(fd)?;
+        self.list(of)?;
         let mut names: Vec<&[u8]> = self
             .names
             .split(|&b| b == 0)
@@ -257,7 +302,7 @@ impl XattrReader {
         let (mut left_out, mut total) = (0, 0);
         self.value.resize(MAX_XATTR_VALUE, 0);
         for name in names {
-            let value = match fgetxattr(fd, name, &mut self.value[..]) {
+            let value = match of.get(name, &mut self.value[..]) {
                 Ok(n) => &self.value[..n],
                 // Removed since the listing.
                 Err(Errno::NODATA) => continue,
@@ -278,11 +323,11 @@ impl XattrReader {
         Ok(left_out)
     }
 
-    /// The NUL-separated names of `fd`'s attributes into `names`.
-    fn list(&mut self, fd: BorrowedFd<'_>) -> rustix::io::Result<()> {
+    /// The NUL-separated names of the attributes of `of` into `names`.
+    fn list(&mut self, of: XattrsOf<'_>) -> rustix::io::Result<()> {
         self.names.resize(self.names.capacity().max(4096), 0);
         loop {
-            match flistxattr(fd, &mut self.names[..]) {
+            match of.list(&mut self.names[..]) {
                 Ok(n) => {
                     self.names.truncate(n);
                     return Ok(());
@@ -293,7 +338,7 @@ impl XattrReader {
                 }
                 // Grown since asked: ask for the size again.
                 Err(Errno::RANGE) => {
-                    let size = flistxattr(fd, &mut [0u8; 0][..])?;
+                    let size = of.list(&mut [0u8; 0][..])?;
                     self.names.resize(size.max(self.names.len() * 2), 0);
                 }
                 Err(e) => return Err(e),
@@ -729,6 +774,33 @@ fn read_content(entry: &Entry<'_>, content: Content<'_>) -> Result<Vec<u8>, Erro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// By name (`listxattrat`, `getxattrat`) a file's attributes read as through its fd,
+    /// in name order, and a symlink's are its own (none), not its target's.
+    #[test]
+    fn xattrs_read_by_name_are_those_read_through_an_fd() {
+        use rustix::fs::{lsetxattr, openat, Mode, XattrFlags, CWD};
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"").unwrap();
+        for (name, value) in [("user.b", &b"2"[..]), ("user.a", b"1")] {
+            lsetxattr(&file, name, value, XattrFlags::empty()).unwrap();
+        }
+        std::os::unix::fs::symlink("f", dir.path().join("l")).unwrap();
+        let at = openat(CWD, dir.path(), crate::sys::DIR_FLAGS, Mode::empty()).unwrap();
+        let fd = openat(&at, "f", FILE_FLAGS, Mode::empty()).unwrap();
+        let mut reader = XattrReader::default();
+        reader.read(fd.as_fd()).unwrap();
+        let by_fd = reader.wire.clone();
+        let names: Vec<&[u8]> = Xattrs(&by_fd).iter().map(|(name, _)| name).collect();
+        assert_eq!(names, [&b"user.a"[..], b"user.b"]);
+        assert_eq!(reader.read_from(XattrsOf::Name(at.as_fd(), b"f")), Ok(0));
+        assert_eq!(reader.wire, by_fd);
+        // Before Linux 6.13 a symlink's are not read (no fd can be opened for it).
+        if reader.read_from(XattrsOf::Name(at.as_fd(), b"l")).is_ok() {
+            assert!(reader.wire.is_empty(), "the symlink followed");
+        }
+    }
 
     #[test]
     fn kind_names_drop_the_article() {

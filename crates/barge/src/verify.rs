@@ -180,11 +180,7 @@ impl Checker<'_> {
             if !matches!(here.kind, Kind::File | Kind::Symlink) {
                 here.size = 0;
             }
-            let there = Facts {
-                kind,
-                size,
-                meta: entry.meta,
-            };
+            let there = Facts::new(kind, size, entry.meta);
             what.extend(
                 self.rule
                     .differences(&there, &here)
@@ -257,6 +253,9 @@ fn describe(fact: Fact, there: &Facts, here: &Facts) -> String {
             ),
             _ => "owner not in the archive".into(),
         },
+        // Not compared against an archive (its rule keeps neither).
+        Fact::Xattrs => "extended attributes differ".into(),
+        Fact::Links => "has other names here".into(),
     }
 }
 
@@ -274,11 +273,7 @@ impl Sink for Checker<'_> {
                     let stat = stat.map_err(|e| Error::io("statx", path.clone(), e))?;
                     let mut here = Facts::of_statx(&stat);
                     here.size = 0;
-                    let there = Facts {
-                        kind: Kind::Dir,
-                        size: 0,
-                        meta: entry.meta,
-                    };
+                    let there = Facts::new(Kind::Dir, 0, entry.meta);
                     let facts = self.rule.differences(&there, &here);
                     what.extend(facts.map(|fact| describe(fact, &there, &here)));
                     fd = Some(dir);
@@ -427,21 +422,23 @@ mod tests {
 
     #[test]
     fn every_fact_is_described_with_both_sides() {
-        let facts = |kind, size, mode, sec| Facts {
-            kind,
-            size,
-            meta: Meta {
+        let facts = |kind, size, mode, sec| {
+            let meta = Meta {
                 mode,
                 mtime: Some(crate::tree::Timestamp { sec, nsec: 5 }),
                 owner: Some(crate::tree::Owner { uid: 1, gid: 2 }),
-            },
+            };
+            Facts::new(kind, size, meta)
         };
         let there = facts(Kind::File, 3, 0o600, 7);
         let here = facts(Kind::Dir, 4, 0o644, 8);
-        let said: Vec<String> = Rule { owners: true }
-            .differences(&there, &here)
-            .map(|fact| describe(fact, &there, &here))
-            .collect();
+        let said: Vec<String> = Rule {
+            owners: true,
+            ..Rule::default()
+        }
+        .differences(&there, &here)
+        .map(|fact| describe(fact, &there, &here))
+        .collect();
         assert_eq!(
             said,
             [
@@ -454,10 +451,13 @@ mod tests {
         let mut unowned = there;
         unowned.meta.owner = None;
         unowned.meta.mtime = None;
-        let said: Vec<String> = Rule { owners: true }
-            .differences(&unowned, &there)
-            .map(|fact| describe(fact, &unowned, &there))
-            .collect();
+        let said: Vec<String> = Rule {
+            owners: true,
+            ..Rule::default()
+        }
+        .differences(&unowned, &there)
+        .map(|fact| describe(fact, &unowned, &there))
+        .collect();
         assert_eq!(
             said,
             ["mtime not in the archive", "owner not in the archive"]

@@ -327,21 +327,48 @@ fn archive_copy_as_nobody_keeps_acls() {
     assert_like_cp(&work, &tree, CP_A, &["-a"], &[], &[0]);
 }
 
-/// Without -a: modes (setuid too: root), times, symlinks, hard links, fifos and sockets, as
-/// GNU cp keeps them with `--preserve=mode,timestamps,links`; no xattrs.
+/// GNU cp's spellings: without a flag the copy is cp -a's (owners as root, xattrs and ACLs,
+/// devices), and -a, -r, -R, --recursive and -p change nothing.
 #[test]
-#[ignore = "needs root: not root: the copies' owners would differ from the tree's"]
-fn default_copy_keeps_modes_times_and_links_as_cp_preserve() {
+fn the_default_copy_is_cp_a_and_cp_flags_change_nothing() {
+    let work = Work::new(User::Caller);
+    let tree = every_kind_tree(&work, is_root(), true);
+    assert_like_cp(&work, &tree, CP_A, &[], &[], &[0]);
+    for flag in ["-a", "-r", "-R", "--recursive", "-p"] {
+        let copy = work.path(&format!("copy{flag}"));
+        assert_exit(&run(cp([flag]).arg(&tree).arg(&copy), None), 0, flag);
+        assert_equal_trees(&work.path("by-barge"), &copy, flag);
+    }
+}
+
+/// A `security.capability` of `cap_net_raw+ep` (version 2).
+const CAP_NET_RAW: &[u8] = &[
+    1, 0, 0, 2, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+];
+
+/// What `barge cp /usr/lib X` lost as root (issue 33): a group owner and a file
+/// capability, now kept without a flag and without a warning.
+#[test]
+#[ignore = "needs root: not root: cannot give files away or set capabilities"]
+fn as_root_the_default_copy_keeps_group_owners_and_capabilities() {
     require_root();
     let work = Work::new(User::Caller);
-    let tree = every_kind_tree(&work, false, true);
-    let cp_args = &["-R", "-P", "--preserve=mode,timestamps,links"];
-    assert_like_cp(&work, &tree, cp_args, &[], &["--xattrs", "none"], &[0]);
-    let copy = work.path("by-barge");
-    for rel in ["files/plain", "more/acl"] {
-        let names = rustix::fs::llistxattr(copy.join(rel), &mut [0u8; 256]).unwrap();
-        assert_eq!(names, 0, "{rel}: xattrs copied without -a");
-    }
+    let src = work.path("src");
+    fs::create_dir(&src).unwrap();
+    file(&src.join("ping"), b"ping", 0o755);
+    lchown(src.join("ping"), Some(0), Some(1000)).unwrap();
+    set_xattr(&src.join("ping"), "security.capability", CAP_NET_RAW);
+    let copy = work.path("copy");
+    let out = run(&mut cp([&src, &copy]), None);
+    assert_exit(&out, 0, "copy");
+    assert_eq!(stderr(&out), "", "a warning");
+    let meta = fs::metadata(copy.join("ping")).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (0, 1000), "owner");
+    assert_eq!(
+        xattr(&copy.join("ping"), "security.capability"),
+        CAP_NET_RAW,
+        "capability"
+    );
 }
 
 #[test]
@@ -1362,6 +1389,139 @@ fn a_copy_killed_midway_is_finished_by_update() {
 
 // --- The other flags --------------------------------------------------------------------
 
+/// The value of the extended attribute `name` of `path` (not followed).
+fn xattr(path: &Path, name: &str) -> Vec<u8> {
+    let mut value = vec![0; 256];
+    let n = rustix::fs::lgetxattr(path, name, &mut value).unwrap();
+    value.truncate(n);
+    value
+}
+
+/// Gives `path` the modification time of `like`.
+fn same_mtime(path: &Path, like: &Path) {
+    let meta = fs::symlink_metadata(like).unwrap();
+    set_mtime(path, meta.mtime(), meta.mtime_nsec());
+}
+
+/// Overwrites `path` with `data` of its own length, keeping its modification time.
+fn rewrite_in_place(path: &Path, data: &[u8]) {
+    let meta = fs::metadata(path).unwrap();
+    assert_eq!(meta.len(), data.len() as u64, "same size");
+    fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .write_all_at(data, 0)
+        .unwrap();
+    set_mtime(path, meta.mtime(), meta.mtime_nsec());
+}
+
+/// The inode of `path`.
+fn inode(path: &Path) -> u64 {
+    fs::symlink_metadata(path).unwrap().ino()
+}
+
+/// `SRC/` is SRC's contents (rsync's rule), merged into an existing DEST; `SRC` still
+/// goes into DEST/NAME.
+#[test]
+fn a_trailing_slash_copies_the_contents_of_src() {
+    let work = Work::new(User::Caller);
+    let src = small_tree(&work);
+    let dest = work.path("dest");
+    fs::create_dir(&dest).unwrap();
+    let contents = src.join("");
+    assert_exit(&run(&mut cp2(&contents, &dest), None), 0, "SRC/");
+    assert_equal_trees(&src, &dest, "SRC/ into DEST");
+    assert_exit(&run(&mut cp2(&src, &dest), None), 0, "SRC");
+    assert_equal_trees(&src, &dest.join("src"), "SRC into DEST/NAME");
+    // Copied again with --update: everything is there.
+    let summary = update(&contents, &dest, "--update SRC/");
+    assert_eq!(count(&summary, "unchanged"), 6, "{summary}");
+    assert_eq!(count(&summary, "files"), 0, "{summary}");
+}
+
+/// `--update` compares everything the copy keeps: an extended attribute changed alone, or
+/// a hard link broken in DEST (two files of one content, mode and time), is copied again;
+/// a change of content that keeps size and time only with `-c`.
+#[test]
+fn update_compares_xattrs_hard_links_and_with_checksum_content() {
+    let work = Work::new(User::Caller);
+    let src = work.path("src");
+    fs::create_dir(&src).unwrap();
+    file(&src.join("tagged"), b"tagged\n", 0o644);
+    set_xattr(&src.join("tagged"), "user.tag", b"one");
+    file(&src.join("linked"), b"linked\n", 0o644);
+    fs::hard_link(src.join("linked"), src.join("linked2")).unwrap();
+    file(&src.join("same"), b"same\n", 0o644);
+    let (contents, copy) = (src.join(""), work.path("copy"));
+    assert_exit(&run(&mut cp2(&src, &copy), None), 0, "first copy");
+    let summary = update(&contents, &copy, "--update of a true copy");
+    assert_eq!(count(&summary, "unchanged"), 4, "{summary}");
+
+    set_xattr(&copy.join("tagged"), "user.tag", b"two");
+    fs::remove_file(copy.join("linked2")).unwrap();
+    fs::copy(copy.join("linked"), copy.join("linked2")).unwrap();
+    same_mtime(&copy.join("linked2"), &src.join("linked2"));
+    let summary = update(&contents, &copy, "--update");
+    for (field, want) in [
+        ("files", 1),
+        ("hard_links", 1),
+        ("replaced", 2),
+        ("unchanged", 2),
+    ] {
+        assert_eq!(count(&summary, field), want, "{field}: {summary}");
+    }
+    assert_eq!(xattr(&copy.join("tagged"), "user.tag"), b"one");
+    assert_eq!(inode(&copy.join("linked")), inode(&copy.join("linked2")));
+
+    rewrite_in_place(&copy.join("same"), b"sane\n");
+    let summary = update(&contents, &copy, "--update of same size and time");
+    assert_eq!(count(&summary, "unchanged"), 4, "{summary}");
+    assert_eq!(fs::read(copy.join("same")).unwrap(), b"sane\n");
+    let out = run(cp(["-u", "-c", "--json"]).arg(&contents).arg(&copy), None);
+    assert_exit(&out, 0, "--update --checksum");
+    let summary = json(&out);
+    assert_eq!(count(&summary, "replaced"), 1, "{summary}");
+    assert_eq!(fs::read(copy.join("same")).unwrap(), b"same\n");
+}
+
+#[test]
+#[ignore = "needs root: not root: cannot give a file away"]
+fn update_as_root_copies_a_file_whose_owner_alone_changed() {
+    require_root();
+    let work = Work::new(User::Caller);
+    let src = small_tree(&work);
+    let copy = work.path("copy");
+    assert_exit(&run(&mut cp2(&src, &copy), None), 0, "first copy");
+    lchown(copy.join("d/b"), Some(1000), None).unwrap();
+    let summary = update(&src.join(""), &copy, "--update");
+    assert_eq!(count(&summary, "replaced"), 1, "{summary}");
+    assert_eq!(fs::metadata(copy.join("d/b")).unwrap().uid(), 0);
+}
+
+/// `--verify` with `--update` copies again what it finds different (a byte changed in
+/// DEST, size and time kept), says so in a warning, and checks again: exit 0.
+#[test]
+fn verify_with_update_repairs_a_corrupted_byte() {
+    let work = Work::new(User::Caller);
+    let src = small_tree(&work);
+    let copy = work.path("copy");
+    assert_exit(&run(&mut cp2(&src, &copy), None), 0, "first copy");
+    rewrite_in_place(&copy.join("d/e/c"), b"cxc\n");
+    let args = ["-u", "--verify", "--json"];
+    let out = run(cp(args).arg(src.join("")).arg(&copy), None);
+    assert_exit(&out, 0, "--update --verify");
+    assert!(
+        stderr(&out).contains("c: content differs from SRC at byte 1; copied again"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(fs::read(copy.join("d/e/c")).unwrap(), b"ccc\n");
+    let summary = json(&out);
+    assert_eq!(summary["verified"]["differences"], 0, "{summary}");
+    assert_equal_trees(&src, &copy, "repaired");
+}
+
 #[test]
 fn dry_run_writes_nothing() {
     let work = Work::new(User::Caller);
@@ -1545,6 +1705,8 @@ fn help_names_every_flag() {
     let help = String::from_utf8_lossy(&out.stdout);
     for flag in [
         "-a, --archive",
+        "--recursive",
+        "--checksum",
         "--skip-old-files",
         "-n, --skip-old-files",
         "--no-clobber",

@@ -578,7 +578,7 @@ fn archive_that_is_a_directory_or_missing_is_a_clean_error() {
     );
     assert_clean_failure(
         &out,
-        &["missing.barge: open the archive failed"],
+        &["missing.barge: cannot open archive"],
         "missing archive",
     );
 }

@@ -17,7 +17,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use crate::fidelity::{every_kind, script};
+use crate::fidelity::{every_kind, script, set_xattr};
 
 /// A running `barge recv`: its ticket (when it made the key) and address.
 struct Recv {
@@ -820,6 +820,119 @@ fn a_dry_run_prints_what_would_be_sent_and_sends_nothing() {
     assert!(recv.wait().status.success());
     assert!(dest.join("a/new").is_dir());
     assert_equal_trees(&src, &dest, "after a directory replaced a file");
+}
+
+/// `send DIR/` sends DIR's contents to DEST's top, as `send DIR` does; among several DIRs,
+/// each of which lands as DEST/NAME, a trailing '/' is refused before anything is sent.
+#[test]
+fn a_trailing_slash_sends_the_contents_and_is_refused_among_several_dirs() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    files(&src.join("a"), 2);
+    let dest = work.path().join("dest");
+    let recv = Recv::start(&dest, &[], None);
+    let contents = format!("{}/", src.display());
+    let other = work.path().join("src/a");
+    let out = send(&[&contents, other.to_str().unwrap(), recv.ticket()], None);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let said = "a trailing '/' asks for the directory's contents";
+    assert!(text(&out.stderr).contains(said), "{}", text(&out.stderr));
+    let out = send(&[&contents, recv.ticket()], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(recv.wait().status.success());
+    assert_equal_trees(&src, &dest, "SRC/");
+}
+
+/// `send --update --delete` removes what DEST has and SRC lacks (a file, a directory with
+/// what is below it, a directory where SRC now has a file) before it lands, keeps what
+/// `--exclude` matches, and says first what it would remove in a dry run.
+#[test]
+fn send_delete_removes_what_src_lacks_but_not_excluded_entries() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    files(&src.join("a"), 2);
+    fs::create_dir_all(src.join("old/deep")).unwrap();
+    file(&src.join("old/deep/f"), b"f", 0o644);
+    file(&src.join("gone"), b"gone", 0o644);
+    fs::create_dir(src.join("x")).unwrap();
+    file(&src.join("x/in"), b"in", 0o644);
+    let dest = work.path().join("dest");
+    let s = src.to_str().unwrap();
+    let recv = Recv::start(&dest, &[], None);
+    assert!(send(&[s, recv.ticket()], None).status.success());
+    assert!(recv.wait().status.success());
+
+    fs::remove_dir_all(src.join("old")).unwrap();
+    fs::remove_file(src.join("gone")).unwrap();
+    fs::remove_file(src.join("a/f001")).unwrap();
+    fs::remove_dir_all(src.join("x")).unwrap();
+    file(&src.join("x"), b"now a file", 0o644);
+    file(&dest.join("kept.tmp"), b"excluded, in DEST only", 0o644);
+    let recv = Recv::start(&dest, &[], None);
+    let args = ["-u", "--delete", "--exclude", "*.tmp"];
+    let dry: Vec<&str> = [s, recv.ticket(), "--dry-run"].into();
+    let out = send(&[&dry[..], &args[..]].concat(), None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    let deletes: Vec<&str> = said.lines().filter(|l| l.starts_with("delete ")).collect();
+    assert_eq!(
+        deletes,
+        ["delete a/f001", "delete gone", "delete old", "delete x"],
+        "{said}"
+    );
+    assert!(said.ends_with("replace x\n"), "{said}");
+    assert!(dest.join("gone").exists(), "a dry run removed something");
+    let out = send(
+        &[&[s, recv.ticket(), "--json"][..], &args[..]].concat(),
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["deleted"], 4, "{summary}");
+    let ended = recv.wait();
+    assert!(ended.status.success(), "{}", ended.stderr);
+    assert!(ended.stderr.contains(", deleted 4 in "), "{}", ended.stderr);
+    fs::remove_file(dest.join("kept.tmp")).unwrap();
+    assert_equal_trees(&src, &dest, "after --update --delete");
+}
+
+/// `send -a --update` compares extended attributes too, as `cp --update` does: one changed
+/// alone in DEST makes its file sent again, and lands as SRC has it.
+#[test]
+fn send_update_with_a_finds_an_xattr_changed_alone() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    fs::create_dir(&src).unwrap();
+    file(&src.join("tagged"), b"tagged", 0o644);
+    file(&src.join("same"), b"same", 0o644);
+    set_xattr(&src.join("tagged"), "user.tag", b"one");
+    let dest = work.path().join("dest");
+    let s = src.to_str().unwrap();
+    let send_to = |update: &[&str]| {
+        let recv = Recv::start(&dest, &[], None);
+        let mut args = vec!["-a", "--json", s, recv.ticket()];
+        args.extend(update);
+        let out = send(&args, None);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(recv.wait().status.success());
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    send_to(&[]);
+    let tag = || {
+        let mut value = [0u8; 16];
+        let n = rustix::fs::lgetxattr(dest.join("tagged"), "user.tag", &mut value).unwrap();
+        value[..n].to_vec()
+    };
+    assert_eq!(tag(), b"one");
+    set_xattr(&dest.join("tagged"), "user.tag", b"two");
+    let sent = send_to(&["--update"]);
+    let packed = &sent["packed"];
+    assert_eq!(
+        (&packed["files"], &packed["unchanged"]),
+        (&1.into(), &1.into()),
+        "{sent}"
+    );
+    assert_eq!(tag(), b"one");
 }
 
 /// `cp --update` and `send --update` apply the library's one unchanged rule: a setgid bit

@@ -21,14 +21,14 @@ use rustix::fs::{
 use rustix::io::Errno;
 
 use super::{Change, Cp, CpCounts, CpReport, CpSummary, Deferred, Part};
-use crate::compare::{inode_key, Facts, Rule};
+use crate::compare::{first_difference, inode_key, xattr_digest, Buffers, Facts, Rule};
 use crate::error::{Error, Result, TreePath};
 use crate::land::restore::{Apply, Existing, NotRestored, Policy, Target};
 use crate::land::sync::{create_at, exists, replace, replace_by_dir, LinkTarget, Made};
 use crate::sys::dir::{dirent_buffer, remove_tree, Listing};
 use crate::sys::thread::spawn_elsewhere;
-use crate::sys::DIR_FLAGS;
-use crate::tree::{Entry, Kind, Meta, Owner, XattrReader, Xattrs, STATX_MASK};
+use crate::sys::{DIR_FLAGS, FILE_FLAGS};
+use crate::tree::{Entry, Kind, Meta, Owner, XattrReader, Xattrs, XattrsOf, STATX_MASK};
 use crate::walk::parallel::{Dir, ParallelVisitor, ParallelVisitorBuilder, WalkState};
 use crate::Progress;
 use chunked::Chunked;
@@ -255,6 +255,8 @@ pub(super) struct Copier<'a> {
     target: Vec<u8>,
     /// Content copied through memory ([`Copier::copy_range`]'s fallback).
     buf: Vec<u8>,
+    /// Contents compared ([`Cp::checksum`]).
+    bufs: Buffers,
     /// Jobs left for the walker to share, with their costs.
     jobs: Vec<(Job<'a>, u64)>,
 }
@@ -288,6 +290,7 @@ impl<'a> Copier<'a> {
             temp: Vec::new(),
             target: Vec::new(),
             buf: Vec::new(),
+            bufs: Buffers::default(),
             jobs: Vec::new(),
         }
     }
@@ -346,31 +349,109 @@ impl<'a> Copier<'a> {
         Ok(())
     }
 
-    /// What DEST has at `at.name`, compared with the source `stat` of kind `kind`.
-    fn found(&self, at: &Pair<'_>, stat: &Statx, kind: Kind) -> Result<Found> {
+    /// What DEST has at `at.name`, compared with the source `stat` of kind `kind` by the
+    /// unchanged rule: what the copy keeps (owners as root, extended attributes of files,
+    /// hard links), the content too with [`Cp::checksum`].
+    fn found(&mut self, at: &Pair<'_>, stat: &Statx, kind: Kind) -> Result<Found> {
         let Some(dest) = at.dest else {
             return Ok(Found::Nothing);
         };
-        match statx(&**dest, at.name, AtFlags::SYMLINK_NOFOLLOW, STATX_MASK) {
-            Ok(there) => {
-                let there_kind = Kind::of_mode(there.stx_mode.into());
-                let rule = Rule {
-                    owners: self.cp().archive && self.shared.root,
-                };
-                // The copy it would make: the source's mode less the umask it is made under.
-                let mut source = Facts::of_statx(stat);
-                source.meta.mode &= !self.cp().umask;
-                let same = rule.unchanged(&source, &Facts::of_statx(&there));
-                Ok(if there_kind == Kind::Dir && kind != Kind::Dir {
-                    Found::Dir
-                } else if same {
-                    Found::Same
-                } else {
-                    Found::Other
-                })
+        let there = match statx(&**dest, at.name, AtFlags::SYMLINK_NOFOLLOW, STATX_MASK) {
+            Ok(there) => there,
+            Err(Errno::NOENT) => return Ok(Found::Nothing),
+            Err(e) => return Err(Error::io("statx", at.dest_path(self.shared), e)),
+        };
+        if Kind::of_mode(there.stx_mode.into()) == Kind::Dir && kind != Kind::Dir {
+            return Ok(Found::Dir);
+        }
+        let rule = Rule {
+            owners: self.cp().archive && self.shared.root,
+            xattrs: false,
+            links: true,
+        };
+        // The copy it would make: the source's mode less the umask it is made under.
+        let mut source = Facts::of_statx(stat);
+        source.meta.mode &= !self.cp().umask;
+        let mut copy = Facts::of_statx(&there);
+        if !rule.unchanged(&source, &copy) {
+            return Ok(Found::Other);
+        }
+        if kind != Kind::File {
+            return Ok(Found::Same);
+        }
+        // A file's extended attributes and content cost more calls: looked at only when
+        // the rest is the same.
+        if self.cp().archive {
+            let (src, copied) = (
+                self.xattr_digest(at.src, at.src_name),
+                self.xattr_digest(dest.as_fd(), at.name),
+            );
+            // Attributes that cannot be read are replaced (the copy names the source's
+            // error).
+            let (Ok(src), Ok(copied)) = (src, copied) else {
+                return Ok(Found::Other);
+            };
+            (source.xattrs, copy.xattrs) = (Some(src), Some(copied));
+            let rule = Rule {
+                xattrs: true,
+                ..rule
+            };
+            if !rule.unchanged(&source, &copy) {
+                return Ok(Found::Other);
             }
-            Err(Errno::NOENT) => Ok(Found::Nothing),
-            Err(e) => Err(Error::io("statx", at.dest_path(self.shared), e)),
+        }
+        if self.cp().checksum {
+            let open = |dir, name| openat(dir, name, FILE_FLAGS, Mode::empty());
+            let src = open(at.src, at.src_name)
+                .map_err(|e| Error::io("open", at.src_path(self.shared), e))?;
+            // A copy that cannot be read is replaced.
+            let Ok(copied) = open(dest.as_fd(), at.name) else {
+                return Ok(Found::Other);
+            };
+            let cancel = &self.cp().cancel;
+            let same = first_difference(src.as_fd(), copied.as_fd(), &mut self.bufs, cancel);
+            if !matches!(same, Ok(Ok(_))) {
+                return Ok(Found::Other);
+            }
+        }
+        if stat.stx_nlink > 1 && !self.links_to_earlier(stat, &there, dest, at.name) {
+            return Ok(Found::Other);
+        }
+        Ok(Found::Same)
+    }
+
+    /// The digest of the extended attributes the copy keeps of the file `name` in `dir`
+    /// ([`xattr_digest`]).
+    fn xattr_digest(&mut self, dir: BorrowedFd<'_>, name: &[u8]) -> rustix::io::Result<u64> {
+        self.xattrs.read_from(XattrsOf::Name(dir, name))?;
+        let policy = self.shared.policy;
+        let xattrs = Xattrs(&self.xattrs.wire);
+        Ok(xattr_digest(xattrs, |name| policy.sets_xattr(name)))
+    }
+
+    /// Whether the copy `there` (named `name` in `dest`) of a file of several names
+    /// (`stat`) is the copy an earlier name of it has, as its hard link; the first name
+    /// seen notes its copy for the later ones.
+    fn links_to_earlier(
+        &self,
+        stat: &Statx,
+        there: &Statx,
+        dest: &Arc<OwnedFd>,
+        name: &[u8],
+    ) -> bool {
+        let mut links = self.shared.links.lock().expect("no panics");
+        match links.get(&inode_key(stat)) {
+            Some((dir, earlier)) => statx(
+                &**dir,
+                &earlier[..],
+                AtFlags::SYMLINK_NOFOLLOW,
+                StatxFlags::INO,
+            )
+            .is_ok_and(|earlier| inode_key(&earlier) == inode_key(there)),
+            None => {
+                links.insert(inode_key(stat), (dest.clone(), name.into()));
+                true
+            }
         }
     }
 
@@ -398,11 +479,6 @@ impl<'a> Copier<'a> {
                     self.counts.unchanged += 1;
                     let size = if kind == Kind::File { stat.stx_size } else { 0 };
                     self.shared.progress.add_entry(size);
-                    if stat.stx_nlink > 1 && kind == Kind::File {
-                        if let Some(dest) = at.dest {
-                            self.note_link(stat, dest, at.name);
-                        }
-                    }
                     return Ok(());
                 }
                 Found::Dir if update && delete => {
@@ -561,14 +637,6 @@ impl<'a> Copier<'a> {
             replace(dir, &self.temp, at.name, path)?;
         }
         Ok(Some(replacing))
-    }
-
-    /// Notes the copy of a multi-link file, for its later names to link to.
-    fn note_link(&self, stat: &Statx, dest: &Arc<OwnedFd>, name: &[u8]) {
-        let mut links = self.shared.links.lock().expect("no panics");
-        links
-            .entry(inode_key(stat))
-            .or_insert((dest.clone(), name.into()));
     }
 
     /// Creates (or merges into) the copy of the directory `name` (open as `src`, stated as

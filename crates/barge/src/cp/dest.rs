@@ -1,6 +1,7 @@
 //! GNU cp's destination rules: what each SRC of `cp SRC... DEST` is copied as. DEST a
-//! directory: each SRC into `DEST/NAME` (merged into what is there); DEST absent or not a
-//! directory: the one SRC as DEST (a directory never replaces a non-directory).
+//! directory: each SRC into `DEST/NAME` (merged into what is there), a directory named with
+//! a trailing `/` into DEST itself (its contents, as rsync takes `SRC/`); DEST absent or not
+//! a directory: the one SRC as DEST (a directory never replaces a non-directory).
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -50,10 +51,14 @@ fn plan(
         DestIs::Dir => Ok(srcs
             .iter()
             .map(|src| {
-                // `DIR/.`, `..` and `/` name no entry: their content is merged into DEST.
+                // `DIR/.`, `..` and `/` name no entry, and `DIR/` asks for DIR's contents
+                // (rsync): their content is merged into DEST.
                 let raw = src.as_os_str().as_bytes();
+                let contents = raw.ends_with(b"/") && is_dir(src);
                 let target = match src.file_name() {
-                    Some(name) if !(raw == b"." || raw.ends_with(b"/.")) => dest.join(name),
+                    Some(name) if !(raw == b"." || raw.ends_with(b"/.") || contents) => {
+                        dest.join(name)
+                    }
                     _ => merged(),
                 };
                 (src.clone(), target)
@@ -73,7 +78,8 @@ fn plan(
     }
 }
 
-/// Whether `path` is a directory (not following a symlink).
+/// Whether `path` is a directory (not following a symlink, but for a trailing `/`, which
+/// the kernel follows).
 fn is_dir(path: &Path) -> bool {
     rustix::fs::lstat(path).is_ok_and(|st| Kind::of_mode(st.st_mode) == Kind::Dir)
 }
@@ -90,7 +96,7 @@ mod tests {
     /// `is`; a merged SRC goes to `/abs/dest`.
     fn plan_of(srcs: &[&str], dest: &str, is: DestIs) -> Result<Vec<(PathBuf, PathBuf)>> {
         let srcs: Vec<PathBuf> = srcs.iter().map(PathBuf::from).collect();
-        let is_dir = |p: &Path| p.to_str().unwrap().ends_with("dir");
+        let is_dir = |p: &Path| p.to_str().unwrap().trim_end_matches('/').ends_with("dir");
         plan(&srcs, Path::new(dest), is, is_dir, || "/abs/dest".into())
     }
 
@@ -103,8 +109,25 @@ mod tests {
     #[test]
     fn into_a_directory_each_src_goes_under_its_last_component() {
         assert_eq!(
-            targets_of(&["a/b", "c/dir/", "/x/f"], "d", DestIs::Dir),
-            [r#""a/b" "d/b""#, r#""c/dir/" "d/dir""#, r#""/x/f" "d/f""#]
+            targets_of(&["a/b", "c/dir", "/x/f", "y/f/"], "d", DestIs::Dir),
+            [
+                r#""a/b" "d/b""#,
+                r#""c/dir" "d/dir""#,
+                r#""/x/f" "d/f""#,
+                r#""y/f/" "d/f""#
+            ]
+        );
+    }
+
+    #[test]
+    fn a_directory_with_a_trailing_slash_gives_its_contents() {
+        assert_eq!(
+            targets_of(&["c/dir/", "e/dir//"], "d", DestIs::Dir),
+            [r#""c/dir/" "/abs/dest""#, r#""e/dir//" "/abs/dest""#]
+        );
+        assert_eq!(
+            targets_of(&["c/dir/"], "new", DestIs::Missing),
+            [r#""c/dir/" "new""#]
         );
     }
 

@@ -10,15 +10,16 @@
 //! What is restored is the landers' one policy (`land/restore.rs`); existing entries are
 //! kept, skipped or replaced by rename as unpack does (`land::sync::create_at`), and with
 //! [`Cp::update`] an entry that `compare.rs`'s unchanged rule finds as DEST has it (type,
-//! size, mtime, all twelve permission bits less the umask; owner too, as root with `-a`) is
-//! left alone. A file's time is set last, after its content, so a copy cut short is seen as
+//! size, mtime, all twelve permission bits less the umask; owner as root, extended
+//! attributes, which names share a file; with [`Cp::checksum`] content) is left alone. A file's time is set last, after its content, so a copy cut short is seen as
 //! different by the next `--update`. A directory gets its mode, extended attributes and time when the walker
 //! drops its state, which is after everything below it (its subdirectories hold it).
 //!
 //! Small files go by `copy_file_range` too: one path for every size, since `read` + `write`
 //! cost no less per small file on tmpfs (docs/BENCHMARKS.md, "Design measurements"). A file costs the walker's `statx` + `openat` + `openat(O_EXCL)` + the copy +
-//! `futimens` + two `close`s, and `-a` adds `flistxattr` (and `fchown` where creating the
-//! copy does not give it its owner already): 7 and 8 calls, where GNU `cp -a` makes 17.
+//! `futimens` + two `close`s, and [`Cp::archive`] adds `flistxattr` (and `fchown` where
+//! creating the copy does not give it its owner already): 7 and 8 calls, where GNU `cp -a`
+//! makes 17.
 
 mod copier;
 mod dest;
@@ -243,6 +244,7 @@ pub struct Cp {
     archive: bool,
     restore: Restore,
     update: bool,
+    checksum: bool,
     delete: bool,
     dry_run: bool,
     changes: bool,
@@ -257,13 +259,14 @@ pub struct Cp {
 }
 
 impl Default for Cp {
-    /// Modes, times, symlinks, hard links, fifos and sockets; existing entries are errors;
-    /// at most [`Work::Walk`] threads.
+    /// What `cp -a` keeps ([`Cp::archive`]); existing entries are errors; at most
+    /// [`Work::Walk`] threads.
     fn default() -> Cp {
         Cp {
-            archive: false,
+            archive: true,
             restore: Restore::default(),
             update: false,
+            checksum: false,
             delete: false,
             dry_run: false,
             changes: false,
@@ -291,8 +294,9 @@ impl Cp {
         self
     }
 
-    /// Also copies owners, extended attributes (ACLs too) and devices, as far as the
-    /// process may (`cp -a`).
+    /// Copies owners, extended attributes (ACLs and capabilities too) and devices, as far
+    /// as the process may, besides modes, times, symlinks, hard links, fifos and sockets
+    /// (`cp -a`; the default). `false`: gives nothing away, no xattrs, no devices.
     pub fn archive(mut self, yes: bool) -> Cp {
         self.archive = yes;
         self
@@ -305,11 +309,19 @@ impl Cp {
         self
     }
 
-    /// Copies only entries whose type, size, mtime or permission bits (all twelve, less the
-    /// [`Cp::umask`] the copy is made under; as root with [`Cp::archive`], owner) differ from
-    /// DEST's, replacing those by rename.
+    /// Copies only entries that differ from DEST's by `compare.rs`'s unchanged rule (type,
+    /// size, mtime, permission bits (all twelve, less the [`Cp::umask`] the copy is made
+    /// under); with [`Cp::archive`] owners (as root) and files' extended attributes; which
+    /// names share a file), replacing those by rename.
     pub fn update(mut self, yes: bool) -> Cp {
         self.update = yes;
+        self
+    }
+
+    /// With [`Cp::update`], also compares the content of files the unchanged rule finds
+    /// the same (read on both sides, as `rsync -c`): one whose bytes differ is copied again.
+    pub fn checksum(mut self, yes: bool) -> Cp {
+        self.checksum = yes;
         self
     }
 

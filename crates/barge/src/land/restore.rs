@@ -166,6 +166,13 @@ impl NotRestored {
     }
 }
 
+/// Whether a process that gives files away (`owners`: root, asked) sets the extended
+/// attribute `name`: any, else `user.*` and ACLs (an owner may set its files' ACLs,
+/// `setfacl`, as it may their modes).
+pub(crate) fn xattr_kept(owners: bool, name: &[u8]) -> bool {
+    owners || name.starts_with(b"user.") || name.starts_with(b"system.posix_acl_")
+}
+
 /// [`Restore`] resolved for this process: built once per unpack and copied into each
 /// lander.
 #[derive(Clone, Copy, Debug)]
@@ -262,6 +269,11 @@ impl Policy {
             skipped.devices += 1;
         }
         self.owners
+    }
+
+    /// Whether the extended attribute `name` is restored ([`xattr_kept`]).
+    pub(crate) fn sets_xattr(&self, name: &[u8]) -> bool {
+        xattr_kept(self.owners, name)
     }
 
     /// What to restore of `entry`, counting in `skipped` what it may not.
@@ -384,11 +396,7 @@ impl Policy {
                 .map_err(|e| Error::io("fchmod", path(), e))?;
         }
         for (name, value) in xattrs.iter() {
-            // An owner may set its files' ACLs (`setfacl`), as it may their modes.
-            if !(self.owners
-                || name.starts_with(b"user.")
-                || name.starts_with(b"system.posix_acl_"))
-            {
+            if !self.sets_xattr(name) {
                 skipped.xattrs += 1;
                 continue;
             }

@@ -19,23 +19,25 @@ use walk::{Check, DirMeta, Gather};
 
 use std::collections::{HashMap, HashSet};
 use std::io::{self, BufWriter, Write};
-use std::os::fd::OwnedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 
-use rustix::fs::{openat, statx, AtFlags, Mode, Statx};
+use rustix::fs::{openat, statx, AtFlags, Mode, Statx, StatxFlags};
+use rustix::io::Errno;
 
-use crate::compare::{Facts, Rule};
-use crate::error::Result;
+use crate::compare::{xattr_digest, Facts, Rule};
+use crate::error::{Result, TreePath};
 use crate::exclude::Exclude;
 use crate::format::MAX_NAME;
+use crate::land::restore::xattr_kept;
 use crate::sys::DIR_FLAGS;
-use crate::tree::{Kind, Meta, Owner, Timestamp, STATX_MASK};
+use crate::tree::{Kind, Meta, Owner, Timestamp, XattrReader, Xattrs, XattrsOf, STATX_MASK};
 use crate::walk::parallel::WalkParallel;
 use crate::walk::Root;
 
-/// The first bytes of a listing: its magic and version 3; the last byte is its flags.
-const HEADER: [u8; 8] = *b"BLIST\x00\x03\x00";
+/// The first bytes of a listing: its magic and version 4; the last byte is its flags.
+const HEADER: [u8; 8] = *b"BLIST\x00\x04\x00";
 /// The flag that says the lister keeps owners (they are then compared).
 const OWNERS_KEPT: u8 = 0x01;
 /// Tag of a directory's record.
@@ -47,8 +49,8 @@ const END: u8 = 0x00;
 /// [`ListingLimits::max_path`].
 const MAX_PATH: usize = 4096;
 /// Bytes of an item besides its name: kind, name length, size, seconds, nanoseconds, mode,
-/// links, link group, uid, gid.
-const ITEM: usize = 1 + 1 + 8 + 8 + 4 + 2 + 4 + 4 + 4 + 4;
+/// links, link group, uid, gid, extended attributes' digest.
+const ITEM: usize = 1 + 1 + 8 + 8 + 4 + 2 + 4 + 4 + 4 + 4 + 8;
 
 /// A regular file or symlink as a listing describes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,6 +71,9 @@ pub struct Item {
     pub group: u32,
     /// Numeric owner.
     pub owner: Owner,
+    /// A file's extended attributes, those the lister keeps (as it restores them: all
+    /// with [`Listing::owners`], else `user.*` and ACLs), as their digest (`compare::xattr_digest`; 0 for a symlink).
+    pub xattrs: u64,
 }
 
 impl Item {
@@ -89,22 +94,42 @@ impl Item {
             links,
             group: 0,
             owner: meta.owner.unwrap_or_default(),
+            xattrs: 0,
         })
     }
 
     /// True when this is still the regular file or symlink `st` describes, by `rule`
-    /// (links are the caller's to compare).
-    pub(crate) fn matches(&self, st: &Statx, rule: Rule) -> bool {
-        let listed = Facts {
-            kind: self.kind,
-            size: self.size,
-            meta: Meta {
-                mode: self.mode,
-                mtime: Some(self.mtime),
-                owner: Some(self.owner),
-            },
+    /// (links are the caller's to compare; extended attributes only where the rule keeps
+    /// them, of a file, through `xattrs`, which reads them only then).
+    pub(crate) fn matches(
+        &self,
+        st: &Statx,
+        rule: Rule,
+        xattrs: impl FnOnce() -> Option<u64>,
+    ) -> bool {
+        let meta = Meta {
+            mode: self.mode,
+            mtime: Some(self.mtime),
+            owner: Some(self.owner),
         };
-        rule.unchanged(&Facts::of_statx(st), &listed)
+        let listed = Facts {
+            links: self.links,
+            xattrs: Some(self.xattrs),
+            ..Facts::new(self.kind, self.size, meta)
+        };
+        let mut here = Facts::of_statx(st);
+        let compared = Rule {
+            xattrs: false,
+            ..rule
+        };
+        if !compared.unchanged(&here, &listed) {
+            return false;
+        }
+        if !rule.xattrs || self.kind != Kind::File {
+            return true;
+        }
+        here.xattrs = xattrs();
+        rule.unchanged(&here, &listed)
     }
 }
 
@@ -163,7 +188,10 @@ impl Listing {
     /// [`Listing::unlisted`]. `owners`: the lister restores owners (see
     /// [`Listing::owners`]).
     pub fn of_dir(root: OwnedFd, threads: usize, owners: bool) -> Listing {
-        let gather = Gather::default();
+        let gather = Gather {
+            owners,
+            ..Gather::default()
+        };
         let Ok(stat) = statx(&root, "", AtFlags::EMPTY_PATH, STATX_MASK) else {
             return Listing {
                 unlisted: 1,
@@ -186,11 +214,25 @@ impl Listing {
         self.owners
     }
 
-    /// The unchanged rule of a sender with `archive` (owners sent) against this listing.
+    /// The unchanged rule of a sender with `archive` (owners and extended attributes sent)
+    /// against this listing.
     pub(crate) fn rule(&self, archive: bool) -> Rule {
         Rule {
             owners: archive && self.owners,
+            xattrs: archive,
+            links: true,
         }
+    }
+
+    /// The digest of the extended attributes of the file `name` in `dir` that the lister
+    /// keeps, read into `reader` (`None` where they cannot be read: then it differs).
+    pub(crate) fn xattrs_of(
+        &self,
+        reader: &mut XattrReader,
+        dir: BorrowedFd<'_>,
+        name: &[u8],
+    ) -> Option<u64> {
+        digest_of(reader, dir, name, self.owners)
     }
 
     /// Files and symlinks listed.
@@ -210,10 +252,7 @@ impl Listing {
 
     /// The entry at `path` (below the root, names joined by `/`).
     pub fn get(&self, path: &[u8]) -> Option<&Item> {
-        let (dir, name) = match path.iter().rposition(|&b| b == b'/') {
-            Some(slash) => (&path[..slash], &path[slash + 1..]),
-            None => (&path[..0], path),
-        };
+        let (dir, name) = split_path(path)?;
         self.dir(dir)?.get(name)
     }
 
@@ -297,6 +336,55 @@ impl Listing {
         unchanged
     }
 
+    /// What the trees `roots` (named as [`Listing::unchanged_dirs`] takes them) lack of what
+    /// the listing shows, for `send --delete`: the paths (in DEST, sorted) of the listed
+    /// files, symlinks and directories whose name the trees' directory does not hold, and
+    /// of the listed directories where the trees hold something else (removed so that it
+    /// can take their place); never one inside another. What `exclude` matches is not
+    /// looked at, nor is anything below it; with named roots, only their own directories
+    /// are (DEST's other top-level entries stay); a directory that cannot be read removes
+    /// nothing.
+    pub(crate) fn missing(&self, roots: &[Root], exclude: &Exclude) -> Vec<Box<[u8]>> {
+        let mut subdirs: HashMap<&[u8], Vec<&[u8]>> = HashMap::new();
+        for (parent, name) in self.dirs.keys().filter_map(|path| split_path(path)) {
+            subdirs.entry(parent).or_default().push(name);
+        }
+        let mut gone: Vec<Box<[u8]>> = Vec::new();
+        for (path, listed) in &self.dirs {
+            let Some(dir) = below_roots(roots, path, exclude) else {
+                continue;
+            };
+            let entries = listed.names.keys().map(|name| (&name[..], false));
+            let dirs = subdirs.get(&path[..]).into_iter().flatten();
+            for (name, is_dir) in entries.chain(dirs.map(|&name| (name, true))) {
+                let below = || below_root(roots, path, name);
+                if exclude.excludes(name, below, is_dir) {
+                    continue;
+                }
+                let kind = statx(&dir, name, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE)
+                    .map(|st| Kind::of_mode(st.stx_mode.into()));
+                let lacks = match kind {
+                    Err(Errno::NOENT) => true,
+                    Ok(kind) => is_dir && kind != Kind::Dir,
+                    Err(_) => false,
+                };
+                if lacks {
+                    gone.push(TreePath::join([&path[..]], name).0.into());
+                }
+            }
+        }
+        gone.sort_unstable();
+        // A directory removed takes what is below it.
+        let dirs: HashSet<&[u8]> = gone.iter().map(|p| &p[..]).collect();
+        let inside = |path: &[u8]| {
+            (path.iter().enumerate()).any(|(i, &b)| b == b'/' && dirs.contains(&path[..i]))
+        };
+        let keep: Vec<bool> = gone.iter().map(|p| !inside(p)).collect();
+        let mut keep = keep.into_iter();
+        gone.retain(|_| keep.next().expect("one per path"));
+        gone
+    }
+
     /// Writes the listing to `out` in its wire form (docs/FORMAT.md, "Update listing"),
     /// leaving out directories whose path is longer than 4096 bytes.
     pub fn write_to(&self, out: impl Write) -> io::Result<()> {
@@ -333,6 +421,7 @@ impl Listing {
                 item.extend_from_slice(&e.group.to_le_bytes());
                 item.extend_from_slice(&e.owner.uid.to_le_bytes());
                 item.extend_from_slice(&e.owner.gid.to_le_bytes());
+                item.extend_from_slice(&e.xattrs.to_le_bytes());
                 out.write_all(&item)?;
             }
         }
@@ -362,6 +451,73 @@ impl Listing {
             )),
         }
     }
+}
+
+/// The digest of the extended attributes of the file `name` in `dir` that a lister keeping
+/// owners or not keeps.
+fn digest_of(
+    reader: &mut XattrReader,
+    dir: BorrowedFd<'_>,
+    name: &[u8],
+    owners: bool,
+) -> Option<u64> {
+    reader.read_from(XattrsOf::Name(dir, name)).ok()?;
+    Some(xattr_digest(Xattrs(&reader.wire), |name| {
+        xattr_kept(owners, name)
+    }))
+}
+
+/// A path's directory and last name (`None` for the root, the empty path).
+fn split_path(path: &[u8]) -> Option<(&[u8], &[u8])> {
+    match path.iter().rposition(|&b| b == b'/') {
+        Some(slash) => Some((&path[..slash], &path[slash + 1..])),
+        None if path.is_empty() => None,
+        None => Some((&path[..0], path)),
+    }
+}
+
+/// The path below its root of `name` in the directory `dir` (a path in DEST, where named
+/// roots are top-level entries), as `--exclude` matches it.
+fn below_root(roots: &[Root], dir: &[u8], name: &[u8]) -> Vec<u8> {
+    let path = TreePath::join([dir], name).0;
+    match roots {
+        [root] if root.name.is_empty() => path,
+        _ => match path.iter().position(|&b| b == b'/') {
+            Some(slash) => path[slash + 1..].to_vec(),
+            None => Vec::new(),
+        },
+    }
+}
+
+/// The trees' directory at `path` (a path in DEST), opened one name at a time without
+/// following a symlink; `None` where the trees lack it, it is no directory, or it or a
+/// directory above it is excluded. With named roots DEST's top level is none of theirs. A
+/// root of members (`pack -T`, files) is no tree to compare with: `None` below it.
+fn below_roots(roots: &[Root], path: &[u8], exclude: &Exclude) -> Option<OwnedFd> {
+    let mut names = path.split(|&b| b == b'/').filter(|name| !name.is_empty());
+    let root = match roots {
+        [root] if root.name.is_empty() => root,
+        _ => {
+            let top = names.next()?;
+            roots.iter().find(|root| root.name[..] == *top)?
+        }
+    };
+    if root.members.is_some() {
+        return None;
+    }
+    let mut dir = openat(&root.fd, c".", DIR_FLAGS, Mode::empty()).ok()?;
+    let mut below = Vec::new();
+    for name in names {
+        if !below.is_empty() {
+            below.push(b'/');
+        }
+        below.extend_from_slice(name);
+        if exclude.excludes(name, || below.clone(), true) {
+            return None;
+        }
+        dir = openat(&dir, name, DIR_FLAGS, Mode::empty()).ok()?;
+    }
+    Some(dir)
 }
 
 #[cfg(test)]

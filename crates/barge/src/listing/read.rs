@@ -126,14 +126,15 @@ impl<'b> Reader<'b> {
         let links = self.u32()?;
         let group = self.u32()?;
         let owner = self.owner()?;
+        let xattrs = self.u64()?;
         let problem = if let Some(problem) = bad_time_or_mode(nsec, mode) {
             Some(problem)
         } else if kind == Kind::Symlink && !(1..=MAX_SYMLINK as u64).contains(&size) {
             Some(format!(
                 "a symlink target of {size} bytes (1 to {MAX_SYMLINK})"
             ))
-        } else if kind == Kind::Symlink && (mode, links, group) != (0, 0, 0) {
-            Some("a symlink with a mode, links or a link group".into())
+        } else if kind == Kind::Symlink && (mode, links, group, xattrs) != (0, 0, 0, 0) {
+            Some("a symlink with a mode, links, a link group or extended attributes".into())
         } else if kind == Kind::File && (links == 0 || (links == 1) != (group == 0)) {
             Some(format!("{links} links in link group {group}"))
         } else {
@@ -150,6 +151,7 @@ impl<'b> Reader<'b> {
             links,
             group,
             owner,
+            xattrs,
         };
         Ok((name, listed))
     }

@@ -407,7 +407,8 @@ fn item(kind: u8, name: &[u8], size: u64, nsec: u32, mode: u16, links: u32, grou
     b.extend_from_slice(&mode.to_le_bytes());
     b.extend_from_slice(&links.to_le_bytes());
     b.extend_from_slice(&group.to_le_bytes());
-    b.extend_from_slice(&[0; 8]);
+    // Owner, extended attributes.
+    b.extend_from_slice(&[0; 16]);
     b
 }
 
@@ -551,21 +552,21 @@ fn a_malformed_or_oversized_listing_is_refused_at_its_record() {
         (
             wire(&[&d, &item(2, b"x", 1, 0, 0o777, 0, 0)]),
             37,
-            "x: a symlink with a mode",
+            "x: a symlink with a mode, links, a link group or extended attributes",
         ),
         (
             wire(&[&d, &file(b"x"), &end(1, 2)]),
-            78,
+            86,
             "the end record counts 1 directories and 2",
         ),
         (
             wire(&[&d, &file(b"x"), &end(2, 1)]),
-            78,
+            86,
             "the end record counts 2",
         ),
         (
             wire(&[&d, &file(b"x"), &ends, &ends]),
-            95,
+            103,
             "17 bytes after the end record",
         ),
     ];
@@ -671,4 +672,53 @@ fn after_a_cut_off_landing_an_update_makes_the_copy_equal() {
             "{engine:?} at {cut}"
         );
     }
+}
+
+/// What `send --delete` removes: below named roots only what their own trees lack (a
+/// directory whole, once; a directory where the tree has a file), never DEST's other
+/// top-level entries nor what is excluded, or below an excluded directory.
+#[test]
+fn what_the_trees_lack_is_found_below_their_roots_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let (root, dest) = (dir.path().join("t"), dir.path().join("dest"));
+    for tree in [&root, &dest.join("t")] {
+        fs::create_dir_all(tree.join("d/sub")).unwrap();
+        fs::create_dir_all(tree.join("skip")).unwrap();
+        fs::write(tree.join("d/kept"), b"k").unwrap();
+    }
+    fs::create_dir_all(dest.join("other")).unwrap();
+    fs::create_dir_all(dest.join("t/gone/deeper")).unwrap();
+    fs::write(dest.join("t/gone/deeper/f"), b"f").unwrap();
+    fs::write(dest.join("t/d/old"), b"o").unwrap();
+    fs::write(dest.join("t/d/x.tmp"), b"x").unwrap();
+    fs::write(dest.join("t/skip/below"), b"b").unwrap();
+    fs::remove_dir(root.join("d/sub")).unwrap();
+    fs::write(root.join("d/sub"), b"now a file").unwrap();
+    let roots = vec![crate::walk::Root::tree(b"t".to_vec(), open(&root))];
+    let exclude = Exclude::new(["*.tmp", "skip/"]).unwrap();
+    let gone = list(&dest).missing(&roots, &exclude);
+    let gone: Vec<&[u8]> = gone.iter().map(|p| &p[..]).collect();
+    assert_eq!(gone, [&b"t/d/old"[..], b"t/d/sub", b"t/gone"]);
+}
+
+/// An extended attribute changed alone in the copy: a pack that sends them (`archive`)
+/// sends the file again, and the directories above it; one that does not leaves it out.
+#[test]
+fn an_xattr_changed_alone_is_a_change_where_the_pack_sends_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (root, copy) = (dir.path().join("t"), dir.path().join("copy"));
+    make_tree(&root);
+    copy_of(&root, &copy);
+    let set = |path: &Path, value: &[u8]| {
+        rustix::fs::lsetxattr(path, "user.tag", value, rustix::fs::XattrFlags::empty()).unwrap()
+    };
+    set(&root.join("d/e/f/zero"), b"one");
+    set(&copy.join("d/e/f/zero"), b"two");
+    let (packed, _) = pack(&root, &list(&copy), false);
+    assert_eq!(sent(&packed), ["|fifo"]);
+    let (packed, _) = pack(&root, &list(&copy), true);
+    assert_eq!(sent(&packed), ["d/e/f/zero", "|fifo"]);
+    set(&copy.join("d/e/f/zero"), b"one");
+    let (packed, _) = pack(&root, &list(&copy), true);
+    assert_eq!(sent(&packed), ["|fifo"]);
 }

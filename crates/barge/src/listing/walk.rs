@@ -11,7 +11,7 @@ use rustix::io::Errno;
 
 use crate::compare::{inode_key, Facts, InodeKey, Rule};
 use crate::error::{Error, Result};
-use crate::tree::{Entry, Kind, Meta};
+use crate::tree::{Entry, Kind, Meta, XattrReader};
 use crate::walk::parallel::{Dir, ParallelVisitor, ParallelVisitorBuilder, WalkState};
 
 use super::*;
@@ -23,6 +23,8 @@ pub(super) struct Gather {
     /// The link group of each inode with several links met so far.
     pub(super) groups: Mutex<HashMap<InodeKey, u32>>,
     pub(super) unlisted: Mutex<u64>,
+    /// The lister keeps owners (and so every extended attribute).
+    pub(super) owners: bool,
 }
 
 impl Gather {
@@ -44,6 +46,7 @@ impl<'a> ParallelVisitorBuilder for &'a Gather {
         Lister {
             gather: self,
             names: Names::new(),
+            xattrs: XattrReader::default(),
         }
     }
 }
@@ -52,6 +55,7 @@ impl<'a> ParallelVisitorBuilder for &'a Gather {
 pub(super) struct Lister<'a> {
     gather: &'a Gather,
     names: Names,
+    xattrs: XattrReader,
 }
 
 /// A directory's permission bits, modification time and owner.
@@ -59,11 +63,7 @@ pub(super) type DirMeta = Meta;
 
 /// What the unchanged rule compares of a directory with `meta`.
 fn dir_facts(meta: Meta) -> Facts {
-    Facts {
-        kind: Kind::Dir,
-        size: 0,
-        meta,
-    }
+    Facts::new(Kind::Dir, 0, meta)
 }
 
 impl ParallelVisitor for Lister<'_> {
@@ -83,13 +83,16 @@ impl ParallelVisitor for Lister<'_> {
     fn entry(
         &mut self,
         _dir: &Dir<DirMeta>,
-        _fd: BorrowedFd<'_>,
+        fd: BorrowedFd<'_>,
         entry: &Entry<'_>,
         stat: &Statx,
     ) -> WalkState {
         if let Some(mut listed) = Item::of_statx(stat) {
             if listed.kind == Kind::File {
                 listed.group = self.gather.group(stat);
+                // Unreadable: 0, which no digest is, so the sender sends the file.
+                let owners = self.gather.owners;
+                listed.xattrs = digest_of(&mut self.xattrs, fd, entry.name, owners).unwrap_or(0);
             }
             self.names.insert(entry.name.into(), listed);
         }
@@ -163,9 +166,14 @@ impl<'a> Check<'a> {
     /// when the listing lacks it (and so, from a sound listing, all below it).
     pub(super) fn state(&self, path: &[u8], meta: Option<Meta>) -> Option<Checked<'a>> {
         let listed = self.listing.dirs.get(path)?;
+        // A listing carries no directory's extended attributes.
+        let rule = Rule {
+            xattrs: false,
+            ..self.rule
+        };
         let same = meta.is_none_or(|meta| {
             let listed = dir_facts(listed.meta);
-            self.rule.unchanged(&dir_facts(meta), &listed)
+            rule.unchanged(&dir_facts(meta), &listed)
         });
         Some(Checked {
             names: same.then_some(&listed.names),
@@ -192,6 +200,7 @@ impl<'c, 'a> ParallelVisitorBuilder for &'c Check<'a> {
         Checker {
             check: self,
             found: Some((0, 0)),
+            xattrs: XattrReader::default(),
         }
     }
 }
@@ -200,16 +209,19 @@ impl<'c, 'a> ParallelVisitorBuilder for &'c Check<'a> {
 pub(super) struct Checker<'c, 'a> {
     check: &'c Check<'a>,
     found: Found,
+    xattrs: XattrReader,
 }
 
 impl Checker<'_, '_> {
-    /// Counts the file or symlink `st` as listed when `names` shows it so, else notes that
-    /// the directory changed.
-    fn count(&mut self, names: Option<&Names>, name: &[u8], st: &Statx) {
+    /// Counts the file or symlink `st` (`name` in `dir`) as listed when `names` shows it
+    /// so, else notes that the directory changed.
+    fn count(&mut self, names: Option<&Names>, dir: BorrowedFd<'_>, name: &[u8], st: &Statx) {
         let item = names.and_then(|n| n.get(name));
-        let rule = self.check.rule;
-        let as_listed = item
-            .is_some_and(|i| i.matches(st, rule) && (i.kind == Kind::Symlink || st.stx_nlink == 1));
+        let (rule, listing) = (self.check.rule, self.check.listing);
+        let xattrs = || listing.xattrs_of(&mut self.xattrs, dir, name);
+        let as_listed = item.is_some_and(|i| {
+            (i.kind == Kind::Symlink || st.stx_nlink == 1) && i.matches(st, rule, xattrs)
+        });
         let bytes = match item {
             Some(i) if i.kind == Kind::File => st.stx_size,
             _ => 0,
@@ -248,12 +260,12 @@ impl<'a> ParallelVisitor for Checker<'_, 'a> {
     fn entry(
         &mut self,
         dir: &Dir<Checked<'a>>,
-        _fd: BorrowedFd<'_>,
+        fd: BorrowedFd<'_>,
         entry: &Entry<'_>,
         stat: &Statx,
     ) -> WalkState {
         match entry.kind {
-            Kind::File | Kind::Symlink => self.count(dir.state().names, entry.name, stat),
+            Kind::File | Kind::Symlink => self.count(dir.state().names, fd, entry.name, stat),
             _ => self.found = None,
         }
         WalkState::Continue

@@ -8,12 +8,16 @@
 //! sender                                   receiver
 //!   -> e                        handshake
 //!   <- e, ee, psk               (the receiver has shown the key)
-//!   HELLO {version, compress, update, name, lanes, transfer, dry_run}   (the sender has
-//!                                         shown the key: a child is spawned only now)
+//!   HELLO {version, compress, update, delete, name, lanes, transfer, dry_run}   (the
+//!                                         sender has shown the key: a child is spawned
+//!                                         only now)
 //!                            <- ACCEPT {compress} | REFUSE {reason}   (with update or
 //!                                         dry_run only: a plain transfer sends on at once)
 //!                            <- LIST ... LIST_END   (with update: what DEST has)
 //!   (a dry run ends here: the receiver closes, having landed nothing)
+//!   DELETE {paths: u16 LE length, bytes} ... DELETE_END {u64 BE: DELETE bytes}
+//!                                         (with update and delete: what DEST has and the
+//!                                         sender's trees lack, removed before any data)
 //!   DATA {u64 BE: chunk number, archive bytes (zstd frames when compressed)} ...
 //!   END {u64 BE: DATA archive bytes, u64 BE: chunks}   (the authenticated end)
 //!                            <- RESULT {landed} | {error: {kind, message}}

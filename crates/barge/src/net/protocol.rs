@@ -16,7 +16,7 @@ use crate::error::{escape_message, Error, NetError, Result};
 use crate::listing::{Listing, ListingLimits};
 
 /// The version of the protocol a HELLO names.
-pub(crate) const VERSION: u32 = 5;
+pub(crate) const VERSION: u32 = 6;
 
 /// The message types (the first byte of each message's plaintext).
 pub(crate) mod kind {
@@ -28,6 +28,8 @@ pub(crate) mod kind {
     pub(crate) const DATA: u8 = 6;
     pub(crate) const END: u8 = 7;
     pub(crate) const RESULT: u8 = 8;
+    pub(crate) const DELETE: u8 = 9;
+    pub(crate) const DELETE_END: u8 = 10;
 }
 
 /// The most lanes a receiver lets one transfer open.
@@ -60,6 +62,10 @@ pub(crate) struct Hello {
     pub(crate) compress: bool,
     /// Existing entries are replaced (and, with the listing, unchanged ones not sent).
     pub(crate) update: bool,
+    /// With `update`: the sender sends DELETE messages, the paths to remove from DEST,
+    /// before its data.
+    #[serde(default)]
+    pub(crate) delete: bool,
     /// The sender's host name, for the receiver's log.
     pub(crate) name: String,
     /// The connections the sender would use for the transfer, this one included.
@@ -179,6 +185,9 @@ enum In {
     Hello,
     /// The HELLO came: the driver takes it on ([`Inbound::accept`]) or refuses it.
     Asked(Hello),
+    /// With update and delete, after the listing: the paths to remove so far, until
+    /// DELETE_END; then the DATA of the first lane.
+    Deleting(Vec<u8>),
     /// Carrying DATA until END, on the transfer's first lane (whose END counts the chunks)
     /// or a later one; `carried`: some DATA came.
     Data { first: bool, carried: bool },
@@ -283,15 +292,49 @@ impl Inbound {
             compress: hello.compress,
         };
         let accept = (hello.answered()).then(|| Message::json(kind::ACCEPT, &accept));
+        let list = hello.update && hello.join.is_none();
         if !hello.dry_run {
-            self.state = In::Data {
-                first: hello.join.is_none(),
-                carried: false,
+            self.state = match list && hello.delete {
+                true => In::Deleting(Vec::new()),
+                false => In::Data {
+                    first: hello.join.is_none(),
+                    carried: false,
+                },
             };
         }
-        Answer {
-            accept,
-            list: hello.update && hello.join.is_none(),
+        Answer { accept, list }
+    }
+
+    /// Whether the sender names paths to remove (DELETE messages) before its data.
+    pub(crate) fn deletes(&self) -> bool {
+        matches!(self.state, In::Deleting(_))
+    }
+
+    /// A message naming paths to remove: `None` until DELETE_END, then the bytes of all
+    /// (see [`read_paths`]), within the listing's byte budget.
+    pub(crate) fn delete(&mut self, kind: u8, payload: &[u8]) -> Result<Option<Vec<u8>>> {
+        let In::Deleting(bytes) = &mut self.state else {
+            return Err(protocol(format!("type {kind} out of turn")));
+        };
+        let limit = ListingLimits::default().max_bytes;
+        match kind {
+            kind::DELETE if (bytes.len() + payload.len()) as u64 <= limit => {
+                bytes.extend_from_slice(payload);
+                Ok(None)
+            }
+            kind::DELETE => Err(protocol(format!(
+                "the paths to remove are over {limit} bytes"
+            ))),
+            kind::DELETE_END if payload == (bytes.len() as u64).to_be_bytes() => {
+                let bytes = std::mem::take(bytes);
+                self.state = In::Data {
+                    first: true,
+                    carried: false,
+                };
+                Ok(Some(bytes))
+            }
+            kind::DELETE_END => Err(protocol("paths to remove of another length than sent")),
+            kind => Err(protocol(format!("type {kind} where DELETE was expected"))),
         }
     }
 
@@ -495,6 +538,49 @@ impl Outbound {
             kind: kind::END,
             payload,
         }
+    }
+}
+
+/// Sends `paths` (each below DEST, at most `u16::MAX` bytes) by `send` as DELETE messages,
+/// then DELETE_END.
+pub(crate) fn send_paths(
+    send: impl FnMut(u8, &[u8]) -> Result<()>,
+    paths: &[Box<[u8]>],
+) -> Result<()> {
+    let mut out = Messages::new(kind::DELETE, send);
+    for path in paths {
+        let len = u16::try_from(path.len()).expect("a listed path");
+        let written = out
+            .write_all(&len.to_le_bytes())
+            .and_then(|()| out.write_all(path));
+        if written.is_err() {
+            return Err(out.failed.take().expect("only the channel fails"));
+        }
+    }
+    out.end(kind::DELETE_END).map(drop)
+}
+
+/// The paths DELETE messages carried (`bytes`, all of them), each checked to be a path
+/// below DEST: names joined by `/`, none empty, `.` or `..`.
+pub(crate) fn read_paths(mut bytes: &[u8]) -> Result<Vec<&[u8]>> {
+    let mut paths = Vec::new();
+    while let Some((len, rest)) = bytes.split_first_chunk::<2>() {
+        let len = usize::from(u16::from_le_bytes(*len));
+        let path = rest
+            .get(..len)
+            .ok_or_else(|| protocol("a path to remove cut short"))?;
+        if let Some(e) = path
+            .split(|&b| b == b'/')
+            .find_map(|n| crate::format::check_name(n).err())
+        {
+            return Err(protocol(format!("a bad path to remove: {e}")));
+        }
+        paths.push(path);
+        bytes = &rest[len..];
+    }
+    match bytes.is_empty() {
+        true => Ok(paths),
+        false => Err(protocol("a path to remove cut short")),
     }
 }
 

@@ -3,13 +3,17 @@
 
 use std::collections::HashMap;
 use std::net::TcpStream;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rustix::fs::{openat, statx, AtFlags, Mode, StatxFlags};
+use rustix::io::Errno;
+
 use super::channel::{protocol, Channel};
 use super::lanes::{Stop, Transfer, JOIN_POLL};
-use super::protocol::{kind, Asked, Hello, Inbound, Message, Messages};
+use super::protocol::{kind, read_paths, Asked, Hello, Inbound, Message, Messages};
 use super::Key;
 use crate::confine::{ConfinedUnpack, Landed};
 use crate::error::{Error, NetError, Result, TreePath};
@@ -17,6 +21,8 @@ use crate::format::Limits;
 use crate::interrupt::{wait_a_slice, Cancel};
 use crate::land::restore::Policy;
 use crate::listing::Listing;
+use crate::sys::dir::{dirent_buffer, remove_tree};
+use crate::sys::DIR_FLAGS;
 use crate::threads::Work;
 use crate::tree::Owner;
 use crate::unpack::{Existing, Restore};
@@ -176,6 +182,9 @@ pub struct Received {
     pub compressed: bool,
     /// Whether the sender asked for an update (existing entries replaced).
     pub update: bool,
+    /// Entries of DEST removed because the sender's trees lack them (`send --delete`), each
+    /// with what was below it.
+    pub deleted: u64,
 }
 
 /// How a connection failed.
@@ -403,12 +412,7 @@ impl Receive {
     /// messages and LIST_END; returns the entries listed.
     fn send_listing(&self, channel: &mut Channel) -> Result<u64> {
         let shown = || TreePath(self.dest.as_os_str().as_encoded_bytes().to_vec());
-        let flags = rustix::fs::OFlags::RDONLY
-            | rustix::fs::OFlags::DIRECTORY
-            | rustix::fs::OFlags::NOFOLLOW
-            | rustix::fs::OFlags::CLOEXEC;
-        let root = rustix::fs::open(&self.dest, flags, rustix::fs::Mode::empty())
-            .map_err(|e| Error::io("open destination", shown(), e))?;
+        let root = self.open_dest()?;
         // Owners are compared where this receiver restores them (whatever the umask).
         let owners = Policy::new(self.restore, Owner::of_process(), 0).owners();
         let listing = Listing::of_dir(root, Work::Listing.threads(), owners);
@@ -421,6 +425,39 @@ impl Receive {
         out.end(kind::LIST_END)?;
         channel.flush()?;
         Ok(listing.len())
+    }
+
+    /// DEST's directory, opened without following a symlink.
+    fn open_dest(&self) -> Result<OwnedFd> {
+        let shown = || TreePath(self.dest.as_os_str().as_encoded_bytes().to_vec());
+        rustix::fs::open(&self.dest, DIR_FLAGS, Mode::empty())
+            .map_err(|e| Error::io("open destination", shown(), e))
+    }
+
+    /// Reads the paths the sender's DELETE messages name (up to DELETE_END, within a
+    /// listing's byte limit) and removes each from DEST with what is below it, one name at
+    /// a time relative to directory fds, never following a symlink; a path already gone
+    /// is no error. Returns the entries removed.
+    fn remove_missing(&self, channel: &mut Channel, inbound: &mut Inbound) -> Result<u64> {
+        if !inbound.deletes() {
+            return Ok(0);
+        }
+        let bytes = loop {
+            let (kind, payload) = channel.receive()?;
+            if let Some(bytes) = inbound.delete(kind, payload)? {
+                break bytes;
+            }
+        };
+        let root = self.open_dest()?;
+        let mut buf = dirent_buffer();
+        let mut removed = 0;
+        for path in read_paths(&bytes)? {
+            let shown = || TreePath::join([self.dest.as_os_str().as_encoded_bytes()], path);
+            removed += u64::from(
+                remove_below(&root, path, &mut buf).map_err(|(op, e)| Error::io(op, shown(), e))?,
+            );
+        }
+        Ok(removed)
     }
 
     /// Spawns the confined lander, feeds it the transfer (which its later lanes join once
@@ -454,18 +491,32 @@ impl Receive {
         let lanes = hello.spread().map_or(1, |(_, lanes)| lanes);
         let transfer = Transfer::new(out, lanes, self.timeout, self.cancel.clone());
         let transfer = Arc::new(transfer);
-        if let Some(announced) = &announced {
-            announced.running(transfer.clone());
+        // Later lanes may carry data at once; with delete, once what it removes is gone.
+        let run = |announced: &Option<Announced>| {
+            if let Some(announced) = announced {
+                announced.running(transfer.clone());
+            }
+        };
+        if !hello.delete {
+            run(&announced);
         }
-        let fed = self.feed(&mut channel, &mut inbound, &transfer);
+        let answered = self.answer(&mut channel, &mut inbound);
+        let deleted = answered.and_then(|_| self.remove_missing(&mut channel, &mut inbound));
+        if hello.delete && deleted.is_ok() {
+            run(&announced);
+        }
+        let fed = deleted
+            .map_err(Stop::from)
+            .and_then(|deleted| Ok((self.feed(&mut channel, &mut inbound, &transfer)?, deleted)));
         drop(announced);
         let result = match fed {
-            Ok(received_bytes) => child.wait().map(|landed| Received {
+            Ok((received_bytes, deleted)) => child.wait().map(|landed| Received {
                 landed,
                 sender: hello.name.clone(),
                 received_bytes,
                 compressed: hello.compress,
                 update: hello.update,
+                deleted,
             }),
             Err(Stop::Lander) => {
                 transfer.close();
@@ -500,8 +551,7 @@ impl Receive {
         result
     }
 
-    /// Accepts the transfer (when the sender waits for it, with the listing an update
-    /// asks for) and carries its DATA (this lane's, and the others') into the lander until
+    /// Carries the DATA of a transfer (this lane's, and the others') into the lander until
     /// END; returns the archive bytes received.
     fn feed(
         &self,
@@ -509,12 +559,50 @@ impl Receive {
         inbound: &mut Inbound,
         transfer: &Transfer,
     ) -> std::result::Result<u64, Stop> {
-        self.answer(channel, inbound)?;
         // The first lane's END counts (`Inbound::carry`).
         let counted = transfer.carry(channel, inbound).flatten();
         let finished = counted.and_then(|counted| transfer.finish(counted));
         finished.ok_or_else(|| transfer.failure().unwrap_or(Stop::Lander))
     }
+}
+
+/// Removes the entry at `path` (checked names joined by `/`) below the directory `root`
+/// with everything below it, one name at a time relative to directory fds, never following
+/// a symlink (one in its way ends the path there: nothing is removed); `buf` is a getdents
+/// buffer. Whether there was an entry to remove; the call that failed.
+fn remove_below(
+    root: &OwnedFd,
+    path: &[u8],
+    buf: &mut [std::mem::MaybeUninit<u8>],
+) -> std::result::Result<bool, (&'static str, Errno)> {
+    let (dir, name) = match path.iter().rposition(|&b| b == b'/') {
+        Some(slash) => (&path[..slash], &path[slash + 1..]),
+        None => (&path[..0], path),
+    };
+    let Some(at) = open_below(root, dir).map_err(|e| ("open directory", e))? else {
+        return Ok(false);
+    };
+    match statx(&at, name, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::TYPE) {
+        Err(Errno::NOENT) => return Ok(false),
+        Err(e) => return Err(("statx", e)),
+        Ok(_) => {}
+    }
+    remove_tree(at.as_fd(), name, buf).map_err(|e| ("remove", e))?;
+    Ok(true)
+}
+
+/// The directory `path` below `root`, opened one name at a time without following a
+/// symlink; `None` where it is gone or no directory.
+fn open_below(root: &OwnedFd, path: &[u8]) -> rustix::io::Result<Option<OwnedFd>> {
+    let mut at = openat(root, c".", DIR_FLAGS, Mode::empty())?;
+    for step in path.split(|&b| b == b'/').filter(|n| !n.is_empty()) {
+        at = match openat(&at, step, DIR_FLAGS, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+    }
+    Ok(Some(at))
 }
 
 /// Queues `message` on `channel`.

@@ -10,7 +10,7 @@ use rustix::io::Errno;
 
 use super::channel::Channel;
 use super::lanes::{Joining, Striper, LANES_GRACE};
-use super::protocol::{Heard, Hello, Outbound, MAX_LANES, VERSION};
+use super::protocol::{send_paths, Heard, Hello, Outbound, MAX_LANES, VERSION};
 use super::{Key, ZSTD_LEVEL};
 use crate::confine::Landed;
 use crate::error::{Error, NetError, Result, TreePath};
@@ -39,6 +39,7 @@ pub struct Send {
     timeout: Duration,
     compress: bool,
     update: bool,
+    delete: bool,
     lanes: Option<u32>,
     cancel: Cancel,
 }
@@ -56,6 +57,8 @@ pub struct Sent {
     pub compressed: bool,
     /// The connections that carried it.
     pub connections: usize,
+    /// Entries of DEST the receiver removed ([`Send::delete`]; each with what was below it).
+    pub deleted: u64,
 }
 
 impl Send {
@@ -68,6 +71,7 @@ impl Send {
             timeout: Duration::from_secs(30),
             compress: false,
             update: false,
+            delete: false,
             lanes: None,
             cancel: Cancel::new(),
         }
@@ -111,6 +115,15 @@ impl Send {
         self
     }
 
+    /// With [`Send::update`], has the receiver remove what DEST has and the tree lacks,
+    /// not what the pack excludes (see `Listing::missing`), before it lands anything: DEST
+    /// becomes a copy of the tree (but for special files, which a listing does not show).
+    /// A payload that is an archive cannot be compared: an error.
+    pub fn delete(mut self, yes: bool) -> Send {
+        self.delete = yes;
+        self
+    }
+
     /// Spreads the archive over up to `n` connections (at least 1; the receiver may take
     /// fewer), opened while the first one sends. `None` (the default): one, or
     /// [`Send::DEFAULT_CONNECTIONS`] when the first connection's round trip is
@@ -145,7 +158,22 @@ impl Send {
             transfer,
             ..self.hello(lanes, None)
         };
-        let (channel, mut outbound, listing) = self.start(channel, hello)?;
+        let (mut channel, mut outbound, listing) = self.start(channel, hello)?;
+        let deleted = match (&payload, &listing) {
+            (_, None) => 0,
+            (Payload::Pack(pack), Some(listing)) if self.delete => {
+                let gone = pack.missing_in(listing);
+                send_paths(|kind, bytes| channel.send(kind, bytes), &gone)?;
+                gone.len() as u64
+            }
+            (Payload::Archive(_), Some(_)) if self.delete => {
+                return Err(Error::Argument {
+                    arg: "--delete".into(),
+                    problem: "needs a tree to compare DEST with, not an archive".into(),
+                })
+            }
+            _ => 0,
+        };
         let payload = match (payload, &listing) {
             (Payload::Pack(pack), Some(listing)) => {
                 Payload::Pack(Box::new(pack.unchanged(listing)))
@@ -194,14 +222,19 @@ impl Send {
             sent_bytes,
             compressed: self.compress,
             connections: used,
+            deleted,
         })
     }
 
     /// Connects and authenticates as [`Send::run`] does and, with [`Send::update`], reads
-    /// what DEST has; then tells `each` what `run` would send, in the order it would, and
-    /// sends none of it: the receiver lands nothing. The pack runs as for the transfer (it
+    /// what DEST has; then tells `each` what `run` would remove ([`Send::delete`]) and
+    /// send, in the order it would, and does none of it: the receiver lands nothing. The pack runs as for the transfer (it
     /// reads the files it would send, into nothing), and its summary is returned.
-    pub fn dry_run(&self, pack: Pack<'_>, each: impl FnMut(Planned<'_>)) -> Result<PackSummary> {
+    pub fn dry_run(
+        &self,
+        pack: Pack<'_>,
+        mut each: impl FnMut(Planned<'_>),
+    ) -> Result<PackSummary> {
         let hello = Hello {
             dry_run: true,
             ..self.hello(1, None)
@@ -214,6 +247,20 @@ impl Send {
         )?;
         let (channel, _, listing) = self.start(channel, hello)?;
         channel.close();
+        if let (Some(listing), true) = (&listing, self.delete) {
+            for path in pack.missing_in(listing) {
+                let kind = match listing.dir(&path) {
+                    Some(_) => Kind::Dir,
+                    None => listing.get(&path).map_or(Kind::Unknown, |item| item.kind),
+                };
+                each(Planned {
+                    path: &TreePath(path.into()),
+                    kind,
+                    there: Some(kind),
+                    delete: true,
+                });
+            }
+        }
         let pack = match &listing {
             Some(listing) => pack.unchanged(listing),
             None => pack,
@@ -277,6 +324,7 @@ impl Send {
             version: VERSION,
             compress: self.compress,
             update: self.update,
+            delete: self.update && self.delete,
             name: super::host_name(),
             lanes,
             transfer: None,
@@ -350,6 +398,9 @@ pub struct Planned<'a> {
     /// or a symlink), which the transfer would replace or, directory over directory, set
     /// the mode and time of; none without an update.
     pub there: Option<Kind>,
+    /// DEST's entry at `path` (of kind `kind`), which the trees lack, would be removed
+    /// ([`Send::delete`]), with everything below it; told before what would be sent.
+    pub delete: bool,
 }
 
 /// The sink a dry run's archive drives: each entry to the caller's `each`.
@@ -370,6 +421,7 @@ impl<F: FnMut(Planned<'_>)> Planner<'_, F> {
             path: &path,
             kind: entry.kind,
             there,
+            delete: false,
         });
     }
 }

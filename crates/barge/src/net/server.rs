@@ -423,6 +423,7 @@ mod tests {
             received_bytes: 0,
             compressed: false,
             update: false,
+            deleted: 0,
         }))
     }
 

@@ -22,7 +22,7 @@ use crate::interrupt::Cancel;
 use crate::listing::{Item, Listing, Names, Unchanged};
 use crate::output::{ArchiveWriter, FdWriter, IoWriter, Output};
 use crate::threads::Work;
-use crate::tree::{DirPath, Entry, Kind, Meta as TreeMeta, Xattrs};
+use crate::tree::{DirPath, Entry, Kind, Meta as TreeMeta, XattrReader, Xattrs};
 use crate::walk::{Newer, Root, Walk};
 use crate::Progress;
 
@@ -260,12 +260,13 @@ impl<'a> Pack<'a> {
     /// Leaves out the regular files and symlinks that `listing` (what the destination
     /// holds, with a named root's name as the first component of its paths) shows as they
     /// are here: same path and kind, same size (of a symlink, target length), modification
-    /// time to the nanosecond and, for a file, permission bits; decided from the `statx`
-    /// the pack does anyway, before the file is opened. Counted in
+    /// time to the nanosecond and, for a file, permission bits; with [`Pack::archive`] the
+    /// owner (where the listing says the destination keeps them) and a file's extended
+    /// attributes (those the destination keeps, read by name once the rest matched): by
+    /// `compare.rs`'s one rule, before the file is opened. Counted in
     /// [`PackSummary::unchanged`]. Directories, special files and anything not in the
     /// listing are packed as always (a lander merges into existing directories and, with
-    /// `Existing::Overwrite`, replaces changed entries). Owners and extended attributes are
-    /// not compared.
+    /// `Existing::Overwrite`, replaces changed entries).
     ///
     /// Hard links: a file is left out only where the listing's has as many links. Once a
     /// name of an inode with several is left out, each later name of it is compared on its
@@ -278,6 +279,12 @@ impl<'a> Pack<'a> {
     pub fn unchanged(mut self, listing: &'a Listing) -> Pack<'a> {
         self.unchanged = Some(listing);
         self
+    }
+
+    /// What `listing` (of the destination) shows and this pack's trees lack, not excluded:
+    /// the paths `send --delete` removes (see [`Listing::missing`]).
+    pub(crate) fn missing_in(&self, listing: &Listing) -> Vec<Box<[u8]>> {
+        listing.missing(&self.roots, &self.exclude)
     }
 
     /// Writes this version of the format (the default: [`Format::V1`]). Version 2 is
@@ -447,6 +454,8 @@ struct Update<'a> {
     /// Files and symlinks left out, and the bytes of the files.
     unchanged: u64,
     unchanged_bytes: u64,
+    /// The extended attributes of files compared.
+    xattrs: XattrReader,
 }
 
 impl<'a> Update<'a> {
@@ -459,6 +468,7 @@ impl<'a> Update<'a> {
             left_out: HashMap::new(),
             unchanged: 0,
             unchanged_bytes: 0,
+            xattrs: XattrReader::default(),
         }
     }
 
@@ -473,12 +483,24 @@ impl<'a> Update<'a> {
     }
 
     /// True when `there` (what the listing shows at the name) is the regular file `st`
-    /// describes, under the rules of [`Pack::unchanged`] (`packed`: a name of its inode is
-    /// packed already): it is left out, and counted.
-    fn unchanged_file(&mut self, there: Option<&Item>, st: &Statx, packed: bool) -> bool {
-        let Some(there) = there.filter(|t| t.matches(st, self.rule)) else {
+    /// describes (`name` in `dir`), under the rules of [`Pack::unchanged`] (`packed`: a
+    /// name of its inode is packed already): it is left out, and counted.
+    fn unchanged_file(
+        &mut self,
+        there: Option<&Item>,
+        st: &Statx,
+        packed: bool,
+        (dir, name): (BorrowedFd<'_>, &[u8]),
+    ) -> bool {
+        let (Some(there), Some(listing)) = (there, self.listing) else {
             return false;
         };
+        let xattrs = || listing.xattrs_of(&mut self.xattrs, dir, name);
+        if !there.matches(st, self.rule, xattrs) {
+            return false;
+        }
+        // An archive links a name only to a name it holds: every name of the inode must be
+        // in the copy as it is here.
         let same_links = there.links == st.stx_nlink
             && if st.stx_nlink > 1 {
                 // A name of an inode packed already becomes a hard link to it.

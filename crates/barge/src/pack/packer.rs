@@ -25,7 +25,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
-use rustix::fs::{fstat, openat, statx, AtFlags, FileType, Mode, Stat, Statx};
+use rustix::fs::{fstat, openat, statx, AtFlags, FileType, Mode, Stat};
 use rustix::io::{fcntl_dupfd_cloexec, pread, Errno};
 
 use crate::compare::inode_key;
@@ -441,7 +441,8 @@ impl Packer<'_> {
                 }
             }
             let there = self.update.listed_here(self.run.name(i));
-            if self.update.unchanged_file(there, &st, false) {
+            let name = self.run.name(i);
+            if self.update.unchanged_file(there, &st, false, (dir, name)) {
                 continue;
             }
             if st.stx_size <= INLINE_MAX {
@@ -609,9 +610,14 @@ impl Packer<'_> {
                 // One more `statx` than without a listing, so that an unchanged file is not
                 // opened; `open_and_pack` reports what fails here.
                 let st = statx(dir, name, AtFlags::SYMLINK_NOFOLLOW, STATX_MASK);
-                let packed = |st: &Statx| self.links.contains_key(&inode_key(st));
-                if st.is_ok_and(|st| self.update.unchanged_file(Some(there), &st, packed(&st))) {
-                    return Ok(());
+                if let Ok(st) = st {
+                    let packed = self.links.contains_key(&inode_key(&st));
+                    if self
+                        .update
+                        .unchanged_file(Some(there), &st, packed, (dir, name))
+                    {
+                        return Ok(());
+                    }
                 }
             }
             // Lent out, so that messages name the file without a copy per file.

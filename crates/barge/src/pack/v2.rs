@@ -629,7 +629,7 @@ impl<'a> Planner<'a> {
             return self.start(full);
         }
         let there = self.update.listed_here(name);
-        if self.update.unchanged_file(there, &st, false) {
+        if self.update.unchanged_file(there, &st, false, (dir, name)) {
             return Ok(());
         }
         let Some(opened) = self.opened(dir, name, &st)? else {

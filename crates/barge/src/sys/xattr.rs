@@ -1,9 +1,18 @@
-//! Extended attributes: `setxattrat`, which has no rustix form yet.
+//! Extended attributes relative to a directory fd: `setxattrat`, `getxattrat` and
+//! `listxattrat`, which have no rustix form yet.
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 use rustix::fs::AtFlags;
 use rustix::io::Errno;
+
+/// The kernel's `struct xattr_args`: a value's address and size.
+#[repr(C)]
+struct XattrArgs {
+    value: u64,
+    size: u32,
+    flags: u32,
+}
 
 /// `setxattrat(dir, name, flags, attribute, value)` (Linux 6.13): sets an extended
 /// attribute relative to a directory fd, on a symlink itself with `SYMLINK_NOFOLLOW`.
@@ -17,12 +26,6 @@ pub(crate) fn setxattrat(
 ) -> rustix::io::Result<()> {
     /// The number every architecture but alpha gives it (new system calls share one table).
     const SYS_SETXATTRAT: libc::c_long = 463;
-    #[repr(C)]
-    struct XattrArgs {
-        value: u64,
-        size: u32,
-        flags: u32,
-    }
     let cstr = |bytes: &[u8]| std::ffi::CString::new(bytes).map_err(|_| Errno::INVAL);
     let (name, attribute) = (cstr(name)?, cstr(attribute)?);
     let args = XattrArgs {
@@ -47,4 +50,74 @@ pub(crate) fn setxattrat(
         return Err(Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO));
     }
     Ok(())
+}
+
+/// The number every architecture but alpha gives `getxattrat` (Linux 6.13).
+const SYS_GETXATTRAT: libc::c_long = 464;
+/// The number every architecture but alpha gives `listxattrat` (Linux 6.13).
+const SYS_LISTXATTRAT: libc::c_long = 465;
+
+/// The result of a system call that returns a size or -1.
+fn sized(r: libc::c_long) -> rustix::io::Result<usize> {
+    match usize::try_from(r) {
+        Ok(n) => Ok(n),
+        Err(_) => Err(Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO)),
+    }
+}
+
+/// `listxattrat(dir, name, flags, list)` (Linux 6.13): the NUL-separated names of the
+/// extended attributes of `name` in `dir` (of a symlink itself with `SYMLINK_NOFOLLOW`) into
+/// `list`, their length returned (with an empty `list`: the length needed). Older kernels
+/// answer `ENOSYS`.
+pub(crate) fn listxattrat(
+    dir: BorrowedFd<'_>,
+    name: &[u8],
+    flags: AtFlags,
+    list: &mut [u8],
+) -> rustix::io::Result<usize> {
+    let name = std::ffi::CString::new(name).map_err(|_| Errno::INVAL)?;
+    // SAFETY: the name outlives the call, and the kernel writes at most `list.len()` bytes
+    // into `list`.
+    sized(unsafe {
+        libc::syscall(
+            SYS_LISTXATTRAT,
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            flags.bits(),
+            list.as_mut_ptr(),
+            list.len(),
+        )
+    })
+}
+
+/// `getxattrat(dir, name, flags, attribute, value)` (Linux 6.13): the value of the extended
+/// attribute `attribute` of `name` in `dir` (of a symlink itself with `SYMLINK_NOFOLLOW`)
+/// into `value`, its length returned. Older kernels answer `ENOSYS`.
+pub(crate) fn getxattrat(
+    dir: BorrowedFd<'_>,
+    name: &[u8],
+    flags: AtFlags,
+    attribute: &[u8],
+    value: &mut [u8],
+) -> rustix::io::Result<usize> {
+    let cstr = |bytes: &[u8]| std::ffi::CString::new(bytes).map_err(|_| Errno::INVAL);
+    let (name, attribute) = (cstr(name)?, cstr(attribute)?);
+    let args = XattrArgs {
+        value: value.as_mut_ptr() as u64,
+        size: value.len() as u32,
+        flags: 0,
+    };
+    // SAFETY: the strings outlive the call, `args` is the kernel's `struct xattr_args` (its
+    // size passed), and the kernel writes at most `value.len()` bytes into `value`.
+    sized(unsafe {
+        libc::syscall(
+            SYS_GETXATTRAT,
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            flags.bits(),
+            attribute.as_ptr(),
+            &args as *const XattrArgs,
+            std::mem::size_of::<XattrArgs>(),
+        )
+    })
 }

@@ -16,6 +16,7 @@ fn hello() -> Hello {
         version: VERSION,
         compress: false,
         update: false,
+        delete: false,
         name: "tester".into(),
         lanes: 1,
         transfer: None,
@@ -584,4 +585,75 @@ fn a_receivers_words_are_shown_escaped() {
             "{shown}"
         );
     }
+}
+
+/// With update and delete, the receiver reads the paths to remove after its listing and
+/// before any DATA, counted by DELETE_END; the paths are names below DEST.
+#[test]
+fn a_delete_names_paths_below_dest_before_the_data() {
+    let deleting = || {
+        let (inbound, answer) = taken_on(Hello {
+            update: true,
+            delete: true,
+            ..hello()
+        });
+        assert!(answer.list && inbound.deletes());
+        inbound
+    };
+    let mut sent = Vec::new();
+    let paths: Vec<Box<[u8]>> = vec![b"a".to_vec().into(), b"d/e/f".to_vec().into()];
+    let record = |kind, bytes: &[u8]| {
+        sent.push((kind, bytes.to_vec()));
+        Ok(())
+    };
+    send_paths(record, &paths).unwrap();
+    let mut inbound = deleting();
+    let (last, rest) = sent.split_last().unwrap();
+    for (kind, bytes) in rest {
+        assert_eq!(inbound.delete(*kind, bytes).unwrap(), None);
+    }
+    let bytes = inbound.delete(last.0, &last.1).unwrap().unwrap();
+    assert_eq!(read_paths(&bytes).unwrap(), [&b"a"[..], b"d/e/f"]);
+    assert!(matches!(
+        carry(&mut inbound, &data(0, b"x")),
+        Ok(Carried::Chunk { .. })
+    ));
+    // Out of turn, or of another length than counted.
+    let early = carry(&mut deleting(), &data(0, b"x")).unwrap_err();
+    assert!(early.to_string().contains("out of turn"), "{early}");
+    let mut inbound = deleting();
+    inbound.delete(kind::DELETE, b"\x01\x00a").unwrap();
+    let wrong = inbound
+        .delete(kind::DELETE_END, &9u64.to_be_bytes())
+        .unwrap_err();
+    assert!(wrong.to_string().contains("another length"), "{wrong}");
+    // Without update nothing is deleted: the data comes at once.
+    let (inbound, _) = taken_on(Hello {
+        delete: true,
+        ..hello()
+    });
+    assert!(!inbound.deletes());
+}
+
+#[test]
+fn paths_to_remove_are_names_below_dest() {
+    let wire = |paths: &[&[u8]]| -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for path in paths {
+            bytes.extend_from_slice(&(path.len() as u16).to_le_bytes());
+            bytes.extend_from_slice(path);
+        }
+        bytes
+    };
+    let good = wire(&[b"a", b"d/e/f"]);
+    assert_eq!(read_paths(&good).unwrap(), [&b"a"[..], b"d/e/f"]);
+    for bad in [&b"../x"[..], b"/etc", b"a//b", b"a/.", b"", b"a\0b"] {
+        let shown = read_paths(&wire(&[b"a", bad])).unwrap_err().to_string();
+        assert!(shown.contains("a bad path to remove"), "{bad:?}: {shown}");
+    }
+    let cut = &good[..good.len() - 1];
+    assert!(read_paths(cut)
+        .unwrap_err()
+        .to_string()
+        .contains("cut short"));
 }

@@ -39,6 +39,7 @@ fn hello() -> Hello {
         version: VERSION,
         compress: false,
         update: false,
+        delete: false,
         name: "tester".into(),
         lanes: 1,
         transfer: None,
@@ -264,4 +265,24 @@ fn a_transfer_beyond_the_slots_waits_for_one_then_is_turned_away() {
     let _slot = slots.take(WAIT, &stop).unwrap();
     let stopped = slots.take(WAIT, &stop).map(drop).unwrap_err();
     assert!(matches!(stopped, Error::Interrupted { .. }), "{stopped}");
+}
+
+/// What `send --delete` names is removed below DEST only: a symlink on its way ends it
+/// (nothing through it is removed), a symlink named is removed itself, a directory whole.
+#[test]
+fn a_path_to_remove_never_leads_through_a_symlink() {
+    let (dest, outside) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    std::fs::write(outside.path().join("x"), b"outside").unwrap();
+    std::os::unix::fs::symlink(outside.path(), dest.path().join("link")).unwrap();
+    std::fs::create_dir_all(dest.path().join("d/e")).unwrap();
+    std::fs::write(dest.path().join("d/e/f"), b"f").unwrap();
+    let root = rustix::fs::open(dest.path(), DIR_FLAGS, Mode::empty()).unwrap();
+    let mut buf = dirent_buffer();
+    let mut remove = |path: &[u8]| remove_below(&root, path, &mut buf).unwrap();
+    assert!(!remove(b"link/x"), "removed through a symlink");
+    assert!(outside.path().join("x").exists());
+    assert!(!remove(b"d/missing") && !remove(b"nothing/below"));
+    assert!(remove(b"d") && remove(b"link"));
+    assert!(outside.path().join("x").exists());
+    assert_eq!(fs_names(dest.path()), 0);
 }

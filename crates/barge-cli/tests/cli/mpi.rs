@@ -120,7 +120,7 @@ fn mpi_copy_equals_the_plain_copy() {
         );
     }
     // A rerun with --update finds everything as it is.
-    let again = summary(&mut mpi_cp(&[&src.join("."), &ranks], &["-a", "-u"]));
+    let again = summary(&mut mpi_cp(&[&src.join(""), &ranks], &["-a", "-u"]));
     assert_eq!(again["files"], 0, "{again}");
     assert_eq!(again["errors"], 0, "{again}");
     assert_equal_trees(&plain, &ranks, "after cp --mpi -a -u");
@@ -195,7 +195,7 @@ fn a_job_with_a_rank_killed_is_finished_by_update() {
         return skipped("the job finished before one of its ranks could be killed");
     }
     let left = files_below(&dest);
-    let redo = summary(&mut mpi_cp(&[&src.join("."), &dest], &["-a", "-u"]));
+    let redo = summary(&mut mpi_cp(&[&src.join(""), &dest], &["-a", "-u"]));
     let plain = work.path().join("plain");
     run_ok(barge(["cp", "-a"]).arg(&src).arg(&plain), None);
     assert_equal_trees(&plain, &dest, "killed, then cp --mpi -a -u");

@@ -85,7 +85,7 @@ pub struct CpArgs {
     /// Stay on SRC's filesystem: a directory on another (a mount point) is copied empty,
     /// its contents are not, as `cp -x` does.
     #[arg(short = 'x', long)]
-    one_file_system: bool,
+    pub(crate) one_file_system: bool,
     /// Change nothing: print what would be copied (`copy`), replaced (`replace`) and
     /// removed (`delete`), one `VERB PATH` per line, sorted by PATH (its path in DEST; every
     /// directory that would be made is listed too).
@@ -99,7 +99,7 @@ pub struct CpArgs {
     /// error. With --update, what differs is copied again (its content compared, as with
     /// --checksum) and checked once more.
     #[arg(long)]
-    verify: bool,
+    pub(crate) verify: bool,
     /// Share data extents with the source where the filesystem can (auto), always (fail
     /// where it cannot), or never.
     #[arg(long, value_name = "WHEN", default_value = "auto", value_parser = ["auto", "always", "never"])]
@@ -108,6 +108,11 @@ pub struct CpArgs {
     /// are slow to read.
     #[arg(short = 'j', long, value_name = "N", default_value_t = Work::Walk.threads())]
     threads: usize,
+    /// Share the copy among the ranks of the MPI job this runs in (`mpiexec -n N barge-mpi
+    /// cp --mpi SRC DEST`, or srun): one SRC; see docs/SCALE.md.
+    #[cfg(feature = "mpi")]
+    #[arg(long, conflicts_with = "dry_run")]
+    pub(crate) mpi: bool,
     #[command(flatten)]
     out: OutputArgs,
 }
@@ -127,7 +132,7 @@ impl CpArgs {
 /// Prints what a copy reports: errors as they come; with -v each entry copied, replaced or
 /// deleted as it is done, by its path in DEST; a dry run's changes kept, to be printed
 /// sorted at the end.
-struct Printer {
+pub(crate) struct Printer {
     planned: Option<Mutex<Vec<(Change, TreePath)>>>,
     /// Where -v's list goes (see `report::lists_on_stderr`).
     on_stderr: bool,
@@ -151,8 +156,18 @@ impl CpReport for Printer {
     }
 }
 
-/// `barge cp SRC... DEST`.
-pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
+/// The copy `args` ask for, each SRC with the path it is copied as, the patterns it leaves
+/// out and its printer.
+pub(crate) struct Plan {
+    pub(crate) cp: Cp,
+    pub(crate) targets: Vec<(PathBuf, PathBuf)>,
+    pub(crate) exclude: Exclude,
+    pub(crate) printer: Printer,
+}
+
+/// What `args` ask for (with the process's umask cleared and fd limit raised, as a copy
+/// wants them).
+pub(crate) fn plan(args: &CpArgs, cancel: &Cancel) -> Result<Plan> {
     crate::clear_umask();
     raise_fd_limit();
     let (dest, srcs) = args.paths.split_last().expect("clap asks for two");
@@ -177,12 +192,33 @@ pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
         .one_file_system(args.one_file_system)
         .umask(0)
         .cancel(cancel.clone());
-    let progress = Progress::default();
     let printer = Printer {
         planned: args.dry_run.then(Mutex::default),
         on_stderr: lists_on_stderr(args.out, false),
         repairs: false,
     };
+    Ok(Plan {
+        cp,
+        targets,
+        exclude,
+        printer,
+    })
+}
+
+/// `barge cp SRC... DEST`.
+pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
+    #[cfg(feature = "mpi")]
+    if args.mpi {
+        return crate::mpi::cp(&args, cancel);
+    }
+    let Plan {
+        cp,
+        targets,
+        exclude,
+        printer,
+    } = plan(&args, cancel)?;
+    let srcs = &args.paths[..args.paths.len() - 1];
+    let progress = Progress::default();
     // Names of one file in several SRCs stay linked, as with cp -a.
     let linked = Linked::default();
     let total = Total::default();
@@ -249,6 +285,17 @@ pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
     if let Some(planned) = printer.planned {
         print_planned(planned.into_inner().expect("no panics"), args.null)?;
     }
+    Ok(report(&args, &done, &verified, elapsed))
+}
+
+/// Tells what a copy did (`done`, `verified`, in `elapsed`): warnings, the summary line, the
+/// exit status.
+pub(crate) fn report(
+    args: &CpArgs,
+    done: &CpSummary,
+    verified: &Verified,
+    elapsed: std::time::Duration,
+) -> Exit {
     let mut skipped = done.not_restored;
     for (n, what) in [
         (
@@ -299,7 +346,7 @@ pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
     if args.verify {
         extra.insert("verified".into(), json!(verified));
     }
-    summary(args.out, &line, &done, extra, elapsed, false);
+    summary(args.out, &line, done, extra, elapsed, false);
     if c.errors > 0 || verified.differences > 0 {
         if verified.differences > 0 {
             error(format_args!(
@@ -307,9 +354,9 @@ pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
                 verified.differences
             ));
         }
-        return Ok(Exit::Error);
+        return Exit::Error;
     }
     // Metadata the process may not restore is warned about, as by unpack: the entries are
     // all there.
-    Ok(Exit::Success)
+    Exit::Success
 }

@@ -7,6 +7,8 @@ mod cp;
 mod du;
 mod list;
 mod manual;
+#[cfg(feature = "mpi")]
+mod mpi;
 mod net;
 mod report;
 mod serve;
@@ -258,7 +260,7 @@ pub struct OutputArgs {
     progress: bool,
     /// Never show the progress line.
     #[arg(long)]
-    no_progress: bool,
+    pub(crate) no_progress: bool,
 }
 
 #[derive(Subcommand, Debug)]

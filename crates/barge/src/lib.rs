@@ -103,6 +103,13 @@ impl Progress {
         self.add_bytes(bytes);
     }
 
+    /// Sets the counts to `entries` and `bytes` (what the processes sharing an operation
+    /// did together, shown by one of them).
+    pub fn set(&self, entries: u64, bytes: u64) {
+        self.entries.store(entries, Relaxed);
+        self.bytes.store(bytes, Relaxed);
+    }
+
     /// Counts content bytes.
     pub(crate) fn add_bytes(&self, bytes: u64) {
         self.bytes.fetch_add(bytes, Relaxed);

@@ -150,7 +150,7 @@ fn compare<S: AsRef<OsStr>>(args: &[S], a: &Path, b: &Path) -> (String, bool) {
 }
 
 /// Asserts the trees at `a` and `b` are equal by compare-trees, every field compared.
-fn assert_equal_trees(a: &Path, b: &Path, what: &str) {
+pub(crate) fn assert_equal_trees(a: &Path, b: &Path, what: &str) {
     let (stdout, equal) = compare::<&str>(&[], a, b);
     assert!(equal, "{what}: the trees differ:\n{stdout}");
 }

@@ -11,6 +11,9 @@ mod hostile;
 mod indexed;
 mod limits;
 mod list;
+// Built only with the `mpi` feature (needs MPI: `scripts/deps --mpi`); scripts/test runs them.
+#[cfg(feature = "mpi")]
+mod mpi;
 mod net;
 mod offset;
 mod pack;

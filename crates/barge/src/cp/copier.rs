@@ -20,7 +20,7 @@ use rustix::fs::{
 };
 use rustix::io::Errno;
 
-use super::{Change, Cp, CpCounts, CpReport, CpSummary};
+use super::{Change, Cp, CpCounts, CpReport, CpSummary, Deferred, Part};
 use crate::compare::{first_difference, inode_key, xattr_digest, Buffers, Facts, Rule};
 use crate::error::{Error, Result, TreePath};
 use crate::land::restore::{Apply, Existing, NotRestored, Policy, Target};
@@ -78,6 +78,11 @@ pub(super) struct Shared<'a> {
     pub(super) dest: Vec<u8>,
     /// The copies of multi-link files (see [`Linked`]).
     pub(super) links: &'a Mutex<HashMap<(u64, u64), LinkTarget>>,
+    /// The names of multi-link files [`Part::Rank`] leaves to [`Cp::run_links`].
+    pub(super) deferred: &'a Mutex<Vec<Deferred>>,
+    /// SRC's device: noted as 0 in `deferred`, where other machines, which may number a
+    /// shared filesystem's device otherwise, must find the same key.
+    pub(super) src_dev: u64,
     /// `FICLONE` failed as unsupported (or `--reflink=never`): not tried again.
     pub(super) no_clone: AtomicBool,
     /// `copy_file_range` failed as unsupported (or `--reflink=never`): not tried again.
@@ -297,7 +302,7 @@ impl<'a> Copier<'a> {
     /// Counts and reports an entry not copied; stops the walk when a stop was requested.
     /// Stops the copy when DEST can take no more (no entry after it could be copied, and
     /// each would say so), or a stop was requested.
-    fn failed(&mut self, error: Error) -> WalkState {
+    pub(super) fn failed(&mut self, error: Error) -> WalkState {
         let dest_full = dest_full(&error);
         self.counts.errors += 1;
         self.shared.report.error(error);
@@ -453,6 +458,13 @@ impl<'a> Copier<'a> {
     /// Copies the non-directory `at` (stated as `stat`).
     pub(super) fn copy(&mut self, at: &Pair<'_>, stat: &Statx) -> Result<()> {
         let kind = Kind::of_mode(stat.stx_mode.into());
+        if kind == Kind::File && stat.stx_nlink > 1 && matches!(self.cp().part, Part::Rank { .. }) {
+            let (dev, ino) = inode_key(stat);
+            let dev = if dev == self.shared.src_dev { 0 } else { dev };
+            let name = ((dev, ino), (at.path)());
+            self.shared.deferred.lock().expect("no panics").push(name);
+            return Ok(());
+        }
         let (update, delete) = (self.cp().update, self.cp().delete);
         let mut existing = self.shared.policy.existing();
         let mut change = Change::Create;
@@ -641,6 +653,11 @@ impl<'a> Copier<'a> {
     ) -> Result<DestDir<'a>> {
         let shared = self.shared;
         let dest_path = || shared.dest_path(path);
+        let depth = match path.is_empty() {
+            true => 0,
+            false => 1 + path.iter().filter(|&&b| b == b'/').count(),
+        };
+        let leaves = self.cp().part.leaves_dir(depth);
         let entry = Entry::dir(name, Meta::of_statx(stat));
         let apply = self.apply(&entry, in_setgid);
         let (create, last_mode) = shared.policy.dir_modes(&apply);
@@ -754,13 +771,22 @@ impl<'a> Copier<'a> {
             fchmod(&fd, Mode::from_raw_mode(mode | 0o700))
                 .map_err(|e| Error::io("fchmod", dest_path(), e))?;
         }
-        self.read_xattrs(src, dest_path)?;
-        let fd = Arc::new(fd);
-        self.delete_missing(src, &fd, path)?;
-        self.count(Kind::Dir, 0);
         if path.is_empty() {
             *shared.target.lock().expect("no panics") = Some(inode_key(&there));
         }
+        let fd = Arc::new(fd);
+        if leaves {
+            // Counted, cleaned and given its metadata once, by `Part::Spine`.
+            return Ok(DestDir {
+                fd: Some(fd),
+                setgid: mode & 0o2000 != 0,
+                last: None,
+                shared,
+            });
+        }
+        self.read_xattrs(src, dest_path)?;
+        self.delete_missing(src, &fd, path)?;
+        self.count(Kind::Dir, 0);
         let last = Last {
             mode: match created {
                 true => last_mode,
@@ -858,6 +884,77 @@ impl<'a> Copier<'a> {
         });
     }
 
+    /// Copies the entry at `path` below SRC (open as `src`) into the copy (`dest`), its
+    /// directories opened by name from those, never following a symlink; then gives the
+    /// copy's directory the source's time again (what [`Cp::run_links`] does per name).
+    pub(super) fn copy_below(
+        &mut self,
+        src: BorrowedFd<'_>,
+        dest: BorrowedFd<'_>,
+        path: &[u8],
+    ) -> Result<()> {
+        let (dir, name) = match path.iter().rposition(|&b| b == b'/') {
+            Some(i) => (&path[..i], &path[i + 1..]),
+            None => (&b""[..], path),
+        };
+        let shared = self.shared;
+        let open = |root: BorrowedFd<'_>, shown: TreePath| -> Result<OwnedFd> {
+            let error = |e| Error::io("open directory", shown.clone(), e);
+            let mut fd = rustix::io::fcntl_dupfd_cloexec(root, 0).map_err(error)?;
+            for part in dir.split(|&b| b == b'/').filter(|part| !part.is_empty()) {
+                fd = openat(&fd, part, DIR_FLAGS, Mode::empty()).map_err(error)?;
+            }
+            Ok(fd)
+        };
+        let src_dir = open(src, shared.src_path(dir))?;
+        let dest_dir = Arc::new(open(dest, shared.dest_path(dir))?);
+        let stat = statx(&src_dir, name, AtFlags::SYMLINK_NOFOLLOW, STATX_MASK)
+            .map_err(|e| Error::io("statx", shared.src_path(path), e))?;
+        let dir_stat = statx(&src_dir, "", AtFlags::EMPTY_PATH, STATX_MASK)
+            .map_err(|e| Error::io("statx", shared.src_path(dir), e))?;
+        let mode = statx(&*dest_dir, "", AtFlags::EMPTY_PATH, StatxFlags::MODE)
+            .map_err(|e| Error::io("statx", shared.dest_path(dir), e))?
+            .stx_mode as u32
+            & 0o7777;
+        // A directory finished read-only before (its source's mode) takes the name all the
+        // same, as the walk's copy would have made it before finishing the directory.
+        let locked = !shared.root && mode & 0o300 != 0o300;
+        let chmod = |mode| {
+            fchmod(&*dest_dir, Mode::from_raw_mode(mode))
+                .map_err(|e| Error::io("fchmod", shared.dest_path(dir), e))
+        };
+        if locked {
+            chmod(mode | 0o300)?;
+        }
+        let below = || path.to_vec();
+        let at = Pair {
+            src: src_dir.as_fd(),
+            src_name: name,
+            dest: Some(&dest_dir),
+            name,
+            setgid: mode & 0o2000 != 0,
+            path: &below,
+        };
+        let copied = self.copy(&at, &stat);
+        if locked {
+            chmod(mode)?;
+        }
+        copied?;
+        let time = Apply {
+            mtime: Meta::of_statx(&dir_stat).mtime,
+            ..Apply::default()
+        };
+        let target = Target::Fd(dest_dir.as_fd());
+        let shown = || shared.dest_path(dir);
+        (shared.policy).restore(
+            target,
+            &time,
+            Xattrs::default(),
+            &mut self.not_restored,
+            shown,
+        )
+    }
+
     /// Copies the entry `name` (stated as `stat`) of `dir`, open as `fd`.
     fn copy_entry(
         &mut self,
@@ -900,6 +997,9 @@ impl<'a> ParallelVisitor for Copier<'a> {
             return Err(WalkState::Quit);
         }
         let path = parent.relative(Some(entry.name));
+        if !(self.cp().part).takes(|| path.clone(), parent.depth() + 1, true) {
+            return Err(WalkState::Skip);
+        }
         if *self.shared.target.lock().expect("no panics") == Some(inode_key(stat)) {
             let error = Error::Argument {
                 arg: parent.path(Some(entry.name)).to_string(),
@@ -927,6 +1027,10 @@ impl<'a> ParallelVisitor for Copier<'a> {
         entry: &Entry<'_>,
         stat: &Statx,
     ) -> WalkState {
+        let path = || dir.relative(Some(entry.name));
+        if !self.cp().part.takes(path, dir.depth() + 1, false) {
+            return WalkState::Continue;
+        }
         if entry.kind == Kind::File && stat.stx_size >= SPREAD && !self.cp().dry_run {
             let cost = job_cost(stat.stx_size);
             let job = Job::File {

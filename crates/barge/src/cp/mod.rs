@@ -34,6 +34,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use rustix::fs::{openat, statx, AtFlags, Mode, Statx, StatxFlags, CWD};
+use twox_hash::XxHash3_64;
 
 pub use crate::compare::Verified;
 pub use dest::targets;
@@ -48,7 +49,7 @@ use crate::root::{open_parent, split};
 use crate::sys::DIR_FLAGS;
 use crate::threads::Work;
 use crate::tree::{Kind, Owner, STATX_MASK};
-use crate::walk::parallel::WalkParallel;
+use crate::walk::parallel::{WalkParallel, WalkState};
 use crate::Progress;
 use copier::{Builder, Copier, Pair, Shared};
 
@@ -67,7 +68,7 @@ pub enum Reflink {
 }
 
 /// What a copy did, counted.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CpCounts {
     /// Directories created (or merged into).
     pub dirs: u64,
@@ -113,7 +114,7 @@ impl CpCounts {
 }
 
 /// What a copy did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CpSummary {
     /// Entries by what was done to them.
     #[serde(flatten)]
@@ -157,9 +158,85 @@ pub trait CpReport: Sync {
 
 /// The copies of files with several links that [`Cp::run_linked`] made, by the source's
 /// device and inode: the directory each was created in (held open until this is dropped)
-/// and its name, for later names of the file to link to.
+/// and its name, for later names of the file to link to. With [`Part::Rank`], the names of
+/// such files left to [`Cp::run_links`] instead.
 #[derive(Debug, Default)]
-pub struct Linked(Mutex<HashMap<(u64, u64), LinkTarget>>);
+pub struct Linked {
+    copies: Mutex<HashMap<(u64, u64), LinkTarget>>,
+    deferred: Mutex<Vec<Deferred>>,
+}
+
+/// A name of a file of several links left by [`Part::Rank`]: the source's device (0: SRC's)
+/// and inode, and the name's path below SRC.
+pub type Deferred = ((u64, u64), Vec<u8>);
+
+impl Linked {
+    /// The names [`Part::Rank`] left to [`Cp::run_links`] so far.
+    pub fn take_deferred(&self) -> Vec<Deferred> {
+        std::mem::take(&mut self.deferred.lock().expect("no panics"))
+    }
+}
+
+/// How many levels below SRC the processes of a shared copy ([`Part`]) split it: the
+/// entries at this depth and above (directories: at this depth) are the parts handed out.
+/// Three levels give a source tree's hundreds of directories, and listing them on every
+/// process costs little.
+pub const SPINE: usize = 3;
+
+/// Which part of a copy this process makes, when the processes of a job (the ranks of an MPI
+/// job) share one: each takes the entries [`SPINE`] levels down or higher whose path hashes
+/// to it, with everything below them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Part {
+    /// All of it (one process).
+    #[default]
+    Whole,
+    /// The share of process `rank` of `ranks`: the directories above the shares are created
+    /// (or merged into) but get their metadata from [`Part::Spine`]; the names of files of
+    /// several links are left, in [`Linked`], to [`Cp::run_links`] on the process that
+    /// [`link_owner`] names.
+    Rank {
+        /// This process, from 0.
+        rank: u32,
+        /// How many share the copy.
+        ranks: u32,
+    },
+    /// Only the directories above the shares, with their metadata (and what [`Cp::delete`]
+    /// removes in them): made once, after every share and link.
+    Spine,
+}
+
+/// Which of `ranks` processes links the names of the file of source device and inode `key`
+/// (all of them, so that they stay one file).
+pub fn link_owner(key: (u64, u64), ranks: u32) -> u32 {
+    let mut bytes = [0; 16];
+    bytes[..8].copy_from_slice(&key.0.to_le_bytes());
+    bytes[8..].copy_from_slice(&key.1.to_le_bytes());
+    (XxHash3_64::oneshot(&bytes) % u64::from(ranks)) as u32
+}
+
+impl Part {
+    /// Whether this process copies the entry at `path` below SRC (`depth` levels down, a
+    /// directory when `dir`), with everything below it; the directories above the shares
+    /// are walked by every part.
+    fn takes(self, path: impl FnOnce() -> Vec<u8>, depth: usize, dir: bool) -> bool {
+        match self {
+            Part::Whole => true,
+            _ if depth > SPINE => true,
+            _ if dir && depth < SPINE => true,
+            Part::Spine => false,
+            Part::Rank { rank, ranks } => {
+                XxHash3_64::oneshot(&path()) % u64::from(ranks) == u64::from(rank)
+            }
+        }
+    }
+
+    /// Whether the directory at `depth` is one above the shares, whose metadata (and
+    /// deletions) are left to [`Part::Spine`].
+    fn leaves_dir(self, depth: usize) -> bool {
+        matches!(self, Part::Rank { .. }) && depth < SPINE
+    }
+}
 
 /// A copy of trees (`barge cp`): its options, then [`Cp::run`] per SRC.
 #[derive(Clone, Debug)]
@@ -174,6 +251,7 @@ pub struct Cp {
     reflink: Reflink,
     exclude: Exclude,
     threads: usize,
+    part: Part,
     cancel: Cancel,
     /// The umask copies are created under.
     umask: u32,
@@ -195,6 +273,7 @@ impl Default for Cp {
             reflink: Reflink::Auto,
             exclude: Exclude::default(),
             threads: Work::Walk.threads(),
+            part: Part::Whole,
             cancel: Cancel::new(),
             umask: crate::root::process_umask(),
             one_file_system: false,
@@ -291,6 +370,12 @@ impl Cp {
         self
     }
 
+    /// Makes only the part `part` of the copy (see [`Part`]).
+    pub fn part(mut self, part: Part) -> Cp {
+        self.part = part;
+        self
+    }
+
     /// Uses at most `threads` threads (see [`WalkParallel::threads`]).
     pub fn threads(mut self, threads: usize) -> Cp {
         self.threads = threads;
@@ -341,30 +426,8 @@ impl Cp {
             refuse_inside(&stat, parent.as_fd(), src, dest)?;
         }
         let me = Owner::of_process();
-        // Without `-a` a copy gives nothing away; with it, as far as the process may.
-        let same_owner = match self.archive {
-            true => self.restore.same_owner,
-            false => Some(false),
-        };
-        let shared = Shared {
-            cp: self,
-            policy: Policy::new(
-                self.restore.setid(true).same_owner(same_owner),
-                me,
-                self.umask,
-            ),
-            root: me.uid == 0,
-            me,
-            report,
-            progress,
-            src: src_name.to_vec(),
-            dest: dest_name.to_vec(),
-            links: &linked.0,
-            no_clone: AtomicBool::new(self.reflink == Reflink::Never),
-            no_range: AtomicBool::new(self.reflink == Reflink::Never),
-            target: Mutex::new(None),
-            summary: Mutex::default(),
-        };
+        let mut shared = self.shared(src, dest, me, linked, progress, report);
+        shared.src_dev = inode_key(&stat).0;
         let mut copier = Copier::new(&shared);
         let parent = Arc::new(parent);
         let in_setgid = statx(&*parent, "", AtFlags::EMPTY_PATH, StatxFlags::MODE)
@@ -397,6 +460,44 @@ impl Cp {
         Ok(shared.summary.into_inner().expect("no panics"))
     }
 
+    /// Copies the names below `src` in `names` into `dest` (both directories), in that
+    /// order: a file of several links is copied at its first name and linked at the others
+    /// (the names [`Part::Rank`] left on every process, those [`link_owner`] gives this one,
+    /// grouped by file). Problems with names go to `report`, as in [`Cp::run`].
+    pub fn run_links(
+        &self,
+        src: &Path,
+        dest: &Path,
+        names: &[Vec<u8>],
+        linked: &Linked,
+        progress: &Progress,
+        report: &dyn CpReport,
+    ) -> Result<CpSummary> {
+        let open = |path: &Path| {
+            openat(CWD, path, DIR_FLAGS, Mode::empty()).map_err(|e| {
+                Error::io(
+                    "open directory",
+                    TreePath(path.as_os_str().as_bytes().into()),
+                    e,
+                )
+            })
+        };
+        let (src_fd, dest_fd) = (open(src)?, open(dest)?);
+        let me = Owner::of_process();
+        let shared = self.shared(src, dest, me, linked, progress, report);
+        let mut copier = Copier::new(&shared);
+        for name in names {
+            if let Err(e) = copier.copy_below(src_fd.as_fd(), dest_fd.as_fd(), name) {
+                if copier.failed(e) == WalkState::Quit {
+                    break;
+                }
+            }
+        }
+        drop(copier);
+        self.cancel.check()?;
+        Ok(shared.summary.into_inner().expect("no panics"))
+    }
+
     /// Reads back every regular file of the copy of `src` at `dest` and compares it with
     /// its source, byte for byte; a difference or a missing file goes to `report`.
     pub fn verify(&self, src: &Path, dest: &Path, report: &dyn CpReport) -> Result<Verified> {
@@ -405,6 +506,46 @@ impl Cp {
             .exclude(self.exclude.clone())
             .cancel(self.cancel.clone())
             .run(src, dest, &|e| report.error(e))
+    }
+}
+
+impl Cp {
+    /// What the threads of a copy of `src` as `dest` share.
+    fn shared<'a>(
+        &'a self,
+        src: &Path,
+        dest: &Path,
+        me: Owner,
+        linked: &'a Linked,
+        progress: &'a Progress,
+        report: &'a dyn CpReport,
+    ) -> Shared<'a> {
+        // Without `-a` a copy gives nothing away; with it, as far as the process may.
+        let same_owner = match self.archive {
+            true => self.restore.same_owner,
+            false => Some(false),
+        };
+        Shared {
+            cp: self,
+            policy: Policy::new(
+                self.restore.setid(true).same_owner(same_owner),
+                me,
+                self.umask,
+            ),
+            root: me.uid == 0,
+            me,
+            report,
+            progress,
+            src: src.as_os_str().as_bytes().to_vec(),
+            dest: dest.as_os_str().as_bytes().to_vec(),
+            links: &linked.copies,
+            deferred: &linked.deferred,
+            src_dev: 0,
+            no_clone: AtomicBool::new(self.reflink == Reflink::Never),
+            no_range: AtomicBool::new(self.reflink == Reflink::Never),
+            target: Mutex::new(None),
+            summary: Mutex::default(),
+        }
     }
 }
 

@@ -713,3 +713,70 @@ fn the_files_of_one_directory_are_copied_by_several_threads() {
     assert!(threads.len() > 1, "one thread copied them all");
     assert_eq!(differences(&src, &dest), Vec::<String>::new());
 }
+
+/// Every path below `root`, and its snapshot's fields but the inode, for comparing copies.
+fn times_and_modes(root: &Path) -> BTreeMap<String, (u32, i64, i64, u64)> {
+    (snapshot(root).into_iter())
+        .map(|(path, (_, mode, sec, nsec, size))| (path, (mode, sec, nsec, size)))
+        .collect()
+}
+
+#[test]
+fn three_parts_then_their_links_then_the_top_make_the_whole_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest) = (dir.path().join("src"), dir.path().join("dest"));
+    tree(&src);
+    // Deeper than the parts are cut, links from near the top to the bottom.
+    mkdir(&src.join("sub/deep/er"), 0o755);
+    mkdir(&src.join("sub/deep/er/est"), 0o755);
+    write(&src.join("sub/deep/er/est/f"), b"bottom", 0o640);
+    fs::hard_link(src.join("sub/deep/er/est/f"), src.join("top-f")).unwrap();
+    fs::hard_link(src.join("hard1"), src.join("sub/deep/er/hard3")).unwrap();
+    age(&src);
+    let ranks = 3;
+    let mut done = CpSummary::default();
+    // Step 1: each process its part; the names of linked files are left.
+    let mut deferred = Vec::new();
+    for rank in 0..ranks {
+        let linked = Linked::default();
+        let (result, told) = {
+            let told = Told::default();
+            let cp = cp().part(Part::Rank { rank, ranks });
+            let result = cp.run_linked(&src, &dest, &linked, &Progress::default(), &told);
+            (result, told)
+        };
+        done.add(&result.unwrap());
+        assert_eq!(told.errors(), Vec::<String>::new());
+        deferred.extend(linked.take_deferred());
+    }
+    assert_eq!(deferred.len(), 5, "{deferred:?}");
+    assert!(!dest.join("hard1").exists(), "linked files wait for step 2");
+    // Step 2: each process the files link_owner gives it, by file.
+    deferred.sort();
+    for rank in 0..ranks {
+        let names: Vec<Vec<u8>> = (deferred.iter())
+            .filter(|(key, _)| link_owner(*key, ranks) == rank)
+            .map(|(_, path)| path.clone())
+            .collect();
+        let told = Told::default();
+        let linked = Linked::default();
+        let links = cp().run_links(&src, &dest, &names, &linked, &Progress::default(), &told);
+        done.add(&links.unwrap());
+        assert_eq!(told.errors(), Vec::<String>::new());
+    }
+    // Step 3: the directories above the parts, once.
+    done.add(&copied(&cp().part(Part::Spine), &src, &dest));
+    assert_eq!(differences(&src, &dest), Vec::<String>::new());
+    assert_eq!(times_and_modes(&src), times_and_modes(&dest));
+    assert_eq!(
+        ino(&dest.join("hard1")),
+        ino(&dest.join("sub/deep/er/hard3"))
+    );
+    assert_eq!(
+        ino(&dest.join("top-f")),
+        ino(&dest.join("sub/deep/er/est/f"))
+    );
+    // Counted once each, as one process's copy counts them.
+    let whole = copied(&cp(), &src, &dir.path().join("whole"));
+    assert_eq!(done.counts, whole.counts);
+}

@@ -1,0 +1,279 @@
+//! `barge cp --mpi` (the `mpi` feature): the ranks of an MPI job share one copy. Each rank
+//! copies the parts of SRC that hash to it ([`Part::Rank`]); then every rank's names of
+//! files of several links are gathered, and each such file is copied and linked by the one
+//! rank its device and inode hash to ([`link_owner`]), so that its names stay one file;
+//! then rank 0 gives the directories above the parts their metadata ([`Part::Spine`]).
+//! The counts are summed on every rank (one exit status for the job); rank 0 shows the
+//! progress and the summary. Only the main thread calls MPI.
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Result};
+use barge::cp::{link_owner, CpSummary, Deferred, Linked, Part};
+use barge::interrupt::Cancel;
+use barge::Progress;
+use mpi::collective::SystemOperation;
+use mpi::datatype::PartitionMut;
+use mpi::environment::Threading;
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::*;
+use serde_json::Value;
+
+use crate::cp::{plan, report, CpArgs, Plan};
+use crate::report::{failure, shown_path, shows_progress, with_progress, Exit, Total};
+
+/// The longest the ranks wait between two sums of their progress (they start at a
+/// millisecond, so that a small copy does not wait for the sum that ends it).
+const TICK: Duration = Duration::from_millis(250);
+
+/// `mpiexec -n N barge-mpi cp --mpi SRC DEST`.
+pub fn cp(args: &CpArgs, cancel: &Cancel) -> Result<Exit> {
+    let (universe, _) = mpi::initialize_with_threading(Threading::Funneled)
+        .ok_or_else(|| anyhow!("MPI was initialized already"))?;
+    let world = universe.world();
+    let (rank, ranks) = (world.rank() as u32, world.size() as u32);
+    let planned = plan(args, cancel).and_then(|plan| match plan.targets.len() {
+        1 => Ok(plan),
+        _ => bail!("--mpi copies one SRC (copy the others in jobs of their own)"),
+    });
+    // Every rank plans alike; an error is told once, by rank 0 where it has it too.
+    let mut failed = vec![0u64; ranks as usize];
+    world.all_gather_into(&u64::from(planned.is_err()), &mut failed[..]);
+    let planned = match planned {
+        Err(e) if rank == 0 || failed[0] == 0 => return Err(e),
+        Err(_) => return Ok(Exit::Error),
+        Ok(_) if failed.iter().any(|&f| f > 0) => return Ok(Exit::Error),
+        Ok(plan) => plan,
+    };
+    let Plan {
+        cp,
+        targets,
+        exclude,
+        printer,
+    } = planned;
+    let (src, dest) = &targets[0];
+    let progress = Progress::default();
+    let summed = Progress::default();
+    let linked = Linked::default();
+    let run = |part: Part| {
+        cp.clone()
+            .part(part)
+            .run_linked(src, dest, &linked, &progress, &printer)
+    };
+    let copy = || -> Option<CpSummary> {
+        let on_0 = |part| match rank {
+            0 => run(part),
+            _ => Ok(CpSummary::default()),
+        };
+        if !std::fs::symlink_metadata(src).is_ok_and(|meta| meta.is_dir()) {
+            return whole(
+                &world,
+                together(&world, &progress, &summed, || on_0(Part::Whole)),
+            );
+        }
+        let share = together(&world, &progress, &summed, || {
+            run(Part::Rank { rank, ranks })
+        });
+        let mut done = whole(&world, share)?;
+        let names = my_links(&world, linked.take_deferred(), rank, ranks, &mut done);
+        let links = together(&world, &progress, &summed, || {
+            cp.run_links(src, dest, &names, &linked, &progress, &printer)
+        });
+        done.add(&whole(&world, links)?);
+        let spine = together(&world, &progress, &summed, || on_0(Part::Spine));
+        done.add(&whole(&world, spine)?);
+        Some(done)
+    };
+    let mut out = args.out();
+    out.no_progress |= rank != 0;
+    let total = Total::default();
+    let (done, elapsed) = std::thread::scope(|scope| {
+        if shows_progress(out) {
+            let _ = std::thread::Builder::new().spawn_scoped(scope, || {
+                total.count(std::slice::from_ref(src), exclude, args.one_file_system)
+            });
+        }
+        with_progress(out, &summed, || total.known(), copy)
+    });
+    // A copy that failed as a whole (SRC or DEST unreachable) counts one error.
+    let done = done.unwrap_or_else(|| {
+        let mut failed = CpSummary::default();
+        failed.counts.errors = u64::from(rank == 0);
+        failed
+    });
+    let done = sum(&world, &done);
+    // Rank 0 reads the copy back; every rank learns whether it found a difference.
+    let verified = (args.verify && rank == 0 && !done.stopped)
+        .then(|| cp.verify(src, dest, &printer))
+        .transpose();
+    let differs = verified
+        .as_ref()
+        .map_or(true, |v| v.is_some_and(|v| v.differences > 0));
+    let mut any_differs = 0u64;
+    world.all_reduce_into(
+        &u64::from(differs),
+        &mut any_differs,
+        SystemOperation::sum(),
+    );
+    if rank != 0 {
+        let fine = done.counts.errors == 0 && any_differs == 0 && !done.stopped;
+        return Ok(if fine { Exit::Success } else { Exit::Error });
+    }
+    let verified = verified?.unwrap_or_default();
+    if done.stopped {
+        bail!(
+            "copy into {} stopped: it can take no more",
+            shown_path(dest)
+        );
+    }
+    Ok(report(args, &done, &verified, elapsed))
+}
+
+/// What one step of the copy did on this rank, or `None` on every rank where it failed as a
+/// whole on any (SRC or DEST unreachable: the copy goes no further). The error is told
+/// by the lowest rank that has one: the ranks fail alike.
+fn whole(world: &SimpleCommunicator, done: barge::Result<CpSummary>) -> Option<CpSummary> {
+    let mut failed = vec![0u64; world.size() as usize];
+    world.all_gather_into(&u64::from(done.is_err()), &mut failed[..]);
+    match (done, failed.iter().position(|&f| f > 0)) {
+        (Ok(done), None) => Some(done),
+        (Err(e), Some(first)) if first == world.rank() as usize => {
+            failure(&e.into());
+            None
+        }
+        _ => None,
+    }
+}
+
+/// Runs `work` on a thread of its own while this thread sums every rank's progress into
+/// `summed` (what rank 0 shows), until the work of every rank is done: a barrier that
+/// keeps the progress line going.
+fn together<T: Send>(
+    world: &SimpleCommunicator,
+    progress: &Progress,
+    summed: &Progress,
+    work: impl FnOnce() -> T + Send,
+) -> T {
+    let done = AtomicBool::new(false);
+    let ranks = world.size() as u64;
+    std::thread::scope(|scope| {
+        let worker = scope.spawn(|| {
+            let result = work();
+            done.store(true, Relaxed);
+            result
+        });
+        let mut tick = Duration::from_millis(1);
+        loop {
+            let mine = [
+                progress.entries(),
+                progress.bytes(),
+                u64::from(done.load(Relaxed)),
+            ];
+            let mut sums = [0u64; 3];
+            world.all_reduce_into(&mine[..], &mut sums[..], SystemOperation::sum());
+            summed.set(sums[0], sums[1]);
+            if sums[2] == ranks {
+                break;
+            }
+            std::thread::sleep(tick);
+            tick = (tick * 2).min(TICK);
+        }
+        worker
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
+/// The names of files of several links that this rank copies and links: every rank's
+/// `deferred` names, gathered, those of the files [`link_owner`] gives this rank, by file.
+/// Names that cannot be sent (over 2 GiB of them on one rank) are counted in `done` as
+/// errors.
+fn my_links(
+    world: &SimpleCommunicator,
+    deferred: Vec<Deferred>,
+    rank: u32,
+    ranks: u32,
+    done: &mut CpSummary,
+) -> Vec<Vec<u8>> {
+    let mut bytes = Vec::new();
+    for ((dev, ino), path) in &deferred {
+        for n in [*dev, *ino, path.len() as u64] {
+            bytes.extend(n.to_le_bytes());
+        }
+        bytes.extend(path);
+    }
+    let len = i32::try_from(bytes.len()).unwrap_or_else(|_| {
+        failure(&anyhow!(
+            "{} names of hard-linked files: too many to share",
+            deferred.len()
+        ));
+        done.counts.errors += deferred.len() as u64;
+        bytes.clear();
+        0
+    });
+    let mut counts = vec![0i32; ranks as usize];
+    world.all_gather_into(&len, &mut counts[..]);
+    let starts: Vec<i32> = (counts.iter())
+        .scan(0, |at, &n| {
+            let start = *at;
+            *at += n;
+            Some(start)
+        })
+        .collect();
+    let mut all = vec![0u8; counts.iter().map(|&n| n as usize).sum()];
+    world.all_gather_varcount_into(
+        &bytes[..],
+        &mut PartitionMut::new(&mut all[..], counts, starts),
+    );
+    let mut mine = Vec::new();
+    let mut rest = &all[..];
+    let number = |rest: &mut &[u8]| {
+        let (n, after) = rest.split_at(8);
+        *rest = after;
+        u64::from_le_bytes(n.try_into().expect("8 bytes"))
+    };
+    while !rest.is_empty() {
+        let key = (number(&mut rest), number(&mut rest));
+        let len = number(&mut rest) as usize;
+        let (path, after) = rest.split_at(len);
+        rest = after;
+        if link_owner(key, ranks) == rank {
+            mine.push((key, path.to_vec()));
+        }
+    }
+    mine.sort_unstable();
+    mine.into_iter().map(|(_, path)| path).collect()
+}
+
+/// `done` summed over every rank, on every rank: its counts flattened in one order (the
+/// fields of its JSON form), added by one reduction, put back.
+fn sum(world: &SimpleCommunicator, done: &CpSummary) -> CpSummary {
+    let mut value = serde_json::to_value(done).expect("plain data");
+    let mut numbers = Vec::new();
+    leaves(&mut value, &mut |leaf| {
+        numbers.push(match leaf {
+            Value::Bool(yes) => u64::from(*yes),
+            other => other.as_u64().unwrap_or(0),
+        })
+    });
+    let mut sums = vec![0u64; numbers.len()];
+    world.all_reduce_into(&numbers[..], &mut sums[..], SystemOperation::sum());
+    let mut sums = sums.into_iter();
+    leaves(&mut value, &mut |leaf| {
+        let n = sums.next().expect("as many");
+        *leaf = match leaf {
+            Value::Bool(_) => Value::Bool(n > 0),
+            _ => n.into(),
+        }
+    });
+    serde_json::from_value(value).expect("the same shape")
+}
+
+/// Calls `f` on each value in `value` that is not an object, in order.
+fn leaves(value: &mut Value, f: &mut impl FnMut(&mut Value)) {
+    match value {
+        Value::Object(fields) => fields.values_mut().for_each(|v| leaves(v, f)),
+        leaf => f(leaf),
+    }
+}

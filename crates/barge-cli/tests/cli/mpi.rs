@@ -1,0 +1,246 @@
+//! `barge cp --mpi` under `mpiexec -n 4` (the `mpi` feature, MPICH from `scripts/deps --mpi`):
+//! the ranks' copy equals the plain `barge cp` copy by scripts/compare-trees (hard links
+//! across the ranks' parts, xattrs, times, modes), and a job with one rank killed mid-copy
+//! is finished by `--update` into the same tree, the part done before kept.
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::common::{
+    as_nobody, barge, bin, file, is_root, require_root, run_ok, skipped, spawn, tempdir,
+    wait_output,
+};
+use crate::cp::assert_equal_trees;
+use crate::fidelity::{every_kind, set_xattr};
+
+/// The ranks of each job, as CI runs them (MPICH oversubscribes a small machine).
+const RANKS: &str = "4";
+
+/// `mpiexec -n 4 barge cp --mpi ARGS` (the binary under test has the `mpi` feature).
+fn mpi_cp(args: &[&Path], extra: &[&str]) -> Command {
+    mpi_cp_by(Command::new("mpiexec"), args, extra)
+}
+
+/// [`mpi_cp`] run by `cmd` (`mpiexec` or a command that runs it).
+fn mpi_cp_by(mut cmd: Command, args: &[&Path], extra: &[&str]) -> Command {
+    cmd.args(["-n", RANKS])
+        .arg(bin())
+        .args(["cp", "--mpi", "--json"]);
+    cmd.args(extra).args(args);
+    cmd
+}
+
+/// Runs `cmd` to success; returns its JSON summary.
+fn summary(cmd: &mut Command) -> Value {
+    let out: Output = run_ok(cmd, None);
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Rank 0 alone prints it: one line.
+    assert_eq!(text.lines().count(), 1, "one summary: {text}");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// A tree the ranks split several ways: [`every_kind`], then directories on the levels the
+/// parts are cut at and below, each with files, xattrs and nanosecond times, and hard links
+/// whose names lie in different parts (so on different ranks). Returns its file count.
+fn wide_tree(root: &Path, files_per_dir: usize) -> usize {
+    every_kind(&root.join("kinds"), is_root());
+    let mut files = 0;
+    for a in 0..6 {
+        for b in 0..4 {
+            let dir = root.join(format!("p{a}/q{b}/r/s"));
+            fs::create_dir_all(&dir).unwrap();
+            for f in 0..files_per_dir {
+                let data = format!("{a}/{b}/{f}\n").repeat(f % 7 + 1);
+                file(&dir.join(format!("f{f}")), data.as_bytes(), 0o640);
+                file(
+                    &root.join(format!("p{a}/q{b}/g{f}")),
+                    b"near the top",
+                    0o604,
+                );
+                files += 2;
+            }
+            set_xattr(&dir.join("f0"), "user.part", format!("{a}{b}").as_bytes());
+        }
+    }
+    file(&root.join("p0/q0/r/s/big"), &vec![7u8; 3 << 20], 0o644);
+    for (i, name) in ["p1/linked", "p2/q1/linked", "p5/q3/r/linked", "top-linked"]
+        .iter()
+        .enumerate()
+    {
+        fs::hard_link(root.join("p0/q0/r/s/f1"), root.join(name)).unwrap();
+        fs::hard_link(root.join("p3/q2/r/s/f2"), root.join(format!("{name}-{i}"))).unwrap();
+    }
+    // Times last: creating entries changed their directories'.
+    for (n, dir) in ["p0", "p1/q1", "p4/q3/r", "p2/q0/r/s"].iter().enumerate() {
+        crate::common::set_mtime(&root.join(dir), 1_000_000_000 + n as i64, 123_456_789);
+    }
+    files + 1
+}
+
+#[test]
+fn mpi_copy_equals_the_plain_copy() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    wide_tree(&src, 5);
+    let plain = work.path().join("plain");
+    run_ok(barge(["cp", "-a"]).arg(&src).arg(&plain), None);
+    let ranks = work.path().join("ranks");
+    let done = summary(&mut mpi_cp(&[&src, &ranks], &["-a"]));
+    assert_equal_trees(&plain, &ranks, "cp --mpi -a vs cp -a");
+    let linked = fs::metadata(ranks.join("p0/q0/r/s/f1")).unwrap();
+    assert_eq!(linked.nlink(), 5, "one file across the ranks' parts");
+    assert_eq!(done["errors"], 0, "{done}");
+    // The counts are every rank's, summed: as the plain copy's.
+    let plain_done: Value = serde_json::from_slice(
+        &run_ok(
+            barge(["cp", "-a", "--json"])
+                .arg(&src)
+                .arg(work.path().join("again")),
+            None,
+        )
+        .stdout,
+    )
+    .unwrap();
+    for field in [
+        "dirs",
+        "files",
+        "bytes",
+        "symlinks",
+        "hard_links",
+        "specials",
+    ] {
+        assert_eq!(
+            done[field], plain_done[field],
+            "{field}: {done} vs {plain_done}"
+        );
+    }
+    // A rerun with --update finds everything as it is.
+    let again = summary(&mut mpi_cp(&[&src.join(""), &ranks], &["-a", "-u"]));
+    assert_eq!(again["files"], 0, "{again}");
+    assert_eq!(again["errors"], 0, "{again}");
+    assert_equal_trees(&plain, &ranks, "after cp --mpi -a -u");
+}
+
+/// The processes below `pid` whose name is `name`.
+fn descendants(pid: u32, name: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut parents = vec![pid];
+    while let Some(parent) = parents.pop() {
+        for entry in fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(stat) = fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            // pid (comm) state ppid ...: comm may hold spaces, so split after its ')'.
+            let (comm, rest) = stat.rsplit_once(')').unwrap_or_default();
+            let ppid = rest.split_whitespace().nth(1).and_then(|p| p.parse().ok());
+            if ppid == Some(parent) {
+                parents.push(child);
+                if comm.ends_with(&format!("({name}")) {
+                    found.push(child);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Regular files below `dir`.
+fn files_below(dir: &Path) -> usize {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => files_below(&e.path()),
+            Ok(t) if t.is_file() => 1,
+            _ => 0,
+        })
+        .sum()
+}
+
+#[test]
+fn a_job_with_a_rank_killed_is_finished_by_update() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    let total = wide_tree(&src, 150);
+    let dest = work.path().join("dest");
+    let mut job = mpi_cp(&[&src, &dest], &["-a"]);
+    let child = spawn(job.stdout(Stdio::null()), Stdio::null());
+    // Kill one rank once a tenth of the files are there: the others stop with it.
+    let mut killed = false;
+    while !killed && child_running(child.id()) {
+        if files_below(&dest) >= total / 10 {
+            if let Some(&rank) = descendants(child.id(), "barge").first() {
+                rustix::process::kill_process(
+                    rustix::process::Pid::from_raw(rank as i32).unwrap(),
+                    rustix::process::Signal::KILL,
+                )
+                .unwrap();
+                killed = true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let out = wait_output(child, crate::common::TIMEOUT, "the killed job");
+    if out.status.success() {
+        return skipped("the job finished before one of its ranks could be killed");
+    }
+    let left = files_below(&dest);
+    let redo = summary(&mut mpi_cp(&[&src.join(""), &dest], &["-a", "-u"]));
+    let plain = work.path().join("plain");
+    run_ok(barge(["cp", "-a"]).arg(&src).arg(&plain), None);
+    assert_equal_trees(&plain, &dest, "killed, then cp --mpi -a -u");
+    // Only the unfinished part was redone: what was whole before is unchanged.
+    let copied = redo["files"].as_u64().unwrap() + redo["hard_links"].as_u64().unwrap();
+    let unchanged = redo["unchanged"].as_u64().unwrap();
+    assert!(
+        unchanged > 0,
+        "nothing kept from the killed job ({left} files were there): {redo}"
+    );
+    assert!(copied < total as u64, "all copied again: {redo}");
+}
+
+/// Whether the process `pid` (a child of this one) has not exited yet.
+fn child_running(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+    })
+}
+
+#[test]
+#[ignore = "needs root (to run the job as nobody)"]
+fn a_read_only_directory_takes_its_linked_name_without_root() {
+    require_root();
+    let work = tempdir();
+    let src = work.path().join("src");
+    // A directory below the parts, finished (read-only) before the links are made.
+    let deep = src.join("a/b/c/d");
+    fs::create_dir_all(&deep).unwrap();
+    fs::create_dir_all(src.join("x")).unwrap();
+    file(&src.join("x/f"), b"two names", 0o644);
+    fs::hard_link(src.join("x/f"), deep.join("g")).unwrap();
+    fs::set_permissions(&deep, fs::Permissions::from_mode(0o555)).unwrap();
+    std::os::unix::fs::chown(work.path(), Some(65534), Some(65534)).unwrap();
+    let dest = work.path().join("dest");
+    let mut nobody = as_nobody();
+    nobody.arg("mpiexec");
+    let done = summary(&mut mpi_cp_by(nobody, &[&src, &dest], &[]));
+    assert_eq!(done["errors"], 0, "{done}");
+    let copy = fs::metadata(dest.join("a/b/c/d/g")).unwrap();
+    assert_eq!(copy.ino(), fs::metadata(dest.join("x/f")).unwrap().ino());
+    assert_eq!(
+        fs::metadata(dest.join("a/b/c/d")).unwrap().mode() & 0o7777,
+        0o555
+    );
+}

@@ -2,16 +2,17 @@
 //! against each other (a plain transfer, an update with its listing, a dry run, a lane),
 //! and each end against a hostile or broken peer (messages out of order, a bad HELLO,
 //! another version, a listing over its budget, a peer that closes early, a failure it
-//! names). `carrying` and `sending` serve the lanes' tests.
+//! names). `carrying`, `sending`, `hello` and `landed` serve the other net tests.
 
 use std::path::Path;
 
 use super::*;
 use crate::land::LandSummary;
+use crate::net::channel::tests::net_kind;
 use crate::root::Confinement;
 
 /// A plain transfer's HELLO (one lane, nothing asked).
-fn hello() -> Hello {
+pub(crate) fn hello() -> Hello {
     Hello {
         version: VERSION,
         compress: false,
@@ -61,21 +62,13 @@ fn data(seq: u64, bytes: &[u8]) -> Message {
 }
 
 /// What a landing reports, with something to recognise it by.
-fn landed() -> Landed {
+pub(crate) fn landed() -> Landed {
     Landed {
         summary: LandSummary {
             files: 7,
             ..LandSummary::default()
         },
         confinement: Confinement::Off,
-    }
-}
-
-/// The network kind of an error (`None` for another error).
-fn net_kind(error: &Error) -> Option<NetError> {
-    match error {
-        Error::Net { kind, .. } => Some(*kind),
-        _ => None,
     }
 }
 

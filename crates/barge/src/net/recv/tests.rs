@@ -6,6 +6,7 @@ use std::thread;
 
 use super::*;
 use crate::net::channel::tests::{net_kind, WAIT};
+use crate::net::protocol::tests::hello;
 use crate::net::protocol::{decode, encode, Accept, Heard, Outbound, Refuse, VERSION};
 
 /// What the receiving thread saw: the connection's outcome, and whether it called
@@ -32,20 +33,6 @@ fn connect(receive: Receive, key: &Key) -> (Result<Channel>, thread::JoinHandle<
 fn receiver(dest: &std::path::Path) -> (Receive, Key) {
     let key = Key::generate().unwrap();
     (Receive::new(dest, key.clone()).timeout(WAIT), key)
-}
-
-fn hello() -> Hello {
-    Hello {
-        version: VERSION,
-        compress: false,
-        update: false,
-        delete: false,
-        name: "tester".into(),
-        lanes: 1,
-        transfer: None,
-        join: None,
-        dry_run: false,
-    }
 }
 
 /// The failure of a connection: whether the peer was authenticated, the name it gave, and

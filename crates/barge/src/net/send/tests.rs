@@ -6,10 +6,9 @@ use std::thread;
 use rustix::fs::{open, Mode, OFlags};
 
 use super::*;
-use crate::land::LandSummary;
 use crate::net::channel::tests::{net_kind, WAIT};
+use crate::net::protocol::tests::landed;
 use crate::net::protocol::{decode, encode, kind, Accept, Messages, Outcome, Refuse};
-use crate::root::Confinement;
 
 /// A receiver played on a thread by `script`, given its channel after the handshake and the
 /// sender's HELLO; and a `Send` to it over one connection.
@@ -54,17 +53,6 @@ fn data(channel: &mut Channel) -> (Vec<u8>, Vec<u8>) {
 fn answer(mut channel: Channel, kind: u8, payload: &[u8]) {
     channel.send(kind, payload).unwrap();
     channel.close();
-}
-
-/// What a landing reports, with something to recognise it by.
-fn landed() -> Landed {
-    Landed {
-        summary: LandSummary {
-            files: 7,
-            ..LandSummary::default()
-        },
-        confinement: Confinement::Off,
-    }
 }
 
 /// Sends `archive` with `send`: its result.

@@ -10,6 +10,7 @@ use std::sync::Mutex;
 
 use super::*;
 use crate::land::restore::Existing;
+use crate::listing::tests::touch;
 
 /// What a copy told: its errors and (with [`Cp::changes`]) its changes, as text.
 #[derive(Default)]
@@ -137,21 +138,8 @@ fn tree(root: &Path) {
 fn age(root: &Path) {
     let paths = snapshot(root).into_keys().map(|path| root.join(path));
     for (i, path) in paths.chain([root.to_path_buf()]).enumerate() {
-        set_time(&path, 1_000_000_000 + i as i64);
+        touch(&path, 1_000_000_000 + i as i64);
     }
-}
-
-/// Gives `path` (not followed) the time `sec`.123456789.
-fn set_time(path: &Path, sec: i64) {
-    let time = rustix::fs::Timespec {
-        tv_sec: sec,
-        tv_nsec: 123_456_789,
-    };
-    let times = rustix::fs::Timestamps {
-        last_access: time,
-        last_modification: time,
-    };
-    rustix::fs::utimensat(CWD, path, &times, AtFlags::SYMLINK_NOFOLLOW).unwrap();
 }
 
 /// Each entry below `root` (not followed): inode, mode, mtime and size, by path.
@@ -600,7 +588,7 @@ fn big_sparse(path: &Path) {
         std::os::unix::fs::FileExt::write_at(&file, bytes, at).unwrap();
     }
     chmod(path, 0o640);
-    set_time(path, 1_000_000_000);
+    touch(path, 1_000_000_000);
 }
 
 /// The threads that copied `path` (or its chunks), once per file or chunk.

@@ -521,4 +521,4 @@ fn below_roots(roots: &[Root], path: &[u8], exclude: &Exclude) -> Option<OwnedFd
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -22,8 +22,8 @@ fn list(path: &Path) -> Listing {
     listing
 }
 
-/// Sets the modification time of `path` (not following it) to `sec`.
-fn touch(path: &Path, sec: i64) {
+/// Sets the modification time of `path` (not following it) to `sec`.123456789.
+pub(crate) fn touch(path: &Path, sec: i64) {
     let time = rustix::fs::Timespec {
         tv_sec: sec,
         tv_nsec: 123_456_789,

@@ -13,6 +13,7 @@ use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -25,7 +26,9 @@ struct Recv {
     ticket: Option<String>,
     address: String,
     stdout: JoinHandle<String>,
-    stderr: JoinHandle<String>,
+    /// What it has written to stderr so far (a thread keeps reading).
+    stderr: Arc<Mutex<String>>,
+    stderr_reader: JoinHandle<()>,
 }
 
 /// What a finished `barge recv` printed.
@@ -65,24 +68,38 @@ impl Recv {
             out.read_line(&mut line).unwrap();
             line.trim_end().to_string()
         });
-        let rest = |mut r: Box<dyn Read + Send>, mut text: String| {
-            std::thread::spawn(move || {
-                let _ = r.read_to_string(&mut text);
-                text
-            })
-        };
+        let stdout = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = out.read_to_string(&mut text);
+            text
+        });
+        let stderr = Arc::new(Mutex::new(first));
+        let filled = Arc::clone(&stderr);
+        let stderr_reader = std::thread::spawn(move || {
+            for line in err.lines().map_while(Result::ok) {
+                let mut text = filled.lock().unwrap();
+                text.push_str(&line);
+                text.push('\n');
+            }
+        });
         Recv {
             child,
             ticket,
             address,
-            stdout: rest(Box::new(out), String::new()),
-            stderr: rest(Box::new(err), first),
+            stdout,
+            stderr,
+            stderr_reader,
         }
     }
 
     /// The ticket it printed.
     fn ticket(&self) -> &str {
         self.ticket.as_deref().expect("a ticket")
+    }
+
+    /// Waits until it has written `line` to stderr (a hang fails the test).
+    fn wait_for_line(&self, line: &str) {
+        wait_for(line, || self.stderr.lock().unwrap().contains(line));
     }
 
     /// Waits for it to end (a hang fails the test).
@@ -98,10 +115,12 @@ impl Recv {
             }
             std::thread::sleep(Duration::from_millis(5));
         };
+        self.stderr_reader.join().unwrap();
+        let stderr = std::mem::take(&mut *self.stderr.lock().unwrap());
         Ended {
             status,
             stdout: self.stdout.join().unwrap(),
-            stderr: self.stderr.join().unwrap(),
+            stderr,
         }
     }
 
@@ -426,7 +445,7 @@ fn relay(to: &str, connections: usize, harm: Harm) -> (String, JoinHandle<()>) {
     let address = listener.local_addr().unwrap().to_string();
     let to = to.to_string();
     let handle = std::thread::spawn(move || {
-        let shared = std::sync::Arc::new(Shared {
+        let shared = Arc::new(Shared {
             harmed: AtomicBool::new(false),
             carrying: AtomicUsize::new(0),
             others: connections - 1,
@@ -464,7 +483,7 @@ fn forward(from_sender: TcpStream, to_receiver: TcpStream, i: usize, harm: Harm,
         to_receiver.try_clone().unwrap(),
     );
     // What the sender sent on this connection (u64::MAX once it ended).
-    let sent = std::sync::Arc::new(AtomicU64::new(0));
+    let sent = Arc::new(AtomicU64::new(0));
     let sender_sent = sent.clone();
     let back = std::thread::spawn(move || {
         if let (1.., Some(hold)) = (i, harm.hold_later) {
@@ -585,6 +604,9 @@ fn through_relay(
     let hint = "run the same send again with --update to send the rest";
     assert_clean_failure(&out, &[said, hint], &format!("{said} (sender)"));
     relay.join().unwrap();
+    // The receiver's lander may still be landing what came before the cut.
+    let waited = "waiting 30 s (--timeout) for a retry with the same key";
+    recv.wait_for_line(waited);
     let landed = names_in(&dest);
     assert!(landed.len() < n, "all landed: {landed:?}");
     assert_whole_files(&src, &dest, said);
@@ -596,7 +618,6 @@ fn through_relay(
     assert!(out.status.success(), "{}", text(&out.stderr));
     let ended = recv.wait();
     assert!(ended.status.success(), "{}", ended.stderr);
-    let waited = "waiting 30 s (--timeout) for a retry with the same key";
     for needle in [said, waited, "): landed "] {
         assert!(ended.stderr.contains(needle), "{needle}: {}", ended.stderr);
     }

@@ -14,6 +14,28 @@ struct XattrArgs {
     flags: u32,
 }
 
+impl XattrArgs {
+    /// The value at `address`, `size` bytes long (at most 64 KiB, the kernel's limit).
+    fn new(address: *const u8, size: usize) -> XattrArgs {
+        XattrArgs {
+            value: address as u64,
+            size: size as u32,
+            flags: 0,
+        }
+    }
+}
+
+/// The numbers every architecture but alpha gives the calls (Linux 6.13; new system calls
+/// share one table).
+const SYS_SETXATTRAT: libc::c_long = 463;
+const SYS_GETXATTRAT: libc::c_long = 464;
+const SYS_LISTXATTRAT: libc::c_long = 465;
+
+/// A name for the kernel: a NUL inside it is `EINVAL`.
+fn c_string(bytes: &[u8]) -> rustix::io::Result<std::ffi::CString> {
+    std::ffi::CString::new(bytes).map_err(|_| Errno::INVAL)
+}
+
 /// `setxattrat(dir, name, flags, attribute, value)` (Linux 6.13): sets an extended
 /// attribute relative to a directory fd, on a symlink itself with `SYMLINK_NOFOLLOW`.
 /// Older kernels answer `ENOSYS` (the attribute is then counted as not restored).
@@ -24,18 +46,11 @@ pub(crate) fn setxattrat(
     attribute: &[u8],
     value: &[u8],
 ) -> rustix::io::Result<()> {
-    /// The number every architecture but alpha gives it (new system calls share one table).
-    const SYS_SETXATTRAT: libc::c_long = 463;
-    let cstr = |bytes: &[u8]| std::ffi::CString::new(bytes).map_err(|_| Errno::INVAL);
-    let (name, attribute) = (cstr(name)?, cstr(attribute)?);
-    let args = XattrArgs {
-        value: value.as_ptr() as u64,
-        size: value.len() as u32,
-        flags: 0,
-    };
+    let (name, attribute) = (c_string(name)?, c_string(attribute)?);
+    let args = XattrArgs::new(value.as_ptr(), value.len());
     // SAFETY: the strings and the value outlive the call, `args` is the kernel's
     // `struct xattr_args` and its size is passed.
-    let r = unsafe {
+    sized(unsafe {
         libc::syscall(
             SYS_SETXATTRAT,
             dir.as_raw_fd(),
@@ -45,17 +60,9 @@ pub(crate) fn setxattrat(
             &args as *const XattrArgs,
             std::mem::size_of::<XattrArgs>(),
         )
-    };
-    if r < 0 {
-        return Err(Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO));
-    }
-    Ok(())
+    })
+    .map(drop)
 }
-
-/// The number every architecture but alpha gives `getxattrat` (Linux 6.13).
-const SYS_GETXATTRAT: libc::c_long = 464;
-/// The number every architecture but alpha gives `listxattrat` (Linux 6.13).
-const SYS_LISTXATTRAT: libc::c_long = 465;
 
 /// The result of a system call that returns a size or -1.
 fn sized(r: libc::c_long) -> rustix::io::Result<usize> {
@@ -75,7 +82,7 @@ pub(crate) fn listxattrat(
     flags: AtFlags,
     list: &mut [u8],
 ) -> rustix::io::Result<usize> {
-    let name = std::ffi::CString::new(name).map_err(|_| Errno::INVAL)?;
+    let name = c_string(name)?;
     // SAFETY: the name outlives the call, and the kernel writes at most `list.len()` bytes
     // into `list`.
     sized(unsafe {
@@ -100,13 +107,8 @@ pub(crate) fn getxattrat(
     attribute: &[u8],
     value: &mut [u8],
 ) -> rustix::io::Result<usize> {
-    let cstr = |bytes: &[u8]| std::ffi::CString::new(bytes).map_err(|_| Errno::INVAL);
-    let (name, attribute) = (cstr(name)?, cstr(attribute)?);
-    let args = XattrArgs {
-        value: value.as_mut_ptr() as u64,
-        size: value.len() as u32,
-        flags: 0,
-    };
+    let (name, attribute) = (c_string(name)?, c_string(attribute)?);
+    let args = XattrArgs::new(value.as_mut_ptr(), value.len());
     // SAFETY: the strings outlive the call, `args` is the kernel's `struct xattr_args` (its
     // size passed), and the kernel writes at most `value.len()` bytes into `value`.
     sized(unsafe {

@@ -942,7 +942,7 @@ fn send_delete_removes_special_files(devices: bool) {
             rustix::fs::FileType::CharacterDevice,
             rustix::fs::Mode::from_raw_mode(0o600),
         );
-        rustix::fs::mknodat(rustix::fs::CWD, &dest.join("d/null"), kind, mode, dev).unwrap();
+        rustix::fs::mknodat(rustix::fs::CWD, dest.join("d/null"), kind, mode, dev).unwrap();
         gone.insert(1, "delete d/null");
     }
     let recv = Recv::start(&dest, restore, None);

@@ -84,8 +84,8 @@ pub struct SendArgs {
     #[arg(short, long)]
     update: bool,
     /// With --update, also have the receiver remove what DEST has and the DIRs lack (not
-    /// excluded entries; not special files, which the listing does not show), before it
-    /// lands anything: DEST becomes a copy of DIR, as with cp --update --delete.
+    /// excluded entries; special files too), before it lands anything: DEST becomes a copy
+    /// of DIR, as with cp --update --delete.
     #[arg(long, requires = "update", conflicts_with = "from_archive")]
     delete: bool,
     /// Send nothing: connect and authenticate, with --update ask the receiver what DEST

@@ -19,7 +19,7 @@ use crate::interrupt::{retry, Cancel};
 use crate::root::{open_parent, split};
 use crate::sys::{DIR_FLAGS, FILE_FLAGS};
 use crate::threads::Work;
-use crate::tree::{Entry, Kind, Meta, Xattrs, STATX_MASK};
+use crate::tree::{Device, Entry, Kind, Meta, Xattrs, STATX_MASK};
 use crate::walk::parallel::{
     Dir, ParallelVisitor, ParallelVisitorBuilder, WalkParallel, WalkState,
 };
@@ -39,7 +39,8 @@ pub(crate) fn inode_key(stat: &Statx) -> InodeKey {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Facts {
     pub(crate) kind: Kind,
-    /// A file's bytes; a symlink's target length.
+    /// A file's bytes; a symlink's target length; a device's number ([`Device::number`]);
+    /// else 0.
     pub(crate) size: u64,
     /// Permission bits (all twelve), modification time, owner.
     pub(crate) meta: Meta,
@@ -65,13 +66,18 @@ impl Facts {
     /// What `stat` (asked with [`STATX_MASK`]) says.
     pub(crate) fn of_statx(stat: &Statx) -> Facts {
         let kind = Kind::of_mode(stat.stx_mode.into());
+        let size = match kind {
+            Kind::File | Kind::Symlink => stat.stx_size,
+            Kind::CharDevice | Kind::BlockDevice => Device::of_statx(stat).number(),
+            _ => 0,
+        };
         Facts {
             links: if kind == Kind::File {
                 stat.stx_nlink
             } else {
                 0
             },
-            ..Facts::new(kind, stat.stx_size, Meta::of_statx(stat))
+            ..Facts::new(kind, size, Meta::of_statx(stat))
         }
     }
 }
@@ -156,6 +162,14 @@ pub(crate) enum Fact {
 }
 
 impl Rule {
+    /// This rule with extended attributes left out (where they were not read).
+    pub(crate) fn but_xattrs(self) -> Rule {
+        Rule {
+            xattrs: false,
+            ..self
+        }
+    }
+
     /// True when `copy` is still what `source` is.
     pub(crate) fn unchanged(self, source: &Facts, copy: &Facts) -> bool {
         self.differences(source, copy).next().is_none()

@@ -129,6 +129,21 @@ pub struct Device {
     pub minor: u32,
 }
 
+impl Device {
+    /// The device number `stat` names (0, 0 for anything but a device).
+    pub(crate) fn of_statx(stat: &Statx) -> Device {
+        Device {
+            major: stat.stx_rdev_major,
+            minor: stat.stx_rdev_minor,
+        }
+    }
+
+    /// As one number: the major number in the high 32 bits, the minor in the low.
+    pub(crate) fn number(self) -> u64 {
+        u64::from(self.major) << 32 | u64::from(self.minor)
+    }
+}
+
 /// What an entry carries besides its name, kind and extended attributes: permission bits,
 /// modification time and owner, each as far as the source knows it.
 #[non_exhaustive]

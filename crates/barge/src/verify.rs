@@ -177,6 +177,7 @@ impl Checker<'_> {
         };
         if let Some(stat) = &stat {
             let mut here = Facts::of_statx(stat);
+            // A device's number is compared apart.
             if !matches!(here.kind, Kind::File | Kind::Symlink) {
                 here.size = 0;
             }
@@ -271,8 +272,7 @@ impl Sink for Checker<'_> {
                 Ok(dir) => {
                     let stat = statx(&dir, "", AtFlags::EMPTY_PATH, STATX_MASK);
                     let stat = stat.map_err(|e| Error::io("statx", path.clone(), e))?;
-                    let mut here = Facts::of_statx(&stat);
-                    here.size = 0;
+                    let here = Facts::of_statx(&stat);
                     let there = Facts::new(Kind::Dir, 0, entry.meta);
                     let facts = self.rule.differences(&there, &here);
                     what.extend(facts.map(|fact| describe(fact, &there, &here)));

@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixDatagram;
+use std::os::unix::net::{UnixDatagram, UnixListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -915,6 +915,138 @@ fn send_delete_removes_what_src_lacks_but_not_excluded_entries() {
     assert!(ended.stderr.contains(", deleted 4 in "), "{}", ended.stderr);
     fs::remove_file(dest.join("kept.tmp")).unwrap();
     assert_equal_trees(&src, &dest, "after --update --delete");
+}
+
+/// `send --update --delete` removes the special files DEST has and SRC lacks, as `rsync
+/// --delete` does: a fifo and a socket (a directory's and the top's), and with `devices`
+/// (as root) a device node; a fifo SRC has too stays.
+fn send_delete_removes_special_files(devices: bool) {
+    let work = tempdir();
+    let src = work.path().join("src");
+    fs::create_dir_all(src.join("d")).unwrap();
+    file(&src.join("d/f"), b"f", 0o644);
+    mkfifo(&src.join("kept"));
+    let dest = work.path().join("dest");
+    let s = src.to_str().unwrap();
+    let restore: &[&str] = if devices { &["--same-owner"] } else { &[] };
+    let recv = Recv::start(&dest, restore, None);
+    assert!(send(&[s, recv.ticket()], None).status.success());
+    assert!(recv.wait().status.success());
+
+    mkfifo(&dest.join("d/fifo"));
+    drop(UnixListener::bind(dest.join("socket")).unwrap());
+    let mut gone = vec!["delete d/fifo", "delete socket"];
+    if devices {
+        let dev = rustix::fs::makedev(1, 3);
+        let (kind, mode) = (
+            rustix::fs::FileType::CharacterDevice,
+            rustix::fs::Mode::from_raw_mode(0o600),
+        );
+        rustix::fs::mknodat(rustix::fs::CWD, dest.join("d/null"), kind, mode, dev).unwrap();
+        gone.insert(1, "delete d/null");
+    }
+    let recv = Recv::start(&dest, restore, None);
+    let out = send(&[s, recv.ticket(), "-u", "--delete", "--dry-run"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert_eq!(said.lines().collect::<Vec<_>>(), gone, "{said}");
+    let out = send(&[s, recv.ticket(), "-u", "--delete", "--json"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["deleted"], gone.len(), "{summary}");
+    // Nothing else differs: the fifo SRC has is left out, and so is d.
+    assert_eq!(summary["packed"]["unchanged"], 2, "{summary}");
+    let ended = recv.wait();
+    assert!(ended.status.success(), "{}", ended.stderr);
+    assert_equal_trees(&src, &dest, "after --update --delete");
+}
+
+#[test]
+fn send_delete_removes_a_fifo_and_a_socket_src_lacks() {
+    send_delete_removes_special_files(false);
+}
+
+#[test]
+#[ignore = "needs root to make a device node"]
+fn send_delete_removes_a_device_node_src_lacks() {
+    require_root();
+    send_delete_removes_special_files(true);
+}
+
+/// `send --update` compares special files as it does the other kinds: a fifo that became
+/// a regular file in SRC, one whose mode changed and one left as it was; as root with `-a`,
+/// a device whose number changed and one left as it was.
+#[test]
+fn send_update_replaces_a_special_file_that_changed() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    fs::create_dir(&src).unwrap();
+    for name in ["now_a_file", "chmodded", "same"] {
+        mkfifo(&src.join(name));
+    }
+    let root = is_root();
+    let mknod = |name: &str, minor: u32| {
+        let path = src.join(name);
+        let _ = fs::remove_file(&path);
+        let (kind, mode) = (
+            rustix::fs::FileType::CharacterDevice,
+            rustix::fs::Mode::from_raw_mode(0o600),
+        );
+        let dev = rustix::fs::makedev(1, minor);
+        rustix::fs::mknodat(rustix::fs::CWD, &path, kind, mode, dev).unwrap();
+        // One time for both numbers: only the number differs.
+        let time = rustix::fs::Timespec {
+            tv_sec: 1_000_000,
+            tv_nsec: 0,
+        };
+        let times = rustix::fs::Timestamps {
+            last_access: time,
+            last_modification: time,
+        };
+        rustix::fs::utimensat(rustix::fs::CWD, &path, &times, rustix::fs::AtFlags::empty())
+            .unwrap();
+    };
+    if root {
+        mknod("dev", 3);
+        mknod("dev_same", 3);
+    }
+    let dest = work.path().join("dest");
+    let s = src.to_str().unwrap();
+    let restore: &[&str] = if root { &["--same-owner"] } else { &[] };
+    let send_to = |update: &[&str]| {
+        let recv = Recv::start(&dest, restore, None);
+        let mut args = vec!["--json", s, recv.ticket()];
+        args.extend(update);
+        if root {
+            args.push("-a");
+        }
+        let out = send(&args, None);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let ended = recv.wait();
+        assert!(ended.status.success(), "{}", ended.stderr);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    send_to(&[]);
+    let same = send_to(&["--update"]);
+    assert_eq!(same["packed"]["specials"], 0, "{same}");
+
+    fs::remove_file(src.join("now_a_file")).unwrap();
+    file(&src.join("now_a_file"), b"regular now", 0o644);
+    fs::set_permissions(src.join("chmodded"), fs::Permissions::from_mode(0o600)).unwrap();
+    let mut specials = 1;
+    if root {
+        mknod("dev", 5);
+        specials += 1;
+    }
+    let sent = send_to(&["--update"]);
+    let packed = &sent["packed"];
+    assert_eq!(
+        (&packed["files"], &packed["specials"]),
+        (&1.into(), &specials.into()),
+        "{sent}"
+    );
+    assert_eq!(fs::read(dest.join("now_a_file")).unwrap(), b"regular now");
+    assert_equal_trees(&src, &dest, "after --update");
 }
 
 /// `send -a --update` compares extended attributes too, as `cp --update` does: one changed

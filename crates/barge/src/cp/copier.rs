@@ -15,8 +15,8 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use rustix::fs::{
-    fchmod, makedev, mkdirat, mknodat, openat, readlinkat, statx, symlinkat, unlinkat, AtFlags,
-    FileType, Mode, Statx, StatxFlags,
+    fchmod, fremovexattr, makedev, mkdirat, mknodat, openat, readlinkat, statx, symlinkat,
+    unlinkat, AtFlags, FileType, Mode, Statx, StatxFlags,
 };
 use rustix::io::Errno;
 
@@ -170,10 +170,11 @@ struct Last {
 
 impl Last {
     /// Whether the directory `fd` has this metadata already (as most have on a `--update`:
-    /// one `statx` then saves a `fchmod` and a `utimensat`). An error says no: the
-    /// restore that follows names it.
-    fn settled(&self, fd: &OwnedFd) -> bool {
-        if !self.xattrs.is_empty() {
+    /// one `statx` then saves a `fchmod` and a `utimensat`), given whether its extended
+    /// attributes are the same (`same_xattrs`). An error says no: the restore that follows
+    /// names it.
+    fn settled(&self, fd: &OwnedFd, same_xattrs: bool) -> bool {
+        if !same_xattrs {
             return false;
         }
         let mask = StatxFlags::MODE | StatxFlags::UID | StatxFlags::GID | StatxFlags::MTIME;
@@ -200,24 +201,45 @@ impl Drop for DestDir<'_> {
             return;
         };
         let shared = self.shared;
-        if shared.cp.update && last.settled(fd) {
+        let policy = &shared.policy;
+        let kept = |name: &[u8]| policy.sets_xattr(name);
+        let src = Xattrs(&last.xattrs);
+        // An update in archive mode compares DEST's extended attributes with SRC's as it
+        // does a file's, and removes those SRC lacks (`None`: none compared or removed).
+        let compared = shared.cp.update && shared.cp.archive;
+        let mut reader = XattrReader::default();
+        let there = compared
+            .then(|| reader.read(fd.as_fd()).ok().map(|_| Xattrs(&reader.wire)))
+            .flatten();
+        let same_xattrs = match there {
+            Some(there) => xattr_digest(there, kept) == xattr_digest(src, kept),
+            None => !compared && src.is_empty(),
+        };
+        if shared.cp.update && last.settled(fd, same_xattrs) {
             return;
         }
         let mut skipped = NotRestored::default();
         let path = || shared.dest_path(&last.path);
-        let policy = &shared.policy;
         let owner = Apply {
             owner: last.apply.owner,
             ..Apply::default()
         };
-        let done = policy
-            .restore(
-                Target::Fd(fd.as_fd()),
-                &owner,
-                Xattrs::default(),
-                &mut skipped,
-                path,
-            )
+        let mut stale = (there.iter().flat_map(|there| there.iter()))
+            .filter(|(name, _)| kept(name) && !src.iter().any(|(had, _)| had == *name));
+        let done = stale
+            .try_for_each(|(name, _)| match fremovexattr(&**fd, name) {
+                Ok(()) | Err(Errno::NODATA) => Ok(()),
+                Err(e) => Err(Error::io("removexattr", path(), e)),
+            })
+            .and_then(|()| {
+                policy.restore(
+                    Target::Fd(fd.as_fd()),
+                    &owner,
+                    Xattrs::default(),
+                    &mut skipped,
+                    path,
+                )
+            })
             .and_then(|()| match last.mode {
                 Some(mode) => fchmod(&**fd, Mode::from_raw_mode(mode))
                     .map_err(|e| Error::io("fchmod", path(), e)),
@@ -228,8 +250,7 @@ impl Drop for DestDir<'_> {
                     mtime: last.apply.mtime,
                     ..Apply::default()
                 };
-                let xattrs = Xattrs(&last.xattrs);
-                policy.restore(Target::Fd(fd.as_fd()), &time, xattrs, &mut skipped, path)
+                policy.restore(Target::Fd(fd.as_fd()), &time, src, &mut skipped, path)
             });
         shared
             .summary

@@ -11,7 +11,7 @@
 //! kept, skipped or replaced by rename as unpack does (`land::sync::create_at`), and with
 //! [`Cp::update`] an entry that `compare.rs`'s unchanged rule finds as DEST has it (type,
 //! size, mtime, all twelve permission bits less the umask; owner as root, extended
-//! attributes, which names share a file; with [`Cp::checksum`] content) is left alone. A file's time is set last, after its content, so a copy cut short is seen as
+//! attributes (a directory's too), which names share a file; with [`Cp::checksum`] content) is left alone. A file's time is set last, after its content, so a copy cut short is seen as
 //! different by the next `--update`. A directory gets its mode, extended attributes and time when the walker
 //! drops its state, which is after everything below it (its subdirectories hold it).
 //!
@@ -311,7 +311,8 @@ impl Cp {
 
     /// Copies only entries that differ from DEST's by `compare.rs`'s unchanged rule (type,
     /// size, mtime, permission bits (all twelve, less the [`Cp::umask`] the copy is made
-    /// under); with [`Cp::archive`] owners (as root) and files' extended attributes; which
+    /// under); with [`Cp::archive`] owners (as root) and extended attributes (a directory's
+    /// too: one that differs gets SRC's again, without those SRC lacks); which
     /// names share a file), replacing those by rename.
     pub fn update(mut self, yes: bool) -> Cp {
         self.update = yes;

@@ -8,6 +8,8 @@ use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::sync::Mutex;
 
+use rustix::io::Errno;
+
 use super::*;
 use crate::land::restore::Existing;
 use crate::listing::tests::touch;
@@ -767,4 +769,46 @@ fn three_parts_then_their_links_then_the_top_make_the_whole_copy() {
     // Counted once each, as one process's copy counts them.
     let whole = copied(&cp(), &src, &dir.path().join("whole"));
     assert_eq!(done.counts, whole.counts);
+}
+
+/// An update compares a directory's extended attributes as it does a file's: a directory
+/// whose attribute differs in DEST gets SRC's again, one holding an attribute SRC lacks
+/// loses it, and one that matches is not touched (its change time stays).
+#[test]
+fn an_update_compares_directories_extended_attributes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest) = (dir.path().join("src"), dir.path().join("dest"));
+    mkdir(&src, 0o755);
+    for name in ["tagged", "same", "bare"] {
+        mkdir(&src.join(name), 0o755);
+    }
+    let set = |path: &Path, name: &str, value: &[u8]| {
+        rustix::fs::setxattr(path, name, value, rustix::fs::XattrFlags::empty()).unwrap()
+    };
+    let get = |path: &Path, name: &str| {
+        let mut value = [0; 16];
+        let n = rustix::fs::getxattr(path, name, &mut value);
+        n.map(|n| value[..n].to_vec())
+    };
+    set(&src.join("tagged"), "user.tag", b"one");
+    set(&src.join("same"), "user.tag", b"same");
+    let archive = cp().archive(true);
+    copied(&archive, &src, &dest);
+    set(&dest.join("tagged"), "user.tag", b"two");
+    set(&dest.join("bare"), "user.extra", b"DEST only");
+    let changed = |path: &Path| {
+        let meta = fs::symlink_metadata(path).unwrap();
+        (meta.ctime(), meta.ctime_nsec())
+    };
+    let same = changed(&dest.join("same"));
+    copied(&archive.clone().update(true), &src, &dest);
+    assert_eq!(get(&dest.join("tagged"), "user.tag"), Ok(b"one".to_vec()));
+    assert_eq!(get(&dest.join("bare"), "user.extra"), Err(Errno::NODATA));
+    assert_eq!(get(&dest.join("same"), "user.tag"), Ok(b"same".to_vec()));
+    assert_eq!(
+        changed(&dest.join("same")),
+        same,
+        "a matching directory was touched"
+    );
+    assert_eq!(differences(&src, &dest), Vec::<String>::new());
 }

@@ -4,8 +4,8 @@
 //! reads it with limits ([`Listing::read_from`]) and packs only what differs
 //! ([`crate::pack::Pack::unchanged`]).
 //!
-//! A listing holds every directory (its mode and time) with its regular files and symlinks:
-//! special files are always sent, so nothing else is worth asking about. Before it packs,
+//! A listing holds every directory (its mode and time) with its other entries: regular
+//! files, symlinks and special files (so that `send --delete` removes those too). Before it packs,
 //! the sender checks its tree against the listing on the parallel walker
 //! (`Listing::unchanged_dirs`), so that the ordered pack leaves out whole directories
 //! that are as listed, everything below them included, without a `statx` of their entries.
@@ -36,8 +36,8 @@ use crate::tree::{Kind, Meta, Owner, Timestamp, XattrReader, Xattrs, XattrsOf, S
 use crate::walk::parallel::WalkParallel;
 use crate::walk::Root;
 
-/// The first bytes of a listing: its magic and version 4; the last byte is its flags.
-const HEADER: [u8; 8] = *b"BLIST\x00\x04\x00";
+/// The first bytes of a listing: its magic and version 5; the last byte is its flags.
+const HEADER: [u8; 8] = *b"BLIST\x00\x05\x00";
 /// The flag that says the lister keeps owners (they are then compared).
 const OWNERS_KEPT: u8 = 0x01;
 /// Tag of a directory's record.
@@ -52,19 +52,31 @@ const MAX_PATH: usize = 4096;
 /// links, link group, uid, gid, extended attributes' digest.
 const ITEM: usize = 1 + 1 + 8 + 8 + 4 + 2 + 4 + 4 + 4 + 4 + 8;
 
-/// A regular file or symlink as a listing describes it.
+/// The kinds a listing's items may be, by their number in the wire form.
+const KINDS: [(u8, Kind); 6] = [
+    (1, Kind::File),
+    (2, Kind::Symlink),
+    (3, Kind::Fifo),
+    (4, Kind::CharDevice),
+    (5, Kind::BlockDevice),
+    (6, Kind::Socket),
+];
+
+/// An entry other than a directory as a listing describes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Item {
-    /// [`Kind::File`] or [`Kind::Symlink`].
+    /// [`Kind::File`], [`Kind::Symlink`], or a special file: [`Kind::Fifo`],
+    /// [`Kind::CharDevice`], [`Kind::BlockDevice`], [`Kind::Socket`].
     pub kind: Kind,
-    /// Bytes of content; of a symlink, of its target.
+    /// Bytes of content; of a symlink, of its target; of a device, its number (the major
+    /// number in the high 32 bits, the minor in the low); of a fifo or socket, 0.
     pub size: u64,
     /// Modification time, to the nanosecond.
     pub mtime: Timestamp,
     /// Permission bits, all twelve (0 for a symlink).
     pub mode: u32,
     /// A file's number of hard links (`st_nlink`, names outside the tree included; 0 for
-    /// a symlink).
+    /// any other kind).
     pub links: u32,
     /// 0 for a file with one link; else a number shared by the names in the listing of one
     /// inode and no other.
@@ -72,57 +84,60 @@ pub struct Item {
     /// Numeric owner.
     pub owner: Owner,
     /// A file's extended attributes, those the lister keeps (as it restores them: all
-    /// with [`Listing::owners`], else `user.*` and ACLs), as their digest (`compare::xattr_digest`; 0 for a symlink).
+    /// with [`Listing::owners`], else `user.*` and ACLs), as their digest
+    /// (`compare::xattr_digest`; 0 for any other kind).
     pub xattrs: u64,
 }
 
 impl Item {
-    /// The regular file or symlink `st` describes, as listed (with no link group yet);
-    /// `None` for any other kind.
+    /// The entry `st` describes, as listed (with no link group yet); `None` for a
+    /// directory.
     fn of_statx(st: &Statx) -> Option<Item> {
-        let meta = Meta::of_statx(st);
-        let (kind, mode, links) = match Kind::of_mode(st.stx_mode.into()) {
-            Kind::File => (Kind::File, meta.mode, st.stx_nlink),
-            Kind::Symlink => (Kind::Symlink, 0, 0),
-            _ => return None,
+        let facts = Facts::of_statx(st);
+        let (mode, links) = match facts.kind {
+            Kind::Dir | Kind::Unknown => return None,
+            Kind::File => (facts.meta.mode, st.stx_nlink),
+            Kind::Symlink => (0, 0),
+            _ => (facts.meta.mode, 0),
         };
         Some(Item {
-            kind,
-            size: st.stx_size,
-            mtime: meta.mtime.unwrap_or_default(),
+            kind: facts.kind,
+            size: facts.size,
+            mtime: facts.meta.mtime.unwrap_or_default(),
             mode,
             links,
             group: 0,
-            owner: meta.owner.unwrap_or_default(),
+            owner: facts.meta.owner.unwrap_or_default(),
             xattrs: 0,
         })
     }
 
-    /// True when this is still the regular file or symlink `st` describes, by `rule`
-    /// (links are the caller's to compare; extended attributes only where the rule keeps
-    /// them, of a file, through `xattrs`, which reads them only then).
+    /// What the unchanged rule compares of it.
+    pub(crate) fn facts(&self) -> Facts {
+        let meta = Meta {
+            mode: self.mode,
+            mtime: Some(self.mtime),
+            owner: Some(self.owner),
+        };
+        Facts {
+            links: self.links,
+            xattrs: Some(self.xattrs),
+            ..Facts::new(self.kind, self.size, meta)
+        }
+    }
+
+    /// True when this is still the entry `st` describes, by `rule` (links are the caller's
+    /// to compare; extended attributes only where the rule keeps them, of a file, through
+    /// `xattrs`, which reads them only then).
     pub(crate) fn matches(
         &self,
         st: &Statx,
         rule: Rule,
         xattrs: impl FnOnce() -> Option<u64>,
     ) -> bool {
-        let meta = Meta {
-            mode: self.mode,
-            mtime: Some(self.mtime),
-            owner: Some(self.owner),
-        };
-        let listed = Facts {
-            links: self.links,
-            xattrs: Some(self.xattrs),
-            ..Facts::new(self.kind, self.size, meta)
-        };
+        let listed = self.facts();
         let mut here = Facts::of_statx(st);
-        let compared = Rule {
-            xattrs: false,
-            ..rule
-        };
-        if !compared.unchanged(&here, &listed) {
+        if !rule.but_xattrs().unchanged(&here, &listed) {
             return false;
         }
         if !rule.xattrs || self.kind != Kind::File {
@@ -235,7 +250,7 @@ impl Listing {
         digest_of(reader, dir, name, self.owners)
     }
 
-    /// Files and symlinks listed.
+    /// Entries listed besides directories.
     pub fn len(&self) -> u64 {
         self.entries
     }
@@ -410,7 +425,8 @@ impl Listing {
             out.write_all(&(dir.names.len() as u32).to_le_bytes())?;
             for (name, e) in &dir.names {
                 item.clear();
-                item.push(if e.kind == Kind::Symlink { 2 } else { 1 });
+                let kind = KINDS.iter().find(|(_, kind)| *kind == e.kind);
+                item.push(kind.expect("a listed kind").0);
                 item.push(name.len() as u8);
                 item.extend_from_slice(name);
                 item.extend_from_slice(&e.size.to_le_bytes());

@@ -20,9 +20,16 @@ impl<'b> Reader<'b> {
         if header[..6] != HEADER[..6] {
             return Err(bad(0, "not an update listing (bad magic)".into()));
         }
-        if header[6] != HEADER[6] || header[7] & !OWNERS_KEPT != 0 {
-            let problem = format!("unsupported listing version {}.{}", header[6], header[7]);
+        if header[6] != HEADER[6] {
+            let problem = format!(
+                "listing version {}, where this barge reads version {} (the two barges' \
+                 versions differ)",
+                header[6], HEADER[6]
+            );
             return Err(bad(0, problem));
+        }
+        if header[7] & !OWNERS_KEPT != 0 {
+            return Err(bad(0, format!("unknown listing flags 0x{:02x}", header[7])));
         }
         let mut listing = Listing {
             owners: header[7] & OWNERS_KEPT != 0,
@@ -108,10 +115,9 @@ impl<'b> Reader<'b> {
     /// One item of the directory `dir`: its name and what it says.
     fn item(&mut self, dir: &[u8]) -> Result<(&'b [u8], Item)> {
         let at = self.offset;
-        let kind = match self.u8()? {
-            1 => Kind::File,
-            2 => Kind::Symlink,
-            other => return Err(bad(at, format!("unknown entry kind {other}"))),
+        let number = self.u8()?;
+        let Some(&(_, kind)) = KINDS.iter().find(|(n, _)| *n == number) else {
+            return Err(bad(at, format!("unknown entry kind {number}")));
         };
         let len = usize::from(self.u8()?);
         let name = self.take(len)?;
@@ -137,6 +143,17 @@ impl<'b> Reader<'b> {
             Some("a symlink with a mode, links, a link group or extended attributes".into())
         } else if kind == Kind::File && (links == 0 || (links == 1) != (group == 0)) {
             Some(format!("{links} links in link group {group}"))
+        } else if !matches!(kind, Kind::File | Kind::Symlink) && (links, group, xattrs) != (0, 0, 0)
+        {
+            Some(format!(
+                "{} with links, a link group or extended attributes",
+                kind.with_article()
+            ))
+        } else if matches!(kind, Kind::Fifo | Kind::Socket) && size != 0 {
+            Some(format!(
+                "{} with a size or device number",
+                kind.with_article()
+            ))
         } else {
             None
         };

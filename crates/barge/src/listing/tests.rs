@@ -153,8 +153,8 @@ fn a_listing_holds_files_and_symlinks_with_link_groups_and_round_trips() {
     let root = dir.path().join("t");
     make_tree(&root);
     let listing = list(&root);
-    // 40 small, big, zero, top, link, linked x3.
-    assert_eq!(listing.len(), 47);
+    // 40 small, big, zero, top, link, linked x3, fifo.
+    assert_eq!(listing.len(), 48);
     let top = listing.get(b"top").unwrap();
     assert_eq!(
         (top.kind, top.size, top.mode, top.group),
@@ -166,7 +166,12 @@ fn a_listing_holds_files_and_symlinks_with_link_groups_and_round_trips() {
     assert_ne!(group, 0);
     assert_eq!(listing.get(b"d/e/linked2").unwrap().group, group);
     assert_eq!(listing.get(b"linked3").unwrap().group, group);
-    assert!(listing.get(b"fifo").is_none() && listing.get(b"d").is_none());
+    let fifo = listing.get(b"fifo").unwrap();
+    assert_eq!(
+        (fifo.kind, fifo.size, fifo.mode, fifo.links),
+        (Kind::Fifo, 0, 0o644, 0)
+    );
+    assert!(listing.get(b"d").is_none());
     assert_eq!(listing.get(b"d/e/f/zero").unwrap().size, 0);
 
     let mut wire = Vec::new();
@@ -206,10 +211,10 @@ fn a_pack_leaves_out_exactly_what_the_listing_shows_unchanged() {
     copy_of(&root, &copy);
     for archive in [false, true] {
         let (packed, summary) = pack(&root, &list(&copy), archive);
-        // The fifo and the directories above it and the hard links (d, d/e); d/e/f and
-        // empty are left out whole.
-        assert_eq!(sent(&packed), ["|fifo"], "archive: {archive}");
-        assert_eq!((summary.unchanged, summary.files, summary.dirs), (47, 0, 2));
+        // The directories above the hard links (d, d/e); d/e/f and empty are left out
+        // whole, and so is the fifo.
+        assert_eq!(sent(&packed), Vec::<String>::new(), "archive: {archive}");
+        assert_eq!((summary.unchanged, summary.files, summary.dirs), (48, 0, 2));
         assert_eq!(
             summary.unchanged_bytes,
             300_000 + 3 + 6 * 3 + 10 * 7 + 30 * 8
@@ -217,7 +222,7 @@ fn a_pack_leaves_out_exactly_what_the_listing_shows_unchanged() {
     }
 
     // A size, a time, a mode, a file become a symlink, a symlink's target of another
-    // length and a symlink's time.
+    // length, a symlink's time and a fifo's mode.
     fs::write(root.join("d/s3"), b"longer than before").unwrap();
     touch(&root.join("d/s4"), 1_000_000);
     fs::set_permissions(root.join("d/s5"), fs::Permissions::from_mode(0o640)).unwrap();
@@ -228,6 +233,7 @@ fn a_pack_leaves_out_exactly_what_the_listing_shows_unchanged() {
     symlink("d/s2", root.join("d/e/link")).unwrap();
     symlink("d/s2", copy.join("d/e/link")).unwrap();
     touch(&root.join("d/e/link"), 2_000_000);
+    fs::set_permissions(root.join("fifo"), fs::Permissions::from_mode(0o600)).unwrap();
     for archive in [false, true] {
         let (packed, summary) = pack(&root, &list(&copy), archive);
         let expected = [
@@ -307,7 +313,7 @@ fn directories_as_listed_are_left_out_whole() {
     // A directory the copy lacks, and what is in it.
     fs::create_dir(root.join("a/new")).unwrap();
     fs::write(root.join("a/new/n"), "n").unwrap();
-    // A fifo (always sent) and a second name of a file (decided in order).
+    // A fifo the copy lacks and a second name of a file (decided in order).
     let fifo = root.join("a/x/fifo");
     rustix::fs::mknodat(rustix::fs::CWD, &fifo, FileType::Fifo, Mode::RWXU, 0).unwrap();
     fs::hard_link(root.join("z/j"), root.join("z/j2")).unwrap();
@@ -321,12 +327,12 @@ fn directories_as_listed_are_left_out_whole() {
     land(packed, &copy, Engine::Sync).unwrap();
     assert_eq!(differences(&root, &copy), Vec::<String>::new());
 
-    // What is excluded does not count: y is left out whole.
+    // What is excluded does not count: y is left out whole (and a, its fifo as listed).
     fs::write(root.join("y/i"), "excluded change").unwrap();
     let (packed, _) = pack_excluding("i");
-    assert_eq!(dirs_sent(&packed), ["a", "a/x", "z"]);
+    assert_eq!(dirs_sent(&packed), ["z"]);
     let (packed, _) = pack_excluding("nothing");
-    assert_eq!(dirs_sent(&packed), ["a", "a/x", "y", "z"]);
+    assert_eq!(dirs_sent(&packed), ["y", "z"]);
 }
 
 #[test]
@@ -335,7 +341,7 @@ fn hard_links_are_left_out_only_as_one_inode_linked_as_often() {
     let (root, copy) = (dir.path().join("t"), dir.path().join("copy"));
     make_tree(&root);
     copy_of(&root, &copy);
-    let linked = ["=d/linked", "=linked3", "d/e/linked2", "|fifo"];
+    let linked = ["=d/linked", "=linked3", "d/e/linked2"];
     // The first name met is missing: it is sent whole, the others link to it.
     fs::remove_file(copy.join("d/e/linked2")).unwrap();
     let (packed, _) = pack(&root, &list(&copy), false);
@@ -366,7 +372,7 @@ fn hard_links_are_left_out_only_as_one_inode_linked_as_often() {
     // often, and it is met last, with its inode packed already.
     let (packed, summary) = pack(&root, &list(&copy), false);
     assert_eq!(sent(&packed), linked);
-    assert_eq!(summary.unchanged, 44);
+    assert_eq!(summary.unchanged, 45);
 }
 
 /// The modification time of `meta`.
@@ -460,20 +466,46 @@ fn a_malformed_or_oversized_listing_is_refused_at_its_record() {
         listing.get(b"a/b/l").unwrap().mtime,
         Timestamp { sec: 5, nsec: 7 }
     );
-    // Every cut is an early end, at the offset of what is missing.
-    for cut in 0..good.len() {
-        let (at, what) = problem(&good[..cut], limits);
-        assert_eq!(
-            (at <= cut as u64, &what[..]),
-            (true, "the listing ends early")
-        );
-    }
-    // Any one byte changed: an error or a listing, never a panic.
-    for i in 0..good.len() {
-        for flip in [1u8, 0x80, 0xff] {
-            let mut bad = good.clone();
-            bad[i] ^= flip;
-            let _ = Listing::read_from(&bad[..], limits);
+    // Special files of each kind, a device with its number.
+    let specials = wire(&[
+        &dir(b"", 4),
+        &item(3, b"p", 0, 0, 0o644, 0, 0),
+        &item(4, b"c", 1 << 32 | 3, 0, 0o600, 0, 0),
+        &item(5, b"b", 8 << 32, 0, 0o7660, 0, 0),
+        &item(6, b"s", 0, 0, 0o755, 0, 0),
+        &end(1, 4),
+    ]);
+    let listing = Listing::read_from(&specials[..], limits).unwrap();
+    let found: Vec<_> = [&b"p"[..], b"c", b"b", b"s"]
+        .iter()
+        .map(|name| listing.get(name).map(|i| (i.kind, i.size, i.mode)))
+        .collect();
+    let expected = [
+        (Kind::Fifo, 0, 0o644),
+        (Kind::CharDevice, 1 << 32 | 3, 0o600),
+        (Kind::BlockDevice, 8 << 32, 0o7660),
+        (Kind::Socket, 0, 0o755),
+    ];
+    assert_eq!(found, expected.map(Some));
+    let mut again = Vec::new();
+    listing.write_to(&mut again).unwrap();
+    assert_eq!(Listing::read_from(&again[..], limits).unwrap(), listing);
+    for good in [&good, &specials] {
+        // Every cut is an early end, at the offset of what is missing.
+        for cut in 0..good.len() {
+            let (at, what) = problem(&good[..cut], limits);
+            assert_eq!(
+                (at <= cut as u64, &what[..]),
+                (true, "the listing ends early")
+            );
+        }
+        // Any one byte changed: an error or a listing, never a panic.
+        for i in 0..good.len() {
+            for flip in [1u8, 0x80, 0xff] {
+                let mut bad = good.clone();
+                bad[i] ^= flip;
+                let _ = Listing::read_from(&bad[..], limits);
+            }
         }
     }
     let d = dir(b"", 1);
@@ -481,9 +513,15 @@ fn a_malformed_or_oversized_listing_is_refused_at_its_record() {
     let cases: Vec<(Vec<u8>, u64, &str)> = vec![
         (b"BARGE\x00\x01\x01".to_vec(), 0, "not an update listing"),
         (
-            [&HEADER[..6], &[1, 0]].concat(),
+            [&HEADER[..6], &[4, 0]].concat(),
             0,
-            "unsupported listing version 1.0",
+            "listing version 4, where this barge reads version 5 (the two barges' versions \
+             differ)",
+        ),
+        (
+            [&HEADER[..7], &[2]].concat(),
+            0,
+            "unknown listing flags 0x02",
         ),
         (wire(&[&[7]]), 8, "unknown record tag 0x07"),
         (wire(&[&dir(b"a//b", 0)]), 8, "directory path a//b: "),
@@ -514,9 +552,39 @@ fn a_malformed_or_oversized_listing_is_refused_at_its_record() {
             "a name listed twice",
         ),
         (
-            wire(&[&d, &item(3, b"x", 0, 0, 0, 0, 0)]),
+            wire(&[&d, &item(7, b"x", 0, 0, 0, 0, 0)]),
             37,
-            "unknown entry kind 3",
+            "unknown entry kind 7",
+        ),
+        (
+            wire(&[&d, &item(0, b"x", 0, 0, 0, 0, 0)]),
+            37,
+            "unknown entry kind 0",
+        ),
+        (
+            wire(&[&d, &item(3, b"x", 1, 0, 0o644, 0, 0)]),
+            37,
+            "x: a fifo with a size or device number",
+        ),
+        (
+            wire(&[&d, &item(6, b"x", 1 << 32, 0, 0o755, 0, 0)]),
+            37,
+            "x: a socket with a size or device number",
+        ),
+        (
+            wire(&[&d, &item(4, b"x", 0, 0, 0o10000, 0, 0)]),
+            37,
+            "x: mode 0o10000",
+        ),
+        (
+            wire(&[&d, &item(5, b"x", 0, 0, 0o600, 1, 0)]),
+            37,
+            "x: a block device with links, a link group or extended attributes",
+        ),
+        (
+            wire(&[&d, &item(3, b"x", 0, 0, 0o600, 0, 2)]),
+            37,
+            "x: a fifo with links, a link group or extended attributes",
         ),
         (
             wire(&[&d, &item(1, b"x", 0, 1_000_000_000, 0, 1, 0)]),
@@ -635,8 +703,8 @@ fn a_named_root_is_the_first_component_of_the_listing_paths() {
     assert!(listing.get(b"t/d/e/big").is_some());
     let mut archive = Vec::new();
     let summary = named().unchanged(&listing).to_writer(&mut archive).unwrap();
-    assert_eq!((summary.unchanged, summary.files), (47, 0));
-    assert_eq!(sent(&archive), ["|t/fifo"]);
+    assert_eq!((summary.unchanged, summary.files), (48, 0));
+    assert_eq!(sent(&archive), Vec::<String>::new());
 }
 
 /// A landing cut off anywhere leaves no file that looks complete and is not: an update
@@ -714,11 +782,12 @@ fn an_xattr_changed_alone_is_a_change_where_the_pack_sends_them() {
     };
     set(&root.join("d/e/f/zero"), b"one");
     set(&copy.join("d/e/f/zero"), b"two");
+    let none = Vec::<String>::new();
     let (packed, _) = pack(&root, &list(&copy), false);
-    assert_eq!(sent(&packed), ["|fifo"]);
+    assert_eq!(sent(&packed), none);
     let (packed, _) = pack(&root, &list(&copy), true);
-    assert_eq!(sent(&packed), ["d/e/f/zero", "|fifo"]);
+    assert_eq!(sent(&packed), ["d/e/f/zero"]);
     set(&copy.join("d/e/f/zero"), b"one");
     let (packed, _) = pack(&root, &list(&copy), true);
-    assert_eq!(sent(&packed), ["|fifo"]);
+    assert_eq!(sent(&packed), none);
 }

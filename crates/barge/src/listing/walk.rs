@@ -167,10 +167,7 @@ impl<'a> Check<'a> {
     pub(super) fn state(&self, path: &[u8], meta: Option<Meta>) -> Option<Checked<'a>> {
         let listed = self.listing.dirs.get(path)?;
         // A listing carries no directory's extended attributes.
-        let rule = Rule {
-            xattrs: false,
-            ..self.rule
-        };
+        let rule = self.rule.but_xattrs();
         let same = meta.is_none_or(|meta| {
             let listed = dir_facts(listed.meta);
             rule.unchanged(&dir_facts(meta), &listed)
@@ -213,14 +210,14 @@ pub(super) struct Checker<'c, 'a> {
 }
 
 impl Checker<'_, '_> {
-    /// Counts the file or symlink `st` (`name` in `dir`) as listed when `names` shows it
-    /// so, else notes that the directory changed.
+    /// Counts the file, symlink or special file `st` (`name` in `dir`) as listed when
+    /// `names` shows it so, else notes that the directory changed.
     fn count(&mut self, names: Option<&Names>, dir: BorrowedFd<'_>, name: &[u8], st: &Statx) {
         let item = names.and_then(|n| n.get(name));
         let (rule, listing) = (self.check.rule, self.check.listing);
         let xattrs = || listing.xattrs_of(&mut self.xattrs, dir, name);
         let as_listed = item.is_some_and(|i| {
-            (i.kind == Kind::Symlink || st.stx_nlink == 1) && i.matches(st, rule, xattrs)
+            (i.kind != Kind::File || st.stx_nlink == 1) && i.matches(st, rule, xattrs)
         });
         let bytes = match item {
             Some(i) if i.kind == Kind::File => st.stx_size,
@@ -265,8 +262,9 @@ impl<'a> ParallelVisitor for Checker<'_, 'a> {
         stat: &Statx,
     ) -> WalkState {
         match entry.kind {
-            Kind::File | Kind::Symlink => self.count(dir.state().names, fd, entry.name, stat),
-            _ => self.found = None,
+            // A socket is never sent: its directory is.
+            Kind::Dir | Kind::Socket | Kind::Unknown => self.found = None,
+            _ => self.count(dir.state().names, fd, entry.name, stat),
         }
         WalkState::Continue
     }

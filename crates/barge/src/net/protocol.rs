@@ -16,7 +16,7 @@ use crate::error::{escape_message, Error, NetError, Result};
 use crate::listing::{Listing, ListingLimits};
 
 /// The version of the protocol a HELLO names.
-pub(crate) const VERSION: u32 = 6;
+pub(crate) const VERSION: u32 = 7;
 
 /// The message types (the first byte of each message's plaintext).
 pub(crate) mod kind {

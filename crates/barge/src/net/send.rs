@@ -117,7 +117,7 @@ impl Send {
 
     /// With [`Send::update`], has the receiver remove what DEST has and the tree lacks,
     /// not what the pack excludes (see `Listing::missing`), before it lands anything: DEST
-    /// becomes a copy of the tree (but for special files, which a listing does not show).
+    /// becomes a copy of the tree.
     /// A payload that is an archive cannot be compared: an error.
     pub fn delete(mut self, yes: bool) -> Send {
         self.delete = yes;

@@ -14,7 +14,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{fstat, FileType, Statx};
 use rustix::io::fcntl_dupfd_cloexec;
 
-use crate::compare::{inode_key, Rule};
+use crate::compare::{inode_key, Facts, Rule};
 use crate::error::{Error, Result, TreePath};
 use crate::exclude::Exclude;
 use crate::format::check_name;
@@ -22,7 +22,7 @@ use crate::interrupt::Cancel;
 use crate::listing::{Item, Listing, Names, Unchanged};
 use crate::output::{ArchiveWriter, FdWriter, IoWriter, Output};
 use crate::threads::Work;
-use crate::tree::{DirPath, Entry, Kind, Meta as TreeMeta, XattrReader, Xattrs};
+use crate::tree::{Device, DirPath, Entry, Kind, Meta as TreeMeta, XattrReader, Xattrs};
 use crate::walk::{Newer, Root, Walk};
 use crate::Progress;
 
@@ -43,7 +43,7 @@ pub struct PackSummary {
     pub bytes: u64,
     /// Bytes of archive written.
     pub archive_bytes: u64,
-    /// Files and symlinks left out as unchanged (see [`Pack::unchanged`]).
+    /// Files, symlinks and special files left out as unchanged (see [`Pack::unchanged`]).
     pub unchanged: u64,
     /// Bytes of content of the files left out as unchanged.
     pub unchanged_bytes: u64,
@@ -263,9 +263,10 @@ impl<'a> Pack<'a> {
     /// time to the nanosecond and, for a file, permission bits; with [`Pack::archive`] the
     /// owner (where the listing says the destination keeps them) and a file's extended
     /// attributes (those the destination keeps, read by name once the rest matched): by
-    /// `compare.rs`'s one rule, before the file is opened. Counted in
-    /// [`PackSummary::unchanged`]. Directories, special files and anything not in the
-    /// listing are packed as always (a lander merges into existing directories and, with
+    /// `compare.rs`'s one rule, before the file is opened; so are special files of the same
+    /// kind, device number, time, mode and owner (where compared). Counted in
+    /// [`PackSummary::unchanged`]. Directories and anything not in the listing are packed
+    /// as always (a lander merges into existing directories and, with
     /// `Existing::Overwrite`, replaces changed entries).
     ///
     /// Hard links: a file is left out only where the listing's has as many links. Once a
@@ -525,6 +526,18 @@ impl<'a> Update<'a> {
                 && t.size == target.len() as u64
                 && Some(t.mtime) == entry.meta.mtime
         });
+        self.unchanged += u64::from(same);
+        same
+    }
+
+    /// True when the listing shows the special file `entry` (of the device `device`)
+    /// unchanged by the rule (kind, device number, time, mode, owner where compared): it
+    /// is left out, and counted.
+    fn unchanged_special(&mut self, entry: &Entry<'_>, device: Device) -> bool {
+        let here = Facts::new(entry.kind, device.number(), entry.meta);
+        let rule = self.rule.but_xattrs();
+        let same = (self.listed_here(entry.name))
+            .is_some_and(|there| rule.unchanged(&here, &there.facts()));
         self.unchanged += u64::from(same);
         same
     }

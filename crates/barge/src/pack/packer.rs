@@ -823,12 +823,16 @@ impl Sink for Packer<'_> {
         self.hard_link_to(entry.name, index)
     }
 
-    /// Encodes a fifo, or a device when `archive` (else it is ignored).
+    /// Encodes a fifo, or a device when `archive` (else it is ignored), unless the listing
+    /// shows it unchanged.
     fn special(&mut self, entry: &Entry<'_>, device: Device) -> Result<()> {
         self.stream_ended()?;
         self.end_run()?;
         if entry.kind != Kind::Fifo && !self.archive {
             self.ignore(self.dir.join(entry.name), entry.kind);
+            return Ok(());
+        }
+        if self.update.unchanged_special(entry, device) {
             return Ok(());
         }
         let entry = recorded(entry, self.archive);

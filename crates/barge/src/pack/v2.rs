@@ -875,10 +875,14 @@ impl Sink for Planner<'_> {
         self.start(full)
     }
 
-    /// Plans a fifo, or a device when `archive` (else it is ignored).
+    /// Plans a fifo, or a device when `archive` (else it is ignored), unless the listing
+    /// shows it unchanged.
     fn special(&mut self, entry: &Entry<'_>, device: Device) -> Result<()> {
         if entry.kind != Kind::Fifo && !self.archive {
             self.ignore(self.dir.join(entry.name), entry.kind);
+            return Ok(());
+        }
+        if self.update.unchanged_special(entry, device) {
             return Ok(());
         }
         let entry = recorded(entry, self.archive);

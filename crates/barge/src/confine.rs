@@ -15,8 +15,8 @@
 //! archive comes through a queue in shared memory (`sys/queue.rs`, cheaper than a pipe)
 //! whose bell is stdin; stdout carries one JSON line per entry landed when the parent asked
 //! for a list (`{"done":{"path":HEX,"kind":KIND}}`, the path's bytes in hex), then one JSON
-//! report (the [`Landed`] result or the error), read by a thread of the parent; stderr is
-//! the parent's. The child closes every fd above 2, maps the queue, opens DEST by
+//! report (the [`Landed`] result or the error), read by a thread of the parent while it
+//! lands when entries are listed, else at its end; stderr is the parent's. The child closes every fd above 2, maps the queue, opens DEST by
 //! the rules of `open_dest` (created when missing, never followed if a symlink), confines
 //! itself there and lands with [`Unpack`] streaming from the queue. Where the sandbox is
 //! unavailable it fails closed, unless the parent allowed it to land unconfined.
@@ -26,7 +26,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
 
 use serde::{Deserialize, Serialize};
@@ -224,13 +224,15 @@ impl ConfinedUnpack {
                 Error::os("start the confined lander", path, e)
             })?;
         let stdout = child.stdout.take().expect("piped");
-        let listener = self.listener.clone();
-        let reader = std::thread::Builder::new()
-            .name("barge-lander-report".into())
-            .spawn(move || read_reports(BufReader::new(stdout), listener.as_ref()));
-        let reader = match reader {
-            Ok(reader) => reader,
-            Err(e) => return Err(Error::os("start a thread for", shown(&child), e)),
+        // Entries come while the input goes in: a thread reads them (else the child could
+        // block on a full pipe while the parent waits for room in the queue).
+        let reader = match self.listener.clone() {
+            Some(listener) => std::thread::Builder::new()
+                .name("barge-lander-report".into())
+                .spawn(move || read_reports(BufReader::new(stdout), Some(&listener)))
+                .map(Reader::Thread)
+                .map_err(|e| Error::os("start a thread for", shown(&child), e))?,
+            None => Reader::AtEnd(stdout),
         };
         Ok(ConfinedChild {
             input: Some(input),
@@ -247,8 +249,17 @@ pub struct ConfinedChild {
     child: Child,
     /// The archive's way in, until [`ConfinedChild::wait`] closes it (or it is taken).
     input: Option<QueueWriter>,
-    /// Reads the child's stdout: tells the entries, returns the result.
-    reader: Option<JoinHandle<Reports>>,
+    /// Reads the child's stdout, until [`ConfinedChild::wait`].
+    reader: Option<Reader>,
+}
+
+/// Where the child's reports are read.
+#[derive(Debug)]
+enum Reader {
+    /// By a thread, which tells the entries as they come and returns the result.
+    Thread(JoinHandle<Reports>),
+    /// By [`ConfinedChild::wait`], from the pipe (no entries asked for).
+    AtEnd(ChildStdout),
 }
 
 /// What the child's stdout said: its result, if it gave one, or how it was garbled.
@@ -355,8 +366,10 @@ impl ConfinedChild {
     /// it ended without a report: a crash, a kill).
     pub fn wait(mut self) -> Result<Landed> {
         drop(self.input.take());
-        let reader = self.reader.take().expect("taken once, by wait");
-        let reports = reader.join().unwrap_or_else(|_| Err("panicked".into()));
+        let reports = match self.reader.take().expect("taken once, by wait") {
+            Reader::Thread(thread) => thread.join().unwrap_or_else(|_| Err("panicked".into())),
+            Reader::AtEnd(pipe) => read_reports(BufReader::new(pipe), None),
+        };
         if reports.is_err() {
             // A child that garbles its reports is not trusted to finish.
             let _ = self.child.kill();

@@ -28,12 +28,12 @@ macro_rules! differences {
 Destination: DEST absent: the one SRC is copied as DEST; DEST a directory: each SRC is copied
 into DEST/NAME (NAME being the SRC's last component), merged into a directory already there.
 
-Keeps what `cp -a` keeps, always (-a, -r, -R and -p are accepted and change nothing): modes
+Keeps what `cp -a` keeps (-a, -r, -R and -p are accepted and change nothing): modes
 (all 12 bits; setuid/setgid only where the copy has the owner or group they grant),
 modification times to the nanosecond (directories too), owners (as root), extended
 attributes (ACLs and file capabilities among them), symlinks (never followed, also a SRC),
 hard links within the copy, fifos, sockets and devices (as root). What the process may not
-keep is named in one warning per kind.
+keep is named in one warning per kind. --no-preserve leaves out what it names.
 
 Differences from GNU cp -a:
   - an entry DEST already has is an error (the copy goes on; exit status 1), unless
@@ -61,7 +61,9 @@ pub struct CpArgs {
     /// Copy only entries that differ from DEST's in anything the copy keeps (type, size,
     /// modification time, permissions (all twelve bits), owner (as root), extended
     /// attributes, hard links), each replaced by rename (a copy cut short is finished by
-    /// running it again with --update).
+    /// running it again with --update). What --no-preserve leaves out is not compared,
+    /// except times: without them an entry whose source is newer than its copy is copied
+    /// again (GNU cp -u's rule; --checksum finds other changes of content).
     #[arg(short, long)]
     update: bool,
     /// With --update, also compare the content of files that are the same in everything
@@ -71,6 +73,13 @@ pub struct CpArgs {
     /// With --update, also remove what DEST has and SRC lacks (not excluded entries).
     #[arg(long, requires = "update")]
     delete: bool,
+    /// Do not keep the attributes ATTR_LIST names, comma-separated as GNU cp's: mode (files get 0666,
+    /// directories 0777, less the umask, and no ACL), ownership (entries belong to the user
+    /// copying, also as root), timestamps (entries get the time they are copied), links
+    /// (each name of a file of several names becomes a file of its own), xattr (no extended
+    /// attributes but ACLs: file capabilities neither), all.
+    #[arg(long, value_name = "ATTR_LIST", value_delimiter = ',', value_enum)]
+    no_preserve: Vec<Attr>,
     /// Leave entries DEST already has as they are.
     #[arg(short = 'n', long, visible_alias = "no-clobber", group = "old")]
     skip_old_files: bool,
@@ -129,6 +138,26 @@ impl CpArgs {
     }
 }
 
+/// What `--no-preserve` may name.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Attr {
+    Mode,
+    Ownership,
+    Timestamps,
+    Links,
+    Xattr,
+    All,
+}
+
+impl CpArgs {
+    /// Whether `--no-preserve` leaves `attr` out.
+    fn drops(&self, attr: Attr) -> bool {
+        self.no_preserve
+            .iter()
+            .any(|&a| a == attr || a == Attr::All)
+    }
+}
+
 /// Prints what a copy reports: errors as they come; with -v each entry copied, replaced or
 /// deleted as it is done, by its path in DEST; a dry run's changes kept, to be printed
 /// sorted at the end.
@@ -168,7 +197,7 @@ pub(crate) struct Plan {
 /// What `args` ask for (with the process's umask cleared and fd limit raised, as a copy
 /// wants them).
 pub(crate) fn plan(args: &CpArgs, cancel: &Cancel) -> Result<Plan> {
-    crate::clear_umask();
+    let umask = crate::clear_umask();
     raise_fd_limit();
     let (dest, srcs) = args.paths.split_last().expect("clap asks for two");
     let targets = barge::cp::targets(srcs, dest)?;
@@ -179,8 +208,15 @@ pub(crate) fn plan(args: &CpArgs, cancel: &Cancel) -> Result<Plan> {
         _ => Reflink::Auto,
     };
     let exclude = Exclude::new(&args.exclude)?;
+    let restore = Restore::default()
+        .existing(existing)
+        .modes(!args.drops(Attr::Mode))
+        .same_owner(args.drops(Attr::Ownership).then_some(false))
+        .times(!args.drops(Attr::Timestamps))
+        .xattrs(!args.drops(Attr::Xattr));
     let cp = Cp::new()
-        .restore(Restore::default().existing(existing))
+        .restore(restore)
+        .hard_links(!args.drops(Attr::Links))
         .update(args.update)
         .checksum(args.checksum)
         .delete(args.delete)
@@ -190,7 +226,11 @@ pub(crate) fn plan(args: &CpArgs, cancel: &Cancel) -> Result<Plan> {
         .exclude(exclude.clone())
         .threads(args.threads)
         .one_file_system(args.one_file_system)
-        .umask(0)
+        // Modes kept land exactly; default modes get the user's umask.
+        .umask(match args.drops(Attr::Mode) {
+            true => umask,
+            false => 0,
+        })
         .cancel(cancel.clone());
     let printer = Printer {
         planned: args.dry_run.then(Mutex::default),

@@ -241,7 +241,7 @@ fn existing(skip: bool, overwrite: bool) -> barge::unpack::Existing {
 /// Output options shared by the commands.
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub struct OutputArgs {
-    /// List each path as it is done (pack, unpack, cp, send), as tar, cp and rsync -v do:
+    /// List each path as it is done (pack, unpack, cp, send, recv), as tar, cp and rsync -v do:
     /// on stdout, or on stderr where stdout carries the archive or the --json summary; then
     /// a summary (entries, bytes, time) on stderr.
     #[arg(short, long)]

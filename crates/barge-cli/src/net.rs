@@ -493,6 +493,10 @@ pub fn recv(args: RecvArgs, cancel: &Cancel) -> Result<Exit> {
             false => cancel.clone(),
         })
         .max_transfers(args.max_connections as usize);
+    let receive = match crate::report::lister(args.out, false) {
+        Some(lister) => receive.listing(lister),
+        None => receive,
+    };
     let retry = Duration::from_secs(args.timeout);
     let receiver = Receiver::new(listener, receive)
         .keep(args.keep_open)

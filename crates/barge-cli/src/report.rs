@@ -341,11 +341,19 @@ pub fn list_line(line: &[u8], on_stderr: bool) {
 /// by its path below the root as `barge list --names` shows it (a directory's ending in
 /// '/'), where [`lists_on_stderr`] says. Without `-v` nothing is built per entry.
 pub fn progress(out: OutputArgs, stdout_is_data: bool) -> Progress {
-    if !out.verbose {
-        return Progress::default();
+    match lister(out, stdout_is_data) {
+        Some(lister) => Progress::listing(lister),
+        None => Progress::default(),
     }
+}
+
+/// With `-v`, what lists each entry done for [`progress`] (and recv's landings).
+pub fn lister(
+    out: OutputArgs,
+    stdout_is_data: bool,
+) -> Option<impl Fn(barge::Done<'_>) + Send + Sync + 'static> {
     let on_stderr = lists_on_stderr(out, stdout_is_data);
-    Progress::listing(move |done| {
+    out.verbose.then_some(move |done: barge::Done<'_>| {
         let path = barge::TreePath::join([done.dir], done.name);
         let mut line = barge::error::escape_bytes(&path.0);
         if done.kind == barge::tree::Kind::Dir {

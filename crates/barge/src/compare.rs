@@ -143,6 +143,9 @@ pub(crate) struct Rule {
     pub(crate) xattrs: bool,
     /// Hard links are kept.
     pub(crate) links: bool,
+    /// Times are not kept: a time differs only where the source's is later than the copy's
+    /// (GNU `cp -u`'s rule), the copy's being when it was made.
+    pub(crate) newer: bool,
 }
 
 /// A fact the unchanged rule compares.
@@ -181,7 +184,13 @@ impl Rule {
         [
             (source.kind != copy.kind, Fact::Kind),
             (source.size != copy.size, Fact::Size),
-            (a.mtime.is_none() || a.mtime != b.mtime, Fact::Time),
+            (
+                match self.newer {
+                    false => a.mtime.is_none() || a.mtime != b.mtime,
+                    true => a.mtime.is_none() || a.mtime > b.mtime,
+                },
+                Fact::Time,
+            ),
             (source.kind != Kind::Symlink && a.mode != b.mode, Fact::Mode),
             (
                 self.owners && (a.owner.is_none() || a.owner != b.owner),
@@ -673,6 +682,30 @@ mod tests {
         );
         // A source of several names may have one in the copy (its others outside SRC).
         assert!(kept.unchanged(&linked, &file));
+    }
+
+    #[test]
+    fn without_times_kept_only_a_newer_source_differs_in_time() {
+        let newer = Rule {
+            newer: true,
+            ..Rule::default()
+        };
+        let source = facts(Kind::File, 0o644, 0);
+        let mut copy = source;
+        copy.meta.mtime = Some(Timestamp { sec: 9, nsec: 0 });
+        assert!(newer.unchanged(&source, &copy), "a copy made later");
+        assert!(!Rule::default().unchanged(&source, &copy));
+        copy.meta.mtime = Some(Timestamp { sec: 5, nsec: 6 });
+        assert_eq!(
+            newer.differences(&source, &copy).collect::<Vec<_>>(),
+            [Fact::Time]
+        );
+        let mut untimed = source;
+        untimed.meta.mtime = None;
+        assert!(
+            !newer.unchanged(&untimed, &source),
+            "a source without a time"
+        );
     }
 
     #[test]

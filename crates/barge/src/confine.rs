@@ -13,18 +13,21 @@
 //! library calls first thing in `main` (the `barge` command does). The protocol between the
 //! two is private to this module: argv is `[exe, marker, DEST, request as JSON]`; the
 //! archive comes through a queue in shared memory (`sys/queue.rs`, cheaper than a pipe)
-//! whose bell is stdin; stdout carries one JSON report (the [`Landed`] result or the error);
-//! stderr is the parent's. The child closes every fd above 2, maps the queue, opens DEST by
+//! whose bell is stdin; stdout carries one JSON line per entry landed when the parent asked
+//! for a list (`{"done":{"path":HEX,"kind":KIND}}`, the path's bytes in hex), then one JSON
+//! report (the [`Landed`] result or the error), read by a thread of the parent while it
+//! lands when entries are listed, else at its end; stderr is the parent's. The child closes every fd above 2, maps the queue, opens DEST by
 //! the rules of `open_dest` (created when missing, never followed if a symlink), confines
 //! itself there and lands with [`Unpack`] streaming from the queue. Where the sandbox is
 //! unavailable it fails closed, unless the parent allowed it to land unconfined.
 
 use std::ffi::{OsStr, OsString};
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
+use std::thread::JoinHandle;
 
 use serde::{Deserialize, Serialize};
 
@@ -36,8 +39,9 @@ use crate::source::SourceReader;
 use crate::sys::fds::close_range;
 use crate::sys::fds::raise_fd_limit;
 use crate::sys::queue::{QueueReader, QueueWriter};
+use crate::tree::Kind;
 use crate::unpack::{Archive, Engine, Restore, Unpack};
-use crate::Progress;
+use crate::{Done, Listener, Progress};
 
 /// The bytes of the queue between parent and child. Its pages are the first touched of a
 /// transfer, and half of it is what wakes a patient reader: the smallest size as fast as
@@ -46,6 +50,10 @@ const QUEUE: usize = 512 << 10;
 
 /// How long [`ConfinedChild::cancel`] lets a child clean up before it kills it.
 const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The longest line the child may write on stdout (a report with a long path and message
+/// is far shorter): a longer one is garbled.
+const MAX_LINE: u64 = 1 << 20;
 
 /// The first argument that asks an executable for the child mode.
 const CHILD_MODE: &str = "--barge-confined-lander";
@@ -56,6 +64,8 @@ pub struct ConfinedUnpack {
     dest: PathBuf,
     executable: Option<PathBuf>,
     request: Request,
+    /// Told each entry the child lands (with `request.list`).
+    listener: Option<Listener>,
 }
 
 /// What the parent asks of the child, as the second argument after the marker.
@@ -76,6 +86,17 @@ struct Request {
     /// The input is zstd frames.
     #[serde(default)]
     compressed: bool,
+    /// Report each entry landed, before the result.
+    #[serde(default)]
+    list: bool,
+}
+
+/// An entry landed, as the child reports it.
+#[derive(Debug, Serialize, Deserialize)]
+struct Entry {
+    /// Its path below DEST, its bytes in hex (a name need not be UTF-8).
+    path: String,
+    kind: Kind,
 }
 
 /// What a confined landing did.
@@ -88,10 +109,12 @@ pub struct Landed {
     pub confinement: Confinement,
 }
 
-/// The child's one line on stdout.
+/// A line of the child on stdout: entries landed (when asked), then the result.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum Report {
+    /// An entry landed.
+    Done(Entry),
     Landed(Landed),
     /// The error, typed, that becomes [`Error::Confined`] in the parent.
     Failed(Confined),
@@ -112,7 +135,9 @@ impl ConfinedUnpack {
                 allow_unconfined: false,
                 strip_components: 0,
                 compressed: false,
+                list: false,
             },
+            listener: None,
         }
     }
 
@@ -155,6 +180,19 @@ impl ConfinedUnpack {
         self
     }
 
+    /// Tells `listener` each entry the child lands, as it lands it (from a thread of the
+    /// parent that reads the child's reports), as [`Progress::listing`] does.
+    pub fn listing(self, listener: impl Fn(Done<'_>) + Send + Sync + 'static) -> Self {
+        self.listener(Listener(std::sync::Arc::new(listener)))
+    }
+
+    /// Tells `listener` each entry the child lands (see [`ConfinedUnpack::listing`]).
+    pub(crate) fn listener(mut self, listener: Listener) -> Self {
+        self.request.list = true;
+        self.listener = Some(listener);
+        self
+    }
+
     /// Lets the child land where the sandbox is unavailable (containment then rests on
     /// fd-relative landing; [`Landed::confinement`] says so). Off by default: the child
     /// fails with the kind `unconfined`.
@@ -185,9 +223,20 @@ impl ConfinedUnpack {
                 let path = TreePath(executable.as_os_str().as_bytes().to_vec());
                 Error::os("start the confined lander", path, e)
             })?;
+        let stdout = child.stdout.take().expect("piped");
+        // Entries come while the input goes in: a thread reads them (else the child could
+        // block on a full pipe while the parent waits for room in the queue).
+        let reader = match self.listener.clone() {
+            Some(listener) => std::thread::Builder::new()
+                .name("barge-lander-report".into())
+                .spawn(move || read_reports(BufReader::new(stdout), Some(&listener)))
+                .map(Reader::Thread)
+                .map_err(|e| Error::os("start a thread for", shown(&child), e))?,
+            None => Reader::AtEnd(stdout),
+        };
         Ok(ConfinedChild {
             input: Some(input),
-            report: child.stdout.take().expect("piped"),
+            reader: Some(reader),
             child,
         })
     }
@@ -200,7 +249,77 @@ pub struct ConfinedChild {
     child: Child,
     /// The archive's way in, until [`ConfinedChild::wait`] closes it (or it is taken).
     input: Option<QueueWriter>,
-    report: ChildStdout,
+    /// Reads the child's stdout, until [`ConfinedChild::wait`].
+    reader: Option<Reader>,
+}
+
+/// Where the child's reports are read.
+#[derive(Debug)]
+enum Reader {
+    /// By a thread, which tells the entries as they come and returns the result.
+    Thread(JoinHandle<Reports>),
+    /// By [`ConfinedChild::wait`], from the pipe (no entries asked for).
+    AtEnd(ChildStdout),
+}
+
+/// What the child's stdout said: its result, if it gave one, or how it was garbled.
+type Reports = std::result::Result<Option<Report>, String>;
+
+/// Reads the child's lines from `out` until its end (telling `listener` each entry), and
+/// returns the result reported; a line that is not one the child writes ends the reading
+/// (closing `out`, so that the child cannot block on it).
+fn read_reports(mut out: impl BufRead, listener: Option<&Listener>) -> Reports {
+    let mut result = None;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        (&mut out)
+            .take(MAX_LINE)
+            .read_until(b'\n', &mut line)
+            .map_err(|e| format!("cannot be read: {e}"))?;
+        if line.last() != Some(&b'\n') {
+            // The end (a child killed mid-line died), or a line too long.
+            return match line.len() as u64 >= MAX_LINE {
+                true => Err(format!("has a line over {MAX_LINE} bytes")),
+                false => Ok(result),
+            };
+        }
+        if result.is_some() {
+            return Err("goes on after its result".into());
+        }
+        let report = serde_json::from_slice(&line).map_err(|e| format!("has a bad line: {e}"))?;
+        match (report, listener) {
+            (Report::Done(entry), Some(listener)) => {
+                let path = from_hex(&entry.path).ok_or("names a path not in hex")?;
+                let (dir, name) = match path.iter().rposition(|&b| b == b'/') {
+                    Some(slash) => (&path[..slash], &path[slash + 1..]),
+                    None => (&path[..0], &path[..]),
+                };
+                listener.tell(dir, name, entry.kind);
+            }
+            (Report::Done(_), None) => return Err("lists an entry nobody asked for".into()),
+            (report, _) => result = Some(report),
+        }
+    }
+}
+
+/// The bytes of `hex` (two lowercase or uppercase digits each), if it is hex.
+fn from_hex(hex: &str) -> Option<Vec<u8>> {
+    let digits = hex.as_bytes().chunks(2);
+    digits
+        .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok())
+        .collect::<Option<Vec<u8>>>()
+        .filter(|bytes| bytes.len() * 2 == hex.len())
+}
+
+/// `bytes` in lowercase hex.
+fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// How a child is named in messages.
+fn shown(child: &Child) -> TreePath {
+    TreePath(format!("<confined lander {}>", child.id()).into_bytes())
 }
 
 impl ConfinedChild {
@@ -247,16 +366,30 @@ impl ConfinedChild {
     /// it ended without a report: a crash, a kill).
     pub fn wait(mut self) -> Result<Landed> {
         drop(self.input.take());
-        let mut report = Vec::new();
-        let read = self.report.read_to_end(&mut report);
+        let reports = match self.reader.take().expect("taken once, by wait") {
+            Reader::Thread(thread) => thread.join().unwrap_or_else(|_| Err("panicked".into())),
+            Reader::AtEnd(pipe) => read_reports(BufReader::new(pipe), None),
+        };
+        if reports.is_err() {
+            // A child that garbles its reports is not trusted to finish.
+            let _ = self.child.kill();
+        }
         let status = self.child.wait();
-        let shown = || TreePath(format!("<confined lander {}>", self.child.id()).into_bytes());
-        let status = status.map_err(|e| Error::os("wait for", shown(), e))?;
-        read.map_err(|e| Error::os("read the report of", shown(), e))?;
-        match serde_json::from_slice(&report) {
-            Ok(Report::Landed(landed)) => Ok(landed),
-            Ok(Report::Failed(confined)) => Err(Error::Confined(Box::new(confined))),
-            Err(_) => {
+        let status = status.map_err(|e| Error::os("wait for", shown(&self.child), e))?;
+        match reports {
+            Ok(Some(Report::Landed(landed))) => Ok(landed),
+            Ok(Some(Report::Failed(confined))) => Err(Error::Confined(Box::new(confined))),
+            Err(why) => {
+                let message = format!(
+                    "the confined lander's report (pid {}) {why}",
+                    self.child.id()
+                );
+                Err(Error::Confined(Box::new(Confined::new(
+                    ConfinedKind::Garbled,
+                    message,
+                ))))
+            }
+            Ok(_) => {
                 let message = format!(
                     "the confined lander (pid {}) {} without reporting a result",
                     self.child.id(),
@@ -297,18 +430,15 @@ pub fn run_child_if_requested() {
     if args.next().as_deref() != Some(OsStr::new(CHILD_MODE)) {
         return;
     }
-    let report = match land_confined(args) {
-        Ok(landed) => Report::Landed(landed),
-        Err(failure) => Report::Failed(failure),
+    let (report, status) = match land_confined(args) {
+        Ok(landed) => (Report::Landed(landed), 0),
+        Err(failure) => (Report::Failed(failure), 1),
     };
     let line = serde_json::to_string(&report).expect("plain data");
     // A parent that went away reads no report; there is no one else to tell.
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}").and_then(|()| out.flush());
-    std::process::exit(match report {
-        Report::Landed(_) => 0,
-        Report::Failed(_) => 1,
-    })
+    std::process::exit(status)
 }
 
 /// Lands the archive of the input queue into the DEST of `args` (DEST, then the request),
@@ -351,11 +481,28 @@ fn land_confined(mut args: impl Iterator<Item = OsString>) -> Result<Landed, Con
             return Err(Confined::new(ConfinedKind::Unconfined, why));
         }
     }
-    let summary = operation.land(&archive, &mut destination, &Progress::default())?;
+    let progress = match request.list {
+        true => Progress::listing(report_done),
+        false => Progress::default(),
+    };
+    let summary = operation.land(&archive, &mut destination, &progress)?;
     Ok(Landed {
         summary,
         confinement: destination.confinement.clone(),
     })
+}
+
+/// Reports an entry landed to the parent, as one line (written whole: the landing's threads
+/// share stdout); a parent that went away is not told.
+fn report_done(done: Done<'_>) {
+    let path = TreePath::join([done.dir], done.name);
+    let entry = Entry {
+        path: to_hex(&path.0),
+        kind: done.kind,
+    };
+    let mut line = serde_json::to_string(&Report::Done(entry)).expect("plain data");
+    line.push('\n');
+    let _ = std::io::stdout().lock().write_all(line.as_bytes());
 }
 
 /// A decompressor whose errors say so.
@@ -449,6 +596,59 @@ mod tests {
             assert_eq!(back.limits.map(|l| l.max_entries), Some(Some(7)));
             assert!(!back.allow_unconfined);
         }
+    }
+
+    #[test]
+    fn entries_are_told_and_a_garbled_report_is_an_error() {
+        let told = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = told.clone();
+        let listener = Listener(std::sync::Arc::new(move |done: Done<'_>| {
+            let entry = (done.dir.to_vec(), done.name.to_vec(), done.kind);
+            seen.lock().unwrap().push(entry);
+        }));
+        let read = |text: &[u8]| read_reports(text, Some(&listener));
+        let landed = serde_json::to_string(&Report::Landed(Landed {
+            summary: LandSummary::default(),
+            confinement: Confinement::Sandboxed,
+        }))
+        .unwrap();
+        let good = format!(
+            "{{\"done\":{{\"path\":\"{}\",\"kind\":\"dir\"}}}}\n\
+             {{\"done\":{{\"path\":\"{}\",\"kind\":\"file\"}}}}\n{landed}\n",
+            to_hex(b"d"),
+            to_hex(b"d/n\n\xff"),
+        );
+        assert!(matches!(read(good.as_bytes()), Ok(Some(Report::Landed(_)))));
+        assert_eq!(
+            *told.lock().unwrap(),
+            [
+                (b"".to_vec(), b"d".to_vec(), Kind::Dir),
+                (b"d".to_vec(), b"n\n\xff".to_vec(), Kind::File)
+            ]
+        );
+        // Cut mid-line (a child killed) or silent: no result, as a child that died.
+        assert!(matches!(read(&good.as_bytes()[..30]), Ok(None)));
+        assert!(matches!(read(b""), Ok(None)));
+        let garbled: [&[u8]; 7] = [
+            b"{\"done\":{\"path\":\"6g\",\"kind\":\"file\"}}\n",
+            b"{\"done\":{\"path\":\"616\",\"kind\":\"file\"}}\n",
+            b"{\"done\":{\"path\":\"61\",\"kind\":\"elf\"}}\n",
+            b"{\"done\":\"61\"}\n",
+            b"not json\n",
+            b"\xff\xfe\n",
+            &[landed.as_bytes(), b"\n", landed.as_bytes(), b"\n"].concat(),
+        ];
+        for text in garbled {
+            let shown = String::from_utf8_lossy(text);
+            assert!(read(text).is_err(), "{shown}");
+        }
+        let long = [&b"{\"done\":\""[..], &vec![b'6'; MAX_LINE as usize]].concat();
+        let err = read(&long).err().unwrap();
+        assert_eq!(err, format!("has a line over {MAX_LINE} bytes"));
+        let unasked = b"{\"done\":{\"path\":\"61\",\"kind\":\"file\"}}\n";
+        let err = read_reports(&unasked[..], None).err().unwrap();
+        assert_eq!(err, "lists an entry nobody asked for");
+        assert_eq!(told.lock().unwrap().len(), 2, "a garbled line was told");
     }
 
     #[test]

@@ -484,6 +484,9 @@ pub enum ConfinedKind {
     Request,
     /// The child ended without a report (a crash, a kill).
     Died,
+    /// The child wrote what it never writes on its report channel (a bug, or a child taken
+    /// over by its input).
+    Garbled,
 }
 
 impl Confined {

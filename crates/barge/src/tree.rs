@@ -30,7 +30,8 @@ pub(crate) const STATX_MASK: StatxFlags = StatxFlags::TYPE
 
 /// What kind of entry a name is.
 #[non_exhaustive]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Kind {
     /// A directory.
     Dir,

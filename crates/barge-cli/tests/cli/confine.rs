@@ -3,17 +3,19 @@
 //! lands every engine's tree while the parent keeps its root and working directory; hostile
 //! archives and destinations come back as the library's errors with nothing written outside;
 //! while it waits for input it is chrooted to DEST and holds only its input, its report and
-//! fds inside DEST, as root and as uid 65534; without user namespaces it refuses unless allowed; a
-//! child that dies is an error and a dropped one is killed and reaped.
+//! fds inside DEST, as root and as uid 65534; without user namespaces it refuses unless allowed
+//! (and then lists what it lands, as a confined one for `recv -v`); a child that dies is an error and a dropped one is killed and reaped.
 
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{symlink, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use barge::confine::{ConfinedUnpack, Landed};
 use barge::format::Limits;
 use barge::root::Confinement;
+use barge::tree::Kind;
 use barge::unpack::Engine;
 
 use crate::common::*;
@@ -346,6 +348,28 @@ fn without_user_namespaces_the_child_refuses_unless_allowed_to_land_unconfined()
         other => panic!("want the sandbox unavailable, got {other:?}"),
     }
     assert_same_tree(&setup.src, &dest, umask());
+
+    // Unconfined, it lists what it lands too (a name not UTF-8 included).
+    let dest = setup.dest("listed", 0);
+    let told = Arc::new(Mutex::new(Vec::new()));
+    let seen = told.clone();
+    let landing = ConfinedUnpack::new(&dest)
+        .executable(&executable)
+        .allow_unconfined(true)
+        .listing(move |done| {
+            let path = barge::TreePath::join([done.dir], done.name);
+            seen.lock().unwrap().push((path.0, done.kind));
+        });
+    let archive = Archive::header().dir(b"d").file(b"n\n\xff", b"x").pop();
+    let landed = land(landing, &archive.end(2)).unwrap();
+    assert!(matches!(landed.confinement, Confinement::Unavailable(_)));
+    assert_eq!(
+        *told.lock().unwrap(),
+        [
+            (b"d".to_vec(), Kind::Dir),
+            (b"d/n\n\xff".to_vec(), Kind::File)
+        ]
+    );
 }
 
 #[test]

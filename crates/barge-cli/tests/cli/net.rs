@@ -1702,3 +1702,30 @@ fn send_v_lists_every_path_and_its_dry_run_says_what_cp_says() {
     );
     recv.stop();
 }
+
+#[test]
+fn recv_v_lists_every_path_it_lands_on_stdout_or_beside_json_on_stderr() {
+    use crate::paths::{listed, many_dirs, shown};
+    let work = tempdir();
+    let src = work.path().join("src");
+    let paths = shown(&many_dirs(&src));
+    let s = src.to_str().unwrap();
+    for json in [false, true] {
+        let dest = work.path().join(format!("dest-{json}"));
+        let args: &[&str] = if json { &["-v", "--json"] } else { &["-v"] };
+        let recv = Recv::start(&dest, args, None);
+        let out = send(&[s, recv.ticket()], None);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let ended = recv.wait();
+        assert!(ended.status.success(), "{}", ended.stderr);
+        let (list, rest) = match json {
+            false => (listed(ended.stdout.as_bytes(), ""), ended.stderr),
+            true => (
+                listed(ended.stderr.as_bytes(), "barge: recv: "),
+                ended.stdout,
+            ),
+        };
+        assert_eq!(list, paths, "--json {json}");
+        assert!(!rest.contains("d00/link"), "listed twice: {rest}");
+    }
+}

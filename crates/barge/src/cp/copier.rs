@@ -93,6 +93,16 @@ pub(super) struct Shared<'a> {
 }
 
 impl Shared<'_> {
+    /// Whether `stat` is a file of several names that the copy links as one.
+    pub(super) fn linked(&self, stat: &Statx) -> bool {
+        self.cp.links && stat.stx_nlink > 1
+    }
+
+    /// Whether the copy reads and sets extended attributes.
+    fn xattrs(&self) -> bool {
+        self.cp.archive && self.policy.xattrs()
+    }
+
     /// The path in DEST of `relative` (a path below the copy's root).
     fn dest_path(&self, relative: &[u8]) -> TreePath {
         TreePath::join([&self.dest[..]], relative)
@@ -362,7 +372,7 @@ impl<'a> Copier<'a> {
     /// archive form (in `self.xattrs.wire`).
     fn read_xattrs(&mut self, fd: BorrowedFd<'_>, path: impl Fn() -> TreePath) -> Result<()> {
         self.xattrs.wire.clear();
-        if self.cp().archive {
+        if self.shared.xattrs() {
             self.xattrs
                 .read(fd)
                 .map_err(|e| Error::io("flistxattr", path(), e))?;
@@ -385,14 +395,17 @@ impl<'a> Copier<'a> {
         if Kind::of_mode(there.stx_mode.into()) == Kind::Dir && kind != Kind::Dir {
             return Ok(Found::Dir);
         }
+        let policy = self.shared.policy;
         let rule = Rule {
-            owners: self.cp().archive && self.shared.root,
+            owners: policy.restores_owners(),
             xattrs: false,
-            links: true,
+            links: self.cp().links,
+            newer: !policy.times(),
         };
-        // The copy it would make: the source's mode less the umask it is made under.
+        // The copy it would make: the source's mode (or the default) less the umask it is
+        // made under.
         let mut source = Facts::of_statx(stat);
-        source.meta.mode &= !self.cp().umask;
+        source.meta.mode = policy.mode_of(kind, source.meta.mode) & !self.cp().umask;
         let mut copy = Facts::of_statx(&there);
         if !rule.unchanged(&source, &copy) {
             return Ok(Found::Other);
@@ -402,7 +415,7 @@ impl<'a> Copier<'a> {
         }
         // A file's extended attributes and content cost more calls: looked at only when
         // the rest is the same.
-        if self.cp().archive {
+        if self.shared.xattrs() {
             let (src, copied) = (
                 self.xattr_digest(at.src, at.src_name),
                 self.xattr_digest(dest.as_fd(), at.name),
@@ -435,7 +448,7 @@ impl<'a> Copier<'a> {
                 return Ok(Found::Other);
             }
         }
-        if stat.stx_nlink > 1 && !self.links_to_earlier(stat, &there, dest, at.name) {
+        if self.shared.linked(stat) && !self.links_to_earlier(stat, &there, dest, at.name) {
             return Ok(Found::Other);
         }
         Ok(Found::Same)
@@ -479,7 +492,8 @@ impl<'a> Copier<'a> {
     /// Copies the non-directory `at` (stated as `stat`).
     pub(super) fn copy(&mut self, at: &Pair<'_>, stat: &Statx) -> Result<()> {
         let kind = Kind::of_mode(stat.stx_mode.into());
-        if kind == Kind::File && stat.stx_nlink > 1 && matches!(self.cp().part, Part::Rank { .. }) {
+        let ranked = matches!(self.cp().part, Part::Rank { .. });
+        if kind == Kind::File && self.shared.linked(stat) && ranked {
             let (dev, ino) = inode_key(stat);
             let dev = if dev == self.shared.src_dev { 0 } else { dev };
             let name = ((dev, ino), (at.path)());

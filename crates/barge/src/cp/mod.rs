@@ -242,6 +242,7 @@ impl Part {
 #[derive(Clone, Debug)]
 pub struct Cp {
     archive: bool,
+    links: bool,
     restore: Restore,
     update: bool,
     checksum: bool,
@@ -264,6 +265,7 @@ impl Default for Cp {
     fn default() -> Cp {
         Cp {
             archive: true,
+            links: true,
             restore: Restore::default(),
             update: false,
             checksum: false,
@@ -299,6 +301,13 @@ impl Cp {
     /// (`cp -a`; the default). `false`: gives nothing away, no xattrs, no devices.
     pub fn archive(mut self, yes: bool) -> Cp {
         self.archive = yes;
+        self
+    }
+
+    /// Copies the names of a file of several as hard links of one copy (the default, as
+    /// `cp -a`), or (`false`) each name as a file of its own (`--no-preserve=links`).
+    pub fn hard_links(mut self, yes: bool) -> Cp {
+        self.links = yes;
         self
     }
 

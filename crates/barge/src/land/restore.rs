@@ -45,8 +45,8 @@ pub enum Existing {
 }
 
 /// What an unpack restores of the metadata an archive holds, as its caller asks. Modes are
-/// always restored, under the operation's umask (0 in the `barge` command, which clears
-/// the process's; see `Unpack::umask`); which
+/// restored under the operation's umask (0 in the `barge` command, which clears the
+/// process's; see `Unpack::umask`); which
 /// of the rest a process may restore is decided with its effective user id when the
 /// unpack is set up (docs/FORMAT.md, "Restoring metadata").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -73,6 +73,20 @@ pub struct Restore {
     /// recorded user and group names have on this system.
     #[serde(default)]
     pub numeric_owner: bool,
+    /// Restore permission bits and ACLs; `false` gives entries the default modes instead,
+    /// 0666 (0777 for directories and sockets) less the umask, and no ACL, as GNU
+    /// `cp --no-preserve=mode`.
+    #[serde(default = "yes")]
+    pub modes: bool,
+    /// Restore extended attributes other than ACLs (which go with modes, as in GNU cp);
+    /// `false` sets none (and counts none as not restored).
+    #[serde(default = "yes")]
+    pub xattrs: bool,
+}
+
+/// A field that is on unless a request says otherwise.
+fn yes() -> bool {
+    true
 }
 
 impl Default for Restore {
@@ -85,6 +99,8 @@ impl Default for Restore {
             existing: Existing::Keep,
             asked_only: false,
             numeric_owner: false,
+            modes: true,
+            xattrs: true,
         }
     }
 }
@@ -117,6 +133,18 @@ impl Restore {
     /// With root's privileges used only as asked (see [`Restore::asked_only`]).
     pub fn asked_only(mut self, yes: bool) -> Restore {
         self.asked_only = yes;
+        self
+    }
+
+    /// With permission bits restored, or the default modes (see [`Restore::modes`]).
+    pub fn modes(mut self, yes: bool) -> Restore {
+        self.modes = yes;
+        self
+    }
+
+    /// With extended attributes restored, or none.
+    pub fn xattrs(mut self, yes: bool) -> Restore {
+        self.xattrs = yes;
         self
     }
 
@@ -252,6 +280,42 @@ impl Policy {
         self.owners
     }
 
+    /// Whether entries get their recorded owners (where [`Policy::owners`] allows it and
+    /// the caller did not turn it off).
+    pub(crate) fn restores_owners(&self) -> bool {
+        self.owners && self.restore.same_owner != Some(false)
+    }
+
+    /// Whether modification times are restored.
+    pub(crate) fn times(&self) -> bool {
+        self.restore.times
+    }
+
+    /// Whether any extended attributes are restored (ACLs or others, where
+    /// [`Policy::sets_xattr`] allows).
+    pub(crate) fn xattrs(&self) -> bool {
+        self.restore.xattrs || self.restore.modes
+    }
+
+    /// Whether the caller asked for the extended attribute `name`: an ACL with modes, any
+    /// other with [`Restore::xattrs`].
+    fn asks_xattr(&self, name: &[u8]) -> bool {
+        match name.starts_with(b"system.posix_acl_") {
+            true => self.restore.modes,
+            false => self.restore.xattrs,
+        }
+    }
+
+    /// The permission bits an entry of `kind` recorded with `mode` gets: its own (all
+    /// twelve, before the umask), or without [`Restore::modes`] the defaults less the umask.
+    pub(crate) fn mode_of(&self, kind: Kind, mode: u32) -> u32 {
+        match (self.restore.modes, kind) {
+            (true, _) => mode & 0o7777,
+            (false, Kind::Dir | Kind::Socket) => 0o777 & !self.umask,
+            (false, _) => 0o666 & !self.umask,
+        }
+    }
+
     /// Whether owners are restored by their recorded names (see [`Restore::numeric_owner`]).
     pub(crate) fn owners_by_name(&self) -> bool {
         self.owners && !self.restore.numeric_owner
@@ -273,7 +337,7 @@ impl Policy {
 
     /// Whether the extended attribute `name` is restored ([`xattr_kept`]).
     pub(crate) fn sets_xattr(&self, name: &[u8]) -> bool {
-        xattr_kept(self.owners, name)
+        self.asks_xattr(name) && xattr_kept(self.owners, name)
     }
 
     /// What to restore of `entry`, counting in `skipped` what it may not.
@@ -288,7 +352,7 @@ impl Policy {
                 None
             }
         };
-        let mut mode = meta.mode & 0o7777;
+        let mut mode = self.mode_of(entry.kind, meta.mode);
         // Setuid and setgid mean nothing on a special file (and could not be set on it
         // through a descriptor).
         let setid = match entry.kind {
@@ -397,7 +461,7 @@ impl Policy {
         }
         for (name, value) in xattrs.iter() {
             if !self.sets_xattr(name) {
-                skipped.xattrs += 1;
+                skipped.xattrs += u64::from(self.asks_xattr(name));
                 continue;
             }
             let set = match target {

@@ -236,6 +236,7 @@ impl Listing {
             owners: archive && self.owners,
             xattrs: archive,
             links: true,
+            newer: false,
         }
     }
 

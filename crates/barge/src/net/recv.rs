@@ -26,6 +26,7 @@ use crate::sys::DIR_FLAGS;
 use crate::threads::Work;
 use crate::tree::Owner;
 use crate::unpack::{Existing, Restore};
+use crate::{Done, Listener};
 
 /// How long a connection may take, at most, to show the key (the Noise handshake and the
 /// HELLO, about two round trips of small messages) however often it sends a byte: a stranger
@@ -46,6 +47,8 @@ pub struct Receive {
     transfers: Transfers,
     /// Transfers landing at once, at most.
     slots: Slots,
+    /// Told each entry landed, by every transfer.
+    listener: Option<Listener>,
 }
 
 /// A bound on the transfers landing at once: a transfer beyond it waits for one to end.
@@ -215,6 +218,7 @@ impl Receive {
                 taken: Arc::default(),
                 max: usize::MAX,
             },
+            listener: None,
         }
     }
 
@@ -228,6 +232,13 @@ impl Receive {
     /// The transfers it lands at once, at most.
     pub(crate) fn transfers_at_once(&self) -> usize {
         self.slots.max
+    }
+
+    /// Tells `listener` each entry landed, as it lands (from a thread of each transfer), as
+    /// [`crate::Progress::listing`] does.
+    pub fn listing(mut self, listener: impl Fn(Done<'_>) + Send + Sync + 'static) -> Receive {
+        self.listener = Some(Listener(Arc::new(listener)));
+        self
     }
 
     /// Refuses archives beyond `limits`.
@@ -473,10 +484,13 @@ impl Receive {
         if hello.update {
             restore = restore.existing(Existing::Overwrite);
         }
-        let landing = ConfinedUnpack::new(&self.dest)
+        let mut landing = ConfinedUnpack::new(&self.dest)
             .limits(self.limits)
             .restore(restore)
             .compressed(hello.compress);
+        if let Some(listener) = &self.listener {
+            landing = landing.listener(listener.clone());
+        }
         let mut child = match landing.spawn() {
             Ok(child) => child,
             Err(e) => {

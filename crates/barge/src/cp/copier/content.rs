@@ -52,7 +52,9 @@ impl Copier<'_> {
         // The links stay locked while a multi-link file is created and filled, so that no
         // other name of it links to a name not yet (or no longer) its.
         let shared = self.shared;
-        let links = (stat.stx_nlink > 1).then(|| shared.links.lock().expect("no panics"));
+        let links = shared
+            .linked(stat)
+            .then(|| shared.links.lock().expect("no panics"));
         if let Some(earlier) = links
             .as_ref()
             .and_then(|links| links.get(&inode_key(stat)).cloned())

@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::marker::PhantomData;
 use std::os::fd::{BorrowedFd, OwnedFd};
 
-use rustix::io::fcntl_dupfd_cloexec;
+use rustix::fs::{openat, Mode};
 
 use super::{v2, Format, Pack, PackSummary};
 use crate::error::{Error, Result, TreePath};
@@ -20,6 +20,7 @@ use crate::format::segments::{share_index, shared_tail, Zstd};
 use crate::format::HEADER_V2;
 use crate::output::FdWriter;
 use crate::share::Share;
+use crate::sys::DIR_FLAGS;
 use crate::walk::{Quiet, Root};
 use crate::Progress;
 
@@ -122,15 +123,16 @@ impl Pack<'_> {
         })
     }
 
-    /// A duplicate of the one directory a shared pack takes (its entries at the top).
+    /// The one directory a shared pack takes (its entries at the top), opened again: a
+    /// walk reads it to its end, which a duplicate fd would share.
     fn shared_root(&self) -> Result<OwnedFd> {
         match &self.roots[..] {
             [Root {
                 name,
                 fd,
                 members: None,
-            }] if name.is_empty() => fcntl_dupfd_cloexec(fd, 0)
-                .map_err(|e| Error::io("dup directory", TreePath::default(), e)),
+            }] if name.is_empty() => openat(fd, c".", DIR_FLAGS, Mode::empty())
+                .map_err(|e| Error::io("open directory", TreePath::default(), e)),
             _ => Err(Error::Argument {
                 arg: "--mpi".into(),
                 problem: "packs one directory (its entries at the top of the archive)".into(),

@@ -1220,7 +1220,8 @@ mod tests {
         fs::write(dir.path().join("a/b/deep/er/x"), b"x").unwrap();
         fs::hard_link(dir.path().join("z/f003"), dir.path().join("a/b/deep/er/y")).unwrap();
         let plain = packed(dir.path(), |p| p.format(Format::V2)).0;
-        for (ranks, zstd) in [(1, None), (3, Some(3)), (4, None)] {
+        // 33 shares: the ninth begins at a/big, so it leaves a/b first.
+        for (ranks, zstd) in [(1, None), (3, Some(3)), (4, None), (33, None)] {
             let pack = || {
                 let fd = open(
                     dir.path(),
@@ -1240,10 +1241,13 @@ mod tests {
             let (mut first, mut links) = (0, HashMap::new());
             for rank in 0..ranks {
                 let share = Share::new(rank, ranks, parts);
-                let planned = pack().plan_share(&share).unwrap();
+                // One pack for the three steps, as pack --mpi has.
+                let pack = pack();
+                assert_eq!(pack.parts().unwrap(), parts);
+                let planned = pack.plan_share(&share).unwrap();
                 let mut spool = tempfile::tempfile().unwrap();
                 let shared =
-                    (pack().pack_share(&share, first, planned.entries, &links, spool.as_fd()))
+                    (pack.pack_share(&share, first, planned.entries, &links, spool.as_fd()))
                         .unwrap();
                 spool.rewind().unwrap();
                 assert_eq!(

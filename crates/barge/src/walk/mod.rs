@@ -416,9 +416,12 @@ impl Walker<'_> {
                 let done = stack.pop().expect("frame exists");
                 self.pool.push(done.listing);
                 if !stack.is_empty() {
-                    self.at.leave();
+                    // A share may resume inside the directory, to leave it.
                     let place = place(depth - 1, true);
-                    if tells(self.options.share, &mut self.resumed, &self.at, place, sink)? {
+                    let tells =
+                        tells(self.options.share, &mut self.resumed, &self.at, place, sink)?;
+                    self.at.leave();
+                    if tells {
                         sink.leave_dir()?;
                     }
                 }

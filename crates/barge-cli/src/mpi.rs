@@ -591,3 +591,19 @@ fn copy_into(spool: &OwnedFd, len: u64, path: &Path, at: u64) -> Result<()> {
         )
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_archive_on_nfs_is_refused() {
+        let dir = Path::new("/mnt/home");
+        let refused = refuse_nfs(dir, 0x6969).unwrap_err().to_string();
+        assert!(refused.contains("is on NFS"), "{refused}");
+        // tmpfs, ext4, Lustre.
+        for f_type in [0x0102_1994, 0xef53, 0x0bd0_0bd0] {
+            assert!(refuse_nfs(dir, f_type).is_ok(), "{f_type:x}");
+        }
+    }
+}

@@ -17,7 +17,6 @@
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
 
-use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -25,7 +24,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, Context, Result};
 use barge::cp::{link_owner, CpSummary, Deferred, Linked, Part};
 use barge::interrupt::Cancel;
-use barge::pack::share::{tail, HEADER};
+use barge::pack::share::{tail, Links, HEADER};
 use barge::pack::{Pack, PackSummary};
 use barge::share::Share;
 use barge::Progress;
@@ -498,9 +497,9 @@ fn exclusive_sum(world: &SimpleCommunicator, n: u64) -> u64 {
 /// of each file.
 fn earlier_links(
     world: &SimpleCommunicator,
-    links: &HashMap<(u64, u64), u64>,
+    links: &Links,
     first: u64,
-) -> HashMap<(u64, u64), u64> {
+) -> Links {
     let mine: Vec<u64> = (links.iter())
         .flat_map(|(&(dev, ino), &n)| [dev, ino, first + n])
         .collect();
@@ -513,7 +512,7 @@ fn earlier_links(
         &mine[..],
         &mut PartitionMut::new(&mut all[..], counts, starts),
     );
-    let mut earlier = HashMap::new();
+    let mut earlier = Links::new();
     // Ranks in order: the first number kept is the lowest.
     for link in all[..before].chunks_exact(3) {
         earlier.entry((link[0], link[1])).or_insert(link[2]);

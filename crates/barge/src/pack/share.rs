@@ -24,6 +24,9 @@ use crate::sys::DIR_FLAGS;
 use crate::walk::{Quiet, Root};
 use crate::Progress;
 
+/// Entry numbers of files of several links, by device and inode.
+pub type Links = HashMap<(u64, u64), u64>;
+
 /// The first bytes of the archive, before the first share's.
 pub const HEADER: [u8; 8] = HEADER_V2;
 
@@ -34,7 +37,7 @@ pub struct Planned {
     pub entries: u64,
     /// The files of several links that the share names, by device and inode: the number
     /// of the first entry naming each, counted from the share's first.
-    pub links: HashMap<(u64, u64), u64>,
+    pub links: Links,
 }
 
 /// What [`Pack::pack_share`] wrote.
@@ -93,7 +96,7 @@ impl Pack<'_> {
         share: &Share,
         first: u64,
         entries: u64,
-        links: &HashMap<(u64, u64), u64>,
+        links: &Links,
         out: BorrowedFd<'_>,
     ) -> Result<Shared> {
         self.format = Format::V2;

@@ -24,6 +24,7 @@ use rustix::fs::{
 use rustix::io::{fcntl_dupfd_cloexec, Errno};
 
 use super::packer::{INLINE_MAX, RING_FILES};
+use super::share::Links;
 use super::{recorded, writer_gone, PackSummary, Update, Warning};
 use crate::compare::inode_key;
 use crate::error::{Error, Result, TreePath};
@@ -78,7 +79,7 @@ pub(super) struct Sharing<'a> {
     pub first: u64,
     /// The first names of files of several links that come before the share: their entry
     /// numbers by device and inode.
-    pub links: &'a HashMap<(u64, u64), u64>,
+    pub links: &'a Links,
     /// Only count the entries and note the files of several links ([`plan`]).
     pub counting: bool,
 }
@@ -86,6 +87,10 @@ pub(super) struct Sharing<'a> {
 /// What [`encode`] wrote of a share: the segments as the index lists them (from offset 0
 /// of what was written) and the index rows of its entries.
 pub(super) type Written = (Segs, Rows);
+
+/// What the writer wrote: its bytes, the warnings of the files it read, and with a share
+/// what the index needs of it.
+type Wrote = (u64, Vec<Warning>, Option<Written>);
 
 /// Where the data of a piece of a body comes from.
 enum Source {
@@ -239,7 +244,7 @@ pub(super) fn encode<W: ArchiveWriter>(
 pub(super) fn plan(
     settings: Settings<'_>,
     source: impl FnOnce(&mut Planner<'_>) -> Result<()>,
-) -> Result<(u64, HashMap<(u64, u64), u64>)> {
+) -> Result<(u64, Links)> {
     let (jobs, _) = channel();
     let (_, tokens) = sync_channel(0);
     let (done, _) = channel();
@@ -261,7 +266,7 @@ fn write(
     progress: &Progress,
     level: Option<i32>,
     shared: bool,
-) -> Result<Option<(u64, Vec<Warning>, Option<Written>)>> {
+) -> Result<Option<Wrote>> {
     let mut segs = Segs::starting(0);
     if !shared {
         out.write_bytes(&HEADER_V2, progress)?;

@@ -495,11 +495,7 @@ fn exclusive_sum(world: &SimpleCommunicator, n: u64) -> u64 {
 /// The files of several links whose first names are in the shares of the ranks before this
 /// one: every rank's `links` (entry numbers from its `first`), gathered; the lowest number
 /// of each file.
-fn earlier_links(
-    world: &SimpleCommunicator,
-    links: &Links,
-    first: u64,
-) -> Links {
+fn earlier_links(world: &SimpleCommunicator, links: &Links, first: u64) -> Links {
     let mine: Vec<u64> = (links.iter())
         .flat_map(|(&(dev, ino), &n)| [dev, ino, first + n])
         .collect();

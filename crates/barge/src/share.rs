@@ -1,5 +1,5 @@
 //! How the processes of one job (the ranks of an MPI job) split a tree: every process walks
-//! the top [`SPINE`] levels, and the entries there ([`Place::Part`]) are the units handed
+//! the top [`SPINE`] levels, and the entries there (the parts) are the units handed
 //! out, each with everything below it. `cp --mpi` hands a part to the process its path
 //! hashes to ([`crate::cp::Part`]); `pack --mpi` hands each process a run of consecutive
 //! parts ([`Share`]), since each process writes one stretch of the archive, whose entries

@@ -4,6 +4,7 @@ use std::io::{IsTerminal, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use barge::exclude::Exclude;
@@ -11,7 +12,7 @@ use barge::format::sniff::{sniff, Foreign};
 use barge::format::FormatError;
 use barge::interrupt::Cancel;
 use barge::output::{Kind, Output};
-use barge::pack::{Format as PackFormat, Pack};
+use barge::pack::{Format as PackFormat, Pack, PackSummary};
 use barge::root::Confinement;
 use barge::sys::fds::raise_fd_limit;
 use barge::tree;
@@ -124,6 +125,14 @@ pub struct PackArgs {
     /// The archive is the same whatever their number.
     #[arg(short = 'j', long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     threads: Option<u32>,
+    /// Share the pack among the ranks of the MPI job this runs in (`mpiexec -n N barge-mpi
+    /// pack --mpi DIR -o FILE`, or srun): one version 2 archive, each rank packing a run of
+    /// DIR's parts and writing its segments where they go in FILE. One DIR; FILE on a file
+    /// system every rank sees that takes writes at offsets from several machines (not NFS);
+    /// -j N is the threads of each rank; see docs/SCALE.md.
+    #[cfg(feature = "mpi")]
+    #[arg(long, conflicts_with_all = ["files_from", "format"])]
+    pub(crate) mpi: bool,
     #[command(flatten)]
     out: OutputArgs,
 }
@@ -140,22 +149,103 @@ impl PackArgs {
     }
 }
 
-/// `barge pack DIR... [-o FILE|-]`.
-pub fn pack(args: PackArgs, cancel: &Cancel) -> Result<Exit> {
-    raise_fd_limit();
-    let format = match (args.format, args.zstd) {
+/// The format `args` ask for.
+fn pack_format(args: &PackArgs) -> Result<PackFormat> {
+    Ok(match (args.format, args.zstd) {
         (Some(1), Some(_)) => {
             bail!("--zstd compresses version 2 segments: it cannot go with --format 1")
         }
         (None | Some(1), None) => PackFormat::V1,
         _ => PackFormat::V2,
-    };
-    let exclude = Exclude::new(&args.exclude)?;
-    let newer = match (&args.newer, &args.newer_mtime) {
+    })
+}
+
+/// The date of `--newer` or `--newer-mtime`.
+fn pack_newer(args: &PackArgs) -> Result<Option<Newer>> {
+    Ok(match (&args.newer, &args.newer_mtime) {
         (Some(date), _) => Some(newer(date, false)?),
         (_, Some(date)) => Some(newer(date, true)?),
         _ => None,
+    })
+}
+
+/// `pack` with the options of `args` that shape the archive (what is recorded and left
+/// out, the format, zstd, threads), `exclude` and the date of `newer`.
+pub fn pack_options<'a>(
+    pack: Pack<'a>,
+    args: &PackArgs,
+    format: PackFormat,
+    exclude: Exclude,
+    newer: Option<Newer>,
+) -> Pack<'a> {
+    let mut pack = pack.archive(args.archive).exclude(exclude).format(format);
+    if let Some(level) = args.zstd {
+        pack = pack.zstd(level);
+    }
+    if let Some(threads) = args.threads {
+        pack = pack.threads(threads as usize);
+    }
+    if let Some(newer) = newer {
+        pack = pack.newer(newer);
+    }
+    pack.one_file_system(args.one_file_system)
+}
+
+/// What `pack --mpi` takes from its arguments.
+#[cfg(feature = "mpi")]
+pub(crate) struct SharedPack {
+    /// The pack of its one DIR, with its options.
+    pub pack: Pack<'static>,
+    /// The archive's path.
+    pub output: PathBuf,
+    /// DIR's path, for the progress line's count, with the exclusions and -x.
+    pub source: PathBuf,
+    pub exclude: Exclude,
+    pub one_file_system: bool,
+    /// --zstd's level.
+    pub zstd: Option<i32>,
+}
+
+/// What `pack --mpi` takes from `args`.
+#[cfg(feature = "mpi")]
+pub(crate) fn shared_pack(args: &PackArgs, cancel: &Cancel) -> Result<SharedPack> {
+    let output = match args.output.as_deref() {
+        Some(path) if !is_stdio(Some(path)) => path.to_path_buf(),
+        _ => bail!("--mpi writes the archive to a file every rank sees (-o FILE), not to stdout"),
     };
+    let [dir] = &args.dirs[..] else {
+        bail!("--mpi packs one DIR (pack the others in jobs of their own)");
+    };
+    let exclude = Exclude::new(&args.exclude)?;
+    let directory = args.directory.as_deref();
+    let pack = open_pack(std::slice::from_ref(dir), directory, cancel)?;
+    let pack = pack_options(
+        pack,
+        args,
+        PackFormat::V2,
+        exclude.clone(),
+        pack_newer(args)?,
+    );
+    Ok(SharedPack {
+        pack,
+        output,
+        source: in_directory(directory, dir),
+        exclude,
+        one_file_system: args.one_file_system,
+        zstd: args.zstd,
+    })
+}
+
+/// `barge pack DIR... [-o FILE|-]`.
+pub fn pack(args: PackArgs, cancel: &Cancel) -> Result<Exit> {
+    raise_fd_limit();
+    #[cfg(feature = "mpi")]
+    if args.mpi {
+        return crate::mpi::pack(&args, cancel);
+    }
+    let format = pack_format(&args)?;
+    let exclude = Exclude::new(&args.exclude)?;
+    let newer = pack_newer(&args)?;
     if args.files_from.is_some() && !args.dirs.is_empty() {
         bail!("give the paths to pack either as arguments or in -T's list, not both");
     }
@@ -188,21 +278,7 @@ pub fn pack(args: PackArgs, cancel: &Cancel) -> Result<Exit> {
     let kind = file.as_ref().map(Output::kind);
     let progress = crate::report::progress(args.out, kind.is_none());
     let exclude_again = exclude.clone();
-    let mut pack = pack
-        .progress(&progress)
-        .archive(args.archive)
-        .exclude(exclude)
-        .format(format);
-    if let Some(level) = args.zstd {
-        pack = pack.zstd(level);
-    }
-    if let Some(threads) = args.threads {
-        pack = pack.threads(threads as usize);
-    }
-    if let Some(newer) = newer {
-        pack = pack.newer(newer);
-    }
-    let pack = pack.one_file_system(args.one_file_system);
+    let pack = pack_options(pack.progress(&progress), &args, format, exclude, newer);
     let total = Total::default();
     let (result, elapsed) = std::thread::scope(|scope| {
         // Not with --newer, which leaves out what the count cannot tell; without a thread
@@ -231,6 +307,18 @@ pub fn pack(args: PackArgs, cancel: &Cancel) -> Result<Exit> {
         warn(format_args!("{warning}"));
     }
     let lost = packed.warnings.iter().filter(|w| w.lost).count();
+    Ok(told_packed(&args, &packed, lost, elapsed, kind.is_none()))
+}
+
+/// Tells what `packed` holds, with `lost` entries that could not be read (already named),
+/// after `elapsed`; `to_stdout`: the archive went to stdout.
+pub fn told_packed(
+    args: &PackArgs,
+    packed: &PackSummary,
+    lost: usize,
+    elapsed: Duration,
+    to_stdout: bool,
+) -> Exit {
     if lost > 0 {
         warn(format_args!(
             "the archive lacks {lost} entries, or parts of them, that could not be read \
@@ -253,18 +341,11 @@ pub fn pack(args: PackArgs, cancel: &Cancel) -> Result<Exit> {
         human_bytes(packed.bytes),
         human_bytes(packed.archive_bytes)
     ));
-    summary(
-        args.out,
-        &line,
-        &packed,
-        Map::new(),
-        elapsed,
-        kind.is_none(),
-    );
-    Ok(match lost {
+    summary(args.out, &line, packed, Map::new(), elapsed, to_stdout);
+    match lost {
         0 => Exit::Success,
         _ => Exit::Partial,
-    })
+    }
 }
 
 /// The pack of `paths` (found in `directory`, tar's -C): one directory's entries at the

@@ -1,27 +1,44 @@
-//! `barge cp --mpi` (the `mpi` feature): the ranks of an MPI job share one copy. Each rank
+//! The `mpi` feature: `cp --mpi` and `pack --mpi`, the ranks of an MPI job sharing one copy
+//! or one archive.
+//!
+//! `barge cp --mpi`: the ranks of an MPI job share one copy. Each rank
 //! copies the parts of SRC that hash to it ([`Part::Rank`]); then every rank's names of
 //! files of several links are gathered, and each such file is copied and linked by the one
 //! rank its device and inode hash to ([`link_owner`]), so that its names stay one file;
 //! then rank 0 gives the directories above the parts their metadata ([`Part::Spine`]).
 //! The counts are summed on every rank (one exit status for the job); rank 0 shows the
 //! progress and the summary. Only the main thread calls MPI.
+//!
+//! `barge pack --mpi`: each rank packs a run of the tree's parts ([`barge::pack::share`])
+//! into a file of its own; their sizes summed by `MPI_Exscan` say where each goes in the
+//! archive, which rank 0 creates with the header, the index and the footer (from every
+//! rank's segments and rows, gathered) before every rank copies its frames into place.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Result};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context, Result};
 use barge::cp::{link_owner, CpSummary, Deferred, Linked, Part};
 use barge::interrupt::Cancel;
+use barge::pack::share::{tail, Links, HEADER};
+use barge::pack::{Pack, PackSummary};
+use barge::share::Share;
 use barge::Progress;
 use mpi::collective::SystemOperation;
 use mpi::datatype::PartitionMut;
 use mpi::environment::Threading;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
+use rustix::fs::{Mode, OFlags, CWD};
 use serde_json::Value;
 
+use crate::archive::{shared_pack, told_packed, PackArgs, SharedPack};
 use crate::cp::{plan, report, CpArgs, Plan};
-use crate::report::{failure, shown_path, shows_progress, with_progress, Exit, Total};
+use crate::report::{failure, shown_path, shows_progress, warn, with_progress, Exit, Total};
 
 /// The longest the ranks wait between two sums of their progress (they start at a
 /// millisecond, so that a small copy does not wait for the sum that ends it).
@@ -37,14 +54,9 @@ pub fn cp(args: &CpArgs, cancel: &Cancel) -> Result<Exit> {
         1 => Ok(plan),
         _ => bail!("--mpi copies one SRC (copy the others in jobs of their own)"),
     });
-    // Every rank plans alike; an error is told once, by rank 0 where it has it too.
-    let mut failed = vec![0u64; ranks as usize];
-    world.all_gather_into(&u64::from(planned.is_err()), &mut failed[..]);
-    let planned = match planned {
-        Err(e) if rank == 0 || failed[0] == 0 => return Err(e),
-        Err(_) => return Ok(Exit::Error),
-        Ok(_) if failed.iter().any(|&f| f > 0) => return Ok(Exit::Error),
-        Ok(plan) => plan,
+    // Every rank plans alike; an error is told once.
+    let Some(planned) = whole(&world, planned) else {
+        return Ok(Exit::Error);
     };
     let Plan {
         cp,
@@ -130,10 +142,13 @@ pub fn cp(args: &CpArgs, cancel: &Cancel) -> Result<Exit> {
     Ok(report(args, &done, &verified, elapsed))
 }
 
-/// What one step of the copy did on this rank, or `None` on every rank where it failed as a
-/// whole on any (SRC or DEST unreachable: the copy goes no further). The error is told
+/// What one step of the job did on this rank, or `None` on every rank where it failed as a
+/// whole on any (SRC or DEST unreachable: the job goes no further). The error is told
 /// by the lowest rank that has one: the ranks fail alike.
-fn whole(world: &SimpleCommunicator, done: barge::Result<CpSummary>) -> Option<CpSummary> {
+fn whole<T, E: Into<anyhow::Error>>(
+    world: &SimpleCommunicator,
+    done: std::result::Result<T, E>,
+) -> Option<T> {
     let mut failed = vec![0u64; world.size() as usize];
     world.all_gather_into(&u64::from(done.is_err()), &mut failed[..]);
     match (done, failed.iter().position(|&f| f > 0)) {
@@ -214,14 +229,8 @@ fn my_links(
     });
     let mut counts = vec![0i32; ranks as usize];
     world.all_gather_into(&len, &mut counts[..]);
-    let starts: Vec<i32> = (counts.iter())
-        .scan(0, |at, &n| {
-            let start = *at;
-            *at += n;
-            Some(start)
-        })
-        .collect();
     let mut all = vec![0u8; counts.iter().map(|&n| n as usize).sum()];
+    let starts = starts(&counts);
     world.all_gather_varcount_into(
         &bytes[..],
         &mut PartitionMut::new(&mut all[..], counts, starts),
@@ -244,6 +253,17 @@ fn my_links(
     }
     mine.sort_unstable();
     mine.into_iter().map(|(_, path)| path).collect()
+}
+
+/// Where each of the pieces `counts` long starts, one after the other.
+fn starts(counts: &[i32]) -> Vec<i32> {
+    (counts.iter())
+        .scan(0, |at, &n| {
+            let start = *at;
+            *at += n;
+            Some(start)
+        })
+        .collect()
 }
 
 /// `done` summed over every rank, on every rank: its counts flattened in one order (the
@@ -275,5 +295,310 @@ fn leaves(value: &mut Value, f: &mut impl FnMut(&mut Value)) {
     match value {
         Value::Object(fields) => fields.values_mut().for_each(|v| leaves(v, f)),
         leaf => f(leaf),
+    }
+}
+
+/// NFS's `f_type` in statfs(2) (`NFS_SUPER_MAGIC`).
+const NFS_SUPER_MAGIC: i64 = 0x6969;
+
+/// Refuses an archive in `dir` where the file system's type `f_type` is NFS: its clients
+/// cache writes by page and write whole pages back, so writes at offsets from several
+/// machines can undo each other (as mpifileutils' dtar documents).
+fn refuse_nfs(dir: &Path, f_type: i64) -> Result<()> {
+    if f_type == NFS_SUPER_MAGIC {
+        bail!(
+            "{} is on NFS, where ranks on several machines writing one file at offsets can \
+             overwrite each other's data: write the archive to a parallel file system \
+             (Lustre, GPFS, BeeGFS) or pack without --mpi",
+            shown_path(dir)
+        );
+    }
+    Ok(())
+}
+
+/// `mpiexec -n N barge-mpi pack --mpi DIR -o FILE`.
+pub fn pack(args: &PackArgs, cancel: &Cancel) -> Result<Exit> {
+    let (universe, _) = mpi::initialize_with_threading(Threading::Funneled)
+        .ok_or_else(|| anyhow!("MPI was initialized already"))?;
+    let world = universe.world();
+    let rank = world.rank() as u32;
+    let prepared = shared_pack(args, cancel).and_then(|shared| {
+        let dir = match shared.output.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let fs = rustix::fs::statfs(&dir).with_context(|| {
+            format!("cannot reach the archive's directory {}", shown_path(&dir))
+        })?;
+        refuse_nfs(&dir, fs.f_type as i64)?;
+        Ok((shared, dir))
+    });
+    let Some((shared, dir)) = whole(&world, prepared) else {
+        return Ok(Exit::Error);
+    };
+    let SharedPack {
+        pack,
+        output,
+        source,
+        exclude,
+        zstd,
+        one_file_system,
+    } = shared;
+    let progress = Progress::default();
+    let summed = Progress::default();
+    let pack = pack.progress(&progress);
+    let mut out = args.out();
+    out.no_progress |= rank != 0;
+    let total = Total::default();
+    let (packed, elapsed) = std::thread::scope(|scope| {
+        if shows_progress(out) {
+            let _ = std::thread::Builder::new().spawn_scoped(scope, || {
+                total.count(std::slice::from_ref(&source), exclude, one_file_system)
+            });
+        }
+        let work = || pack_shared(&world, pack, &progress, &summed, &output, &dir, zstd);
+        with_progress(out, &summed, || total.known(), work)
+    });
+    let Some((mine, archive_bytes)) = packed else {
+        return Ok(Exit::Error);
+    };
+    for warning in &mine.warnings {
+        warn(format_args!("{warning}"));
+    }
+    let lost = mine.warnings.iter().filter(|w| w.lost).count() as u64;
+    let mine = [
+        mine.dirs,
+        mine.files,
+        mine.symlinks,
+        mine.hard_links,
+        mine.specials,
+        mine.bytes,
+        lost,
+    ];
+    let mut sums = [0u64; 7];
+    world.all_reduce_into(&mine[..], &mut sums[..], SystemOperation::sum());
+    let [dirs, files, symlinks, hard_links, specials, bytes, lost] = sums;
+    let done = PackSummary {
+        dirs,
+        files,
+        symlinks,
+        hard_links,
+        specials,
+        bytes,
+        archive_bytes,
+        ..PackSummary::default()
+    };
+    if rank != 0 {
+        return Ok(if lost > 0 {
+            Exit::Partial
+        } else {
+            Exit::Success
+        });
+    }
+    Ok(told_packed(args, &done, lost as usize, elapsed, false))
+}
+
+/// The steps of `pack --mpi` after the checks: this rank's summary and, on rank 0, the
+/// archive's size; `None` where a step failed on any rank (told by one).
+fn pack_shared(
+    world: &SimpleCommunicator,
+    pack: Pack<'_>,
+    progress: &Progress,
+    summed: &Progress,
+    output: &Path,
+    dir: &Path,
+    zstd: Option<i32>,
+) -> Option<(PackSummary, u64)> {
+    let (rank, ranks) = (world.rank() as u32, world.size() as u32);
+    // Every rank walks the top levels: they must find the same parts.
+    let parts = whole(world, pack.parts())?;
+    let mut all = vec![0u64; ranks as usize];
+    world.all_gather_into(&parts, &mut all[..]);
+    let parts = whole(
+        world,
+        match all.iter().all(|&p| p == parts) {
+            true => Ok(parts),
+            false => Err(anyhow!(
+                "the top levels of the tree changed while the ranks listed them"
+            )),
+        },
+    )?;
+    let share = Share::new(rank, ranks, parts);
+    let planned = whole(world, pack.plan_share(&share))?;
+    let first = exclusive_sum(world, planned.entries);
+    let links = earlier_links(world, &planned.links, first);
+    let spool = whole(
+        world,
+        rustix::fs::openat(
+            CWD,
+            dir,
+            OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .with_context(|| format!("cannot make a temporary file in {}", shown_path(dir))),
+    )?;
+    let shared = together(world, progress, summed, || {
+        pack.pack_share(&share, first, planned.entries, &links, spool.as_fd())
+    });
+    let shared = whole(world, shared)?;
+    let at = HEADER.len() as u64 + exclusive_sum(world, shared.bytes);
+    let mut total = 0u64;
+    world.all_reduce_into(&shared.bytes, &mut total, SystemOperation::sum());
+    let indexes = gathered_at_0(world, &shared.index);
+    // Rank 0 makes the file with its header, index and footer; then every rank copies its
+    // frames where they go; then rank 0 puts the file in place.
+    let temporary = temporary_path(output);
+    let gone = || {
+        if rank == 0 {
+            let _ = std::fs::remove_file(&temporary);
+        }
+    };
+    let made = indexes.map(|indexes| {
+        let indexes: Vec<&[u8]> = indexes.iter().map(|i| &i[..]).collect();
+        let tail = tail(&indexes, zstd)?;
+        make_archive(&temporary, HEADER.len() as u64 + total, &tail)
+    });
+    let Some(archive_bytes) = whole(world, made.transpose()) else {
+        gone();
+        return None;
+    };
+    let placed = whole(world, copy_into(&spool, shared.bytes, &temporary, at)).and_then(|()| {
+        let renamed = match rank {
+            0 => std::fs::rename(&temporary, output).with_context(|| {
+                format!(
+                    "cannot rename {} to {}",
+                    shown_path(&temporary),
+                    shown_path(output)
+                )
+            }),
+            _ => Ok(()),
+        };
+        whole(world, renamed)
+    });
+    if placed.is_none() {
+        gone();
+    }
+    placed.map(|()| (shared.summary, archive_bytes.unwrap_or(0)))
+}
+
+/// The sum of `n` over the ranks before this one (`MPI_Exscan`).
+fn exclusive_sum(world: &SimpleCommunicator, n: u64) -> u64 {
+    let mut sum = 0u64;
+    world.exclusive_scan_into(&n, &mut sum, SystemOperation::sum());
+    // Rank 0's is left undefined.
+    match world.rank() {
+        0 => 0,
+        _ => sum,
+    }
+}
+
+/// The files of several links whose first names are in the shares of the ranks before this
+/// one: every rank's `links` (entry numbers from its `first`), gathered; the lowest number
+/// of each file.
+fn earlier_links(world: &SimpleCommunicator, links: &Links, first: u64) -> Links {
+    let mine: Vec<u64> = (links.iter())
+        .flat_map(|(&(dev, ino), &n)| [dev, ino, first + n])
+        .collect();
+    let mut counts = vec![0i32; world.size() as usize];
+    world.all_gather_into(&(mine.len() as i32), &mut counts[..]);
+    let mut all = vec![0u64; counts.iter().map(|&n| n as usize).sum()];
+    let starts = starts(&counts);
+    let before = starts[world.rank() as usize] as usize;
+    world.all_gather_varcount_into(
+        &mine[..],
+        &mut PartitionMut::new(&mut all[..], counts, starts),
+    );
+    let mut earlier = Links::new();
+    // Ranks in order: the first number kept is the lowest.
+    for link in all[..before].chunks_exact(3) {
+        earlier.entry((link[0], link[1])).or_insert(link[2]);
+    }
+    earlier
+}
+
+/// Every rank's `bytes`, on rank 0 (`None` elsewhere).
+fn gathered_at_0(world: &SimpleCommunicator, bytes: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let root = world.process_at_rank(0);
+    let len = bytes.len() as i32;
+    if world.rank() != 0 {
+        root.gather_into(&len);
+        root.gather_varcount_into(bytes);
+        return None;
+    }
+    let mut counts = vec![0i32; world.size() as usize];
+    root.gather_into_root(&len, &mut counts[..]);
+    let mut all = vec![0u8; counts.iter().map(|&n| n as usize).sum()];
+    let starts = starts(&counts);
+    let pieces: Vec<(usize, usize)> = (starts.iter().zip(&counts))
+        .map(|(&start, &n)| (start as usize, n as usize))
+        .collect();
+    root.gather_varcount_into_root(bytes, &mut PartitionMut::new(&mut all[..], counts, starts));
+    Some(
+        pieces
+            .into_iter()
+            .map(|(at, n)| all[at..at + n].to_vec())
+            .collect(),
+    )
+}
+
+/// Where rank 0 makes the archive before it is complete: `.NAME.barge-mpi` beside it.
+fn temporary_path(output: &Path) -> PathBuf {
+    let mut name = std::ffi::OsString::from(".");
+    name.push(output.file_name().unwrap_or_default());
+    name.push(".barge-mpi");
+    output.with_file_name(name)
+}
+
+/// Makes the archive file `path` of the header, `end - 8` bytes for the shares, and
+/// `tail` (index and footer); returns its length.
+fn make_archive(path: &Path, end: u64, tail: &[u8]) -> Result<u64> {
+    let made = || -> std::io::Result<u64> {
+        let file = std::fs::File::create(path)?;
+        let len = end + tail.len() as u64;
+        file.set_len(len)?;
+        file.write_all_at(&HEADER, 0)?;
+        file.write_all_at(tail, end)?;
+        file.sync_data()?;
+        Ok(len)
+    };
+    made().with_context(|| format!("cannot write {}", shown_path(path)))
+}
+
+/// Copies the `len` bytes of `spool` into the file `path` at `at`, and syncs them.
+fn copy_into(spool: &OwnedFd, len: u64, path: &Path, at: u64) -> Result<()> {
+    let copied = || -> std::io::Result<()> {
+        let file = std::fs::OpenOptions::new().write(true).open(path)?;
+        let (mut from, mut to) = (0u64, at);
+        while from < len {
+            let left = usize::try_from(len - from).unwrap_or(usize::MAX);
+            let n =
+                rustix::fs::copy_file_range(spool, Some(&mut from), &file, Some(&mut to), left)?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+        file.sync_data()
+    };
+    copied().with_context(|| {
+        format!(
+            "cannot write this rank's segments into {}",
+            shown_path(path)
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_archive_on_nfs_is_refused() {
+        let dir = Path::new("/mnt/home");
+        let refused = refuse_nfs(dir, 0x6969).unwrap_err().to_string();
+        assert!(refused.contains("is on NFS"), "{refused}");
+        // tmpfs, ext4, Lustre.
+        for f_type in [0x0102_1994, 0xef53, 0x0bd0_0bd0] {
+            assert!(refuse_nfs(dir, f_type).is_ok(), "{f_type:x}");
+        }
     }
 }

@@ -30,6 +30,7 @@ pub mod output;
 pub mod owners;
 pub mod pack;
 pub mod root;
+pub mod share;
 pub(crate) mod source;
 pub mod sys;
 pub mod threads;

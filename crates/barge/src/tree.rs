@@ -527,6 +527,13 @@ pub trait Sink {
     fn finish(&mut self) -> Result<(), Self::Error> {
         Ok(())
     }
+
+    /// The entries that follow are in the directory `dir`, which others announced (a walk
+    /// of one share of a tree, [`crate::share::Share`]): before the first entry, if at all;
+    /// ignored by default.
+    fn resume(&mut self, _dir: &DirPath) -> Result<(), Self::Error> {
+        Ok(())
+    }
 }
 
 impl<S: Sink + ?Sized> Sink for &mut S {
@@ -573,6 +580,9 @@ impl<S: Sink + ?Sized> Sink for &mut S {
     }
     fn finish(&mut self) -> Result<(), S::Error> {
         (**self).finish()
+    }
+    fn resume(&mut self, dir: &DirPath) -> Result<(), S::Error> {
+        (**self).resume(dir)
     }
 }
 

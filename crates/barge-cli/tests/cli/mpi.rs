@@ -1,7 +1,9 @@
 //! `barge cp --mpi` under `mpiexec -n 4` (the `mpi` feature, MPICH from `scripts/deps --mpi`):
 //! the ranks' copy equals the plain `barge cp` copy by scripts/compare-trees (hard links
 //! across the ranks' parts, xattrs, times, modes), and a job with one rank killed mid-copy
-//! is finished by `--update` into the same tree, the part done before kept.
+//! is finished by `--update` into the same tree, the part done before kept. `barge pack
+//! --mpi` makes one valid archive (`barge verify`) that lists and unpacks as a plain pack
+//! of the same tree does, raw and zstd, hard links across the ranks' shares kept.
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -27,10 +29,15 @@ fn mpi_cp(args: &[&Path], extra: &[&str]) -> Command {
 }
 
 /// [`mpi_cp`] run by `cmd` (`mpiexec` or a command that runs it).
-fn mpi_cp_by(mut cmd: Command, args: &[&Path], extra: &[&str]) -> Command {
+fn mpi_cp_by(cmd: Command, args: &[&Path], extra: &[&str]) -> Command {
+    mpi_by(cmd, "cp", args, extra)
+}
+
+/// `mpiexec -n 4 barge COMMAND --mpi --json EXTRA ARGS` run by `cmd`.
+fn mpi_by(mut cmd: Command, command: &str, args: &[&Path], extra: &[&str]) -> Command {
     cmd.args(["-n", RANKS])
         .arg(bin())
-        .args(["cp", "--mpi", "--json"]);
+        .args([command, "--mpi", "--json"]);
     cmd.args(extra).args(args);
     cmd
 }
@@ -243,4 +250,77 @@ fn a_read_only_directory_takes_its_linked_name_without_root() {
         fs::metadata(dest.join("a/b/c/d")).unwrap().mode() & 0o7777,
         0o555
     );
+}
+
+/// `barge list -l ARCHIVE`'s lines, sorted (every entry with its mode, size and link).
+fn listing(archive: &Path) -> String {
+    let out = run_ok(barge(["list", "-l"]).arg(archive), None);
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn mpi_pack_is_an_archive_of_the_tree() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    wide_tree(&src, 5);
+    for (options, name) in [(&["-a"][..], "raw"), (&["-a", "--zstd"][..], "zstd")] {
+        let plain = work.path().join(format!("plain-{name}.barge"));
+        let mut pack = barge(["pack", "--format", "2", "--json"]);
+        let plain_out = run_ok(pack.args(options).arg(&src).arg("-o").arg(&plain), None);
+        let plain_done: Value = serde_json::from_slice(&plain_out.stdout).unwrap();
+        let shared = work.path().join(format!("ranks-{name}.barge"));
+        let out = mpi_by(Command::new("mpiexec"), "pack", &[&src], options)
+            .arg("-o")
+            .arg(&shared)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let done: Value = serde_json::from_slice(&out.stdout).unwrap();
+        // Every rank's counts, summed: the plain pack's.
+        for field in [
+            "dirs",
+            "files",
+            "bytes",
+            "symlinks",
+            "hard_links",
+            "specials",
+        ] {
+            assert_eq!(
+                done[field], plain_done[field],
+                "{field}: {done} vs {plain_done}"
+            );
+        }
+        assert_eq!(done["archive_bytes"], fs::metadata(&shared).unwrap().len());
+        run_ok(barge(["verify"]).arg(&shared), None);
+        assert_eq!(listing(&plain), listing(&shared), "pack --mpi {name}");
+        let (from_plain, from_ranks) = (work.path().join("u-plain"), work.path().join("u-ranks"));
+        for (archive, dest) in [(&plain, &from_plain), (&shared, &from_ranks)] {
+            let _ = fs::remove_dir_all(dest);
+            run_ok(barge(["unpack"]).arg(archive).arg(dest), None);
+        }
+        assert_equal_trees(&from_plain, &from_ranks, "unpacked: pack --mpi vs pack");
+        let linked = fs::metadata(from_ranks.join("p0/q0/r/s/f1")).unwrap();
+        assert_eq!(linked.nlink(), 5, "one file across the ranks' shares");
+    }
+}
+
+#[test]
+fn mpi_pack_refuses_stdout() {
+    let work = tempdir();
+    let out = mpi_by(
+        Command::new("mpiexec"),
+        "pack",
+        &[work.path()],
+        &["-o", "-"],
+    )
+    .output()
+    .unwrap();
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stderr);
+    // Told once, by one rank.
+    assert_eq!(text.matches("not to stdout").count(), 1, "{text}");
 }

@@ -37,6 +37,7 @@ use rustix::fs::{openat, statx, AtFlags, Mode, Statx, StatxFlags, CWD};
 use twox_hash::XxHash3_64;
 
 pub use crate::compare::Verified;
+pub use crate::share::SPINE;
 pub use dest::targets;
 
 use crate::compare::{inode_key, Compare};
@@ -46,6 +47,7 @@ use crate::interrupt::Cancel;
 use crate::land::restore::{NotRestored, Policy, Restore};
 use crate::land::sync::LinkTarget;
 use crate::root::{open_parent, split};
+use crate::share::{place, Place};
 use crate::sys::DIR_FLAGS;
 use crate::threads::Work;
 use crate::tree::{Kind, Owner, STATX_MASK};
@@ -177,12 +179,6 @@ impl Linked {
     }
 }
 
-/// How many levels below SRC the processes of a shared copy ([`Part`]) split it: the
-/// entries at this depth and above (directories: at this depth) are the parts handed out.
-/// Three levels give a source tree's hundreds of directories, and listing them on every
-/// process costs little.
-pub const SPINE: usize = 3;
-
 /// Which part of a copy this process makes, when the processes of a job (the ranks of an MPI
 /// job) share one: each takes the entries [`SPINE`] levels down or higher whose path hashes
 /// to it, with everything below them.
@@ -222,8 +218,7 @@ impl Part {
     fn takes(self, path: impl FnOnce() -> Vec<u8>, depth: usize, dir: bool) -> bool {
         match self {
             Part::Whole => true,
-            _ if depth > SPINE => true,
-            _ if dir && depth < SPINE => true,
+            _ if place(depth, dir) != Place::Part => true,
             Part::Spine => false,
             Part::Rank { rank, ranks } => {
                 XxHash3_64::oneshot(&path()) % u64::from(ranks) == u64::from(rank)

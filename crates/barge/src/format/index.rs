@@ -170,7 +170,7 @@ struct RawRow {
 /// A canonical LEB128 varint at `rows[*pos..]` (at most 10 bytes, no redundant zero group,
 /// within 64 bits), advancing `pos`.
 #[inline]
-fn varint(rows: &[u8], pos: &mut usize) -> Option<u64> {
+pub(crate) fn varint(rows: &[u8], pos: &mut usize) -> Option<u64> {
     let first = *rows.get(*pos)?;
     *pos += 1;
     if first < 0x80 {

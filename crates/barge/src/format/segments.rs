@@ -16,6 +16,7 @@ use super::encode::{
     push_hard_link, push_named, push_records_named, push_special_message, push_symlink_message,
     symlink_records, EncodeError,
 };
+use super::index::varint;
 use super::v2::{self, push_varint, OpenFile};
 use super::{
     check_name, digest, FormatError, CODEC_RAW, CODEC_ZSTD, DEFAULT_DIR_MODE, DEFAULT_FILE_MODE,
@@ -224,6 +225,11 @@ pub(crate) struct Rows {
 }
 
 impl Rows {
+    /// How many rows there are.
+    pub(crate) fn count(&self) -> u64 {
+        self.count
+    }
+
     /// The row of the entry `name` in the directory `dir` (its path with a trailing `/`, or
     /// empty), in segment `segment` at `offset`.
     fn push(&mut self, (dir, name): (&[u8], &[u8]), kind: (u8, u64), segment: u64, offset: u64) {
@@ -276,6 +282,14 @@ impl Default for Segs {
 }
 
 impl Segs {
+    /// None yet, the next at `at`.
+    pub(crate) fn starting(at: u64) -> Segs {
+        Segs {
+            at,
+            ..Segs::default()
+        }
+    }
+
     /// Where the next frame goes.
     pub(crate) fn at(&self) -> u64 {
         self.at
@@ -319,6 +333,72 @@ pub(crate) fn tail(segs: &Segs, rows: &Rows, zstd: Option<&mut Zstd>) -> Vec<u8>
     out
 }
 
+/// What the index needs of a share of an archive (`pack --mpi`) whose frames `segs` lists
+/// from offset 0 and whose entries `rows` lists: one byte string, for the process that
+/// writes the index ([`shared_tail`]).
+pub(crate) fn share_index(segs: &Segs, rows: &Rows) -> Vec<u8> {
+    let mut out = Vec::with_capacity(28 + segs.bytes.len() + rows.bytes.len());
+    out.extend_from_slice(&segs.at.to_le_bytes());
+    out.extend_from_slice(&segs.count.to_le_bytes());
+    out.extend_from_slice(&rows.count.to_le_bytes());
+    out.extend_from_slice(&(segs.bytes.len() as u64).to_le_bytes());
+    out.extend_from_slice(&segs.bytes);
+    out.extend_from_slice(&rows.bytes);
+    out
+}
+
+/// The index and footer of the archive made of the header and the shares whose
+/// [`share_index`] are `shares`, written one after the other in this order (a share's
+/// segments are numbered and placed after those of the shares before it; its rows are
+/// coded again after theirs), or what is wrong with a share's bytes.
+pub(crate) fn shared_tail(shares: &[&[u8]], zstd: Option<&mut Zstd>) -> Result<Vec<u8>, String> {
+    let mut segs = Segs::default();
+    let mut rows = Rows::default();
+    for (n, share) in shares.iter().enumerate() {
+        let bad = || format!("the index of share {n} is malformed");
+        let u64_at = |at: usize| -> Result<u64, String> {
+            let bytes = share.get(at..at + 8).ok_or_else(bad)?;
+            Ok(u64::from_le_bytes(bytes.try_into().expect("8 bytes")))
+        };
+        let (len, rows_count, segs_len) = (u64_at(0)?, u64_at(12)?, u64_at(20)? as usize);
+        let count = u32::from_le_bytes(share.get(8..12).ok_or_else(bad)?.try_into().expect("4"));
+        let records = share.get(28..28 + segs_len).ok_or_else(bad)?;
+        if records.len() != count as usize * 32 {
+            return Err(bad());
+        }
+        // Each segment's offset moves by where the share goes.
+        let (base, segment_base) = (segs.at, u64::from(segs.count));
+        for record in records.chunks_exact(32) {
+            let at = u64::from_le_bytes(record[..8].try_into().expect("8 bytes")) + base;
+            segs.bytes.extend_from_slice(&at.to_le_bytes());
+            segs.bytes.extend_from_slice(&record[8..]);
+        }
+        segs.count += count;
+        segs.at += len;
+        // Rows: the path from the previous one's `shared` bytes and the suffix; the
+        // segment numbered after the earlier shares'.
+        let coded = &share[28 + segs_len..];
+        let (mut pos, mut path, mut segment) = (0, Vec::new(), 0);
+        for _ in 0..rows_count {
+            let mut next = || varint(coded, &mut pos).ok_or_else(bad);
+            let (shared, added) = (next()? as usize, next()? as usize);
+            path.truncate(shared);
+            path.extend_from_slice(coded.get(pos..pos + added).ok_or_else(bad)?);
+            pos += added;
+            let kind = *coded.get(pos).ok_or_else(bad)?;
+            pos += 1;
+            let mut next = || varint(coded, &mut pos).ok_or_else(bad);
+            let (size, delta, offset) = (next()?, next()?, next()?);
+            segment += delta;
+            rows.push((b"", &path), (kind, size), segment_base + segment, offset);
+        }
+        if pos != coded.len() {
+            return Err(bad());
+        }
+    }
+    Ok(tail(&segs, &rows, zstd))
+}
+
 /// The groups of an archive laid out in bodies, each closed after the first group or
 /// `EXTENT` that brings it to the target, and in index rows. Each method returns the body
 /// it closed, if any. It checks nothing: its callers give it a valid archive.
@@ -351,6 +431,25 @@ impl<D> Layout<D> {
             open: None,
             target,
             group: Vec::new(),
+        }
+    }
+
+    /// Goes on from where others left the archive (a share of it, `pack --mpi`): after
+    /// `first` entries, in the directory `dir` (its names joined by `/`). Before anything
+    /// but the root's records.
+    pub(crate) fn resume(&mut self, first: u64, dir: &[u8]) {
+        assert!(
+            self.dirs.is_empty() && self.rows.count == 0,
+            "nothing laid out yet"
+        );
+        self.entries = first;
+        for name in dir.split(|&b| b == b'/').filter(|name| !name.is_empty()) {
+            self.dirs.push(self.path.len());
+            self.path.extend_from_slice(name);
+            self.path.push(b'/');
+        }
+        if self.body.is_empty() {
+            self.body = Body::new(first, None, &self.path);
         }
     }
 

@@ -3,11 +3,12 @@
 //! pack reports.
 
 mod packer;
+pub mod share;
 mod v2;
 
 use packer::{encode, writer_gone};
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
@@ -21,6 +22,7 @@ use crate::format::check_name;
 use crate::interrupt::Cancel;
 use crate::listing::{Item, Listing, Names, Unchanged};
 use crate::output::{ArchiveWriter, FdWriter, IoWriter, Output};
+use crate::share::Share;
 use crate::threads::Work;
 use crate::tree::{Device, DirPath, Entry, Kind, Meta as TreeMeta, XattrReader, Xattrs};
 use crate::walk::{Newer, Root, Walk};
@@ -349,6 +351,28 @@ impl<'a> Pack<'a> {
     /// Walks the trees into a [`Packer`] writing to `out`; `archive` is the file `out`
     /// writes.
     fn run(self, out: impl ArchiveWriter, archive: Option<(u64, u64)>) -> Result<PackSummary> {
+        self.run_shared(out, archive, None)
+            .map(|(summary, _)| summary)
+    }
+
+    /// The walk this pack makes, leaving out the directories `prune`.
+    fn walk<'w>(&'w self, prune: &'w HashSet<Box<[u8]>>) -> Walk<'w> {
+        Walk::new()
+            .exclude(&self.exclude)
+            .xattrs(self.archive)
+            .prune(prune)
+            .newer(self.newer)
+            .one_file_system(self.one_file_system)
+    }
+
+    /// As [`Pack::run`]; with `sharing`, only that share of a version 2 archive (see
+    /// [`share`]).
+    fn run_shared(
+        mut self,
+        out: impl ArchiveWriter,
+        archive: Option<(u64, u64)>,
+        sharing: Option<(&Share, v2::Sharing<'_>)>,
+    ) -> Result<(PackSummary, Option<v2::Written>)> {
         let local = Progress::default();
         let progress = self.progress.unwrap_or(&local);
         let itself = [archive, self.replaced];
@@ -361,12 +385,11 @@ impl<'a> Pack<'a> {
             }
             None => Unchanged::default(),
         };
-        let walk = Walk::new()
-            .exclude(&self.exclude)
-            .xattrs(self.archive)
-            .prune(&unchanged.dirs)
-            .newer(self.newer)
-            .one_file_system(self.one_file_system);
+        let roots = std::mem::take(&mut self.roots);
+        let mut walk = self.walk(&unchanged.dirs);
+        if let Some((share, _)) = sharing {
+            walk = walk.share(share);
+        }
         let packed = match self.format {
             Format::V1 => encode(
                 out,
@@ -375,21 +398,22 @@ impl<'a> Pack<'a> {
                 self.unchanged,
                 progress,
                 self.cancel.clone(),
-                |packer| walk.run_named(self.roots, packer),
-            ),
+                |packer| walk.run_named(roots, packer),
+            )
+            .map(|summary| (summary, None)),
             Format::V2 => {
                 // Version 2 sorts the entries of every directory, the roots too (by name:
                 // `Pack::inputs` checks that they do not interleave). A single root's own records, from a duplicate
                 // of its fd (the walk takes the fd); several named roots are entries of
                 // their own, and a root of members is no entry.
-                let mut roots = self.roots;
+                let mut roots = roots;
                 roots.sort_by(|a, b| a.top_names().cmp(&b.top_names()));
                 let root = match &roots[..] {
                     [Root {
                         name,
                         fd,
                         members: None,
-                    }] if name.is_empty() => Some(
+                    }] if name.is_empty() && sharing.is_none_or(|(s, _)| s.first()) => Some(
                         fcntl_dupfd_cloexec(fd, 0)
                             .map_err(|e| Error::io("dup directory", TreePath::default(), e))?,
                     ),
@@ -407,16 +431,20 @@ impl<'a> Pack<'a> {
                     listing: self.unchanged,
                     progress,
                     cancel: self.cancel.clone(),
+                    sharing: sharing.map(|(_, sharing)| sharing),
                 };
                 v2::encode(out, settings, root, |planner| {
                     walk.run_named(roots, planner)
                 })
             }
         };
-        packed.map(|summary| PackSummary {
-            unchanged: summary.unchanged + unchanged.entries,
-            unchanged_bytes: summary.unchanged_bytes + unchanged.bytes,
-            ..summary
+        packed.map(|(summary, written)| {
+            let summary = PackSummary {
+                unchanged: summary.unchanged + unchanged.entries,
+                unchanged_bytes: summary.unchanged_bytes + unchanged.bytes,
+                ..summary
+            };
+            (summary, written)
         })
     }
 }

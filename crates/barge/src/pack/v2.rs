@@ -24,6 +24,7 @@ use rustix::fs::{
 use rustix::io::{fcntl_dupfd_cloexec, Errno};
 
 use super::packer::{INLINE_MAX, RING_FILES};
+use super::share::Links;
 use super::{recorded, writer_gone, PackSummary, Update, Warning};
 use crate::compare::inode_key;
 use crate::error::{Error, Result, TreePath};
@@ -66,7 +67,30 @@ pub(super) struct Settings<'a> {
     pub listing: Option<&'a Listing>,
     pub progress: &'a Progress,
     pub cancel: Cancel,
+    /// Only a share of the archive is packed (`pack --mpi`): its frames, without the
+    /// header, index and footer.
+    pub sharing: Option<Sharing<'a>>,
 }
+
+/// What a pack of one share of an archive needs to know of the others.
+#[derive(Clone, Copy)]
+pub(super) struct Sharing<'a> {
+    /// The number of the share's first entry.
+    pub first: u64,
+    /// The first names of files of several links that come before the share: their entry
+    /// numbers by device and inode.
+    pub links: &'a Links,
+    /// Only count the entries and note the files of several links ([`plan`]).
+    pub counting: bool,
+}
+
+/// What [`encode`] wrote of a share: the segments as the index lists them (from offset 0
+/// of what was written) and the index rows of its entries.
+pub(super) type Written = (Segs, Rows);
+
+/// What the writer wrote: its bytes, the warnings of the files it read, and with a share
+/// what the index needs of it.
+type Wrote = (u64, Vec<Warning>, Option<Written>);
 
 /// Where the data of a piece of a body comes from.
 enum Source {
@@ -151,12 +175,13 @@ impl Spare {
 
 /// Packs what `source` (a walk) feeds a [`Planner`] into a version 2 archive written to
 /// `out`, with the records of the root directory `root` first when given.
+/// With [`Settings::sharing`], only the frames of a share, and what the index needs of them.
 pub(super) fn encode<W: ArchiveWriter>(
     mut out: W,
     settings: Settings<'_>,
     root: Option<OwnedFd>,
     source: impl FnOnce(&mut Planner<'_>) -> Result<()>,
-) -> Result<PackSummary> {
+) -> Result<(PackSummary, Option<Written>)> {
     let threads = settings.threads.max(1);
     let (jobs_tx, jobs_rx) = channel::<Job>();
     let jobs_rx = Mutex::new(jobs_rx);
@@ -168,11 +193,12 @@ pub(super) fn encode<W: ArchiveWriter>(
     }
     let spare = Spare::default();
     let (progress, cancel, level) = (settings.progress, settings.cancel.clone(), settings.zstd);
+    let shared = settings.sharing.is_some();
     std::thread::scope(|scope| {
         let start = |e| Error::os("start the pack's threads", TreePath::default(), e);
         let (spare, jobs_rx) = (&spare, &jobs_rx);
         let written = spawn_elsewhere(scope, move || {
-            write(&mut out, done_rx, tokens_tx, spare, progress, level)
+            write(&mut out, done_rx, tokens_tx, spare, progress, level, shared)
         })
         .map_err(start)?;
         let mut workers = Vec::with_capacity(threads);
@@ -200,7 +226,7 @@ pub(super) fn encode<W: ArchiveWriter>(
         // The writer's failure is the cause of the planner's, if both failed.
         let written = written?;
         planned?;
-        let (archive_bytes, warnings) = written.ok_or_else(writer_gone)?;
+        let (archive_bytes, warnings, share) = written.ok_or_else(writer_gone)?;
         let mut summary = PackSummary {
             archive_bytes,
             unchanged: update.unchanged,
@@ -208,13 +234,30 @@ pub(super) fn encode<W: ArchiveWriter>(
             ..summary
         };
         summary.warnings.extend(warnings);
-        Ok(summary)
+        Ok((summary, share))
     })
+}
+
+/// Plans a share of an archive without packing it (`sharing.counting`): the number of its
+/// entries, and the entry numbers (from `sharing.first`) of the first names of its files of
+/// several links, by device and inode.
+pub(super) fn plan(
+    settings: Settings<'_>,
+    source: impl FnOnce(&mut Planner<'_>) -> Result<()>,
+) -> Result<(u64, Links)> {
+    let (jobs, _) = channel();
+    let (_, tokens) = sync_channel(0);
+    let (done, _) = channel();
+    let mut planner = Planner::new(&settings, jobs, tokens, done);
+    source(&mut planner)?;
+    let first = settings.sharing.map_or(0, |s| s.first);
+    Ok((planner.layout.entries() - first, planner.links))
 }
 
 /// Writes the frames of the jobs in order as they come, handing back a token for each,
 /// then the index and the footer; returns the bytes written and the warnings of the jobs
-/// (one per file), or `None` when the plan stopped before its end.
+/// (one per file), or `None` when the plan stopped before its end. A `shared` pack writes
+/// only the frames, and returns what the index needs of them.
 fn write(
     out: &mut impl ArchiveWriter,
     done: Receiver<Done>,
@@ -222,9 +265,13 @@ fn write(
     spare: &Spare,
     progress: &Progress,
     level: Option<i32>,
-) -> Result<Option<(u64, Vec<Warning>)>> {
-    out.write_bytes(&HEADER_V2, progress)?;
-    let mut segs = Segs::default();
+    shared: bool,
+) -> Result<Option<Wrote>> {
+    let mut segs = Segs::starting(0);
+    if !shared {
+        out.write_bytes(&HEADER_V2, progress)?;
+        segs = Segs::default();
+    }
     let mut waiting: BTreeMap<u64, (Sealed, Vec<Warning>)> = BTreeMap::new();
     let (mut next, mut end) = (0, None);
     let mut warnings: Vec<Warning> = Vec::new();
@@ -243,12 +290,17 @@ fn write(
             let _ = tokens.send(());
             next += 1;
         }
-        if let Some((jobs, rows)) = &end {
+        if let Some((jobs, rows)) = &mut end {
             if next == *jobs {
+                if shared {
+                    out.finish()?;
+                    let (rows, at) = (std::mem::take(rows), segs.at());
+                    return Ok(Some((at, warnings, Some((segs, rows)))));
+                }
                 let tail = tail(&segs, rows, level.map(Zstd::new).as_mut());
                 out.write_bytes(&tail, progress)?;
                 out.finish()?;
-                return Ok(Some((segs.at() + tail.len() as u64, warnings)));
+                return Ok(Some((segs.at() + tail.len() as u64, warnings, None)));
             }
         }
         match done.recv() {
@@ -514,6 +566,8 @@ pub(super) struct Planner<'a> {
     xattrs: XattrReader,
     /// The names of users and groups, when owners are recorded.
     owners: Owners,
+    /// Only counting (a share's plan): bodies are dropped.
+    counting: bool,
 }
 
 /// The user and group names an `OWNER` of `entry` carries: its ids' names here, where they
@@ -533,8 +587,12 @@ impl<'a> Planner<'a> {
         tokens: Receiver<()>,
         done: Sender<Done>,
     ) -> Planner<'a> {
+        let mut layout = Layout::new(settings.target);
+        if let Some(sharing) = settings.sharing {
+            layout.resume(sharing.first, b"");
+        }
         Planner {
-            layout: Layout::new(settings.target),
+            layout,
             jobs,
             tokens,
             done,
@@ -544,7 +602,10 @@ impl<'a> Planner<'a> {
             check_access: !rustix::process::geteuid().is_root(),
             dir: DirPath::default(),
             dir_fd: None,
-            links: HashMap::new(),
+            links: settings
+                .sharing
+                .map(|s| s.links.clone())
+                .unwrap_or_default(),
             update: Update::new(settings.listing, settings.archive),
             summary: PackSummary::default(),
             progress: settings.progress,
@@ -554,6 +615,7 @@ impl<'a> Planner<'a> {
                 true => Owners::system(),
                 false => Owners::default(),
             },
+            counting: settings.sharing.is_some_and(|s| s.counting),
         }
     }
 
@@ -595,6 +657,9 @@ impl<'a> Planner<'a> {
             return Ok(());
         };
         self.cancel.check()?;
+        if self.counting {
+            return Ok(());
+        }
         self.tokens.recv().map_err(|_| writer_gone())?;
         self.jobs
             .send((self.started, body))
@@ -904,6 +969,15 @@ impl Sink for Planner<'_> {
     fn unreadable(&mut self, error: Error) -> Result<()> {
         self.warn(error)
     }
+
+    /// Goes on in `dir`, as a share of the archive that begins there.
+    fn resume(&mut self, dir: &DirPath) -> Result<()> {
+        let first = self.layout.entries();
+        self.layout.resume(first, dir.as_bytes());
+        self.dir = dir.clone();
+        self.update.relisted(&self.dir);
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -1139,6 +1213,70 @@ mod tests {
         let input = Archive::from_reader(std::io::Cursor::new(archive));
         Unpack::new().list(&input, &mut recording).unwrap();
         recording.normalized()
+    }
+
+    /// Shares packed apart and put one after the other (as `pack --mpi` does on MPI ranks)
+    /// make one valid archive, every row and segment as the bodies say, that lists as the
+    /// plain pack does: for 1 to 4 shares, raw or zstd, with hard links across shares.
+    #[test]
+    fn shares_put_together_are_an_archive_of_the_tree() {
+        use crate::pack::share::{tail, HEADER};
+        use crate::share::Share;
+        use std::io::{Read, Seek};
+        let dir = tempfile::tempdir().unwrap();
+        tree(dir.path());
+        fs::create_dir_all(dir.path().join("a/b/deep/er")).unwrap();
+        fs::write(dir.path().join("a/b/deep/er/x"), b"x").unwrap();
+        fs::hard_link(dir.path().join("z/f003"), dir.path().join("a/b/deep/er/y")).unwrap();
+        let plain = packed(dir.path(), |p| p.format(Format::V2)).0;
+        // 33 shares: the ninth begins at a/big, so it leaves a/b first.
+        for (ranks, zstd) in [(1, None), (3, Some(3)), (4, None), (33, None)] {
+            let pack = || {
+                let fd = open(
+                    dir.path(),
+                    OFlags::DIRECTORY | OFlags::RDONLY,
+                    Mode::empty(),
+                );
+                let pack = Pack::new(fd.unwrap()).segment_target(4096);
+                match zstd {
+                    Some(level) => pack.zstd(level),
+                    None => pack,
+                }
+            };
+            let parts = pack().parts().unwrap();
+            // Every file (none deeper than 3 levels but in a/b/deep) and a/b/deep.
+            assert_eq!(parts, 120 + 3 + 1 + 3 + 1);
+            let (mut archive, mut indexes) = (HEADER.to_vec(), Vec::new());
+            let (mut first, mut links) = (0, HashMap::new());
+            for rank in 0..ranks {
+                let share = Share::new(rank, ranks, parts);
+                // One pack for the three steps, as pack --mpi has.
+                let pack = pack();
+                assert_eq!(pack.parts().unwrap(), parts);
+                let planned = pack.plan_share(&share).unwrap();
+                let mut spool = tempfile::tempfile().unwrap();
+                let shared =
+                    (pack.pack_share(&share, first, planned.entries, &links, spool.as_fd()))
+                        .unwrap();
+                spool.rewind().unwrap();
+                assert_eq!(
+                    spool.read_to_end(&mut archive).unwrap() as u64,
+                    shared.bytes
+                );
+                indexes.push(shared.index);
+                for (key, number) in planned.links {
+                    links.entry(key).or_insert(first + number);
+                }
+                first += planned.entries;
+            }
+            let indexes: Vec<&[u8]> = indexes.iter().map(|i| &i[..]).collect();
+            archive.extend(tail(&indexes, zstd).unwrap());
+            decoded(&archive);
+            assert!(
+                listed(plain.clone()) == listed(archive),
+                "{ranks} shares differ from one pack (zstd {zstd:?})"
+            );
+        }
     }
 
     /// Small segments: many of them, extents of the large file across them, hard links to

@@ -5,6 +5,7 @@
 pub mod parallel;
 
 use std::collections::{HashMap, HashSet};
+use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
@@ -17,6 +18,7 @@ use rustix::io::{fcntl_dupfd_cloexec, Errno};
 use crate::error::{Error, TreePath};
 use crate::exclude::Exclude;
 use crate::format::MAX_SYMLINK;
+use crate::share::{place, Place, Share, SPINE};
 use crate::sys::dir::{dirent_buffer, Listing};
 use crate::sys::DIR_FLAGS;
 use crate::tree::{
@@ -48,6 +50,7 @@ pub struct Walk<'a> {
     prune: Option<&'a HashSet<Box<[u8]>>>,
     newer: Option<Newer>,
     one_file_system: bool,
+    share: Option<&'a Share>,
 }
 
 /// A root of a walk: a directory, and what of it the walk takes.
@@ -253,6 +256,14 @@ impl<'a> Walk<'a> {
         self
     }
 
+    /// Walks only `share` of the tree: its parts, and the directories above the parts it
+    /// announces; the others are walked unannounced. Before the first entry it announces,
+    /// [`Sink::resume`] says which directory the walk is in.
+    pub fn share(mut self, share: &'a Share) -> Walk<'a> {
+        self.share = Some(share);
+        self
+    }
+
     /// Walks the tree below the directory `root` (its entries come at the top: `root`
     /// itself is no entry), then calls [`Sink::finish`], or [`Sink::abort`] on a failure.
     pub fn run<S: Sink>(self, root: OwnedFd, sink: &mut S) -> std::result::Result<(), S::Error> {
@@ -269,6 +280,9 @@ impl<'a> Walk<'a> {
         roots: Vec<Root>,
         sink: &mut S,
     ) -> std::result::Result<(), S::Error> {
+        if let Some(share) = self.share {
+            share.restart();
+        }
         let mut walker = Walker {
             options: self,
             buf: dirent_buffer(),
@@ -280,6 +294,7 @@ impl<'a> Walk<'a> {
             target: vec![0; MAX_SYMLINK + 1],
             members: None,
             dev: 0,
+            resumed: false,
         };
         let walked = roots
             .into_iter()
@@ -318,6 +333,8 @@ struct Walker<'a> {
     members: Option<Members>,
     /// The current root's device (`--one-file-system`).
     dev: u64,
+    /// [`Sink::resume`] was called (a walk of a share).
+    resumed: bool,
 }
 
 impl Walker<'_> {
@@ -389,13 +406,24 @@ impl Walker<'_> {
     /// Walks the tree below the listed directory `root`.
     fn walk<S: Sink>(&mut self, root: Frame, sink: &mut S) -> std::result::Result<(), S::Error> {
         let mut stack = vec![root];
-        while let Some(frame) = stack.last_mut() {
+        loop {
+            // The depth of the entries of the directory at the top of the stack.
+            let depth = stack.len();
+            let Some(frame) = stack.last_mut() else {
+                break;
+            };
             if frame.next == frame.listing.len() {
                 let done = stack.pop().expect("frame exists");
                 self.pool.push(done.listing);
                 if !stack.is_empty() {
+                    // A share may resume inside the directory, to leave it.
+                    let place = place(depth - 1, true);
+                    let tells =
+                        tells(self.options.share, &mut self.resumed, &self.at, place, sink)?;
                     self.at.leave();
-                    sink.leave_dir()?;
+                    if tells {
+                        sink.leave_dir()?;
+                    }
                 }
                 continue;
             }
@@ -406,6 +434,11 @@ impl Walker<'_> {
             let parent = frame.fd.as_fd();
             let name = &self.name[..];
             let path = || self.at.join(name);
+            // Where an entry that could not be stated is reported, with a share.
+            let lost = match depth > SPINE {
+                true => Place::Below,
+                false => Place::Spine,
+            };
             // Kinds other than dirs and files are announced with their metadata; an
             // unknown kind is what the stat says.
             let stat = match kind {
@@ -413,7 +446,9 @@ impl Walker<'_> {
                 _ => match statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
                     Ok(stat) => Some(stat),
                     Err(e) => {
-                        sink.unreadable(Error::io("fstatat", path(), e))?;
+                        if tells(self.options.share, &mut self.resumed, &self.at, lost, sink)? {
+                            sink.unreadable(Error::io("fstatat", path(), e))?;
+                        }
                         continue;
                     }
                 },
@@ -438,17 +473,29 @@ impl Walker<'_> {
                     Ok(st) if !newer.keeps(&st) => continue,
                     Ok(_) => {}
                     Err(e) => {
-                        sink.unreadable(Error::io("statx", path(), e))?;
+                        if tells(self.options.share, &mut self.resumed, &self.at, lost, sink)? {
+                            sink.unreadable(Error::io("statx", path(), e))?;
+                        }
                         continue;
                     }
                 }
             }
             let whole = frame.whole || take == Take::Whole;
+            let place = place(depth, kind == Kind::Dir);
+            if place == Place::Part && self.options.share.is_some_and(|s| !s.takes_next()) {
+                continue;
+            }
+            let tells = tells(self.options.share, &mut self.resumed, &self.at, place, sink)?;
             match (kind, stat) {
                 (Kind::Dir, _) if self.pruned(name) => {}
                 (Kind::Dir, _) => {
                     let name = std::mem::take(&mut self.name);
-                    let opened = self.open_dir(parent, &name, whole, sink);
+                    let opened = match tells {
+                        true => self.open_dir(parent, &name, whole, sink),
+                        false => {
+                            self.open_dir(parent, &name, whole, &mut Quiet::<S::Error>(PhantomData))
+                        }
+                    };
                     self.name = name;
                     if let Some(dir) = opened? {
                         self.at.enter(&self.name);
@@ -611,6 +658,49 @@ impl Newer {
             nsec: t.tv_nsec,
         };
         time(st.stx_mtime) >= self.since || (!self.mtime_only && time(st.stx_ctime) >= self.since)
+    }
+}
+
+/// Whether an entry at `place` is announced: with a `share`, one above the parts only where
+/// the share says so (see [`Share`]); the first announced is preceded by [`Sink::resume`]
+/// of `at` (`resumed` says whether it was).
+fn tells<S: Sink>(
+    share: Option<&Share>,
+    resumed: &mut bool,
+    at: &DirPath,
+    place: Place,
+    sink: &mut S,
+) -> std::result::Result<bool, S::Error> {
+    let Some(share) = share else {
+        return Ok(true);
+    };
+    let tells = place != Place::Spine || share.tells_spine();
+    if tells && !*resumed {
+        *resumed = true;
+        sink.resume(at)?;
+    }
+    Ok(tells)
+}
+
+/// A sink that ignores everything it is told, for a directory walked unannounced (above
+/// the parts of a share, not its own, or a walk that only counts parts), with the errors
+/// `E` of the walk's sink.
+pub(crate) struct Quiet<E>(pub(crate) PhantomData<E>);
+
+impl<E: From<Error>> Sink for Quiet<E> {
+    type Error = E;
+
+    fn enter_dir(&mut self, _: &Entry<'_>) -> std::result::Result<(), E> {
+        Ok(())
+    }
+    fn leave_dir(&mut self) -> std::result::Result<(), E> {
+        Ok(())
+    }
+    fn file(&mut self, _: &Entry<'_>, _: Content<'_>) -> std::result::Result<(), E> {
+        Ok(())
+    }
+    fn unreadable(&mut self, _: Error) -> std::result::Result<(), E> {
+        Ok(())
     }
 }
 

@@ -66,6 +66,9 @@ pub(crate) struct Crowds {
     waiting: AtomicUsize,
     lock: Mutex<()>,
     freed: Condvar,
+    /// How long a thread keeps a place before it creates (tests: to crowd a directory).
+    #[cfg(test)]
+    pub(crate) dwell: std::time::Duration,
 }
 
 impl Crowds {
@@ -83,6 +86,8 @@ impl Crowds {
             drop(held);
             self.waiting.fetch_sub(1, SeqCst);
         }
+        #[cfg(test)]
+        std::thread::sleep(self.dwell);
         Place {
             crowds: self,
             crowd,

@@ -283,7 +283,12 @@ pub(crate) fn land_parallel<L: Land>(
         )
     };
     let make = |root| make(root, setup.clone());
-    let shared = Shared::new(&root, progress, setup.cancel.clone());
+    #[allow(unused_mut)] // set in tests
+    let mut shared = Shared::new(&root, progress, setup.cancel.clone());
+    #[cfg(test)]
+    {
+        shared.crowds.dwell = setup.dwell;
+    }
     let mut parser = Parser::new(decoding, setup.policy, setup.cancel.clone());
     parser.listen(progress.listener());
     shared.run(&make, |here| {

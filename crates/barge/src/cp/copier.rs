@@ -28,6 +28,7 @@ use crate::land::sync::{create_at, exists, replace, replace_by_dir, LinkTarget, 
 use crate::sys::dir::{dirent_buffer, remove_tree, Listing};
 use crate::sys::thread::spawn_elsewhere;
 use crate::sys::{DIR_FLAGS, FILE_FLAGS};
+use crate::threads::{Crowd, Crowds};
 use crate::tree::{Entry, Kind, Meta, Owner, XattrReader, Xattrs, XattrsOf, STATX_MASK};
 use crate::walk::parallel::{Dir, ParallelVisitor, ParallelVisitorBuilder, WalkState};
 use crate::Progress;
@@ -90,6 +91,8 @@ pub(super) struct Shared<'a> {
     /// The device and inode of the copy's root directory, which the walk never enters.
     pub(super) target: Mutex<Option<(u64, u64)>>,
     pub(super) summary: Mutex<CpSummary>,
+    /// Where threads wait for a place in a copy's directory (see [`DestDir::crowd`]).
+    pub(super) crowds: Crowds,
 }
 
 impl Shared<'_> {
@@ -137,6 +140,8 @@ pub(super) struct Pair<'p> {
     pub(super) src_name: &'p [u8],
     /// The copy of that directory (`None` in a dry run where it does not exist yet).
     pub(super) dest: Option<&'p Arc<OwnedFd>>,
+    /// The threads creating entries there (`None` outside a walk: one thread).
+    pub(super) crowd: Option<&'p Crowd>,
     /// Its name in DEST.
     pub(super) name: &'p [u8],
     /// The copy of its directory is setgid.
@@ -163,6 +168,8 @@ pub(super) struct DestDir<'a> {
     setgid: bool,
     last: Option<Last>,
     shared: &'a Shared<'a>,
+    /// The threads creating entries in the copy: at most `threads::PER_DIR` at once.
+    crowd: Crowd,
 }
 
 /// A directory's metadata, set after its content.
@@ -648,7 +655,10 @@ impl<'a> Copier<'a> {
     ) -> Result<Option<bool>> {
         let dir = dest.as_fd();
         let path = || at.dest_path(self.shared);
-        let replacing = match create_at(dir, at.name, existing, &mut self.temp, op, path, make)? {
+        let place = at.crowd.map(|crowd| self.shared.crowds.join(crowd));
+        let made = create_at(dir, at.name, existing, &mut self.temp, op, path, make);
+        drop(place);
+        let replacing = match made? {
             Made::Skipped => return Ok(None),
             Made::Here(()) => false,
             Made::Replacing(()) => true,
@@ -705,6 +715,7 @@ impl<'a> Copier<'a> {
                 setgid: false,
                 last: None,
                 shared,
+                crowd: Crowd::default(),
             });
         };
         let mut created = true;
@@ -730,6 +741,7 @@ impl<'a> Copier<'a> {
                 setgid: false,
                 last: None,
                 shared,
+                crowd: Crowd::default(),
             });
         }
         // With --update most directories are there already: open first, create only when
@@ -817,6 +829,7 @@ impl<'a> Copier<'a> {
                 setgid: mode & 0o2000 != 0,
                 last: None,
                 shared,
+                crowd: Crowd::default(),
             });
         }
         self.read_xattrs(src, dest_path)?;
@@ -839,6 +852,7 @@ impl<'a> Copier<'a> {
             setgid: mode & 0o2000 != 0,
             last: Some(last),
             shared,
+            crowd: Crowd::default(),
         })
     }
 
@@ -966,6 +980,7 @@ impl<'a> Copier<'a> {
             src: src_dir.as_fd(),
             src_name: name,
             dest: Some(&dest_dir),
+            crowd: None,
             name,
             setgid: mode & 0o2000 != 0,
             path: &below,
@@ -1006,6 +1021,7 @@ impl<'a> Copier<'a> {
             src: fd,
             src_name: name,
             dest: dir.state().fd.as_ref(),
+            crowd: Some(&dir.state().crowd),
             name,
             setgid: dir.state().setgid,
             path: &path,
@@ -1046,6 +1062,8 @@ impl<'a> ParallelVisitor for Copier<'a> {
             });
         }
         let dest = parent.state();
+        // Held while the copy is made (or merged into) and made ready to fill.
+        let _place = self.shared.crowds.join(&dest.crowd);
         match self.enter(dest.fd.as_ref(), dest.setgid, entry.name, fd, stat, &path) {
             Ok(state) => Ok(state),
             Err(e) => Err(match self.failed(e) {

@@ -252,6 +252,9 @@ pub struct Cp {
     /// The umask copies are created under.
     umask: u32,
     one_file_system: bool,
+    /// See `threads::Crowds::dwell`.
+    #[cfg(test)]
+    pub(crate) dwell: std::time::Duration,
 }
 
 impl Default for Cp {
@@ -274,6 +277,8 @@ impl Default for Cp {
             cancel: Cancel::new(),
             umask: crate::root::process_umask(),
             one_file_system: false,
+            #[cfg(test)]
+            dwell: std::time::Duration::ZERO,
         }
     }
 }
@@ -433,6 +438,10 @@ impl Cp {
         let me = Owner::of_process();
         let mut shared = self.shared(src, dest, me, linked, progress, report);
         shared.src_dev = inode_key(&stat).0;
+        #[cfg(test)]
+        {
+            shared.crowds.dwell = self.dwell;
+        }
         let mut copier = Copier::new(&shared);
         let parent = Arc::new(parent);
         let in_setgid = statx(&*parent, "", AtFlags::EMPTY_PATH, StatxFlags::MODE)
@@ -454,6 +463,7 @@ impl Cp {
                 src: src_dir.as_fd(),
                 src_name: src_entry,
                 dest: Some(&parent),
+                crowd: None,
                 name,
                 setgid: in_setgid,
                 path: &Vec::new,
@@ -550,6 +560,7 @@ impl Cp {
             no_range: AtomicBool::new(self.reflink == Reflink::Never),
             target: Mutex::new(None),
             summary: Mutex::default(),
+            crowds: Default::default(),
         }
     }
 }

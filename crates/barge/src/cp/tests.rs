@@ -704,6 +704,33 @@ fn the_files_of_one_directory_are_copied_by_several_threads() {
     assert_eq!(differences(&src, &dest), Vec::<String>::new());
 }
 
+/// Sixteen threads on a crowded directory (files past `SPREAD`, jobs for any thread, each
+/// keeping its place a while, so that more threads start and pile up): never more than
+/// `PER_DIR` create entries in it at once, and every file is copied.
+#[test]
+fn at_most_per_dir_threads_create_in_one_directory_at_once() {
+    use crate::threads::{hooks, PER_DIR};
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest) = (dir.path().join("src"), dir.path().join("dest"));
+    mkdir(&src, 0o755);
+    for i in 0..200 {
+        write(&src.join(format!("f{i}")), &[7; 64 << 10], 0o644);
+    }
+    let _counting = hooks::COUNTING.lock().unwrap_or_else(|e| e.into_inner());
+    hooks::MOST.store(0, std::sync::atomic::Ordering::Relaxed);
+    let cp = Cp {
+        dwell: std::time::Duration::from_millis(2),
+        ..Cp::new().threads(16)
+    };
+    assert_eq!(copied(&cp, &src, &dest).counts.files, 200);
+    let most = hooks::MOST.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        (1..=PER_DIR).contains(&most),
+        "{most} threads in one directory"
+    );
+    assert_eq!(differences(&src, &dest), Vec::<String>::new());
+}
+
 /// Every path below `root`, and its snapshot's fields but the inode, for comparing copies.
 fn times_and_modes(root: &Path) -> BTreeMap<String, (u32, i64, i64, u64)> {
     (snapshot(root).into_iter())

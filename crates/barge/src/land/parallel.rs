@@ -8,7 +8,9 @@
 //! directory it starts in, which its lander creates or merges into first (an existing
 //! directory is accepted, as for any `DIR`), so batches land in any order and on any
 //! thread. Batches are cut preferably where the directory changes, so two threads rarely
-//! create files in the same directory (the directory's lock serializes creations in it).
+//! create files in the same directory (the directory's lock serializes creations in it),
+//! and at most [`PER_DIR`](crate::threads::PER_DIR) threads create entries in one at once
+//! (each holds its directory's [`Crowd`] place while it creates one, others wait).
 //!
 //! A stream is read in segments of up to [`SEGMENT`] bytes, each shared by the batches
 //! decoded from it and reused once they have landed; see [`Input::Stream`].
@@ -48,6 +50,7 @@ use crate::owners::Owners;
 use crate::source::ByteStream;
 use crate::sys::thread::{go_solo, spawn_elsewhere};
 use crate::sys::{DIR_FLAGS, DIR_HANDLE_FLAGS};
+use crate::threads::{Crowd, Crowds};
 use crate::tree::{Device, Entry, Kind, Meta, Timestamp, Xattrs};
 use crate::Progress;
 
@@ -95,14 +98,15 @@ const BYTES_PER_UNIT: u64 = 32 * 1024;
 type Name = Arc<[u8]>;
 
 /// A directory to create (or merge into) and enter: its name, metadata and extended
-/// attributes, and, when it gets a mode or time once landing is done, its node in
-/// [`Deferred`] (whoever creates it says so).
+/// attributes, when it gets a mode or time once landing is done its node in [`Deferred`]
+/// (whoever creates it says so), and the landers creating entries in it.
 #[derive(Clone)]
 struct DirStep {
     name: Name,
     meta: Meta,
     xattrs: Option<Arc<[u8]>>,
     node: Option<usize>,
+    crowd: Arc<Crowd>,
 }
 
 impl DirStep {
@@ -112,6 +116,7 @@ impl DirStep {
             meta: dir.meta,
             xattrs: (!dir.xattrs.is_empty()).then(|| dir.xattrs.0.into()),
             node,
+            crowd: Arc::default(),
         }
     }
 
@@ -278,7 +283,12 @@ pub(crate) fn land_parallel<L: Land>(
         )
     };
     let make = |root| make(root, setup.clone());
-    let shared = Shared::new(&root, progress, setup.cancel.clone());
+    #[allow(unused_mut)] // set in tests
+    let mut shared = Shared::new(&root, progress, setup.cancel.clone());
+    #[cfg(test)]
+    {
+        shared.crowds.dwell = setup.dwell;
+    }
     let mut parser = Parser::new(decoding, setup.policy, setup.cancel.clone());
     parser.listen(progress.listener());
     shared.run(&make, |here| {
@@ -510,6 +520,10 @@ struct Shared<'r> {
     cancel: Cancel,
     /// The files whose extents several batches land.
     files: SharedFiles,
+    /// The landers creating entries in the root, and where landers wait for a place in a
+    /// directory's crowd.
+    top: Crowd,
+    crowds: Crowds,
 }
 
 impl<'r> Shared<'r> {
@@ -523,6 +537,8 @@ impl<'r> Shared<'r> {
             entered: Mutex::new(Vec::new()),
             landed: Mutex::new(LandSummary::default()),
             files: SharedFiles::default(),
+            top: Crowd::default(),
+            crowds: Crowds::default(),
         }
     }
 

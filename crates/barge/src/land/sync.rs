@@ -53,6 +53,9 @@ pub(crate) struct Setup {
     pub(crate) cancel: Cancel,
     /// The destination is new: the archive's root record applies to it.
     pub(crate) new_dest: bool,
+    /// See `threads::Crowds::dwell`.
+    #[cfg(test)]
+    pub(crate) dwell: std::time::Duration,
 }
 
 impl Setup {
@@ -64,6 +67,8 @@ impl Setup {
             threaded: false,
             cancel,
             new_dest: false,
+            #[cfg(test)]
+            dwell: std::time::Duration::ZERO,
         }
     }
 }

@@ -76,6 +76,7 @@ impl Copier<'_> {
             .map_err(|e| Error::io("open", src_path(), e))?;
         let mode = Mode::from_raw_mode(apply.create_mode());
         let path = || at.dest_path(shared);
+        let place = at.crowd.map(|crowd| shared.crowds.join(crowd));
         let made = create_at(
             dest.as_fd(),
             at.name,
@@ -84,8 +85,9 @@ impl Copier<'_> {
             "openat",
             path,
             |d, n| openat(d, n, CREATE_FLAGS, mode),
-        )?;
-        let (fd, replacing) = match made {
+        );
+        drop(place);
+        let (fd, replacing) = match made? {
             Made::Here(fd) => (fd, false),
             Made::Replacing(fd) => (fd, true),
             Made::Skipped => return Ok(Filed::Skipped),

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use super::worker::crowd;
 use super::{copied, frames, Batch, Decoding, Deferred, DirStep, Failure, Here, Last, Leaf};
 use super::{Link, Name, Op, Source, Worker, BATCH_COST, BYTES_PER_UNIT, MIN_BATCH_COST};
 use crate::error::{Error, Result};
@@ -397,7 +398,10 @@ impl<L: Land> Sink for Planner<'_, '_, '_, '_, L> {
             Some(worker) if self.batch.first < worker.shared.stop.load(Relaxed) => {
                 worker.land(&self.batch);
                 self.landing = true;
+                let shared = worker.shared;
+                let place = shared.crowds.join(crowd(self.plan.at.last(), shared));
                 worker.land.file(file, content)?;
+                drop(place);
                 worker.shared.progress.add_entry(first.len() as u64);
                 Ok(())
             }

@@ -259,18 +259,47 @@ impl Mapped {
 
 /// Lands `input` below `dest` on [`WORKERS`] threads with sync landers.
 fn land(input: Input<'_>, dest: &Path, existing: Existing, cancel: Cancel) -> Result<LandSummary> {
-    let root = OwnedFd::from(std::fs::File::open(dest).unwrap());
     let setup = Setup::new(policy(existing), cancel);
+    land_on(WORKERS, input, dest, setup)
+}
+
+/// Lands `input` below `dest` on `workers` threads with sync landers set up by `setup`.
+fn land_on(workers: usize, input: Input<'_>, dest: &Path, setup: Setup) -> Result<LandSummary> {
+    let root = OwnedFd::from(std::fs::File::open(dest).unwrap());
     let make = |fd, setup| Ok(SyncLander::new(fd, setup));
     land_parallel(
         root,
         input,
         decoding(),
-        WORKERS,
+        workers,
         setup,
         make,
         &Progress::default(),
     )
+}
+
+/// Sixteen landers on one crowded directory (tiny files, so batches are short and several
+/// land in it at once, each keeping its place a while): never more than `PER_DIR` create
+/// entries in it at once, and every file lands.
+#[test]
+fn at_most_per_dir_landers_create_in_one_directory_at_once() {
+    use crate::threads::{hooks, PER_DIR};
+    let archive = dirs_of_files(2, 1000);
+    let mapped = Mapped::new(&archive);
+    let _counting = hooks::COUNTING.lock().unwrap_or_else(|e| e.into_inner());
+    hooks::MOST.store(0, Relaxed);
+    let dest = tempfile::tempdir().unwrap();
+    let setup = Setup {
+        dwell: std::time::Duration::from_micros(200),
+        ..Setup::new(policy(Existing::Keep), Cancel::new())
+    };
+    let summary = land_on(16, mapped.input(), dest.path(), setup);
+    assert_eq!(summary.unwrap().files, 2000);
+    let most = hooks::MOST.load(Relaxed);
+    assert!(
+        (1..=PER_DIR).contains(&most),
+        "{most} landers in one directory"
+    );
 }
 
 /// A stream of `bytes` as a [`ByteStream`].

@@ -17,6 +17,7 @@ use crate::land::sync::SharedFile;
 use crate::land::Land;
 use crate::sys::map::populate;
 use crate::sys::DIR_HANDLE_FLAGS;
+use crate::threads::Crowd;
 use crate::tree::{Content, Entry};
 
 /// A lander and the directories it is in, landing batch after batch.
@@ -143,7 +144,9 @@ impl<'s, L: Land> Worker<'s, L> {
             self.land.leave_dir()?;
             self.at.pop();
         }
-        for dir in &to[common..] {
+        for (i, dir) in to.iter().enumerate().skip(common) {
+            let parent = i.checked_sub(1).map(|p| &to[p]);
+            let _place = shared.crowds.join(crowd(parent, shared));
             enter(&mut self.land, dir, shared)?;
             self.at.push(dir.name.clone());
         }
@@ -158,6 +161,11 @@ impl<'s, L: Land> Worker<'s, L> {
         let landed = self.land.summary();
         (self.shared.landed.lock().expect("no panics")).add_entries(&landed);
     }
+}
+
+/// The landers creating entries in `dir` (none: the root).
+pub(super) fn crowd<'a>(dir: Option<&'a DirStep>, shared: &'a Shared<'_>) -> &'a Crowd {
+    dir.map_or(&shared.top, |d| &d.crowd)
 }
 
 /// Creates (or merges into) the directory `dir` and enters it, noting it when it gets its
@@ -196,22 +204,29 @@ fn land_batch<L: Land>(
     let mut entry = batch.first;
     let fail = |entry: u64| move |e: Error| (entry, e);
     worker.walk(&batch.at, shared).map_err(fail(entry))?;
+    // The directories from the root to the one the worker is in.
+    let mut dirs: Vec<&DirStep> = batch.at.iter().collect();
     for op in &batch.ops {
         if entry >= stop.load(Relaxed) {
             return Ok(());
         }
         shared.cancel.check().map_err(fail(entry))?;
+        // What creates an entry holds a place in its directory's crowd while it does.
+        let creates = !matches!(op, Op::Leave | Op::Linked | Op::Extent(..));
+        let _place = creates.then(|| shared.crowds.join(crowd(dirs.last().copied(), shared)));
         let land = &mut worker.land;
         let landed = match op {
             Op::Enter(dir) => {
                 enter(land, dir, shared).map_err(fail(entry))?;
                 worker.at.push(dir.name.clone());
+                dirs.push(dir);
                 Ok(0)
             }
             Op::Empty(dir) => land.empty_dir(&dir.entry()).map(|()| 0),
             Op::Leave => {
                 land.leave_dir().map_err(fail(entry))?;
                 worker.at.pop();
+                dirs.pop();
                 continue;
             }
             Op::Sparse(leaf, size, extents, key) => {

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
-use barge::cp::{link_owner, CpSummary, Deferred, Linked, Part};
+use barge::cp::{link_owner, CpReport, CpSummary, Deferred, Linked, Part, Wide, WIDE_CHUNK};
 use barge::interrupt::Cancel;
 use barge::Progress;
 use mpi::collective::SystemOperation;
@@ -81,6 +81,23 @@ pub fn cp(args: &CpArgs, cancel: &Cancel) -> Result<Exit> {
             cp.run_links(src, dest, &names, &linked, &progress, &printer)
         });
         done.add(&whole(&world, links)?);
+        let files = all_wide(&world, linked.take_wide());
+        if !files.is_empty() {
+            let step =
+                |work: &(dyn Fn() -> CpSummary + Sync)| together(&world, &progress, &summed, work);
+            done.add(&wide(
+                &world,
+                &files,
+                step,
+                |i| (i % ranks as usize) as u32 == rank,
+                &cp,
+                src,
+                dest,
+                &linked,
+                &progress,
+                &printer,
+            ));
+        }
         let spine = together(&world, &progress, &summed, || on_0(Part::Spine));
         done.add(&whole(&world, spine)?);
         Some(done)
@@ -203,36 +220,17 @@ fn my_links(
         }
         bytes.extend(path);
     }
-    let len = i32::try_from(bytes.len()).unwrap_or_else(|_| {
+    if i32::try_from(bytes.len()).is_err() {
         failure(&anyhow!(
             "{} names of hard-linked files: too many to share",
             deferred.len()
         ));
         done.counts.errors += deferred.len() as u64;
         bytes.clear();
-        0
-    });
-    let mut counts = vec![0i32; ranks as usize];
-    world.all_gather_into(&len, &mut counts[..]);
-    let starts: Vec<i32> = (counts.iter())
-        .scan(0, |at, &n| {
-            let start = *at;
-            *at += n;
-            Some(start)
-        })
-        .collect();
-    let mut all = vec![0u8; counts.iter().map(|&n| n as usize).sum()];
-    world.all_gather_varcount_into(
-        &bytes[..],
-        &mut PartitionMut::new(&mut all[..], counts, starts),
-    );
+    }
+    let all = all_bytes(world, &bytes);
     let mut mine = Vec::new();
     let mut rest = &all[..];
-    let number = |rest: &mut &[u8]| {
-        let (n, after) = rest.split_at(8);
-        *rest = after;
-        u64::from_le_bytes(n.try_into().expect("8 bytes"))
-    };
     while !rest.is_empty() {
         let key = (number(&mut rest), number(&mut rest));
         let len = number(&mut rest) as usize;
@@ -244,6 +242,152 @@ fn my_links(
     }
     mine.sort_unstable();
     mine.into_iter().map(|(_, path)| path).collect()
+}
+
+/// Every rank's large files left to the wide copy, on every rank, in one order.
+fn all_wide(world: &SimpleCommunicator, mine: Vec<Wide>) -> Vec<Wide> {
+    let mut bytes = Vec::new();
+    for (path, size) in &mine {
+        bytes.extend(size.to_le_bytes());
+        bytes.extend((path.len() as u64).to_le_bytes());
+        bytes.extend(path);
+    }
+    let all = all_bytes(world, &bytes);
+    let mut rest = &all[..];
+    let mut files = Vec::new();
+    while !rest.is_empty() {
+        let size = number(&mut rest);
+        let len = number(&mut rest) as usize;
+        let (path, after) = rest.split_at(len);
+        rest = after;
+        files.push((path.to_vec(), size));
+    }
+    files.sort_unstable();
+    files
+}
+
+/// The wide copy of `files` (every rank's, [`all_wide`]): the rank `mine` gives each file
+/// to makes it; every rank copies its share of the ranges of all of them (dealt in turn,
+/// [`WIDE_CHUNK`] bytes each); the rank that made a file finishes it, or removes it when a
+/// range failed on any rank. `step` runs each step on every rank together.
+#[allow(clippy::too_many_arguments)]
+fn wide(
+    world: &SimpleCommunicator,
+    files: &[Wide],
+    step: impl Fn(&(dyn Fn() -> CpSummary + Sync)) -> CpSummary,
+    mine: impl Fn(usize) -> bool + Sync,
+    cp: &barge::cp::Cp,
+    src: &std::path::Path,
+    dest: &std::path::Path,
+    linked: &Linked,
+    progress: &Progress,
+    printer: &dyn CpReport,
+) -> CpSummary {
+    let failed = |e: barge::Error, done: &mut CpSummary| {
+        printer.error(e);
+        done.counts.errors += 1;
+    };
+    let made = std::sync::Mutex::new(Vec::new());
+    let mut done = step(&|| {
+        let mut done = CpSummary::default();
+        for (i, (path, _)) in files.iter().enumerate().filter(|(i, _)| mine(*i)) {
+            match cp.make_wide(src, dest, path, linked, progress, printer) {
+                Ok((name, made_here)) => {
+                    done.add(&made_here);
+                    made.lock()
+                        .expect("no panics")
+                        .extend(name.map(|name| (i, name)));
+                }
+                Err(e) => failed(e, &mut done),
+            }
+        }
+        done
+    });
+    // Which name each file was made under, on every rank.
+    let mut bytes = Vec::new();
+    for (i, name) in made.into_inner().expect("no panics") {
+        bytes.extend((i as u64).to_le_bytes());
+        bytes.extend((name.len() as u64).to_le_bytes());
+        bytes.extend(name);
+    }
+    let all = all_bytes(world, &bytes);
+    let mut names = vec![None; files.len()];
+    let mut rest = &all[..];
+    while !rest.is_empty() {
+        let i = number(&mut rest) as usize;
+        let len = number(&mut rest) as usize;
+        let (name, after) = rest.split_at(len);
+        rest = after;
+        names[i] = Some(name.to_vec());
+    }
+    let (rank, ranks) = (world.rank() as u64, world.size() as u64);
+    let broken = std::sync::Mutex::new(vec![0u64; files.len()]);
+    done.add(&step(&|| {
+        let mut done = CpSummary::default();
+        let ranges = (files.iter().zip(&names).enumerate())
+            .filter_map(|(i, (file, name))| Some((i, file, name.as_ref()?)))
+            .flat_map(|(i, (path, size), name)| {
+                (0..size.div_ceil(WIDE_CHUNK)).map(move |c| {
+                    (
+                        i,
+                        path,
+                        name,
+                        c * WIDE_CHUNK..((c + 1) * WIDE_CHUNK).min(*size),
+                    )
+                })
+            });
+        for (_, (i, path, name, range)) in ranges
+            .enumerate()
+            .filter(|(k, _)| *k as u64 % ranks == rank)
+        {
+            if let Err(e) = cp.copy_wide(src, dest, (path, name), range, progress, printer) {
+                failed(e, &mut done);
+                broken.lock().expect("no panics")[i] = 1;
+            }
+        }
+        done
+    }));
+    let broken = broken.into_inner().expect("no panics");
+    let mut anywhere = vec![0u64; files.len()];
+    world.all_reduce_into(&broken[..], &mut anywhere[..], SystemOperation::sum());
+    done.add(&step(&|| {
+        let mut done = CpSummary::default();
+        for (i, (path, _)) in files.iter().enumerate().filter(|(i, _)| mine(*i)) {
+            let Some(name) = &names[i] else { continue };
+            let whole = anywhere[i] == 0;
+            match cp.finish_wide(src, dest, (path, name), whole, linked, progress, printer) {
+                Ok(finished) => done.add(&finished),
+                Err(e) => failed(e, &mut done),
+            }
+        }
+        done
+    }));
+    done
+}
+
+/// Every rank's `bytes`, one after another in rank order, on every rank.
+fn all_bytes(world: &SimpleCommunicator, bytes: &[u8]) -> Vec<u8> {
+    let len = i32::try_from(bytes.len())
+        .expect("under 2 GiB: hard-link names are checked, large files are few");
+    let mut counts = vec![0i32; world.size() as usize];
+    world.all_gather_into(&len, &mut counts[..]);
+    let starts: Vec<i32> = (counts.iter())
+        .scan(0, |at, &n| {
+            let start = *at;
+            *at += n;
+            Some(start)
+        })
+        .collect();
+    let mut all = vec![0u8; counts.iter().map(|&n| n as usize).sum()];
+    world.all_gather_varcount_into(bytes, &mut PartitionMut::new(&mut all[..], counts, starts));
+    all
+}
+
+/// The little-endian u64 at the start of `rest`, taken off it.
+fn number(rest: &mut &[u8]) -> u64 {
+    let (n, after) = rest.split_at(8);
+    *rest = after;
+    u64::from_le_bytes(n.try_into().expect("8 bytes"))
 }
 
 /// `done` summed over every rank, on every rank: its counts flattened in one order (the

@@ -250,11 +250,11 @@ fn a_read_only_directory_takes_its_linked_name_without_root() {
 fn large(path: &Path, size: u64, at: &[u64]) {
     let f = fs::File::create(path).unwrap();
     f.set_len(size).unwrap();
+    let pattern: Vec<u8> = (0..(1 << 20) + 251).map(|i| (i % 251) as u8).collect();
     for &offset in at {
-        let data: Vec<u8> = (0..1u64 << 20)
-            .map(|i| ((offset + i) % 251) as u8)
-            .collect();
-        std::os::unix::fs::FileExt::write_at(&f, &data, offset).unwrap();
+        let from = (offset % 251) as usize;
+        let data = &pattern[from..from + (1 << 20)];
+        std::os::unix::fs::FileExt::write_at(&f, data, offset).unwrap();
     }
 }
 

@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Result};
 use barge::cp::{link_owner, CpReport, CpSummary, Deferred, Linked, Part, Wide, WIDE_CHUNK};
 use barge::interrupt::Cancel;
+use barge::threads::Work;
 use barge::Progress;
 use mpi::collective::SystemOperation;
 use mpi::datatype::PartitionMut;
@@ -24,8 +25,10 @@ use crate::cp::{plan, report, CpArgs, Plan};
 use crate::report::{failure, shown_path, shows_progress, with_progress, Exit, Total};
 
 /// The longest the ranks wait between two sums of their progress (they start at a
-/// millisecond, so that a small copy does not wait for the sum that ends it).
-const TICK: Duration = Duration::from_millis(250);
+/// millisecond, so that a small copy does not wait for the sum that ends it): a step's end
+/// is seen this late at most, on each of the copy's steps (docs/BENCHMARKS.md, "cp --mpi
+/// against dcp").
+const TICK: Duration = Duration::from_millis(20);
 
 /// `mpiexec -n N barge-mpi cp --mpi SRC DEST`.
 pub fn cp(args: &CpArgs, cancel: &Cancel) -> Result<Exit> {
@@ -336,16 +339,29 @@ fn wide(
                     )
                 })
             });
-        for (_, (i, path, name, range)) in ranges
-            .enumerate()
+        let mine: Vec<_> = (ranges.enumerate())
             .filter(|(k, _)| *k as u64 % ranks == rank)
-        {
-            if let Err(e) = cp.copy_wide(src, dest, (path, name), range, progress, printer) {
-                failed(e, &mut done);
-                broken.lock().expect("no panics")[i] = 1;
+            .collect();
+        // On as many threads as the cores (a rank is a node's on a cluster).
+        let threads = Work::Cores.threads().min(mine.len());
+        let next = std::sync::Mutex::new(mine.into_iter());
+        let done = std::sync::Mutex::new(CpSummary::default());
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(|| loop {
+                    let Some((_, (i, path, name, range))) = next.lock().expect("no panics").next()
+                    else {
+                        return;
+                    };
+                    if let Err(e) = cp.copy_wide(src, dest, (path, name), range, progress, printer)
+                    {
+                        failed(e, &mut done.lock().expect("no panics"));
+                        broken.lock().expect("no panics")[i] = 1;
+                    }
+                });
             }
-        }
-        done
+        });
+        done.into_inner().expect("no panics")
     }));
     let broken = broken.into_inner().expect("no panics");
     let mut anywhere = vec![0u64; files.len()];

@@ -271,7 +271,7 @@ fn all_wide(world: &SimpleCommunicator, mine: Vec<Wide>) -> Vec<Wide> {
 
 /// The wide copy of `files` (every rank's, [`all_wide`]): the rank `mine` gives each file
 /// to makes it; every rank copies its share of the ranges of all of them (dealt in turn,
-/// [`WIDE_CHUNK`] bytes each); the rank that made a file finishes it, or removes it when a
+/// [`WIDE_CHUNK`] bytes each, the files' first ranges first); the rank that made a file finishes it, or removes it when a
 /// range failed on any rank. `step` runs each step on every rank together.
 #[allow(clippy::too_many_arguments)]
 fn wide(
@@ -326,19 +326,21 @@ fn wide(
     let (rank, ranks) = (world.rank() as u64, world.size() as u64);
     let broken = std::sync::Mutex::new(vec![0u64; files.len()]);
     done.add(&step(&|| {
-        let mut done = CpSummary::default();
-        let ranges = (files.iter().zip(&names).enumerate())
-            .filter_map(|(i, (file, name))| Some((i, file, name.as_ref()?)))
-            .flat_map(|(i, (path, size), name)| {
-                (0..size.div_ceil(WIDE_CHUNK)).map(move |c| {
-                    (
-                        i,
-                        path,
-                        name,
-                        c * WIDE_CHUNK..((c + 1) * WIDE_CHUNK).min(*size),
-                    )
-                })
-            });
+        // The first range of every file, then the second...: ranks and threads at work at
+        // once write different files (writes to one file wait for each other on tmpfs).
+        let chunks = |size: u64| size.div_ceil(WIDE_CHUNK);
+        let most = files
+            .iter()
+            .map(|(_, size)| chunks(*size))
+            .max()
+            .unwrap_or(0);
+        let ranges = (0..most).flat_map(|c| {
+            let named = files.iter().zip(&names).enumerate();
+            named.filter_map(move |(i, ((path, size), name))| {
+                let range = c * WIDE_CHUNK..((c + 1) * WIDE_CHUNK).min(*size);
+                Some((i, path, name.as_ref()?, range)).filter(|_| c < chunks(*size))
+            })
+        });
         let mine: Vec<_> = (ranges.enumerate())
             .filter(|(k, _)| *k as u64 % ranks == rank)
             .collect();

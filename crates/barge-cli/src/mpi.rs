@@ -22,11 +22,12 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
-use barge::cp::{link_owner, CpSummary, Deferred, Linked, Part};
+use barge::cp::{link_owner, CpReport, CpSummary, Deferred, Linked, Part, Wide, WIDE_CHUNK};
 use barge::interrupt::Cancel;
 use barge::pack::share::{tail, Links, HEADER};
 use barge::pack::{Pack, PackSummary};
 use barge::share::Share;
+use barge::threads::Work;
 use barge::Progress;
 use mpi::collective::SystemOperation;
 use mpi::datatype::PartitionMut;
@@ -41,8 +42,10 @@ use crate::cp::{plan, report, CpArgs, Plan};
 use crate::report::{failure, shown_path, shows_progress, warn, with_progress, Exit, Total};
 
 /// The longest the ranks wait between two sums of their progress (they start at a
-/// millisecond, so that a small copy does not wait for the sum that ends it).
-const TICK: Duration = Duration::from_millis(250);
+/// millisecond, so that a small copy does not wait for the sum that ends it): a step's end
+/// is seen this late at most, on each of the copy's steps (docs/BENCHMARKS.md, "cp --mpi
+/// against dcp").
+const TICK: Duration = Duration::from_millis(20);
 
 /// `mpiexec -n N barge-mpi cp --mpi SRC DEST`.
 pub fn cp(args: &CpArgs, cancel: &Cancel) -> Result<Exit> {
@@ -93,6 +96,23 @@ pub fn cp(args: &CpArgs, cancel: &Cancel) -> Result<Exit> {
             cp.run_links(src, dest, &names, &linked, &progress, &printer)
         });
         done.add(&whole(&world, links)?);
+        let files = all_wide(&world, linked.take_wide());
+        if !files.is_empty() {
+            let step =
+                |work: &(dyn Fn() -> CpSummary + Sync)| together(&world, &progress, &summed, work);
+            done.add(&wide(
+                &world,
+                &files,
+                step,
+                |i| (i % ranks as usize) as u32 == rank,
+                &cp,
+                src,
+                dest,
+                &linked,
+                &progress,
+                &printer,
+            ));
+        }
         let spine = together(&world, &progress, &summed, || on_0(Part::Spine));
         done.add(&whole(&world, spine)?);
         Some(done)
@@ -218,30 +238,17 @@ fn my_links(
         }
         bytes.extend(path);
     }
-    let len = i32::try_from(bytes.len()).unwrap_or_else(|_| {
+    if i32::try_from(bytes.len()).is_err() {
         failure(&anyhow!(
             "{} names of hard-linked files: too many to share",
             deferred.len()
         ));
         done.counts.errors += deferred.len() as u64;
         bytes.clear();
-        0
-    });
-    let mut counts = vec![0i32; ranks as usize];
-    world.all_gather_into(&len, &mut counts[..]);
-    let mut all = vec![0u8; counts.iter().map(|&n| n as usize).sum()];
-    let starts = starts(&counts);
-    world.all_gather_varcount_into(
-        &bytes[..],
-        &mut PartitionMut::new(&mut all[..], counts, starts),
-    );
+    }
+    let all = all_bytes(world, &bytes);
     let mut mine = Vec::new();
     let mut rest = &all[..];
-    let number = |rest: &mut &[u8]| {
-        let (n, after) = rest.split_at(8);
-        *rest = after;
-        u64::from_le_bytes(n.try_into().expect("8 bytes"))
-    };
     while !rest.is_empty() {
         let key = (number(&mut rest), number(&mut rest));
         let len = number(&mut rest) as usize;
@@ -253,6 +260,161 @@ fn my_links(
     }
     mine.sort_unstable();
     mine.into_iter().map(|(_, path)| path).collect()
+}
+
+/// Every rank's large files left to the wide copy, on every rank, in one order.
+fn all_wide(world: &SimpleCommunicator, mine: Vec<Wide>) -> Vec<Wide> {
+    let mut bytes = Vec::new();
+    for (path, size) in &mine {
+        bytes.extend(size.to_le_bytes());
+        bytes.extend((path.len() as u64).to_le_bytes());
+        bytes.extend(path);
+    }
+    let all = all_bytes(world, &bytes);
+    let mut rest = &all[..];
+    let mut files = Vec::new();
+    while !rest.is_empty() {
+        let size = number(&mut rest);
+        let len = number(&mut rest) as usize;
+        let (path, after) = rest.split_at(len);
+        rest = after;
+        files.push((path.to_vec(), size));
+    }
+    files.sort_unstable();
+    files
+}
+
+/// The wide copy of `files` (every rank's, [`all_wide`]): the rank `mine` gives each file
+/// to makes it; every rank copies its share of the ranges of all of them (dealt in turn,
+/// [`WIDE_CHUNK`] bytes each, the files' first ranges first); the rank that made a file finishes it, or removes it when a
+/// range failed on any rank. `step` runs each step on every rank together.
+#[allow(clippy::too_many_arguments)]
+fn wide(
+    world: &SimpleCommunicator,
+    files: &[Wide],
+    step: impl Fn(&(dyn Fn() -> CpSummary + Sync)) -> CpSummary,
+    mine: impl Fn(usize) -> bool + Sync,
+    cp: &barge::cp::Cp,
+    src: &std::path::Path,
+    dest: &std::path::Path,
+    linked: &Linked,
+    progress: &Progress,
+    printer: &dyn CpReport,
+) -> CpSummary {
+    let failed = |e: barge::Error, done: &mut CpSummary| {
+        printer.error(e);
+        done.counts.errors += 1;
+    };
+    let made = std::sync::Mutex::new(Vec::new());
+    let mut done = step(&|| {
+        let mut done = CpSummary::default();
+        for (i, (path, _)) in files.iter().enumerate().filter(|(i, _)| mine(*i)) {
+            match cp.make_wide(src, dest, path, linked, progress, printer) {
+                Ok((name, made_here)) => {
+                    done.add(&made_here);
+                    made.lock()
+                        .expect("no panics")
+                        .extend(name.map(|name| (i, name)));
+                }
+                Err(e) => failed(e, &mut done),
+            }
+        }
+        done
+    });
+    // Which name each file was made under, on every rank.
+    let mut bytes = Vec::new();
+    for (i, name) in made.into_inner().expect("no panics") {
+        bytes.extend((i as u64).to_le_bytes());
+        bytes.extend((name.len() as u64).to_le_bytes());
+        bytes.extend(name);
+    }
+    let all = all_bytes(world, &bytes);
+    let mut names = vec![None; files.len()];
+    let mut rest = &all[..];
+    while !rest.is_empty() {
+        let i = number(&mut rest) as usize;
+        let len = number(&mut rest) as usize;
+        let (name, after) = rest.split_at(len);
+        rest = after;
+        names[i] = Some(name.to_vec());
+    }
+    let (rank, ranks) = (world.rank() as u64, world.size() as u64);
+    let broken = std::sync::Mutex::new(vec![0u64; files.len()]);
+    done.add(&step(&|| {
+        // The first range of every file, then the second...: ranks and threads at work at
+        // once write different files (writes to one file wait for each other on tmpfs).
+        let chunks = |size: u64| size.div_ceil(WIDE_CHUNK);
+        let most = files
+            .iter()
+            .map(|(_, size)| chunks(*size))
+            .max()
+            .unwrap_or(0);
+        let ranges = (0..most).flat_map(|c| {
+            let named = files.iter().zip(&names).enumerate();
+            named.filter_map(move |(i, ((path, size), name))| {
+                let range = c * WIDE_CHUNK..((c + 1) * WIDE_CHUNK).min(*size);
+                Some((i, path, name.as_ref()?, range)).filter(|_| c < chunks(*size))
+            })
+        });
+        let mine: Vec<_> = (ranges.enumerate())
+            .filter(|(k, _)| *k as u64 % ranks == rank)
+            .collect();
+        // On as many threads as the cores (a rank is a node's on a cluster).
+        let threads = Work::Cores.threads().min(mine.len());
+        let next = std::sync::Mutex::new(mine.into_iter());
+        let done = std::sync::Mutex::new(CpSummary::default());
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(|| loop {
+                    let Some((_, (i, path, name, range))) = next.lock().expect("no panics").next()
+                    else {
+                        return;
+                    };
+                    if let Err(e) = cp.copy_wide(src, dest, (path, name), range, progress, printer)
+                    {
+                        failed(e, &mut done.lock().expect("no panics"));
+                        broken.lock().expect("no panics")[i] = 1;
+                    }
+                });
+            }
+        });
+        done.into_inner().expect("no panics")
+    }));
+    let broken = broken.into_inner().expect("no panics");
+    let mut anywhere = vec![0u64; files.len()];
+    world.all_reduce_into(&broken[..], &mut anywhere[..], SystemOperation::sum());
+    done.add(&step(&|| {
+        let mut done = CpSummary::default();
+        for (i, (path, _)) in files.iter().enumerate().filter(|(i, _)| mine(*i)) {
+            let Some(name) = &names[i] else { continue };
+            let whole = anywhere[i] == 0;
+            match cp.finish_wide(src, dest, (path, name), whole, linked, progress, printer) {
+                Ok(finished) => done.add(&finished),
+                Err(e) => failed(e, &mut done),
+            }
+        }
+        done
+    }));
+    done
+}
+
+/// Every rank's `bytes`, one after another in rank order, on every rank.
+fn all_bytes(world: &SimpleCommunicator, bytes: &[u8]) -> Vec<u8> {
+    let len = i32::try_from(bytes.len())
+        .expect("under 2 GiB: hard-link names are checked, large files are few");
+    let mut counts = vec![0i32; world.size() as usize];
+    world.all_gather_into(&len, &mut counts[..]);
+    let mut all = vec![0u8; counts.iter().map(|&n| n as usize).sum()];
+    let starts = starts(&counts);
+    world.all_gather_varcount_into(bytes, &mut PartitionMut::new(&mut all[..], counts, starts));
+    all
+}
+
+/// The little-endian u64 at the start of `rest`, taken off it.
+fn number(rest: &mut &[u8]) -> u64 {
+    let (n, after) = rest.split_at(8);
+    *rest = after;
+    u64::from_le_bytes(n.try_into().expect("8 bytes"))
 }
 
 /// Where each of the pieces `counts` long starts, one after the other.

@@ -324,3 +324,103 @@ fn mpi_pack_refuses_stdout() {
     // Told once, by one rank.
     assert_eq!(text.matches("not to stdout").count(), 1, "{text}");
 }
+
+/// Writes at `path` a file of `size` bytes: holes, and at each of `at` a MiB of bytes that
+/// depend on the offset (so that a range copied to the wrong place shows).
+fn large(path: &Path, size: u64, at: &[u64]) {
+    let f = fs::File::create(path).unwrap();
+    f.set_len(size).unwrap();
+    let pattern: Vec<u8> = (0..(1 << 20) + 251).map(|i| (i % 251) as u8).collect();
+    for &offset in at {
+        let from = (offset % 251) as usize;
+        let data = &pattern[from..from + (1 << 20)];
+        std::os::unix::fs::FileExt::write_at(&f, data, offset).unwrap();
+    }
+}
+
+#[test]
+fn a_large_file_is_copied_by_the_ranks_with_its_holes_and_metadata() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    fs::create_dir_all(src.join("d")).unwrap();
+    // 5 ranges of 64 MiB: dealt to 4 ranks, each range holding data and holes.
+    let big = src.join("d/big.img");
+    let size = 300 << 20;
+    large(
+        &big,
+        size,
+        &[0, (64 << 20) - 7, 150 << 20, 200 << 20, size - (1 << 20)],
+    );
+    fs::set_permissions(&big, fs::Permissions::from_mode(0o640)).unwrap();
+    set_xattr(&big, "user.part", b"wide");
+    file(&src.join("d/small"), b"small", 0o644);
+    crate::common::set_mtime(&big, 1_000_000_000, 123_456_789);
+    crate::common::set_mtime(&src.join("d"), 1_000_000_001, 1);
+    let dest = work.path().join("dest");
+    let done = summary(&mut mpi_cp(&[&src, &dest], &["-a"]));
+    assert_eq!(
+        (done["errors"].as_u64(), done["files"].as_u64()),
+        (Some(0), Some(2)),
+        "{done}"
+    );
+    assert_eq!(done["bytes"].as_u64(), Some(size + 5), "{done}");
+    let plain = work.path().join("plain");
+    run_ok(barge(["cp", "-a"]).arg(&src).arg(&plain), None);
+    assert_equal_trees(&plain, &dest, "cp --mpi -a vs cp -a");
+    let (was, is) = (
+        fs::metadata(&big).unwrap(),
+        fs::metadata(dest.join("d/big.img")).unwrap(),
+    );
+    assert!(
+        is.blocks() <= 2 * was.blocks(),
+        "holes kept: {} blocks",
+        is.blocks()
+    );
+    // Unchanged, it is found so by --update and left alone.
+    let again = summary(&mut mpi_cp(&[&src.join(""), &dest], &["-a", "-u"]));
+    assert_eq!(
+        (again["files"].as_u64(), again["errors"].as_u64()),
+        (Some(0), Some(0)),
+        "{again}"
+    );
+}
+
+#[test]
+fn a_job_with_a_rank_killed_in_a_large_file_is_finished_by_update() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    // Data in every MiB: copying takes long enough to be cut.
+    let size: u64 = 200 << 20;
+    let every: Vec<u64> = (0..size >> 20).map(|m| m << 20).collect();
+    for name in ["one", "two"] {
+        large(&src.join(name), size, &every);
+    }
+    let dest = work.path().join("dest");
+    let mut job = mpi_cp(&[&src, &dest], &["-a"]);
+    let child = spawn(job.stdout(Stdio::null()), Stdio::null());
+    // Kill one rank once a large file is made (its ranges being copied).
+    let mut killed = false;
+    while !killed && child_running(child.id()) {
+        if dest.join("one").exists() || dest.join("two").exists() {
+            if let Some(&rank) = descendants(child.id(), "barge").first() {
+                rustix::process::kill_process(
+                    rustix::process::Pid::from_raw(rank as i32).unwrap(),
+                    rustix::process::Signal::KILL,
+                )
+                .unwrap();
+                killed = true;
+            }
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let out = wait_output(child, crate::common::TIMEOUT, "the killed job");
+    if out.status.success() {
+        return skipped("the job finished before one of its ranks could be killed");
+    }
+    let redo = summary(&mut mpi_cp(&[&src.join(""), &dest], &["-a", "-u"]));
+    assert_eq!(redo["errors"], 0, "{redo}");
+    let plain = work.path().join("plain");
+    run_ok(barge(["cp", "-a"]).arg(&src).arg(&plain), None);
+    assert_equal_trees(&plain, &dest, "killed in a large file, then cp --mpi -a -u");
+}

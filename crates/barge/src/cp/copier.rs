@@ -5,6 +5,7 @@
 
 mod chunked;
 mod content;
+pub(crate) mod wide;
 
 #[cfg(test)]
 pub(super) use chunked::hooks;
@@ -81,6 +82,8 @@ pub(super) struct Shared<'a> {
     pub(super) links: &'a Mutex<HashMap<(u64, u64), LinkTarget>>,
     /// The names of multi-link files [`Part::Rank`] leaves to [`Cp::run_links`].
     pub(super) deferred: &'a Mutex<Vec<Deferred>>,
+    /// The large files [`Part::Rank`] leaves to a wide copy ([`Cp::make_wide`]).
+    pub(super) wide: &'a Mutex<Vec<super::Wide>>,
     /// SRC's device: noted as 0 in `deferred`, where other machines, which may number a
     /// shared filesystem's device otherwise, must find the same key.
     pub(super) src_dev: u64,
@@ -297,6 +300,8 @@ pub(super) struct Copier<'a> {
     bufs: Buffers,
     /// Jobs left for the walker to share, with their costs.
     jobs: Vec<(Job<'a>, u64)>,
+    /// What it does with a large file, in a step of a wide copy.
+    wide: wide::Step,
 }
 
 impl Drop for Copier<'_> {
@@ -330,6 +335,7 @@ impl<'a> Copier<'a> {
             buf: Vec::new(),
             bufs: Buffers::default(),
             jobs: Vec::new(),
+            wide: wide::Step::Whole,
         }
     }
 
@@ -505,6 +511,13 @@ impl<'a> Copier<'a> {
             let dev = if dev == self.shared.src_dev { 0 } else { dev };
             let name = ((dev, ino), (at.path)());
             self.shared.deferred.lock().expect("no panics").push(name);
+            return Ok(());
+        }
+        if let wide::Step::Finish(name, whole) = &self.wide {
+            let (name, whole) = (name.clone(), *whole);
+            return self.finish_wide(at, stat, &name, whole);
+        }
+        if kind == Kind::File && self.leaves_wide(at, stat) {
             return Ok(());
         }
         let (update, delete) = (self.cp().update, self.cp().delete);

@@ -38,6 +38,7 @@ use twox_hash::XxHash3_64;
 
 pub use crate::compare::Verified;
 pub use crate::share::SPINE;
+pub use copier::wide::{WIDE, WIDE_CHUNK};
 pub use dest::targets;
 
 use crate::compare::{inode_key, Compare};
@@ -166,16 +167,26 @@ pub trait CpReport: Sync {
 pub struct Linked {
     copies: Mutex<HashMap<(u64, u64), LinkTarget>>,
     deferred: Mutex<Vec<Deferred>>,
+    wide: Mutex<Vec<Wide>>,
 }
 
 /// A name of a file of several links left by [`Part::Rank`]: the source's device (0: SRC's)
 /// and inode, and the name's path below SRC.
 pub type Deferred = ((u64, u64), Vec<u8>);
 
+/// A large file left by [`Part::Rank`] to all the processes ([`Cp::make_wide`]): its path
+/// below SRC and its size.
+pub type Wide = (Vec<u8>, u64);
+
 impl Linked {
     /// The names [`Part::Rank`] left to [`Cp::run_links`] so far.
     pub fn take_deferred(&self) -> Vec<Deferred> {
         std::mem::take(&mut self.deferred.lock().expect("no panics"))
+    }
+
+    /// The large files [`Part::Rank`] left to a wide copy so far.
+    pub fn take_wide(&self) -> Vec<Wide> {
+        std::mem::take(&mut self.wide.lock().expect("no panics"))
     }
 }
 
@@ -555,6 +566,7 @@ impl Cp {
             dest: dest.as_os_str().as_bytes().to_vec(),
             links: &linked.copies,
             deferred: &linked.deferred,
+            wide: &linked.wide,
             src_dev: 0,
             no_clone: AtomicBool::new(self.reflink == Reflink::Never),
             no_range: AtomicBool::new(self.reflink == Reflink::Never),

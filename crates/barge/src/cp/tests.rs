@@ -839,3 +839,94 @@ fn an_update_compares_directories_extended_attributes() {
     );
     assert_eq!(differences(&src, &dest), Vec::<String>::new());
 }
+
+#[test]
+fn a_large_file_left_by_the_parts_is_made_once_copied_by_each_and_finished_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest) = (dir.path().join("src"), dir.path().join("dest"));
+    mkdir(&src, 0o755);
+    mkdir(&src.join("a"), 0o755);
+    let big = src.join("a/big.img");
+    big_sparse(&big);
+    let xattr = rustix::fs::setxattr(&big, "user.barge", b"kept", rustix::fs::XattrFlags::empty());
+    age(&src);
+    let (ranks, progress, told) = (2, Progress::default(), Told::default());
+    // Step 1: the parts leave the large file, with its size, to all the processes.
+    let mut wide = Vec::new();
+    for rank in 0..ranks {
+        let linked = Linked::default();
+        let cp = cp().part(Part::Rank { rank, ranks });
+        cp.run_linked(&src, &dest, &linked, &progress, &told)
+            .unwrap();
+        wide.extend(linked.take_wide());
+    }
+    assert_eq!(wide, vec![(b"a/big.img".to_vec(), 200 << 20)]);
+    assert!(!dest.join("a/big.img").exists(), "the large file waits");
+    // Step 2: one process makes it, sized, with no data and not its time yet.
+    let linked = Linked::default();
+    let path = &wide[0].0[..];
+    let (made, _) = cp()
+        .make_wide(&src, &dest, path, &linked, &progress, &told)
+        .unwrap();
+    let made = made.expect("made");
+    let copy = dest.join("a/big.img");
+    assert_eq!(fs::metadata(&copy).unwrap().len(), 200 << 20);
+    assert_ne!(fs::metadata(&copy).unwrap().mtime(), 1_000_000_000);
+    // Step 3: the processes copy their ranges (here: every other one each).
+    let ranges: Vec<_> = (0..(200u64 << 20).div_ceil(WIDE_CHUNK))
+        .map(|c| c * WIDE_CHUNK..((c + 1) * WIDE_CHUNK).min(200 << 20))
+        .collect();
+    for rank in 0..ranks as usize {
+        for range in ranges.iter().skip(rank).step_by(ranks as usize) {
+            cp().copy_wide(&src, &dest, (path, &made), range.clone(), &progress, &told)
+                .unwrap();
+        }
+    }
+    // Step 4: the one that made it finishes it; the directories above get their metadata.
+    let done = cp().finish_wide(&src, &dest, (path, &made), true, &linked, &progress, &told);
+    assert_eq!(done.unwrap().counts.files, 1);
+    copied(&cp().part(Part::Spine), &src, &dest);
+    assert_eq!(told.errors(), Vec::<String>::new());
+    assert_eq!(differences(&src, &dest), Vec::<String>::new());
+    assert_eq!(times_and_modes(&src), times_and_modes(&dest));
+    let (was, is) = (fs::metadata(&big).unwrap(), fs::metadata(&copy).unwrap());
+    assert!(
+        is.blocks() <= 2 * was.blocks(),
+        "holes kept: {} blocks",
+        is.blocks()
+    );
+    if xattr.is_ok() {
+        let mut value = [0; 16];
+        let n = rustix::fs::getxattr(&copy, "user.barge", &mut value).unwrap();
+        assert_eq!(&value[..n], b"kept");
+    }
+}
+
+#[test]
+fn a_wide_copy_with_a_failed_range_leaves_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest) = (dir.path().join("src"), dir.path().join("dest"));
+    mkdir(&src, 0o755);
+    big_sparse(&src.join("big.img"));
+    mkdir(&dest, 0o755);
+    let (progress, told, linked) = (Progress::default(), Told::default(), Linked::default());
+    let (made, _) = cp()
+        .make_wide(&src, &dest, b"big.img", &linked, &progress, &told)
+        .unwrap();
+    let made = made.expect("made");
+    assert!(dest.join("big.img").exists());
+    let done = cp().finish_wide(
+        &src,
+        &dest,
+        (b"big.img", &made),
+        false,
+        &linked,
+        &progress,
+        &told,
+    );
+    assert_eq!(done.unwrap().counts.files, 0);
+    assert!(
+        !dest.join("big.img").exists(),
+        "no copy that is not whole stays"
+    );
+}

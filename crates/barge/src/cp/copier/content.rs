@@ -92,6 +92,18 @@ impl Copier<'_> {
             Made::Replacing(fd) => (fd, true),
             Made::Skipped => return Ok(Filed::Skipped),
         };
+        if matches!(self.wide, super::wide::Step::Make(_)) {
+            let name = if replacing {
+                self.temp.clone()
+            } else {
+                at.name.to_vec()
+            };
+            if let Err(e) = self.made(&fd, &name, stat, at) {
+                let _ = unlinkat(dest.as_fd(), &name[..], AtFlags::empty());
+                return Err(e);
+            }
+            return Ok(Filed::Chunked);
+        }
         // A large file with one name (the links stay locked only while one thread fills
         // it) goes to chunk jobs, unless its extents can be shared at once.
         let size = stat.stx_size;

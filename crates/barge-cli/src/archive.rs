@@ -620,6 +620,19 @@ pub fn unpack(
             // What landed before the error stays.
             false => format!("unpack into {shown} stopped"),
         })?;
+    told_unpacked(out, &landed, &confinement, elapsed);
+    // The mapping is released by the exit; unmapping it first only costs time.
+    std::mem::forget(input);
+    Ok(Exit::Success)
+}
+
+/// Tells what an unpack landed: the warnings for what it could not restore, the summary.
+pub(crate) fn told_unpacked(
+    out: OutputArgs,
+    landed: &barge::unpack::LandSummary,
+    confinement: &Confinement,
+    elapsed: Duration,
+) {
     warn_not_restored(&landed.not_restored);
     let mut line = format!(
         "unpacked {}, {}, {}",
@@ -639,10 +652,7 @@ pub fn unpack(
     }
     let mut confined = Map::new();
     confined.insert("confinement".into(), json!(confinement));
-    summary(out, &line, &landed, confined, elapsed, false);
-    // The mapping is released by the exit; unmapping it first only costs time.
-    std::mem::forget(input);
-    Ok(Exit::Success)
+    summary(out, &line, landed, confined, elapsed, false);
 }
 
 /// `error`, or, when the input is not a barge archive but a known format (a tar or gzip

@@ -6,6 +6,7 @@
 pub mod parallel;
 pub mod restore;
 pub mod select;
+pub(crate) mod share;
 pub mod sync;
 pub mod uring;
 
@@ -470,23 +471,7 @@ impl<'p, S: Sink> Driver<'p, S> {
         event: Event<'_>,
         names: (&[u8], &[u8]),
     ) -> std::result::Result<(), S::Error> {
-        match event {
-            Event::File { data, .. } => self.progress.add_entry(data.len() as u64),
-            Event::Data(data) | Event::Extent { data, .. } => {
-                self.progress.add_bytes(data.len() as u64)
-            }
-            Event::Dir(_)
-            | Event::SparseFile { .. }
-            | Event::Symlink { .. }
-            | Event::HardLink { .. }
-            | Event::Special { .. } => self.progress.add_entry(0),
-            Event::Pop
-            | Event::End { .. }
-            | Event::Padding
-            | Event::Root { .. }
-            | Event::Segment
-            | Event::Index(_) => {}
-        }
+        count(self.progress, &event);
         self.feed.event(event, names, &mut self.sink)
     }
 
@@ -530,6 +515,25 @@ impl<'p, S: Sink> Driver<'p, S> {
             Ok(()) => self.sink.finish(),
             Err(e) => Err(self.sink.abort(e)),
         }
+    }
+}
+
+/// Counts `event` in `progress`: an entry, or bytes of data.
+fn count(progress: &Progress, event: &Event<'_>) {
+    match event {
+        Event::File { data, .. } => progress.add_entry(data.len() as u64),
+        Event::Data(data) | Event::Extent { data, .. } => progress.add_bytes(data.len() as u64),
+        Event::Dir(_)
+        | Event::SparseFile { .. }
+        | Event::Symlink { .. }
+        | Event::HardLink { .. }
+        | Event::Special { .. } => progress.add_entry(0),
+        Event::Pop
+        | Event::End { .. }
+        | Event::Padding
+        | Event::Root { .. }
+        | Event::Segment
+        | Event::Index(_) => {}
     }
 }
 

@@ -6,7 +6,6 @@
 pub mod parallel;
 pub mod restore;
 pub mod select;
-pub(crate) mod share;
 pub mod sync;
 pub mod uring;
 
@@ -211,7 +210,10 @@ impl Feed {
         }
     }
 
-    fn enter_held<S: Sink>(&mut self, sink: &mut S) -> std::result::Result<(), S::Error> {
+    pub(crate) fn enter_held<S: Sink>(
+        &mut self,
+        sink: &mut S,
+    ) -> std::result::Result<(), S::Error> {
         let Some(meta) = self.held.take() else {
             return Ok(());
         };
@@ -519,7 +521,7 @@ impl<'p, S: Sink> Driver<'p, S> {
 }
 
 /// Counts `event` in `progress`: an entry, or bytes of data.
-fn count(progress: &Progress, event: &Event<'_>) {
+pub(crate) fn count(progress: &Progress, event: &Event<'_>) {
     match event {
         Event::File { data, .. } => progress.add_entry(data.len() as u64),
         Event::Data(data) | Event::Extent { data, .. } => progress.add_bytes(data.len() as u64),

@@ -14,14 +14,14 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use rustix::fs::{linkat, openat, AtFlags, Mode};
 
-use super::restore::{Apply, Existing, NotRestored, Policy, Target};
-use super::sync::{Setup, SyncLander};
-use super::{Feed, Land, LandSummary};
 use crate::error::{Error, Result, TreePath};
 use crate::format::index::{Index, RowKind};
 use crate::format::{decode_with, Decoder, Event, FormatError, Limits};
 use crate::indexed::Seekable;
 use crate::interrupt::Cancel;
+use crate::land::restore::{Apply, Existing, NotRestored, Policy, Target};
+use crate::land::sync::{Setup, SyncLander};
+use crate::land::{count, Feed, Land, LandSummary};
 use crate::owners::Owners;
 use crate::sys::{DIR_FLAGS, DIR_HANDLE_FLAGS};
 use crate::tree::{Content, Device, Entry, Meta, Owner, Sink, Timestamp, Xattrs};
@@ -137,7 +137,7 @@ impl SharedUnpack<'_> {
                             sink.positioned += 1;
                         }
                     }
-                    super::count(progress, &event);
+                    count(progress, &event);
                     feed.event(event, decoder.owner_names(), &mut sink)
                 })?;
                 if used != frame.len() {

@@ -130,7 +130,6 @@ pub struct PackArgs {
     /// DIR's parts and writing its segments where they go in FILE. One DIR; FILE on a file
     /// system every rank sees that takes writes at offsets from several machines (not NFS);
     /// -j N is the threads of each rank; see docs/SCALE.md.
-    #[cfg(feature = "mpi")]
     #[arg(long, conflicts_with_all = ["files_from", "format"])]
     pub(crate) mpi: bool,
     #[command(flatten)]
@@ -239,7 +238,6 @@ pub(crate) fn shared_pack(args: &PackArgs, cancel: &Cancel) -> Result<SharedPack
 /// `barge pack DIR... [-o FILE|-]`.
 pub fn pack(args: PackArgs, cancel: &Cancel) -> Result<Exit> {
     raise_fd_limit();
-    #[cfg(feature = "mpi")]
     if args.mpi {
         return crate::mpi::pack(&args, cancel);
     }

@@ -9,6 +9,9 @@ mod list;
 mod manual;
 #[cfg(feature = "mpi")]
 mod mpi;
+#[cfg(not(feature = "mpi"))]
+#[path = "no_mpi.rs"]
+mod mpi;
 mod net;
 mod report;
 mod serve;
@@ -329,7 +332,6 @@ enum Command {
         /// segments of a version 2 FILE (with its index) that every rank sees; hard links
         /// across ranks and the directories' metadata are made once all are done. DEST is
         /// created when missing, and what landed before an error stays; see docs/SCALE.md.
-        #[cfg(feature = "mpi")]
         #[arg(long, conflicts_with_all = ["strip_components", "paths", "exclude"])]
         mpi: bool,
         #[command(flatten)]
@@ -580,7 +582,6 @@ fn run(command: Command, cancel: &Cancel) -> anyhow::Result<Exit> {
             restore,
             limits,
             region,
-            #[cfg(feature = "mpi")]
             mpi,
             out,
         } => {
@@ -602,7 +603,6 @@ fn run(command: Command, cancel: &Cancel) -> anyhow::Result<Exit> {
                 Some(dest) => (Some(archive.as_path()), dest),
                 None => (None, &archive),
             };
-            #[cfg(feature = "mpi")]
             if mpi {
                 return mpi::unpack(archive, dest, &operation, out);
             }

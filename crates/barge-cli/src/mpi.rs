@@ -385,7 +385,9 @@ pub fn unpack(
     let Some(landed) = landed else {
         return Ok(Exit::Error);
     };
-    let landed = sum(&world, &landed);
+    let mut landed = sum(&world, &landed);
+    // A mode, not a count: rank 0 gave the root its own (summing would say 0).
+    landed.root_mode = None;
     if rank == 0 {
         told_unpacked(out, &landed, &confinement, elapsed);
     }

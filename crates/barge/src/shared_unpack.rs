@@ -75,23 +75,14 @@ impl SharedUnpack<'_> {
         if let Some(from) = extfile {
             open[from + 1..].iter_mut().for_each(|o| *o = true);
         }
-        let total = last.at + last.frame_len() as u64 - segs[0].at;
-        // The first segment at or past the rank's share of the bytes that none runs into.
-        let start = |r: u32| match r {
-            0 => 0,
-            r => {
-                let at = segs[0].at + total * u64::from(r) / u64::from(ranks);
-                (0..segs.len())
-                    .find(|&k| segs[k].at >= at && !open[k])
-                    .unwrap_or(segs.len())
-            }
-        };
-        let end = if rank + 1 >= ranks {
-            segs.len()
-        } else {
-            start(rank + 1)
-        };
-        start(rank).min(end)..end
+        let starts: Vec<u64> = segs.iter().map(|seg| seg.at).collect();
+        run(
+            &starts,
+            last.at + last.frame_len() as u64,
+            &open,
+            rank,
+            ranks,
+        )
     }
 
     /// Lands the `segments` below `root` (the destination, which every process opened),
@@ -257,6 +248,28 @@ impl SharedUnpack<'_> {
             kind: FormatError::BadIndex,
         }
     }
+}
+
+/// The run of segments of process `rank` of `ranks`, of segments starting at `starts`
+/// (the last ending at `end`), where those `open` may not begin a run: each run starts at
+/// the first segment at or past the process's share of the bytes that may.
+fn run(starts: &[u64], end: u64, open: &[bool], rank: u32, ranks: u32) -> Range<usize> {
+    let total = end - starts[0];
+    let start = |r: u32| match r {
+        0 => 0,
+        r => {
+            let at = starts[0] + total * u64::from(r) / u64::from(ranks);
+            (0..starts.len())
+                .find(|&k| starts[k] >= at && !open[k])
+                .unwrap_or(starts.len())
+        }
+    };
+    let last = if rank + 1 >= ranks {
+        starts.len()
+    } else {
+        start(rank + 1)
+    };
+    start(rank).min(last)..last
 }
 
 /// The directory `names` below `root`, opened one name at a time without following
@@ -439,5 +452,33 @@ impl Sink for Ranked {
             self.leave_dir()?;
         }
         self.land.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_follow_each_other_by_bytes_and_begin_where_no_extents_run_on() {
+        let runs = |starts: &[u64], end, open: &[bool], ranks| -> Vec<Range<usize>> {
+            (0..ranks)
+                .map(|r| run(starts, end, open, r, ranks))
+                .collect()
+        };
+        let even = [8, 108, 208, 308];
+        assert_eq!(runs(&even, 408, &[false; 4], 2), [0..2, 2..4]);
+        assert_eq!(runs(&even, 408, &[false; 4], 4), [0..1, 1..2, 2..3, 3..4]);
+        // A sparse file's extents run into segment 2: it goes with the run before.
+        let open = [false, false, true, false];
+        assert_eq!(runs(&even, 408, &open, 2), [0..3, 3..4]);
+        // By bytes: a big first segment is a run of its own.
+        assert_eq!(runs(&[8, 900, 910, 920], 930, &[false; 4], 2), [0..1, 1..4]);
+        // More processes than segments: some have none.
+        assert_eq!(
+            runs(&[8, 108], 208, &[false; 2], 4),
+            [0..1, 1..1, 1..2, 2..2]
+        );
+        assert_eq!(run(&even, 408, &[false; 4], 0, 1), 0..4);
     }
 }

@@ -130,7 +130,6 @@ pub struct PackArgs {
     /// DIR's parts and writing its segments where they go in FILE. One DIR; FILE on a file
     /// system every rank sees that takes writes at offsets from several machines (not NFS);
     /// -j N is the threads of each rank; see docs/SCALE.md.
-    #[cfg(feature = "mpi")]
     #[arg(long, conflicts_with_all = ["files_from", "format"])]
     pub(crate) mpi: bool,
     #[command(flatten)]
@@ -239,7 +238,6 @@ pub(crate) fn shared_pack(args: &PackArgs, cancel: &Cancel) -> Result<SharedPack
 /// `barge pack DIR... [-o FILE|-]`.
 pub fn pack(args: PackArgs, cancel: &Cancel) -> Result<Exit> {
     raise_fd_limit();
-    #[cfg(feature = "mpi")]
     if args.mpi {
         return crate::mpi::pack(&args, cancel);
     }
@@ -620,6 +618,19 @@ pub fn unpack(
             // What landed before the error stays.
             false => format!("unpack into {shown} stopped"),
         })?;
+    told_unpacked(out, &landed, &confinement, elapsed);
+    // The mapping is released by the exit; unmapping it first only costs time.
+    std::mem::forget(input);
+    Ok(Exit::Success)
+}
+
+/// Tells what an unpack landed: the warnings for what it could not restore, the summary.
+pub(crate) fn told_unpacked(
+    out: OutputArgs,
+    landed: &barge::unpack::LandSummary,
+    confinement: &Confinement,
+    elapsed: Duration,
+) {
     warn_not_restored(&landed.not_restored);
     let mut line = format!(
         "unpacked {}, {}, {}",
@@ -639,10 +650,7 @@ pub fn unpack(
     }
     let mut confined = Map::new();
     confined.insert("confinement".into(), json!(confinement));
-    summary(out, &line, &landed, confined, elapsed, false);
-    // The mapping is released by the exit; unmapping it first only costs time.
-    std::mem::forget(input);
-    Ok(Exit::Success)
+    summary(out, &line, landed, confined, elapsed, false);
 }
 
 /// `error`, or, when the input is not a barge archive but a known format (a tar or gzip

@@ -119,7 +119,6 @@ pub struct CpArgs {
     threads: usize,
     /// Share the copy among the ranks of the MPI job this runs in (`mpiexec -n N barge-mpi
     /// cp --mpi SRC DEST`, or srun): one SRC; see docs/SCALE.md.
-    #[cfg(feature = "mpi")]
     #[arg(long, conflicts_with = "dry_run")]
     pub(crate) mpi: bool,
     #[command(flatten)]
@@ -247,7 +246,6 @@ pub(crate) fn plan(args: &CpArgs, cancel: &Cancel) -> Result<Plan> {
 
 /// `barge cp SRC... DEST`.
 pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
-    #[cfg(feature = "mpi")]
     if args.mpi {
         return crate::mpi::cp(&args, cancel);
     }

@@ -9,6 +9,9 @@ mod list;
 mod manual;
 #[cfg(feature = "mpi")]
 mod mpi;
+#[cfg(not(feature = "mpi"))]
+#[path = "no_mpi.rs"]
+mod mpi;
 mod net;
 mod report;
 mod serve;
@@ -324,6 +327,13 @@ enum Command {
         limits: LimitArgs,
         #[command(flatten)]
         region: Region,
+        /// Share the unpack among the ranks of the MPI job this runs in (`mpiexec -n N
+        /// barge-mpi unpack --mpi FILE DEST`, or srun): each rank lands a run of the
+        /// segments of a version 2 FILE (with its index) that every rank sees; hard links
+        /// across ranks and the directories' metadata are made once all are done. DEST is
+        /// created when missing, and what landed before an error stays; see docs/SCALE.md.
+        #[arg(long, conflicts_with_all = ["strip_components", "paths", "exclude"])]
+        mpi: bool,
         #[command(flatten)]
         out: OutputArgs,
     },
@@ -572,6 +582,7 @@ fn run(command: Command, cancel: &Cancel) -> anyhow::Result<Exit> {
             restore,
             limits,
             region,
+            mpi,
             out,
         } => {
             let mut operation = Unpack::new();
@@ -592,6 +603,9 @@ fn run(command: Command, cancel: &Cancel) -> anyhow::Result<Exit> {
                 Some(dest) => (Some(archive.as_path()), dest),
                 None => (None, &archive),
             };
+            if mpi {
+                return mpi::unpack(archive, dest, &operation, out);
+            }
             archive::unpack(archive, dest, operation, out)
         }
         Command::List {

@@ -1,5 +1,5 @@
-//! The `mpi` feature: `cp --mpi` and `pack --mpi`, the ranks of an MPI job sharing one copy
-//! or one archive.
+//! The `mpi` feature: `cp --mpi`, `pack --mpi` and `unpack --mpi`, the ranks of an MPI job
+//! sharing one copy or one archive.
 //!
 //! `barge cp --mpi`: the ranks of an MPI job share one copy. Each rank
 //! copies the parts of SRC that hash to it ([`Part::Rank`]); then every rank's names of
@@ -8,6 +8,8 @@
 //! then rank 0 gives the directories above the parts their metadata ([`Part::Spine`]).
 //! The counts are summed on every rank (one exit status for the job); rank 0 shows the
 //! progress and the summary. Only the main thread calls MPI.
+//!
+//! `barge unpack --mpi`: see [`unpack`].
 //!
 //! `barge pack --mpi`: each rank packs a run of the tree's parts ([`barge::pack::share`])
 //! into a file of its own; their sizes summed by `MPI_Exscan` say where each goes in the
@@ -37,9 +39,13 @@ use mpi::traits::*;
 use rustix::fs::{Mode, OFlags, CWD};
 use serde_json::Value;
 
-use crate::archive::{shared_pack, told_packed, PackArgs, SharedPack};
+use barge::root::Confinement;
+use barge::unpack::{LandSummary, Unpack};
+
+use crate::archive::{shared_pack, told_packed, told_unpacked, PackArgs, SharedPack};
 use crate::cp::{plan, report, CpArgs, Plan};
-use crate::report::{failure, shown_path, shows_progress, warn, with_progress, Exit, Total};
+use crate::report::{failure, shown_path, shows_progress, warn, with_progress, Exit, Known, Total};
+use crate::OutputArgs;
 
 /// The longest the ranks wait between two sums of their progress (they start at a
 /// millisecond, so that a small copy does not wait for the sum that ends it): a step's end
@@ -430,7 +436,10 @@ fn starts(counts: &[i32]) -> Vec<i32> {
 
 /// `done` summed over every rank, on every rank: its counts flattened in one order (the
 /// fields of its JSON form), added by one reduction, put back.
-fn sum(world: &SimpleCommunicator, done: &CpSummary) -> CpSummary {
+fn sum<T: serde::Serialize + serde::de::DeserializeOwned>(
+    world: &SimpleCommunicator,
+    done: &T,
+) -> T {
     let mut value = serde_json::to_value(done).expect("plain data");
     let mut numbers = Vec::new();
     leaves(&mut value, &mut |leaf| {
@@ -458,6 +467,93 @@ fn leaves(value: &mut Value, f: &mut impl FnMut(&mut Value)) {
         Value::Object(fields) => fields.values_mut().for_each(|v| leaves(v, f)),
         leaf => f(leaf),
     }
+}
+
+/// `mpiexec -n N barge-mpi unpack --mpi FILE DEST`: rank 0 creates DEST where it is
+/// missing, then every rank opens FILE and DEST and lands its run of the segments
+/// ([`barge::unpack::SharedUnpack`]); once all are done each makes its hard links to
+/// files of other ranks, then rank 0 gives the directories their metadata from what every
+/// rank recorded. The counts are summed on rank 0, which tells them.
+pub fn unpack(
+    archive: Option<&Path>,
+    dest: &Path,
+    operation: &Unpack,
+    out: OutputArgs,
+) -> Result<Exit> {
+    let (universe, _) = mpi::initialize_with_threading(Threading::Funneled)
+        .ok_or_else(|| anyhow!("MPI was initialized already"))?;
+    // No user-namespace chroot: the MPI library's own files and sockets must stay in
+    // reach (a confined rank is killed). The landers' fd-relative landing contains it.
+    let operation = &operation.clone().sandbox(false);
+    let world = universe.world();
+    let (rank, ranks) = (world.rank() as u32, world.size() as u32);
+    let made = match rank {
+        0 => operation.make_dest(dest),
+        _ => Ok(false),
+    };
+    // A barrier too: DEST is there before any other rank opens it.
+    let Some(new) = whole(&world, made) else {
+        return Ok(Exit::Error);
+    };
+    let opened = || -> Result<_> {
+        let Some(file) = archive.filter(|p| p.as_os_str() != "-") else {
+            bail!(
+                "--mpi reads the archive from a file every rank sees: unpack stdin without --mpi"
+            );
+        };
+        let input = operation.open(Some(file))?;
+        let mut destination = operation.prepare(dest, &input)?;
+        let root = destination.root()?;
+        Ok((input, destination.confinement.clone(), root))
+    };
+    let Some((input, confinement, root)) = whole(&world, opened()) else {
+        return Ok(Exit::Error);
+    };
+    let Some(shared) = whole(&world, operation.shared(&input)) else {
+        return Ok(Exit::Error);
+    };
+    if let (0, Confinement::Unavailable(reason)) = (rank, &confinement) {
+        warn(format_args!(
+            "sandbox unavailable ({reason}); containment rests on fd-relative landing"
+        ));
+    }
+    let (progress, summed) = (Progress::default(), Progress::default());
+    let mut out = out;
+    out.no_progress |= rank != 0;
+    let size = input.size();
+    let work = || -> Option<LandSummary> {
+        let segments = shared.share(rank, ranks);
+        let landed = together(&world, &progress, &summed, || {
+            let root = root
+                .try_clone()
+                .context("cannot open the destination again")?;
+            anyhow::Ok(shared.land(root, segments, &progress)?)
+        });
+        let mut landed = whole(&world, landed)?;
+        landed.summary.hard_links += whole(&world, shared.link(&root, &landed))?;
+        let finished = match gathered_at_0(&world, &landed.dirs) {
+            Some(records) => shared.finish_dirs(&root, &records, new).map(Some),
+            None => Ok(None),
+        };
+        if let Some(skipped) = whole(&world, finished)? {
+            landed.summary.not_restored.merged_dirs += skipped.merged_dirs;
+            landed.summary.not_restored.owners += skipped.owners;
+            landed.summary.not_restored.setid += skipped.setid;
+            landed.summary.not_restored.xattrs += skipped.xattrs;
+        }
+        Some(landed.summary)
+    };
+    let (landed, elapsed) = with_progress(out, &summed, || size.map(Known::Exact), work);
+    let Some(landed) = landed else {
+        return Ok(Exit::Error);
+    };
+    let mut landed = sum(&world, &landed);
+    // A mode, not a count: rank 0 gave the root its own (summing would say 0).
+    landed.root_mode = None;
+    if rank == 0 {
+        told_unpacked(out, &landed, &confinement, elapsed);
+    }
+    Ok(Exit::Success)
 }
 
 /// NFS's `f_type` in statfs(2) (`NFS_SUPER_MAGIC`).

@@ -29,7 +29,7 @@ pub(crate) struct Seekable<'a> {
 impl Seekable<'_> {
     /// The `len` bytes at archive offset `at`, by `pread`; fewer there (the file shrank)
     /// is `truncated` at `at`.
-    fn read(&self, at: u64, len: usize, cancel: &Cancel) -> Result<Vec<u8>> {
+    pub(crate) fn read(&self, at: u64, len: usize, cancel: &Cancel) -> Result<Vec<u8>> {
         // Read into the spare capacity: megabytes need not be zeroed first.
         let mut buf = Vec::with_capacity(len);
         while buf.len() < len {

@@ -31,6 +31,7 @@ pub mod owners;
 pub mod pack;
 pub mod root;
 pub mod share;
+pub(crate) mod shared_unpack;
 pub(crate) mod source;
 pub mod sys;
 pub mod threads;

@@ -28,6 +28,7 @@ pub use crate::land::LandSummary;
 use crate::land::{Driver, Land};
 use crate::owners::Owners;
 use crate::root::{open_dest, Destination};
+pub use crate::shared_unpack::{Landed, SharedUnpack};
 use crate::source::{ByteSource, ByteStream, ReadSource};
 use crate::sys::map::{populate, Mapped};
 use crate::threads::Work;
@@ -508,6 +509,48 @@ impl Unpack {
         let limits = archive.limits(self.limits);
         let how = (self.select.clone(), limits, &self.cancel);
         crate::indexed::cat(&src, &mut index, how, sink)
+    }
+
+    /// `archive` to be landed by several processes (`unpack --mpi`, see
+    /// [`SharedUnpack`]): a version 2 archive in a file, with its index, every row checked.
+    /// Call [`Unpack::prepare`] first: it reads the owners' names where they are restored.
+    pub fn shared<'a>(&self, archive: &'a Archive) -> Result<SharedUnpack<'a>> {
+        let Some((src, mut index)) = self.index(archive)? else {
+            return Err(Error::Argument {
+                arg: "--mpi".into(),
+                problem: "lands a version 2 archive in a file, by its index (pack --format 2 \
+                          writes one): unpack this one without --mpi"
+                    .into(),
+            });
+        };
+        index.check()?;
+        let policy = Policy::new(self.restore, self.me, self.umask);
+        Ok(SharedUnpack {
+            src,
+            index,
+            limits: archive.limits(self.limits),
+            policy,
+            owners: (self.owners.get().cloned()).filter(|_| policy.owners_by_name()),
+            cancel: self.cancel.clone(),
+        })
+    }
+
+    /// Creates the directory `dest` with its parents, where it is missing, for a shared
+    /// unpack (whose processes then [`Unpack::prepare`] it as one that exists): true when
+    /// it created `dest`.
+    pub fn make_dest(&self, dest: &Path) -> Result<bool> {
+        use std::os::unix::fs::DirBuilderExt;
+        if std::fs::symlink_metadata(dest).is_ok() {
+            return Ok(false);
+        }
+        let mode = self.dest_mode.unwrap_or(0o777 & !self.umask);
+        let path = TreePath(dest.as_os_str().as_encoded_bytes().to_vec());
+        (std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(mode)
+            .create(dest))
+        .map_err(|e| Error::os("create destination", path, e))?;
+        Ok(true)
     }
 
     /// The archive in its file and its index (its rows not checked yet: see

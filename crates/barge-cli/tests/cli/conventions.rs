@@ -903,3 +903,40 @@ fn quiet_hides_the_warnings_of_every_command() {
     assert_eq!(quiet.status.code(), Some(0), "{}", stderr(&quiet));
     assert_eq!(stderr(&quiet), "");
 }
+
+/// The plain build has `--mpi` too (one help, one flag table), and says which binary runs it.
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn mpi_in_the_plain_build_names_the_mpi_binary() {
+    use std::ffi::OsStr;
+    let work = tempdir();
+    let (src, dest) = (work.path().join("src"), work.path().join("dest"));
+    fs::create_dir(&src).unwrap();
+    let archive = work.path().join("a.barge");
+    for args in [
+        vec![OsStr::new("cp"), src.as_os_str(), dest.as_os_str()],
+        vec![
+            "pack".as_ref(),
+            src.as_os_str(),
+            "-o".as_ref(),
+            archive.as_os_str(),
+        ],
+        vec!["unpack".as_ref(), archive.as_os_str(), dest.as_os_str()],
+    ] {
+        let out = barge(&args[..1])
+            .arg("--mpi")
+            .args(&args[1..])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let text = stderr(&out);
+        assert!(
+            text.contains("built without MPI: run target/barge-mpi"),
+            "{args:?}: {text}"
+        );
+        assert!(
+            !dest.exists() && !archive.exists(),
+            "{args:?}: nothing made"
+        );
+    }
+}

@@ -424,3 +424,71 @@ fn a_job_with_a_rank_killed_in_a_large_file_is_finished_by_update() {
     run_ok(barge(["cp", "-a"]).arg(&src).arg(&plain), None);
     assert_equal_trees(&plain, &dest, "killed in a large file, then cp --mpi -a -u");
 }
+
+/// `mpiexec -n 4 barge unpack --mpi` of a plain `pack --format 2` archive (a segment or
+/// two) and of a `pack --mpi` one (a run of segments per rank), raw and zstd, lands the
+/// tree the plain unpack lands: hard links across the ranks' segments, xattrs, times and
+/// modes of the directories (given by rank 0 once all are done), the summed counts.
+#[test]
+fn mpi_unpack_equals_the_plain_unpack() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    wide_tree(&src, 5);
+    for (options, name) in [(&["-a"][..], "raw"), (&["-a", "--zstd"][..], "zstd")] {
+        let plain = work.path().join(format!("plain-{name}.barge"));
+        let mut pack = barge(["pack", "--format", "2"]);
+        run_ok(pack.args(options).arg(&src).arg("-o").arg(&plain), None);
+        let shared = work.path().join(format!("ranks-{name}.barge"));
+        let mut pack = mpi_by(Command::new("mpiexec"), "pack", &[&src], options);
+        run_ok(pack.arg("-o").arg(&shared), None);
+        let expected = work.path().join(format!("expected-{name}"));
+        let mut unpack = barge(["unpack", "--json"]);
+        let plain_out = run_ok(unpack.arg(&plain).arg(&expected), None);
+        let plain_done: Value = serde_json::from_slice(&plain_out.stdout).unwrap();
+        for archive in [&plain, &shared] {
+            let dest = work.path().join(format!("ranks-{name}"));
+            let _ = fs::remove_dir_all(&dest);
+            let mut unpack = mpi_by(Command::new("mpiexec"), "unpack", &[archive, &dest], &[]);
+            let done = summary(&mut unpack);
+            let what = format!("unpack --mpi {} vs unpack", archive.display());
+            assert_equal_trees(&expected, &dest, &what);
+            let linked = fs::metadata(dest.join("p0/q0/r/s/f1")).unwrap();
+            assert_eq!(linked.nlink(), 5, "one file across the ranks' segments");
+            for field in [
+                "dirs",
+                "files",
+                "bytes",
+                "symlinks",
+                "hard_links",
+                "specials",
+            ] {
+                assert_eq!(
+                    done[field], plain_done[field],
+                    "{field}: {done} vs {plain_done}"
+                );
+            }
+        }
+    }
+}
+
+/// A version 1 archive has no index to share its segments by: refused, told once.
+#[test]
+fn mpi_unpack_refuses_a_version_1_archive() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    fs::create_dir(&src).unwrap();
+    file(&src.join("a"), b"a", 0o644);
+    let archive = work.path().join("v1.barge");
+    run_ok(barge(["pack"]).arg(&src).arg("-o").arg(&archive), None);
+    let dest = work.path().join("dest");
+    let out = mpi_by(Command::new("mpiexec"), "unpack", &[&archive, &dest], &[])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        text.matches("unpack this one without --mpi").count(),
+        1,
+        "{text}"
+    );
+}

@@ -210,7 +210,10 @@ impl Feed {
         }
     }
 
-    fn enter_held<S: Sink>(&mut self, sink: &mut S) -> std::result::Result<(), S::Error> {
+    pub(crate) fn enter_held<S: Sink>(
+        &mut self,
+        sink: &mut S,
+    ) -> std::result::Result<(), S::Error> {
         let Some(meta) = self.held.take() else {
             return Ok(());
         };
@@ -470,23 +473,7 @@ impl<'p, S: Sink> Driver<'p, S> {
         event: Event<'_>,
         names: (&[u8], &[u8]),
     ) -> std::result::Result<(), S::Error> {
-        match event {
-            Event::File { data, .. } => self.progress.add_entry(data.len() as u64),
-            Event::Data(data) | Event::Extent { data, .. } => {
-                self.progress.add_bytes(data.len() as u64)
-            }
-            Event::Dir(_)
-            | Event::SparseFile { .. }
-            | Event::Symlink { .. }
-            | Event::HardLink { .. }
-            | Event::Special { .. } => self.progress.add_entry(0),
-            Event::Pop
-            | Event::End { .. }
-            | Event::Padding
-            | Event::Root { .. }
-            | Event::Segment
-            | Event::Index(_) => {}
-        }
+        count(self.progress, &event);
         self.feed.event(event, names, &mut self.sink)
     }
 
@@ -530,6 +517,25 @@ impl<'p, S: Sink> Driver<'p, S> {
             Ok(()) => self.sink.finish(),
             Err(e) => Err(self.sink.abort(e)),
         }
+    }
+}
+
+/// Counts `event` in `progress`: an entry, or bytes of data.
+pub(crate) fn count(progress: &Progress, event: &Event<'_>) {
+    match event {
+        Event::File { data, .. } => progress.add_entry(data.len() as u64),
+        Event::Data(data) | Event::Extent { data, .. } => progress.add_bytes(data.len() as u64),
+        Event::Dir(_)
+        | Event::SparseFile { .. }
+        | Event::Symlink { .. }
+        | Event::HardLink { .. }
+        | Event::Special { .. } => progress.add_entry(0),
+        Event::Pop
+        | Event::End { .. }
+        | Event::Padding
+        | Event::Root { .. }
+        | Event::Segment
+        | Event::Index(_) => {}
     }
 }
 

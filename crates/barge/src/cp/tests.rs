@@ -603,6 +603,21 @@ fn copied_by(path: &Path) -> Vec<std::thread::ThreadId> {
         .collect()
 }
 
+/// The copy of a [`big_sparse`] file at `copy` (metadata `is`; the source's `was`) kept its
+/// holes, and its `user.barge` attribute where the source's could be set.
+fn holes_and_xattr_kept(was: &fs::Metadata, is: &fs::Metadata, copy: &Path, xattr: bool) {
+    assert!(
+        is.blocks() <= 2 * was.blocks(),
+        "holes kept: {} blocks",
+        is.blocks()
+    );
+    if xattr {
+        let mut value = [0; 16];
+        let n = rustix::fs::getxattr(copy, "user.barge", &mut value).unwrap();
+        assert_eq!(&value[..n], b"kept");
+    }
+}
+
 #[test]
 fn a_large_sparse_file_is_copied_in_chunks_with_its_holes_and_metadata() {
     let dir = tempfile::tempdir().unwrap();
@@ -621,16 +636,7 @@ fn a_large_sparse_file_is_copied_in_chunks_with_its_holes_and_metadata() {
         (is.mtime(), is.mtime_nsec()),
         (was.mtime(), was.mtime_nsec())
     );
-    assert!(
-        is.blocks() <= 2 * was.blocks(),
-        "holes kept: {} blocks",
-        is.blocks()
-    );
-    if xattr.is_ok() {
-        let mut value = [0; 16];
-        let n = rustix::fs::getxattr(&copy, "user.barge", &mut value).unwrap();
-        assert_eq!(&value[..n], b"kept");
-    }
+    holes_and_xattr_kept(&was, &is, &copy, xattr.is_ok());
 }
 
 #[test]
@@ -890,16 +896,7 @@ fn a_large_file_left_by_the_parts_is_made_once_copied_by_each_and_finished_once(
     assert_eq!(differences(&src, &dest), Vec::<String>::new());
     assert_eq!(times_and_modes(&src), times_and_modes(&dest));
     let (was, is) = (fs::metadata(&big).unwrap(), fs::metadata(&copy).unwrap());
-    assert!(
-        is.blocks() <= 2 * was.blocks(),
-        "holes kept: {} blocks",
-        is.blocks()
-    );
-    if xattr.is_ok() {
-        let mut value = [0; 16];
-        let n = rustix::fs::getxattr(&copy, "user.barge", &mut value).unwrap();
-        assert_eq!(&value[..n], b"kept");
-    }
+    holes_and_xattr_kept(&was, &is, &copy, xattr.is_ok());
 }
 
 #[test]

@@ -180,24 +180,10 @@ fn a_job_with_a_rank_killed_is_finished_by_update() {
     let src = work.path().join("src");
     let total = wide_tree(&src, 150);
     let dest = work.path().join("dest");
-    let mut job = mpi_cp(&[&src, &dest], &["-a"]);
-    let child = spawn(job.stdout(Stdio::null()), Stdio::null());
     // Kill one rank once a tenth of the files are there: the others stop with it.
-    let mut killed = false;
-    while !killed && child_running(child.id()) {
-        if files_below(&dest) >= total / 10 {
-            if let Some(&rank) = descendants(child.id(), "barge").first() {
-                rustix::process::kill_process(
-                    rustix::process::Pid::from_raw(rank as i32).unwrap(),
-                    rustix::process::Signal::KILL,
-                )
-                .unwrap();
-                killed = true;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    let out = wait_output(child, crate::common::TIMEOUT, "the killed job");
+    let out = killed_job(&src, &dest, Duration::from_millis(1), || {
+        files_below(&dest) >= total / 10
+    });
     if out.status.success() {
         return skipped("the job finished before one of its ranks could be killed");
     }
@@ -214,6 +200,28 @@ fn a_job_with_a_rank_killed_is_finished_by_update() {
         "nothing kept from the killed job ({left} files were there): {redo}"
     );
     assert!(copied < total as u64, "all copied again: {redo}");
+}
+
+/// `cp --mpi -a SRC DEST` with one rank killed (SIGKILL) once `ready` holds, checked every
+/// `poll`; what the job printed.
+fn killed_job(src: &Path, dest: &Path, poll: Duration, ready: impl Fn() -> bool) -> Output {
+    let mut job = mpi_cp(&[src, dest], &["-a"]);
+    let child = spawn(job.stdout(Stdio::null()), Stdio::null());
+    let mut killed = false;
+    while !killed && child_running(child.id()) {
+        if ready() {
+            if let Some(&rank) = descendants(child.id(), "barge").first() {
+                rustix::process::kill_process(
+                    rustix::process::Pid::from_raw(rank as i32).unwrap(),
+                    rustix::process::Signal::KILL,
+                )
+                .unwrap();
+                killed = true;
+            }
+        }
+        std::thread::sleep(poll);
+    }
+    wait_output(child, crate::common::TIMEOUT, "the killed job")
 }
 
 /// Whether the process `pid` (a child of this one) has not exited yet.
@@ -397,24 +405,10 @@ fn a_job_with_a_rank_killed_in_a_large_file_is_finished_by_update() {
         large(&src.join(name), size, &every);
     }
     let dest = work.path().join("dest");
-    let mut job = mpi_cp(&[&src, &dest], &["-a"]);
-    let child = spawn(job.stdout(Stdio::null()), Stdio::null());
     // Kill one rank once a large file is made (its ranges being copied).
-    let mut killed = false;
-    while !killed && child_running(child.id()) {
-        if dest.join("one").exists() || dest.join("two").exists() {
-            if let Some(&rank) = descendants(child.id(), "barge").first() {
-                rustix::process::kill_process(
-                    rustix::process::Pid::from_raw(rank as i32).unwrap(),
-                    rustix::process::Signal::KILL,
-                )
-                .unwrap();
-                killed = true;
-            }
-        }
-        std::thread::sleep(Duration::from_micros(200));
-    }
-    let out = wait_output(child, crate::common::TIMEOUT, "the killed job");
+    let out = killed_job(&src, &dest, Duration::from_micros(200), || {
+        dest.join("one").exists() || dest.join("two").exists()
+    });
     if out.status.success() {
         return skipped("the job finished before one of its ranks could be killed");
     }

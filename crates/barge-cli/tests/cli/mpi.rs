@@ -277,17 +277,8 @@ fn mpi_pack_is_an_archive_of_the_tree() {
         let plain_out = run_ok(pack.args(options).arg(&src).arg("-o").arg(&plain), None);
         let plain_done: Value = serde_json::from_slice(&plain_out.stdout).unwrap();
         let shared = work.path().join(format!("ranks-{name}.barge"));
-        let out = mpi_by(Command::new("mpiexec"), "pack", &[&src], options)
-            .arg("-o")
-            .arg(&shared)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let done: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let mut pack = mpi_by(Command::new("mpiexec"), "pack", &[&src], options);
+        let done = summary(pack.arg("-o").arg(&shared));
         // Every rank's counts, summed: the plain pack's.
         for field in [
             "dirs",

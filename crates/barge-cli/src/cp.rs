@@ -9,7 +9,6 @@ use barge::cp::{Change, Cp, CpReport, CpSummary, Linked, Reflink, Verified};
 use barge::exclude::Exclude;
 use barge::interrupt::Cancel;
 use barge::sys::fds::raise_fd_limit;
-use barge::threads::Work;
 use barge::unpack::Restore;
 use barge::{Error, Progress, TreePath};
 use serde_json::{json, Map};
@@ -114,9 +113,9 @@ pub struct CpArgs {
     #[arg(long, value_name = "WHEN", default_value = "auto", value_parser = ["auto", "always", "never"])]
     reflink: String,
     /// Most worker threads: one per core on a cached tree, more (up to N) while directories
-    /// are slow to read.
-    #[arg(short = 'j', long, value_name = "N", default_value_t = Work::Walk.threads())]
-    threads: usize,
+    /// are slow to read [default: 64; 2 into ext4, where more threads only contend]
+    #[arg(short = 'j', long, value_name = "N")]
+    threads: Option<usize>,
     /// Share the copy among the ranks of the MPI job this runs in (`mpiexec -n N barge-mpi
     /// cp --mpi SRC DEST`, or srun): one SRC; see docs/SCALE.md.
     #[arg(long, conflicts_with = "dry_run")]
@@ -213,7 +212,7 @@ pub(crate) fn plan(args: &CpArgs, cancel: &Cancel) -> Result<Plan> {
         .same_owner(args.drops(Attr::Ownership).then_some(false))
         .times(!args.drops(Attr::Timestamps))
         .xattrs(!args.drops(Attr::Xattr));
-    let cp = Cp::new()
+    let mut cp = Cp::new()
         .restore(restore)
         .hard_links(!args.drops(Attr::Links))
         .update(args.update)
@@ -223,7 +222,6 @@ pub(crate) fn plan(args: &CpArgs, cancel: &Cancel) -> Result<Plan> {
         .changes((args.dry_run && !args.out.json) || (args.out.verbose && !args.dry_run))
         .reflink(reflink)
         .exclude(exclude.clone())
-        .threads(args.threads)
         .one_file_system(args.one_file_system)
         // Modes kept land exactly; default modes get the user's umask.
         .umask(match args.drops(Attr::Mode) {
@@ -231,6 +229,9 @@ pub(crate) fn plan(args: &CpArgs, cancel: &Cancel) -> Result<Plan> {
             false => 0,
         })
         .cancel(cancel.clone());
+    if let Some(threads) = args.threads {
+        cp = cp.threads(threads);
+    }
     let printer = Printer {
         planned: args.dry_run.then(Mutex::default),
         on_stderr: lists_on_stderr(args.out, false),

@@ -1,6 +1,7 @@
 //! How many worker threads each kind of work gets unless told otherwise, and how many of
 //! them create entries in one directory at once: the one place that decides.
 
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Condvar, Mutex};
 
@@ -38,20 +39,44 @@ impl Work {
             Work::Cores => cores().unwrap_or(1),
         }
     }
+
+    /// The default number of threads for this kind of work writing into the file system
+    /// of `dest`: at most [`EXT4`] into ext4, where more only spin on its locks.
+    pub fn threads_into(self, dest: BorrowedFd<'_>) -> usize {
+        let threads = self.threads();
+        match rustix::fs::fstatfs(dest) {
+            Ok(fs) if fs.f_type == EXT4_MAGIC => threads.min(EXT4),
+            _ => threads,
+        }
+    }
 }
+
+/// `statfs`'s type of ext2, ext3 and ext4.
+const EXT4_MAGIC: rustix::fs::FsWord = 0xef53;
+
+/// Threads writing into an ext4 file system at once, at most, unless told otherwise: with
+/// 16 they spent 14 cores spinning and took twice one thread's time (docs/BENCHMARKS.md,
+/// "Many cores on a real disk").
+pub const EXT4: usize = 2;
 
 /// Threads creating entries in one directory at once, at most: creations in a directory take
 /// turns on its lock, so more only contend (docs/BENCHMARKS.md, "Landers per directory").
 pub(crate) const PER_DIR: usize = 4;
 
-/// The threads creating entries in one directory now (at most [`PER_DIR`]).
+/// The threads creating entries in one directory now (at most [`PER_DIR`]), and those
+/// waiting for a place in it.
 #[derive(Debug, Default)]
-pub(crate) struct Crowd(AtomicUsize);
+pub(crate) struct Crowd {
+    inside: AtomicUsize,
+    waiting: AtomicUsize,
+    lock: Mutex<()>,
+    freed: Condvar,
+}
 
 impl Crowd {
     /// Takes a place when one is free.
     fn try_join(&self) -> bool {
-        let joined = (self.0).fetch_update(SeqCst, SeqCst, |n| (n < PER_DIR).then_some(n + 1));
+        let joined = (self.inside).fetch_update(SeqCst, SeqCst, |n| (n < PER_DIR).then_some(n + 1));
         #[cfg(test)]
         if let Ok(n) = joined {
             hooks::MOST.fetch_max(n + 1, SeqCst);
@@ -60,54 +85,61 @@ impl Crowd {
     }
 }
 
-/// Where the threads of one landing or copy wait for a place in a full [`Crowd`].
+/// How the threads of one landing or copy take places in crowds: only when there are more
+/// of them than [`PER_DIR`] (fewer cannot fill a crowd, so counting would only cost).
 #[derive(Debug, Default)]
 pub(crate) struct Crowds {
-    waiting: AtomicUsize,
-    lock: Mutex<()>,
-    freed: Condvar,
+    capped: bool,
     /// How long a thread keeps a place before it creates (tests: to crowd a directory).
     #[cfg(test)]
     pub(crate) dwell: std::time::Duration,
 }
 
 impl Crowds {
+    /// For `threads` threads at most.
+    pub(crate) fn new(threads: usize) -> Crowds {
+        Crowds {
+            capped: threads > PER_DIR,
+            #[cfg(test)]
+            dwell: std::time::Duration::ZERO,
+        }
+    }
+
     /// A place in `crowd` (the directory's), once fewer than [`PER_DIR`] threads hold one.
     /// A thread holds one place at a time, so none waits for another it holds.
-    pub(crate) fn join<'c>(&'c self, crowd: &'c Crowd) -> Place<'c> {
+    pub(crate) fn join<'c>(&self, crowd: &'c Crowd) -> Place<'c> {
+        if !self.capped {
+            return Place(None);
+        }
         if !crowd.try_join() {
             // Counted before trying under the lock: a thread leaving after that try sees
-            // the count, and wakes this one.
-            self.waiting.fetch_add(1, SeqCst);
-            let mut held = self.lock.lock().expect("no panics");
+            // the count and, taking the lock, wakes one waiter once this one waits.
+            crowd.waiting.fetch_add(1, SeqCst);
+            let mut held = crowd.lock.lock().expect("no panics");
             while !crowd.try_join() {
-                held = self.freed.wait(held).expect("no panics");
+                held = crowd.freed.wait(held).expect("no panics");
             }
             drop(held);
-            self.waiting.fetch_sub(1, SeqCst);
+            crowd.waiting.fetch_sub(1, SeqCst);
         }
         #[cfg(test)]
         std::thread::sleep(self.dwell);
-        Place {
-            crowds: self,
-            crowd,
-        }
+        Place(Some(crowd))
     }
 }
 
-/// A thread's place in a [`Crowd`], given back when dropped.
+/// A thread's place in a [`Crowd`] (none when places are not counted), given back when
+/// dropped: one place freed wakes one waiter of that directory, not every waiting thread.
 #[must_use]
-pub(crate) struct Place<'c> {
-    crowds: &'c Crowds,
-    crowd: &'c Crowd,
-}
+pub(crate) struct Place<'c>(Option<&'c Crowd>);
 
 impl Drop for Place<'_> {
     fn drop(&mut self) {
-        self.crowd.0.fetch_sub(1, SeqCst);
-        if self.crowds.waiting.load(SeqCst) > 0 {
-            let _held = self.crowds.lock.lock().expect("no panics");
-            self.crowds.freed.notify_all();
+        let Some(crowd) = self.0 else { return };
+        crowd.inside.fetch_sub(1, SeqCst);
+        if crowd.waiting.load(SeqCst) > 0 {
+            let _held = crowd.lock.lock().expect("no panics");
+            crowd.freed.notify_one();
         }
     }
 }
@@ -121,4 +153,42 @@ pub(crate) mod hooks {
     pub(crate) static MOST: AtomicUsize = AtomicUsize::new(0);
     /// Held by a test that resets and reads [`MOST`].
     pub(crate) static COUNTING: Mutex<()> = Mutex::new(());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Threads taking and giving back places in one crowd over and over: never more than
+    /// [`PER_DIR`] inside, and every give-back wakes a waiter (a lost wake-up hangs here).
+    #[test]
+    fn a_crowd_holds_at_most_per_dir_and_wakes_its_waiters() {
+        let _counting = hooks::COUNTING.lock().unwrap_or_else(|e| e.into_inner());
+        hooks::MOST.store(0, SeqCst);
+        let (crowds, crowd) = (Crowds::new(16), Crowd::default());
+        let done = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..16 {
+                s.spawn(|| {
+                    for _ in 0..2000 {
+                        let _place = crowds.join(&crowd);
+                        std::hint::spin_loop();
+                        done.fetch_add(1, SeqCst);
+                    }
+                });
+            }
+        });
+        assert_eq!(done.load(SeqCst), 16 * 2000);
+        assert!((1..=PER_DIR).contains(&hooks::MOST.load(SeqCst)));
+        assert_eq!(crowd.inside.load(SeqCst), 0);
+        assert_eq!(crowd.waiting.load(SeqCst), 0);
+    }
+
+    /// With no more threads than [`PER_DIR`] no place is counted.
+    #[test]
+    fn few_threads_count_no_places() {
+        let (crowds, crowd) = (Crowds::new(PER_DIR), Crowd::default());
+        let _place = crowds.join(&crowd);
+        assert_eq!(crowd.inside.load(SeqCst), 0);
+    }
 }

@@ -50,7 +50,7 @@ use crate::land::sync::LinkTarget;
 use crate::root::{open_parent, split};
 use crate::share::{place, Place};
 use crate::sys::DIR_FLAGS;
-use crate::threads::Work;
+use crate::threads::{Crowds, Work};
 use crate::tree::{Kind, Owner, STATX_MASK};
 use crate::walk::parallel::{WalkParallel, WalkState};
 use crate::Progress;
@@ -257,7 +257,7 @@ pub struct Cp {
     changes: bool,
     reflink: Reflink,
     exclude: Exclude,
-    threads: usize,
+    threads: Option<usize>,
     part: Part,
     cancel: Cancel,
     /// The umask copies are created under.
@@ -270,7 +270,7 @@ pub struct Cp {
 
 impl Default for Cp {
     /// What `cp -a` keeps ([`Cp::archive`]); existing entries are errors; at most
-    /// [`Work::Walk`] threads.
+    /// [`Work::Walk`] threads (fewer into ext4, see [`Work::threads_into`]).
     fn default() -> Cp {
         Cp {
             archive: true,
@@ -283,7 +283,7 @@ impl Default for Cp {
             changes: false,
             reflink: Reflink::Auto,
             exclude: Exclude::default(),
-            threads: Work::Walk.threads(),
+            threads: None,
             part: Part::Whole,
             cancel: Cancel::new(),
             umask: crate::root::process_umask(),
@@ -399,8 +399,14 @@ impl Cp {
 
     /// Uses at most `threads` threads (see [`WalkParallel::threads`]).
     pub fn threads(mut self, threads: usize) -> Cp {
-        self.threads = threads;
+        self.threads = Some(threads);
         self
+    }
+
+    /// The threads of a copy into the directory `dest`: as told, else the default for
+    /// its file system.
+    fn threads_into(&self, dest: BorrowedFd<'_>) -> usize {
+        (self.threads).unwrap_or_else(|| Work::Walk.threads_into(dest))
     }
 
     /// Copies `src` (a directory and everything below it, or any other entry, never
@@ -447,8 +453,10 @@ impl Cp {
             refuse_inside(&stat, parent.as_fd(), src, dest)?;
         }
         let me = Owner::of_process();
+        let threads = self.threads_into(parent.as_fd());
         let mut shared = self.shared(src, dest, me, linked, progress, report);
         shared.src_dev = inode_key(&stat).0;
+        shared.crowds = Crowds::new(threads);
         #[cfg(test)]
         {
             shared.crowds.dwell = self.dwell;
@@ -463,7 +471,7 @@ impl Cp {
             let root = copier.enter(Some(&parent), in_setgid, name, fd.as_fd(), &stat, b"")?;
             drop(copier);
             WalkParallel::new(fd, src_name)
-                .threads(self.threads)
+                .threads(threads)
                 .exclude(self.exclude.clone())
                 .one_file_system(self.one_file_system)
                 .visit(&mut Builder(&shared), root);
@@ -480,7 +488,7 @@ impl Cp {
                 path: &Vec::new,
             };
             copier.copy(&at, &stat)?;
-            copier.run_chunks(self.threads.min(Work::Cores.threads()));
+            copier.run_chunks(threads.min(Work::Cores.threads()));
         }
         self.cancel.check()?;
         Ok(shared.summary.into_inner().expect("no panics"))
@@ -510,7 +518,8 @@ impl Cp {
         };
         let (src_fd, dest_fd) = (open(src)?, open(dest)?);
         let me = Owner::of_process();
-        let shared = self.shared(src, dest, me, linked, progress, report);
+        let mut shared = self.shared(src, dest, me, linked, progress, report);
+        shared.crowds = Crowds::new(self.threads_into(dest_fd.as_fd()));
         let mut copier = Copier::new(&shared);
         for name in names {
             if let Err(e) = copier.copy_below(src_fd.as_fd(), dest_fd.as_fd(), name) {
@@ -528,7 +537,7 @@ impl Cp {
     /// its source, byte for byte; a difference or a missing file goes to `report`.
     pub fn verify(&self, src: &Path, dest: &Path, report: &dyn CpReport) -> Result<Verified> {
         Compare::new()
-            .threads(self.threads)
+            .threads(self.threads.unwrap_or_else(|| Work::Walk.threads()))
             .exclude(self.exclude.clone())
             .cancel(self.cancel.clone())
             .run(src, dest, &|e| report.error(e))
@@ -572,7 +581,7 @@ impl Cp {
             no_range: AtomicBool::new(self.reflink == Reflink::Never),
             target: Mutex::new(None),
             summary: Mutex::default(),
-            crowds: Default::default(),
+            crowds: Crowds::default(),
         }
     }
 }

@@ -284,7 +284,7 @@ pub(crate) fn land_parallel<L: Land>(
     };
     let make = |root| make(root, setup.clone());
     #[allow(unused_mut)] // set in tests
-    let mut shared = Shared::new(&root, progress, setup.cancel.clone());
+    let mut shared = Shared::new(&root, progress, setup.cancel.clone(), workers);
     #[cfg(test)]
     {
         shared.crowds.dwell = setup.dwell;
@@ -527,7 +527,7 @@ struct Shared<'r> {
 }
 
 impl<'r> Shared<'r> {
-    fn new(root: &'r OwnedFd, progress: &'r Progress, cancel: Cancel) -> Self {
+    fn new(root: &'r OwnedFd, progress: &'r Progress, cancel: Cancel, workers: usize) -> Self {
         Shared {
             root,
             progress,
@@ -538,7 +538,7 @@ impl<'r> Shared<'r> {
             landed: Mutex::new(LandSummary::default()),
             files: SharedFiles::default(),
             top: Crowd::default(),
-            crowds: Crowds::default(),
+            crowds: Crowds::new(workers),
         }
     }
 

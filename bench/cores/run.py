@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""The many-cores rows (issue 32) in one run on a lent machine: no compiler, no network there.
+
+    OUT=DIR [SCALE=1] [REPS=3] [LIMIT_S=450] python3 bench/cores/run.py
+
+Takes the static binaries in bench/cores/kit (bench/cores/prepare puts them there: barge,
+floor-cp, cpz, fcp, diskus, xcp; carry that folder to the machine), generates the sets on a tmpfs it mounts (a linux-like tree of 78,000
+files in 4,700 dirs, tiny-many: 100,000 files of 0-63 bytes in 100 dirs, big: 8 x 512 MiB in
+one dir), and runs every row of issue 32 with its peers, interleaved, then the disk rows on
+the machine's own disk (/var/tmp), caches dropped before each run. Each run's wall time and
+CPU time (user + system of everything it started) go to $OUT/results.json, rewritten after
+every row so that a run cut short still leaves what it measured; $OUT/log.txt has the table.
+SCALE=0.02 REPS=1 runs it all in seconds, to try a change here before spending machine time.
+"""
+import json
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import time
+
+KIT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kit")
+OUT = os.environ.get("OUT", "/tmp/cores-out")
+SCALE = float(os.environ.get("SCALE", "1"))
+REPS = int(os.environ.get("REPS", "3"))
+LIMIT = float(os.environ.get("LIMIT_S", "450"))
+W = os.environ.get("WORK", "/mnt/cores")
+DISK = os.environ.get("DISK_DIR", "/var/tmp/barge-cores")
+T0 = time.time()
+results = []
+os.makedirs(OUT, exist_ok=True)
+log = open(os.path.join(OUT, "log.txt"), "w")
+
+
+def say(*words):
+    line = " ".join(str(w) for w in words)
+    print(line, flush=True)
+    log.write(line + "\n")
+    log.flush()
+
+
+def sh(cmd, timeout=120, check=False):
+    r = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{cmd}: status {r.returncode}: {r.stderr[-300:]}")
+    return r
+
+
+def tool(name):
+    path = os.path.join(KIT, name)
+    return path if os.path.exists(path) else None
+
+
+def children_cpu():
+    u = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return u.ru_utime + u.ru_stime
+
+
+def timed_once(cmd):
+    """(wall seconds, CPU seconds) of one run of `cmd`, or None when it failed."""
+    cpu = children_cpu()
+    start = time.perf_counter()
+    try:
+        r = sh(cmd)
+    except subprocess.TimeoutExpired:
+        say(f"  TIMEOUT {cmd}")
+        return None
+    wall = time.perf_counter() - start
+    if r.returncode != 0:
+        say(f"  FAILED ({r.returncode}) {cmd}: {r.stderr.strip()[-300:]}")
+        return None
+    return wall, children_cpu() - cpu
+
+
+def row(op, setname, cases, reps=REPS, cpus=None):
+    """cases: (name, prepare, command); every case once per round, order reversed every other
+    round; `cpus` pins the commands with taskset."""
+    got = {name: [] for name, _, _ in cases}
+    for rnd in range(reps):
+        for name, prep, cmd in cases if rnd % 2 == 0 else cases[::-1]:
+            if time.time() - T0 > LIMIT:
+                say(f"  time limit: skipped {op} {setname} {name}")
+                continue
+            if prep:
+                sh(prep, timeout=300)
+            t = timed_once(f"taskset -c {cpus} {cmd}" if cpus else cmd)
+            if t:
+                got[name].append(t)
+    for name, runs in got.items():
+        if not runs:
+            continue
+        walls = sorted(w for w, _ in runs)
+        med = walls[len(walls) // 2]
+        cpu = sorted(c for _, c in runs)[len(runs) // 2]
+        results.append({"op": op, "set": setname, "case": name, "cpus": cpus or "all",
+                        "wall": [w for w, _ in runs], "cpu": [c for _, c in runs],
+                        "median": med, "cpu_median": cpu})
+        say(f"{op:12s} {setname:6s} {name:34s} cpus={cpus or 'all':5s} "
+            f"median {med:7.3f} s  min {walls[0]:7.3f}  cpu {cpu:7.2f} s  n={len(runs)}")
+    with open(os.path.join(OUT, "results.json"), "w") as f:
+        json.dump({"scale": SCALE, "reps": REPS, "nproc": os.cpu_count(), "rows": results}, f, indent=1)
+
+
+def gen_tree(root, nfiles, ndirs, size, seed):
+    """A tree of `ndirs` directories (mostly near each other, as in a source tree) holding
+    `nfiles` files of random content and sizes from `size`, and 50 symlinks."""
+    rnd = random.Random(seed)
+    data = memoryview(os.urandom(4 << 20))
+    dirs = [root]
+    os.makedirs(root)
+    for i in range(ndirs):
+        parent = rnd.choice(dirs[-200:]) if rnd.random() < 0.7 else rnd.choice(dirs)
+        dirs.append(os.path.join(parent, f"d{i}"))
+        os.mkdir(dirs[-1])
+    total = 0
+    for i in range(nfiles):
+        n = size(rnd)
+        off = rnd.randrange(0, len(data) - n)
+        fd = os.open(os.path.join(rnd.choice(dirs), f"f{i}.c"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(fd, data[off:off + n])
+        os.close(fd)
+        total += n
+    for i in range(50):
+        os.symlink(f"f{i}.c", os.path.join(rnd.choice(dirs), f"l{i}"))
+    return total
+
+
+def main():
+    global W
+    say(f"nproc {os.cpu_count()} | {sh('uname -r').stdout.strip()} | {sh('free -g | sed -n 2p').stdout.strip()}")
+    say(sh("tar --version | head -1; cp --version | head -1; du --version | head -1").stdout.strip())
+    os.makedirs(W, exist_ok=True)
+    if sh(f"mount -t tmpfs -o size=90g tmpfs {W}").returncode != 0:
+        W = "/dev/shm/barge-cores"
+        say(f"no tmpfs mounted; using {W}")
+        shutil.rmtree(W, ignore_errors=True)
+        os.makedirs(W)
+    B = tool("barge")
+    floor = tool("floor-cp")
+    peers = {p: tool(p) for p in ("cpz", "fcp", "diskus", "xcp") if tool(p)}
+    say(f"barge {sh(B + ' --version').stdout.strip()}; floor-cp {bool(floor)}; peers {sorted(peers)}")
+    lin, tiny, big, D = f"{W}/linux", f"{W}/tiny", f"{W}/big", f"{W}/dest"
+    clean = f"rm -rf {D}"
+    made = time.time()
+    n = gen_tree(lin, int(78000 * SCALE), int(4700 * SCALE) + 1,
+                 lambda r: min(int(r.lognormvariate(8.3, 1.6)), 1 << 20), 1)
+    n2 = gen_tree(tiny, int(100000 * SCALE), 100, lambda r: r.randrange(0, 64), 2)
+    os.makedirs(big)
+    block = os.urandom(64 << 20)
+    files, blocks = (8, 8) if SCALE >= 1 else (2, 1)
+    for i in range(files):
+        with open(f"{big}/b{i}", "wb") as f:
+            for _ in range(blocks):
+                f.write(block)
+    for name, src in (("linux", lin), ("tiny", tiny)):
+        sh(f"{B} pack {src} -o {W}/{name}.barge", check=True)
+        sh(f"tar -C {src} -cf {W}/{name}.tar .", check=True)
+    say(f"sets: linux-like {n / 1e9:.2f} GB, tiny-many {n2} bytes, big {files} files; made in {time.time() - made:.1f} s")
+
+    def cps(src, extra=()):
+        cases = [("barge cp", clean, f"{B} cp {src} {D}"), *extra, ("cp -a", clean, f"cp -a {src} {D}")]
+        if floor:
+            cases.append(("floor-cp -j 16", clean, f"{floor} -j 16 {src} {D}"))
+        for name, argv in (("cpz", "{} {} {}"), ("fcp", "{} {} {}"), ("xcp -r", "{} -r {} {}")):
+            if name.split()[0] in peers:
+                cases.append((name, clean, argv.format(peers[name.split()[0]], src, D)))
+        return cases
+
+    # tmpfs rows, the issue's table in its order
+    for name in ("linux", "tiny"):
+        row("unpack", name, [
+            ("barge unpack", clean, f"{B} unpack {W}/{name}.barge {D}"),
+            ("barge unpack --engine threads", clean, f"{B} unpack --engine threads {W}/{name}.barge {D}"),
+            ("tar -xf", f"{clean} && mkdir {D}", f"tar -xf {W}/{name}.tar -C {D}"),
+        ])
+    row("cp", "linux", cps(lin, [(f"barge cp -j {j}", clean, f"{B} cp -j {j} {lin} {D}") for j in (8, 16, 32)]))
+    row("cp", "tiny", cps(tiny))
+    row("cp", "big", cps(big), reps=2)
+    dus = [("barge du", None, f"{B} du {lin}"), ("du -sb", None, f"du -sb {lin}")]
+    if "diskus" in peers:
+        dus.append(("diskus", None, f"{peers['diskus']} {lin}"))
+    row("du", "linux", dus, reps=5)
+    row("pack", "linux", [("barge pack", f"rm -f {W}/o", f"{B} pack {lin} -o {W}/o"),
+                          ("tar -cf", f"rm -f {W}/o", f"tar -C {lin} -cf {W}/o .")], reps=2)
+    net(B, lin, D, clean)
+    # how each scales with cores (taskset): the 16-core target is at most the 4-core time
+    for k in (1, 2, 4, 8, 16):
+        if k > (os.cpu_count() or 1):
+            continue
+        cpus = f"0-{k - 1}"
+        row("unpack", "tiny", [("barge unpack", clean, f"{B} unpack {W}/tiny.barge {D}")], reps=2, cpus=cpus)
+        row("cp", "linux", [("barge cp", clean, f"{B} cp {lin} {D}")]
+            + ([(f"floor-cp -j {k}", clean, f"{floor} -j {k} {lin} {D}")] if floor else []), reps=1, cpus=cpus)
+        row("du", "linux", [("barge du", None, f"{B} du {lin}")], reps=2, cpus=cpus)
+    disk(B, lin, peers)
+    say(f"done in {time.time() - T0:.0f} s")
+    sh(f"umount {W}")
+
+
+def net(B, src, D, clean):
+    """send to a one-shot recv on loopback (the sender's wall time, recv finished), against the
+    pack | unpack pipe and tar | tar."""
+    walls = []
+    for rep in range(REPS):
+        sh(clean)
+        port = 47100 + rep
+        recv = subprocess.Popen(f"exec {B} recv --listen 127.0.0.1:{port} {D}", shell=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        ticket = recv.stdout.readline().split()
+        ticket = next((w for w in ticket if f":{port}#" in w), None)
+        if not ticket:
+            say("  recv printed no ticket")
+            recv.kill()
+            break
+        t = timed_once(f"{B} send {src} {ticket}")
+        recv.wait(timeout=60)
+        if t and recv.returncode == 0:
+            walls.append(t)
+    if walls:
+        w = sorted(x for x, _ in walls)
+        results.append({"op": "net", "set": "linux", "case": "barge send | recv (loopback)", "cpus": "all",
+                        "wall": [x for x, _ in walls], "median": w[len(w) // 2]})
+        say(f"{'net':12s} {'linux':6s} {'barge send | recv (loopback)':34s} cpus=all   median {w[len(w) // 2]:7.3f} s")
+    row("net", "linux", [
+        ("barge pack | unpack", clean, f"{B} pack {src} -o - | {B} unpack - {D}"),
+        ("tar | tar", f"{clean} && mkdir {D}", f"tar -C {src} -cf - . | tar -xf - -C {D}"),
+    ], reps=2)
+
+
+def disk(B, lin, peers):
+    """cp and unpack from tmpfs onto the machine's own disk: the copy removed, synced and the
+    caches dropped before each run; with and without `sync` in the timing."""
+    dd = DISK
+    drop = f"rm -rf {dd} && sync && echo 3 > /proc/sys/vm/drop_caches"
+    say(sh(f"mkdir -p {os.path.dirname(dd)} && df -hT {os.path.dirname(dd)} | tail -1").stdout.strip())
+    for suffix, op in (("", "disk"), (" && sync", "disk+sync")):
+        # the default (2 threads into ext4) against other counts, to check that choice
+        row(f"cp {op}", "linux", [
+            ("barge cp", drop, f"{B} cp {lin} {dd}{suffix}"),
+            *[(f"barge cp -j {j}", drop, f"{B} cp -j {j} {lin} {dd}{suffix}") for j in (1, 4, 16)],
+            ("cp -a", drop, f"cp -a {lin} {dd}{suffix}"),
+        ] + ([("cpz", drop, f"{peers['cpz']} {lin} {dd}{suffix}")] if "cpz" in peers and suffix else []), reps=2)
+        row(f"unpack {op}", "linux", [
+            ("barge unpack", drop, f"{B} unpack {W}/linux.barge {dd}{suffix}"),
+            ("barge unpack --engine sync", drop, f"{B} unpack --engine sync {W}/linux.barge {dd}{suffix}"),
+            ("tar -xf", f"{drop} && mkdir {dd}", f"tar -xf {W}/linux.tar -C {dd}{suffix}"),
+        ], reps=2)
+    sh(f"rm -rf {dd}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -436,21 +436,7 @@ fn files_from(
     null: bool,
     directory: Option<&Path>,
 ) -> Result<(Root, PathBuf, Vec<Vec<u8>>)> {
-    let text = match is_stdio(Some(list)) {
-        true => {
-            let mut text = Vec::new();
-            std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut text)
-                .context("cannot read the -T list from stdin")?;
-            text
-        }
-        false => std::fs::read(list)
-            .with_context(|| format!("cannot read the -T list {}", shown_path(list)))?,
-    };
-    let end = if null { b'\0' } else { b'\n' };
-    let mut paths: Vec<Vec<u8>> = (text.split(|&b| b == end))
-        .filter(|p| !p.is_empty())
-        .map(<[u8]>::to_vec)
-        .collect();
+    let mut paths = crate::read_list(list, null)?;
     let absolute = paths.iter().filter(|p| p.starts_with(b"/")).count();
     let base = match (absolute, directory) {
         (0, directory) => directory.unwrap_or(Path::new(".")).to_path_buf(),

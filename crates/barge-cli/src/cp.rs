@@ -1,15 +1,17 @@
 //! `barge cp SRC... DEST`: GNU cp's destination rules over the library's [`Cp`], with a
 //! progress line whose total comes from a concurrent `du` of the sources.
 
-use std::path::PathBuf;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use barge::cp::{Change, Cp, CpReport, CpSummary, Linked, Reflink, Verified};
 use barge::exclude::Exclude;
 use barge::interrupt::Cancel;
 use barge::sys::fds::raise_fd_limit;
 use barge::unpack::Restore;
+use barge::walk::Members;
 use barge::{Error, Progress, TreePath};
 use serde_json::{json, Map};
 
@@ -49,6 +51,7 @@ Differences from GNU cp -a:
 /// Options of `barge cp`.
 #[derive(clap::Args, Debug)]
 #[command(after_long_help = concat!(differences!(), exit_status!()))]
+#[command(group = clap::ArgGroup::new("null_for").args(["dry_run", "files_from"]).multiple(true))]
 pub struct CpArgs {
     /// The trees (or files, symlinks, ...) to copy, then where to.
     #[arg(required = true, num_args = 2.., value_name = "SRC... DEST")]
@@ -70,7 +73,7 @@ pub struct CpArgs {
     #[arg(short = 'c', long, requires = "update")]
     checksum: bool,
     /// With --update, also remove what DEST has and SRC lacks (not excluded entries).
-    #[arg(long, requires = "update")]
+    #[arg(long, requires = "update", conflicts_with = "files_from")]
     delete: bool,
     /// Do not keep the attributes ATTR_LIST names, comma-separated as GNU cp's: mode (files get 0666,
     /// directories 0777, less the umask, and no ACL), ownership (entries belong to the user
@@ -100,9 +103,20 @@ pub struct CpArgs {
     #[arg(long)]
     dry_run: bool,
     /// With --dry-run: end each `VERB PATH` with a NUL instead of a newline, and print
-    /// PATH's bytes as they are (not escaped), as `find -print0`, for `xargs -0`.
-    #[arg(short = '0', long, requires = "dry_run")]
+    /// PATH's bytes as they are (not escaped), as `find -print0`, for `xargs -0`. With -T,
+    /// the names in FILE end with a NUL byte, not a newline.
+    #[arg(short = '0', long, requires = "null_for")]
     null: bool,
+    /// Copy only the paths listed in FILE ('-': stdin), one per line (with --null, each
+    /// ended by a NUL byte), found below the one SRC directory, whose copy DEST is (created,
+    /// or merged into when it exists), as `rsync -a --files-from=FILE SRC/ DEST/`. Unlike
+    /// rsync's, a listed directory is copied with everything below it (as `tar -T`); the
+    /// directories on the way to a path are copied too, with their own metadata but only
+    /// what leads to a listed path. A path with '..' or an absolute one is refused; a listed
+    /// path SRC lacks is a warning (exit status 2). Several processes may copy parts of one
+    /// list into one DEST at once (job arrays: docs/SCALE.md). Not with --delete or --mpi.
+    #[arg(short = 'T', long, value_name = "FILE|-")]
+    files_from: Option<PathBuf>,
     /// After copying, read every file back on both sides and compare; a difference is an
     /// error. With --update, what differs is copied again (its content compared, as with
     /// --checksum) and checked once more.
@@ -118,7 +132,7 @@ pub struct CpArgs {
     threads: Option<usize>,
     /// Share the copy among the ranks of the MPI job this runs in (`mpiexec -n N barge-mpi
     /// cp --mpi SRC DEST`, or srun): one SRC; see docs/SCALE.md.
-    #[arg(long, conflicts_with = "dry_run")]
+    #[arg(long, conflicts_with_all = ["dry_run", "files_from"])]
     pub(crate) mpi: bool,
     #[command(flatten)]
     out: OutputArgs,
@@ -175,6 +189,10 @@ impl CpReport for Printer {
         }
     }
 
+    fn missing(&self, e: Error) {
+        warn(format_args!("in the -T list: {e}; not copied"));
+    }
+
     fn change(&self, change: Change, path: &TreePath) {
         match &self.planned {
             Some(planned) => (planned.lock().expect("no panics")).push((change, path.clone())),
@@ -184,12 +202,13 @@ impl CpReport for Printer {
 }
 
 /// The copy `args` ask for, each SRC with the path it is copied as, the patterns it leaves
-/// out and its printer.
+/// out, its printer, and what a count of what it copies walks.
 pub(crate) struct Plan {
     pub(crate) cp: Cp,
     pub(crate) targets: Vec<(PathBuf, PathBuf)>,
     pub(crate) exclude: Exclude,
     pub(crate) printer: Printer,
+    pub(crate) counted: Vec<PathBuf>,
 }
 
 /// What `args` ask for (with the process's umask cleared and fd limit raised, as a copy
@@ -198,7 +217,12 @@ pub(crate) fn plan(args: &CpArgs, cancel: &Cancel) -> Result<Plan> {
     let umask = crate::clear_umask();
     raise_fd_limit();
     let (dest, srcs) = args.paths.split_last().expect("clap asks for two");
-    let targets = barge::cp::targets(srcs, dest)?;
+    let targets = match (&args.files_from, srcs) {
+        (None, srcs) => barge::cp::targets(srcs, dest)?,
+        // DEST is SRC's copy, as the rule for `SRC/` has it, whatever is there already.
+        (Some(_), [src]) => barge::cp::targets(&[contents(src)], dest)?,
+        (Some(_), _) => bail!("-T takes one SRC, the directory the listed paths are in"),
+    };
     let existing = crate::existing(args.skip_old_files, args.overwrite);
     let reflink = match args.reflink.as_str() {
         "always" => Reflink::Always,
@@ -232,6 +256,13 @@ pub(crate) fn plan(args: &CpArgs, cancel: &Cancel) -> Result<Plan> {
     if let Some(threads) = args.threads {
         cp = cp.threads(threads);
     }
+    let mut counted = srcs.to_vec();
+    if let Some(list) = &args.files_from {
+        let paths = crate::read_list(list, args.null)?;
+        cp = cp.members(Members::new(&paths).context("in the -T list")?);
+        let in_src = |path: &Vec<u8>| srcs[0].join(std::ffi::OsStr::from_bytes(path));
+        counted = paths.iter().map(in_src).collect();
+    }
     let printer = Printer {
         planned: args.dry_run.then(Mutex::default),
         on_stderr: lists_on_stderr(args.out, false),
@@ -242,7 +273,17 @@ pub(crate) fn plan(args: &CpArgs, cancel: &Cancel) -> Result<Plan> {
         targets,
         exclude,
         printer,
+        counted,
     })
+}
+
+/// `src` ending with a '/': its contents, for GNU cp's rules (as rsync's).
+fn contents(src: &Path) -> PathBuf {
+    let mut path = src.as_os_str().to_owned();
+    if !path.as_bytes().ends_with(b"/") {
+        path.push("/");
+    }
+    PathBuf::from(path)
 }
 
 /// `barge cp SRC... DEST`.
@@ -255,8 +296,8 @@ pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
         targets,
         exclude,
         printer,
+        counted,
     } = plan(&args, cancel)?;
-    let srcs = &args.paths[..args.paths.len() - 1];
     let progress = Progress::default();
     // Names of one file in several SRCs stay linked, as with cp -a.
     let linked = Linked::default();
@@ -268,8 +309,9 @@ pub fn cp(args: CpArgs, cancel: &Cancel) -> Result<Exit> {
     let (result, elapsed) = std::thread::scope(|scope| {
         if shows_progress(args.out) {
             // Without a thread to be had, progress has no total.
-            let _ = std::thread::Builder::new()
-                .spawn_scoped(scope, || total.count(srcs, exclude, args.one_file_system));
+            let _ = std::thread::Builder::new().spawn_scoped(scope, || {
+                total.count(&counted, exclude, args.one_file_system)
+            });
         }
         with_progress(
             args.out,
@@ -368,6 +410,7 @@ pub(crate) fn report(
         (c.replaced, "replaced"),
         (c.deleted, "deleted"),
         (c.errors, "not copied (errors)"),
+        (c.missing, "listed paths missing"),
     ] {
         if n > 0 {
             line += &format!(", {}", counted(n, what));
@@ -394,6 +437,9 @@ pub(crate) fn report(
             ));
         }
         return Exit::Error;
+    }
+    if c.missing > 0 {
+        return Exit::Partial;
     }
     // Metadata the process may not restore is warned about, as by unpack: the entries are
     // all there.

@@ -241,6 +241,26 @@ fn existing(skip: bool, overwrite: bool) -> barge::unpack::Existing {
     }
 }
 
+/// The paths listed in `list` ('-': stdin) for -T (pack, cp): one per line, or each ended
+/// by a NUL byte when `null`; empty ones are skipped.
+fn read_list(list: &std::path::Path, null: bool) -> anyhow::Result<Vec<Vec<u8>>> {
+    let text = match list.as_os_str() == "-" {
+        true => {
+            let mut text = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut text)
+                .context("cannot read the -T list from stdin")?;
+            text
+        }
+        false => std::fs::read(list)
+            .with_context(|| format!("cannot read the -T list {}", report::shown_path(list)))?,
+    };
+    let end = if null { b'\0' } else { b'\n' };
+    Ok((text.split(|&b| b == end))
+        .filter(|p| !p.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect())
+}
+
 /// Output options shared by the commands.
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub struct OutputArgs {

@@ -72,6 +72,7 @@ pub fn cp(args: &CpArgs, cancel: &Cancel) -> Result<Exit> {
         targets,
         exclude,
         printer,
+        ..
     } = planned;
     let (src, dest) = &targets[0];
     let progress = Progress::default();

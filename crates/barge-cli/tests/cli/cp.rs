@@ -1881,3 +1881,234 @@ fn into_ext4_few_threads_copy_and_land() {
     );
     assert_same_tree(&src, &landed, 0);
 }
+
+/// A tree for `cp -T`: listed paths (a file, directories, a nested one), entries beside
+/// them that no listed path leads to, and directories on the way with their own modes and
+/// times.
+fn listed_tree(work: &Work) -> PathBuf {
+    let src = work.path("src");
+    for dir in ["a/b/c", "a/other", "x/y", "skip"] {
+        fs::create_dir_all(src.join(dir)).unwrap();
+    }
+    for (path, mode) in [
+        ("a/b/c/f", 0o640),
+        ("a/b/g", 0o600),
+        ("a/other/h", 0o644),
+        ("x/y/i", 0o755),
+        ("x/j", 0o644),
+        ("top", 0o444),
+        ("skip/k", 0o644),
+    ] {
+        file(&src.join(path), path.as_bytes(), mode);
+    }
+    symlink("top", src.join("x/link")).unwrap();
+    for (dir, mode) in [("a", 0o750), ("a/b", 0o711), ("x", 0o755), ("", 0o705)] {
+        fs::set_permissions(src.join(dir), fs::Permissions::from_mode(mode)).unwrap();
+    }
+    for (n, dir) in ["a/b/c", "a/b", "a", "x/y", "x", ""].iter().enumerate() {
+        set_mtime(&src.join(dir), 1_500_000_000 + n as i64, 7);
+    }
+    src
+}
+
+/// `src` copied by `cp -a` as `copy`, less `drop`ped paths, with the times of the
+/// directories SRC has (removing entries changed them).
+fn reference(src: &Path, copy: &Path, drop: &[&str]) {
+    run_ok(Command::new("cp").arg("-a").arg(src).arg(copy), None);
+    for path in drop {
+        let path = copy.join(path);
+        match fs::symlink_metadata(&path).unwrap().is_dir() {
+            true => fs::remove_dir_all(path).unwrap(),
+            false => fs::remove_file(path).unwrap(),
+        }
+    }
+    for dir in ["a/b/c", "a/b", "a", "x/y", "x", ""] {
+        if copy.join(dir).exists() {
+            let mtime = fs::metadata(src.join(dir)).unwrap().mtime_nsec();
+            let sec = fs::metadata(src.join(dir)).unwrap().mtime();
+            set_mtime(&copy.join(dir), sec, mtime);
+        }
+    }
+}
+
+/// The paths below `root`, sorted.
+fn paths_below(root: &Path) -> Vec<String> {
+    let paths = scan(root).into_keys();
+    paths.map(|p| String::from_utf8(p).unwrap()).collect()
+}
+
+#[test]
+fn files_from_copies_the_listed_paths_with_the_directories_on_their_way() {
+    let work = Work::new(User::Caller);
+    let src = listed_tree(&work);
+    let list = work.path("list");
+    // A file, a nested directory, a directory whole, a path given twice and inside another.
+    fs::write(&list, "./top\na/b/c\n\nx\nx/y//i\n").unwrap();
+    let dest = work.path("dest");
+    let out = run(
+        &mut cp([
+            OsStr::new("-T"),
+            list.as_os_str(),
+            src.as_os_str(),
+            dest.as_os_str(),
+        ]),
+        None,
+    );
+    assert_exit(&out, 0, "cp -T");
+    let expected = work.path("expected");
+    reference(&src, &expected, &["a/b/g", "a/other", "skip"]);
+    assert_eq!(
+        paths_below(&dest),
+        ["a", "a/b", "a/b/c", "a/b/c/f", "top", "x", "x/j", "x/link", "x/y", "x/y/i"],
+        "only the listed paths and the ways to them"
+    );
+    // Modes, times (directories on the way too), owners: the source's.
+    assert_equal_trees(&expected, &dest, "cp -T");
+
+    // Into an existing DEST, with --update: all there already (4 files, a symlink).
+    let out = run(
+        &mut cp([
+            OsStr::new("-u"),
+            "--json".as_ref(),
+            "-T".as_ref(),
+            list.as_os_str(),
+            src.as_os_str(),
+            dest.as_os_str(),
+        ]),
+        None,
+    );
+    assert_exit(&out, 0, "cp -u -T");
+    let summary = json(&out);
+    assert_eq!(
+        (count(&summary, "files"), count(&summary, "unchanged")),
+        (0, 5),
+        "{summary}"
+    );
+    assert_equal_trees(&expected, &dest, "cp -u -T");
+}
+
+#[test]
+fn files_from_reads_nul_ended_names_from_stdin() {
+    let work = Work::new(User::Caller);
+    let src = listed_tree(&work);
+    fs::write(src.join("a/new\nline"), b"n").unwrap();
+    let dest = work.path("dest");
+    let args = [
+        OsStr::new("-T"),
+        "-".as_ref(),
+        "-0".as_ref(),
+        src.as_os_str(),
+        dest.as_os_str(),
+    ];
+    let out = run(&mut cp(args), Some(b"a/new\nline\0x/j\0"));
+    assert_exit(&out, 0, "cp -T - -0");
+    assert_eq!(paths_below(&dest), ["a", "a/new\nline", "x", "x/j"]);
+}
+
+#[test]
+fn files_from_refuses_climbing_and_absolute_paths() {
+    let work = Work::new(User::Caller);
+    let src = listed_tree(&work);
+    let dest = work.path("dest");
+    for (listed, problem) in [
+        ("x\na/../../etc\n", "climbs out with '..'"),
+        ("/etc\n", "is absolute"),
+    ] {
+        let args = [
+            OsStr::new("-T"),
+            "-".as_ref(),
+            src.as_os_str(),
+            dest.as_os_str(),
+        ];
+        let out = run(&mut cp(args), Some(listed.as_bytes()));
+        assert_clean_failure(&out, &["in the -T list", problem], listed);
+        assert!(!dest.exists(), "{listed}: nothing copied");
+    }
+}
+
+#[test]
+fn a_listed_path_src_lacks_is_a_warning_and_the_rest_is_copied() {
+    let work = Work::new(User::Caller);
+    let src = listed_tree(&work);
+    symlink("../a", src.join("x/to_a")).unwrap();
+    let dest = work.path("dest");
+    let args = [
+        OsStr::new("-T"),
+        "-".as_ref(),
+        src.as_os_str(),
+        dest.as_os_str(),
+    ];
+    let out = run(&mut cp(args), Some(b"a/nope\ntop\nx/to_a/b\n"));
+    assert_exit(&out, 2, "missing paths");
+    let err = stderr(&out);
+    assert!(err.contains("warning: in the -T list: a/nope"), "{err}");
+    assert!(err.contains("x/to_a/b: not reached: a symlink"), "{err}");
+    assert_eq!(paths_below(&dest), ["a", "top", "x"]);
+}
+
+#[test]
+fn two_processes_copying_halves_of_a_list_into_one_dest_make_the_whole_copy() {
+    let work = Work::new(User::Caller);
+    let src = work.path("src");
+    let mut listed = Vec::new();
+    for d in 0..24 {
+        for s in 0..4 {
+            let dir = src.join(format!("d{d}/s{s}"));
+            fs::create_dir_all(&dir).unwrap();
+            for f in 0..6 {
+                file(
+                    &dir.join(format!("f{f}")),
+                    format!("{d}{s}{f}").as_bytes(),
+                    0o640,
+                );
+            }
+            listed.push(format!("d{d}/s{s}"));
+        }
+        set_mtime(&src.join(format!("d{d}")), 1_500_000_000 + d, 3);
+    }
+    set_mtime(&src, 1_400_000_000, 1);
+    // Interleaved halves: both processes make every directory `d*` and the root.
+    let halves: Vec<String> = (0..2)
+        .map(|h| {
+            listed
+                .iter()
+                .skip(h)
+                .step_by(2)
+                .map(|p| format!("{p}\n"))
+                .collect()
+        })
+        .collect();
+    let (one, shared) = (work.path("one"), work.path("shared"));
+    let whole = listed.iter().map(|p| format!("{p}\n")).collect::<String>();
+    let out = run(
+        &mut cp([
+            OsStr::new("-T"),
+            "-".as_ref(),
+            src.as_os_str(),
+            one.as_os_str(),
+        ]),
+        Some(whole.as_bytes()),
+    );
+    assert_exit(&out, 0, "the whole list");
+    let children: Vec<_> = halves
+        .iter()
+        .enumerate()
+        .map(|(h, half)| {
+            let part = work.path(&format!("part{h}"));
+            fs::write(&part, half).unwrap();
+            let args = [
+                OsStr::new("-T"),
+                part.as_os_str(),
+                src.as_os_str(),
+                shared.as_os_str(),
+            ];
+            spawn(&mut cp(args), std::process::Stdio::null())
+        })
+        .collect();
+    for child in children {
+        let out = wait_output(child, TIMEOUT, "half a list");
+        assert_exit(&out, 0, "half a list");
+    }
+    assert_equal_trees(&one, &shared, "two halves");
+    assert_equal_trees(&src, &shared, "the source");
+}

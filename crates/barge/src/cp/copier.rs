@@ -1113,6 +1113,11 @@ impl<'a> ParallelVisitor for Copier<'a> {
         self.failed(error)
     }
 
+    fn unreached(&mut self, error: Error) {
+        self.counts.missing += 1;
+        self.shared.report.missing(error);
+    }
+
     fn take_jobs(&mut self, jobs: &mut Vec<(Job<'a>, u64)>) {
         jobs.append(&mut self.jobs);
     }

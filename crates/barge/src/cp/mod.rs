@@ -53,6 +53,7 @@ use crate::sys::DIR_FLAGS;
 use crate::threads::{Crowds, Work};
 use crate::tree::{Kind, Owner, STATX_MASK};
 use crate::walk::parallel::{WalkParallel, WalkState};
+use crate::walk::Members;
 use crate::Progress;
 use copier::{Builder, Copier, Pair, Shared};
 
@@ -97,6 +98,8 @@ pub struct CpCounts {
     pub left_out: u64,
     /// Entries that could not be copied (each reported to [`CpReport::error`]).
     pub errors: u64,
+    /// Members ([`Cp::members`]) not found in SRC (each reported to [`CpReport::missing`]).
+    pub missing: u64,
 }
 
 impl CpCounts {
@@ -113,6 +116,7 @@ impl CpCounts {
         self.deleted += other.deleted;
         self.left_out += other.left_out;
         self.errors += other.errors;
+        self.missing += other.missing;
     }
 }
 
@@ -157,6 +161,12 @@ pub trait CpReport: Sync {
     /// A change to DEST, told only when [`Cp::changes`] asks for them (a dry run's listing);
     /// `path` is the entry's path in DEST.
     fn change(&self, _change: Change, _path: &TreePath) {}
+
+    /// A member ([`Cp::members`]) SRC lacks (or that is behind a symlink), and why; the copy
+    /// goes on. By default an error.
+    fn missing(&self, error: Error) {
+        self.error(error);
+    }
 }
 
 /// The copies of files with several links that [`Cp::run_linked`] made, by the source's
@@ -263,6 +273,7 @@ pub struct Cp {
     /// The umask copies are created under.
     umask: u32,
     one_file_system: bool,
+    members: Option<Members>,
     /// See `threads::Crowds::dwell`.
     #[cfg(test)]
     pub(crate) dwell: std::time::Duration,
@@ -288,6 +299,7 @@ impl Default for Cp {
             cancel: Cancel::new(),
             umask: crate::root::process_umask(),
             one_file_system: false,
+            members: None,
             #[cfg(test)]
             dwell: std::time::Duration::ZERO,
         }
@@ -304,6 +316,14 @@ impl Cp {
     /// mount point is kept, its contents are not: `cp -x`).
     pub fn one_file_system(mut self, yes: bool) -> Cp {
         self.one_file_system = yes;
+        self
+    }
+
+    /// Copies only `members` of a SRC directory (`cp -T LIST`): each with everything below
+    /// it, and the directories on the way to one, with their own metadata but only what
+    /// leads to a member. A member SRC lacks goes to [`CpReport::missing`].
+    pub fn members(mut self, members: Members) -> Cp {
+        self.members = Some(members);
         self
     }
 
@@ -451,6 +471,11 @@ impl Cp {
         let is_dir = Kind::of_mode(stat.stx_mode.into()) == Kind::Dir;
         if is_dir {
             refuse_inside(&stat, parent.as_fd(), src, dest)?;
+        } else if self.members.is_some() {
+            return Err(Error::Argument {
+                arg: src.display().to_string(),
+                problem: "is no directory: listed paths are found below one".into(),
+            });
         }
         let me = Owner::of_process();
         let threads = self.threads_into(parent.as_fd());
@@ -474,6 +499,7 @@ impl Cp {
                 .threads(threads)
                 .exclude(self.exclude.clone())
                 .one_file_system(self.one_file_system)
+                .members(self.members.clone())
                 .visit(&mut Builder(&shared), root);
         } else {
             let (src_dir, src_entry) = split(src)?;
@@ -539,6 +565,7 @@ impl Cp {
         Compare::new()
             .threads(self.threads.unwrap_or_else(|| Work::Walk.threads()))
             .exclude(self.exclude.clone())
+            .members(self.members.clone())
             .cancel(self.cancel.clone())
             .run(src, dest, &|e| report.error(e))
     }

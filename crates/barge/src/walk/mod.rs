@@ -123,14 +123,16 @@ impl Members {
             };
             if path.first() == Some(&b'/') {
                 return Err(bad(
-                    "is absolute; name it relative to the directory packed from",
+                    "is absolute; name it relative to the directory the paths are found in",
                 ));
             }
             let mut parts = Vec::new();
             for part in path.split(|&b| b == b'/') {
                 match part {
                     b"" | b"." => {}
-                    b".." => return Err(bad("climbs out with '..'; it cannot be stored")),
+                    b".." => {
+                        return Err(bad("climbs out with '..' of the directory it is found in"))
+                    }
                     part => parts.push(part),
                 }
             }
@@ -193,6 +195,21 @@ impl Members {
             .collect();
         paths.sort();
         paths
+    }
+
+    /// Why each member the walk did not reach below `base` is not there: missing, or behind
+    /// a symlink or a mount point the walk does not cross.
+    fn unreached_errors(&self, base: BorrowedFd<'_>) -> Vec<Error> {
+        let why = |path: &[u8]| match statat(base, path, AtFlags::SYMLINK_NOFOLLOW) {
+            Err(e) => Error::io("stat", TreePath(path.to_vec()), e),
+            Ok(_) => Error::Argument {
+                arg: crate::error::escape_bytes(path),
+                problem: "not reached: a symlink (never followed) or another filesystem is \
+                          on its way"
+                    .into(),
+            },
+        };
+        self.unreached().into_iter().map(why).collect()
     }
 }
 
@@ -388,16 +405,7 @@ impl Walker<'_> {
         let Some(members) = self.members.take() else {
             return Ok(());
         };
-        for path in members.unreached() {
-            let error = match statat(base, path, AtFlags::SYMLINK_NOFOLLOW) {
-                Err(e) => Error::io("stat", TreePath(path.to_vec()), e),
-                Ok(_) => Error::Argument {
-                    arg: crate::error::escape_bytes(path),
-                    problem: "not packed: a symlink (never followed) or another filesystem \
-                              is on its way"
-                        .into(),
-                },
-            };
+        for error in members.unreached_errors(base) {
             sink.unreadable(error)?;
         }
         Ok(())

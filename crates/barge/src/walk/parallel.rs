@@ -38,6 +38,7 @@ use crate::sys::thread::spawn_elsewhere;
 use crate::sys::DIR_FLAGS;
 use crate::tree::STATX_MASK;
 use crate::tree::{Entry, Kind, Meta};
+use crate::walk::{Members, Take};
 
 /// A directory taking longer than this plus [`SLOW_ENTRY`] per entry, its thread on the CPU
 /// for less than half of that time, was not in the cache.
@@ -144,6 +145,12 @@ pub trait ParallelVisitor {
     /// its path.
     fn error(&mut self, error: Error) -> WalkState;
 
+    /// A member ([`WalkParallel::members`]) the walk did not reach, and why (told after the
+    /// walk, to a visitor of its own). By default reported to [`ParallelVisitor::error`].
+    fn unreached(&mut self, error: Error) {
+        self.error(error);
+    }
+
     /// Moves the jobs the last [`entry`](ParallelVisitor::entry) or
     /// [`run`](ParallelVisitor::run) left into `jobs`, each with its cost in entries listed
     /// (what lets helper threads start, see `SPAWN_AFTER`). By default none.
@@ -168,6 +175,8 @@ pub struct Dir<S> {
     fd: Mutex<Option<Arc<OwnedFd>>>,
     /// Subdirectories not opened yet.
     pending: AtomicUsize,
+    /// Everything in it is walked (else only what leads to a member, or is in one).
+    whole: bool,
     state: S,
 }
 
@@ -224,6 +233,7 @@ pub struct WalkParallel {
     threads: usize,
     exclude: Exclude,
     one_file_system: bool,
+    members: Option<Members>,
 }
 
 impl WalkParallel {
@@ -236,7 +246,17 @@ impl WalkParallel {
             threads: crate::threads::Work::Walk.threads(),
             exclude: Exclude::default(),
             one_file_system: false,
+            members: None,
         }
+    }
+
+    /// Walks only `members` below the root (none: everything): each with everything below
+    /// it, and the directories on the way to one, entered with only what leads to a member
+    /// (as [`Root::members`](crate::walk::Root::members) for the ordered walker). Each member
+    /// not reached is told to [`ParallelVisitor::unreached`] after the walk.
+    pub fn members(mut self, members: Option<Members>) -> WalkParallel {
+        self.members = members.filter(|m| !m.everything);
+        self
     }
 
     /// Does not list a directory on another filesystem than the root's: visitors see it
@@ -276,9 +296,16 @@ impl WalkParallel {
             ino: 0,
             fd: Mutex::new(None),
             pending: AtomicUsize::new(0),
+            whole: self.members.is_none(),
             state: root,
         });
+        // A duplicate, to look for the members the walk did not reach once it is done.
+        let base = match self.members {
+            Some(_) => rustix::io::fcntl_dupfd_cloexec(&self.root, 0).map(Some),
+            None => Ok(None),
+        };
         let mut walk = Walk::new(builder, self.threads, self.exclude);
+        walk.members = self.members.map(Mutex::new);
         if self.one_file_system {
             // Unknown (a root that cannot be stated): every directory is listed.
             walk.dev = statx(&self.root, "", AtFlags::EMPTY_PATH, StatxFlags::TYPE)
@@ -296,6 +323,19 @@ impl WalkParallel {
             walk.share(tasks);
             walk.work(scope, scratch, visitor);
         });
+        if let Some(members) = walk.members.take() {
+            let members = members.into_inner().expect("no panics");
+            let mut visitor = walk.build();
+            let errors = match &base {
+                Ok(base) => base
+                    .as_ref()
+                    .map_or_else(Vec::new, |fd| members.unreached_errors(fd.as_fd())),
+                Err(e) => vec![Error::io("dup", root_dir.path(None), *e)],
+            };
+            for error in errors {
+                visitor.unreached(error);
+            }
+        }
     }
 }
 
@@ -311,6 +351,8 @@ enum Task<S, J> {
     Open {
         parent: Arc<Dir<S>>,
         name: Box<[u8]>,
+        /// Everything in it is walked (see [`Dir`]'s `whole`).
+        whole: bool,
     },
     /// Run a job left in the directory `dir`, open as `fd`.
     /// (The job is dropped first: what it does when dropped comes before its directory's.)
@@ -376,6 +418,8 @@ struct Walk<'b, B: ParallelVisitorBuilder> {
     exclude: Option<Exclude>,
     /// The root's device, when directories on others are not listed.
     dev: Option<u64>,
+    /// What is walked below the root, when not everything.
+    members: Option<Mutex<Members>>,
 }
 
 /// The device a `statx` says its entry is on.
@@ -407,6 +451,7 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
             quit: AtomicBool::new(false),
             exclude: Some(exclude).filter(|e| !e.is_empty()),
             dev: None,
+            members: None,
         }
     }
 
@@ -532,8 +577,12 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
         visitor: &mut B::Visitor,
         scratch: &mut Scratch<StateOf<B>, JobOf<B>>,
     ) {
-        let (parent, name) = match task {
-            Task::Open { parent, name } => (parent, name),
+        let (parent, name, whole) = match task {
+            Task::Open {
+                parent,
+                name,
+                whole,
+            } => (parent, name, whole),
             Task::Job { dir, fd, job } => {
                 let state = visitor.run(&dir, fd.as_fd(), job);
                 self.obey(state);
@@ -578,6 +627,7 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
                     ino: stat.stx_ino,
                     fd: Mutex::new(None),
                     pending: AtomicUsize::new(0),
+                    whole,
                     state,
                 });
                 match self.dev.is_some_and(|dev| dev != device(&stat)) {
@@ -607,13 +657,19 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
                 for i in 0..scratch.listing.len() {
                     let (name, file_type) = scratch.listing.get(i);
                     let is_dir = file_type == FileType::Directory;
+                    let take = self.taken(dir, name);
+                    if take == Take::No {
+                        continue;
+                    }
                     if let Some(exclude) = &self.exclude {
                         if exclude.excludes(name, || dir.join(Some(name), false), is_dir) {
                             continue;
                         }
                     }
+                    // A directory on the way to a member holds only what leads there.
+                    let whole = take == Take::Whole;
                     if is_dir {
-                        subdirs.push(name);
+                        subdirs.push((name, whole));
                         continue;
                     }
                     let flags = AtFlags::SYMLINK_NOFOLLOW;
@@ -621,9 +677,10 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
                         Err(cause) => visitor.unstated(dir, name, cause),
                         // Listed without a type, or swapped in since the listing.
                         Ok(stat) if Kind::of_mode(stat.stx_mode.into()) == Kind::Dir => {
-                            subdirs.push(name);
+                            subdirs.push((name, whole));
                             WalkState::Continue
                         }
+                        Ok(_) if !whole => WalkState::Continue,
                         Ok(stat) => {
                             let kind = Kind::of_mode(stat.stx_mode.into());
                             let entry = Entry::new(name, kind, Meta::of_statx(&stat));
@@ -657,9 +714,10 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
             self.held_fds.fetch_sub(1, Relaxed);
         }
         // Before the jobs, which the worker then runs first.
-        let opens = subdirs.into_iter().map(|name| Task::Open {
+        let opens = subdirs.into_iter().map(|(name, whole)| Task::Open {
             parent: dir.clone(),
             name: name.into(),
+            whole,
         });
         scratch.children.splice(0..0, opens);
     }
@@ -682,6 +740,18 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
                 fd: fd.clone(),
                 job,
             });
+        }
+    }
+
+    /// What the walk does with the entry `name` of `dir`: everything in a directory taken
+    /// whole, else what the members say.
+    fn taken(&self, dir: &Dir<StateOf<B>>, name: &[u8]) -> Take {
+        match (&self.members, dir.whole) {
+            (Some(members), false) => {
+                let path = dir.join(Some(name), false);
+                members.lock().expect("no panics").take(&path)
+            }
+            _ => Take::Whole,
         }
     }
 

@@ -263,7 +263,8 @@ pub struct Cp {
     /// The umask copies are created under.
     umask: u32,
     one_file_system: bool,
-    /// See `threads::Crowds::dwell`.
+    /// See `threads::Crowds::dwell`; also how long a thread waits before it copies a chunk
+    /// (`copier/chunked.rs`' hooks).
     #[cfg(test)]
     pub(crate) dwell: std::time::Duration,
 }

@@ -59,11 +59,8 @@ fn dest_full(error: &Error) -> bool {
 pub(super) enum Job<'a> {
     /// A file of the directory the job was left in.
     File { name: Box<[u8]>, stat: Box<Statx> },
-    /// A chunk of a large file.
-    Chunk {
-        file: Arc<Chunked<'a>>,
-        range: std::ops::Range<u64>,
-    },
+    /// One of the (at most `chunked::WRITERS`) copiers of a large file's chunks.
+    Chunks(Arc<Chunked<'a>>),
 }
 
 /// What the threads of one [`Cp::run`] share.
@@ -923,10 +920,10 @@ impl<'a> Copier<'a> {
                 return;
             };
             // Only a walk's listing leaves files as jobs.
-            let Job::Chunk { file, range } = job else {
+            let Job::Chunks(file) = job else {
                 unreachable!("a file job outside a walk")
             };
-            if copier.copy_chunk(&file, range) == WalkState::Quit {
+            if copier.copy_chunks(&file) == WalkState::Quit {
                 drop(file);
                 jobs.lock().expect("no panics").clear();
             }
@@ -1125,7 +1122,7 @@ impl<'a> ParallelVisitor for Copier<'a> {
     fn run(&mut self, dir: &Dir<DestDir<'a>>, fd: BorrowedFd<'_>, job: Job<'a>) -> WalkState {
         match job {
             Job::File { name, stat } => self.copy_entry(dir, fd, &name, &stat),
-            Job::Chunk { file, range } => self.copy_chunk(&file, range),
+            Job::Chunks(file) => self.copy_chunks(&file),
         }
     }
 }

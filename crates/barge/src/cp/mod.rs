@@ -274,7 +274,8 @@ pub struct Cp {
     umask: u32,
     one_file_system: bool,
     members: Option<Members>,
-    /// See `threads::Crowds::dwell`.
+    /// See `threads::Crowds::dwell`; also how long a thread waits before it copies a chunk
+    /// (`copier/chunked.rs`' hooks).
     #[cfg(test)]
     pub(crate) dwell: std::time::Duration,
 }

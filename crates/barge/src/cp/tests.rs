@@ -737,6 +737,33 @@ fn at_most_per_dir_threads_create_in_one_directory_at_once() {
     assert_eq!(differences(&src, &dest), Vec::<String>::new());
 }
 
+/// Sixteen threads on several large files (each copied in four chunks, each chunk's copier
+/// keeping its place a while, so that without the cap more would pile up on one file):
+/// never more than `WRITERS` copy chunks of one file at once, and every file is copied.
+#[test]
+fn at_most_writers_threads_copy_chunks_of_one_file_at_once() {
+    use copier::hooks::{MOST_WRITERS, WRITERS};
+    use std::sync::atomic::Ordering::Relaxed;
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest) = (dir.path().join("src"), dir.path().join("dest"));
+    mkdir(&src, 0o755);
+    for i in 0..4 {
+        big_sparse(&src.join(format!("big{i}")));
+    }
+    MOST_WRITERS.store(0, Relaxed);
+    let cp = Cp {
+        dwell: std::time::Duration::from_millis(20),
+        ..Cp::new().threads(16)
+    };
+    assert_eq!(copied(&cp, &src, &dest).counts.files, 4);
+    let most = MOST_WRITERS.load(Relaxed);
+    assert!(
+        (1..=WRITERS as usize).contains(&most),
+        "{most} threads copying chunks of one file"
+    );
+    assert_eq!(differences(&src, &dest), Vec::<String>::new());
+}
+
 /// Every path below `root`, and its snapshot's fields but the inode, for comparing copies.
 fn times_and_modes(root: &Path) -> BTreeMap<String, (u32, i64, i64, u64)> {
     (snapshot(root).into_iter())

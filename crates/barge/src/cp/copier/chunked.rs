@@ -1,10 +1,11 @@
-//! A large file copied in chunks by several workers: created and sized once, each chunk
-//! copied at its own offsets by whichever thread takes its job; the last reference to go
-//! (the last chunk to finish) restores the metadata, once, after all data, or removes the
-//! copy when a chunk failed or the copy stopped before every chunk ran.
+//! A large file copied in chunks by at most [`WRITERS`] threads at once: created and sized
+//! once, each of its jobs taking the next chunk and copying it at its own offsets until none
+//! is left; the last reference to go (the last job to finish) restores the metadata, once,
+//! after all data, or removes the copy when a chunk failed or the copy stopped before every
+//! chunk ran.
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering::AcqRel, Ordering::Acquire};
+use std::sync::atomic::{AtomicU64, Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use rustix::fs::{ftruncate, unlinkat, AtFlags, Statx};
@@ -23,6 +24,10 @@ use crate::walk::parallel::WalkState;
 pub(super) const LARGE: u64 = 128 << 20;
 /// The size of a chunk.
 pub(super) const CHUNK: u64 = 64 << 20;
+/// Threads copying chunks of one file at once, at most: the file system holds the file's
+/// inode lock while it writes, so more only wait on it (docs/BENCHMARKS.md, "cp below the
+/// directory").
+pub(crate) const WRITERS: u64 = 2;
 
 /// A file being copied in chunks.
 pub(crate) struct Chunked<'a> {
@@ -41,15 +46,21 @@ pub(crate) struct Chunked<'a> {
     xattrs: Vec<u8>,
     size: u64,
     sparse: bool,
+    /// The next chunk a job takes.
+    next: AtomicU64,
     /// Chunks not copied yet.
     left: AtomicU64,
+    /// Threads copying a chunk of it now.
+    #[cfg(test)]
+    writing: std::sync::atomic::AtomicUsize,
     /// The first failure of a chunk.
     failed: Mutex<Option<Error>>,
 }
 
 impl Copier<'_> {
     /// Sizes the new file `made` (its fd, its name in `dest`, whether it replaces an entry)
-    /// as the source `src` of `at` (stated as `stat`) and leaves its chunks as jobs.
+    /// as the source `src` of `at` (stated as `stat`) and leaves [`WRITERS`] jobs (fewer for
+    /// fewer chunks) that copy its chunks.
     pub(super) fn chunk(
         &mut self,
         at: &Pair<'_>,
@@ -81,36 +92,57 @@ impl Copier<'_> {
             xattrs: self.xattrs.wire.clone(),
             size: stat.stx_size,
             sparse: sparse(stat),
+            next: AtomicU64::new(0),
             left: AtomicU64::new(chunks),
+            #[cfg(test)]
+            writing: Default::default(),
             failed: Mutex::new(None),
         });
-        // Last first: the worker takes its jobs from the top, others from the bottom.
-        for i in (0..chunks).rev() {
-            let start = i * CHUNK;
-            let range = start..(start + CHUNK).min(stat.stx_size);
-            let cost = super::job_cost(range.end - range.start);
-            let job = Job::Chunk {
-                file: file.clone(),
-                range,
-            };
-            self.jobs.push((job, cost));
+        let jobs = chunks.min(WRITERS);
+        // A job's cost: the bytes it copies if the jobs share the chunks evenly.
+        let cost = super::job_cost(stat.stx_size.div_ceil(jobs));
+        for _ in 0..jobs {
+            self.jobs.push((Job::Chunks(file.clone()), cost));
         }
         Ok(())
     }
 
-    /// Copies one chunk of `file` (unless another failed, or the copy is stopping).
-    pub(super) fn copy_chunk(
-        &mut self,
-        file: &Chunked<'_>,
-        range: std::ops::Range<u64>,
-    ) -> WalkState {
+    /// Copies the next chunk of `file` not taken yet, and the next, until none is left (or
+    /// one failed, or the copy is stopping).
+    pub(super) fn copy_chunks(&mut self, file: &Chunked<'_>) -> WalkState {
         let cancel = &self.shared.cp.cancel;
-        if cancel.is_cancelled() {
-            return WalkState::Quit;
+        loop {
+            if cancel.is_cancelled() {
+                return WalkState::Quit;
+            }
+            if file.failed.lock().expect("no panics").is_some() {
+                return WalkState::Continue;
+            }
+            let start = file.next.fetch_add(1, Relaxed).saturating_mul(CHUNK);
+            if start >= file.size {
+                return WalkState::Continue;
+            }
+            let range = start..(start + CHUNK).min(file.size);
+            let Err(e) = self.copy_chunk(file, range) else {
+                file.left.fetch_sub(1, AcqRel);
+                continue;
+            };
+            let full = dest_full(&e);
+            file.failed.lock().expect("no panics").get_or_insert(e);
+            if full {
+                self.shared.summary.lock().expect("no panics").stopped = true;
+            }
+            return match full || cancel.is_cancelled() {
+                true => WalkState::Quit,
+                false => WalkState::Continue,
+            };
         }
-        if file.failed.lock().expect("no panics").is_some() {
-            return WalkState::Continue;
-        }
+    }
+
+    /// Copies the chunk `range` of `file`.
+    fn copy_chunk(&mut self, file: &Chunked<'_>, range: std::ops::Range<u64>) -> Result<()> {
+        #[cfg(test)]
+        let _writing = hooks::Writing::new(&file.writing, self.shared.cp.dwell);
         let path = || file.path.clone();
         #[cfg(test)]
         let injected = hooks::injected(&file.path, &range);
@@ -123,21 +155,11 @@ impl Copier<'_> {
         );
         #[cfg(test)]
         let copied = copied.and(injected);
-        let Err(e) = copied else {
-            #[cfg(test)]
+        #[cfg(test)]
+        if copied.is_ok() {
             hooks::copied(&file.path);
-            file.left.fetch_sub(1, AcqRel);
-            return WalkState::Continue;
-        };
-        let full = dest_full(&e);
-        file.failed.lock().expect("no panics").get_or_insert(e);
-        if full {
-            self.shared.summary.lock().expect("no panics").stopped = true;
         }
-        match full || cancel.is_cancelled() {
-            true => WalkState::Quit,
-            false => WalkState::Continue,
-        }
+        copied
     }
 }
 
@@ -197,6 +219,7 @@ impl Drop for Chunked<'_> {
 #[cfg(test)]
 pub(crate) mod hooks {
     use std::ops::Range;
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
     use std::sync::Mutex;
     use std::thread::ThreadId;
 
@@ -205,12 +228,36 @@ pub(crate) mod hooks {
     use crate::error::{Error, Result, TreePath};
     use crate::interrupt::Cancel;
 
+    pub(crate) use super::WRITERS;
+
     /// A copy whose path ends with the name fails, as on a full file system, in the chunk
     /// that holds the offset (after copying it), or cancels the token there.
     pub(crate) static FAIL_AT: Mutex<Vec<(&str, u64, Option<Cancel>)>> = Mutex::new(Vec::new());
 
     /// The paths of the files (and chunks) copied, with the threads that copied them.
     pub(crate) static COPIED_BY: Mutex<Vec<(String, ThreadId)>> = Mutex::new(Vec::new());
+
+    /// The most threads seen copying chunks of one file at once, by any test.
+    pub(crate) static MOST_WRITERS: AtomicUsize = AtomicUsize::new(0);
+
+    /// A thread copying a chunk of a file (counted in its `writing`) until dropped; it keeps
+    /// its place `dwell` first (a test: so that writers would pile up without the cap).
+    pub(super) struct Writing<'w>(&'w AtomicUsize);
+
+    impl<'w> Writing<'w> {
+        pub(super) fn new(writing: &'w AtomicUsize, dwell: std::time::Duration) -> Self {
+            let n = writing.fetch_add(1, SeqCst) + 1;
+            MOST_WRITERS.fetch_max(n, SeqCst);
+            std::thread::sleep(dwell);
+            Writing(writing)
+        }
+    }
+
+    impl Drop for Writing<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, SeqCst);
+        }
+    }
 
     /// A file of this name, once copied, waits (10 s at most) until another thread has
     /// copied a file of its directory: a test of who copies what needs no race.

@@ -4,7 +4,8 @@
     OUT=DIR [SCALE=1] [REPS=3] [LIMIT_S=450] python3 bench/cores/run.py
 
 Takes the static binaries in bench/cores/kit (bench/cores/prepare puts them there: barge,
-floor-cp, cpz, fcp, diskus, xcp; carry that folder to the machine), generates the sets on a tmpfs it mounts (a linux-like tree of 78,000
+floor-cp, cpz, fcp, diskus, xcp, and barge-base, an earlier barge to compare with in the main
+rows, when given; carry that folder to the machine), generates the sets on a tmpfs it mounts (a linux-like tree of 78,000
 files in 4,700 dirs, tiny-many: 100,000 files of 0-63 bytes in 100 dirs, big: 8 x 512 MiB in
 one dir), and runs every row of issue 32 with its peers, interleaved, then the disk rows on
 the machine's own disk (/var/tmp), caches dropped before each run. Each run's wall time and
@@ -138,6 +139,8 @@ def main():
         shutil.rmtree(W, ignore_errors=True)
         os.makedirs(W)
     B = tool("barge")
+    # an earlier barge to compare with, in the same run (prepare's BARGE_BASE)
+    base = tool("barge-base")
     floor = tool("floor-cp")
     peers = {p: tool(p) for p in ("cpz", "fcp", "diskus", "xcp") if tool(p)}
     say(f"barge {sh(B + ' --version').stdout.strip()}; floor-cp {bool(floor)}; peers {sorted(peers)}")
@@ -159,8 +162,13 @@ def main():
         sh(f"tar -C {src} -cf {W}/{name}.tar .", check=True)
     say(f"sets: linux-like {n / 1e9:.2f} GB, tiny-many {n2} bytes, big {files} files; made in {time.time() - made:.1f} s")
 
+    def based(name, argv):
+        """The case `name` (barge's), and the same with the base barge when there is one."""
+        cases = [(f"barge {name}", clean, f"{B} {argv}")]
+        return cases + ([(f"barge-base {name}", clean, f"{base} {argv}")] if base else [])
+
     def cps(src, extra=()):
-        cases = [("barge cp", clean, f"{B} cp {src} {D}"), *extra, ("cp -a", clean, f"cp -a {src} {D}")]
+        cases = [*based("cp", f"cp {src} {D}"), *extra, ("cp -a", clean, f"cp -a {src} {D}")]
         if floor:
             cases.append(("floor-cp -j 16", clean, f"{floor} -j 16 {src} {D}"))
         for name, argv in (("cpz", "{} {} {}"), ("fcp", "{} {} {}"), ("xcp -r", "{} -r {} {}")):
@@ -171,14 +179,14 @@ def main():
     # tmpfs rows, the issue's table in its order
     for name in ("linux", "tiny"):
         row("unpack", name, [
-            ("barge unpack", clean, f"{B} unpack {W}/{name}.barge {D}"),
+            *based("unpack", f"unpack {W}/{name}.barge {D}"),
             ("barge unpack --engine threads", clean, f"{B} unpack --engine threads {W}/{name}.barge {D}"),
             ("tar -xf", f"{clean} && mkdir {D}", f"tar -xf {W}/{name}.tar -C {D}"),
         ])
     row("cp", "linux", cps(lin, [(f"barge cp -j {j}", clean, f"{B} cp -j {j} {lin} {D}") for j in (8, 16, 32)]))
     row("cp", "tiny", cps(tiny))
     row("cp", "big", cps(big), reps=2)
-    dus = [("barge du", None, f"{B} du {lin}"), ("du -sb", None, f"du -sb {lin}")]
+    dus = [*based("du", f"du {lin}"), ("du -sb", None, f"du -sb {lin}")]
     if "diskus" in peers:
         dus.append(("diskus", None, f"{peers['diskus']} {lin}"))
     row("du", "linux", dus, reps=5)
@@ -190,7 +198,7 @@ def main():
         if k > (os.cpu_count() or 1):
             continue
         cpus = f"0-{k - 1}"
-        row("unpack", "tiny", [("barge unpack", clean, f"{B} unpack {W}/tiny.barge {D}")], reps=2, cpus=cpus)
+        row("unpack", "tiny", based("unpack", f"unpack {W}/tiny.barge {D}"), reps=2, cpus=cpus)
         row("cp", "linux", [("barge cp", clean, f"{B} cp {lin} {D}")]
             + ([(f"floor-cp -j {k}", clean, f"{floor} -j {k} {lin} {D}")] if floor else []), reps=1, cpus=cpus)
         row("du", "linux", [("barge du", None, f"{B} du {lin}")], reps=2, cpus=cpus)

@@ -10,6 +10,7 @@ use barge::cp::{Change, Cp, CpReport, CpSummary, Linked, Reflink, Verified};
 use barge::exclude::Exclude;
 use barge::interrupt::Cancel;
 use barge::sys::fds::raise_fd_limit;
+use barge::threads::Work;
 use barge::unpack::Restore;
 use barge::walk::Members;
 use barge::{Error, Progress, TreePath};
@@ -127,9 +128,9 @@ pub struct CpArgs {
     #[arg(long, value_name = "WHEN", default_value = "auto", value_parser = ["auto", "always", "never"])]
     reflink: String,
     /// Most worker threads: one per core on a cached tree, more (up to N) while directories
-    /// are slow to read [default: 64; 2 into ext4, where more threads only contend]
-    #[arg(short = 'j', long, value_name = "N")]
-    threads: Option<usize>,
+    /// are slow to read.
+    #[arg(short = 'j', long, value_name = "N", default_value_t = Work::Walk.threads())]
+    threads: usize,
     /// Share the copy among the ranks of the MPI job this runs in (`mpiexec -n N barge-mpi
     /// cp --mpi SRC DEST`, or srun): one SRC; see docs/SCALE.md.
     #[arg(long, conflicts_with_all = ["dry_run", "files_from"])]
@@ -246,6 +247,7 @@ pub(crate) fn plan(args: &CpArgs, cancel: &Cancel) -> Result<Plan> {
         .changes((args.dry_run && !args.out.json) || (args.out.verbose && !args.dry_run))
         .reflink(reflink)
         .exclude(exclude.clone())
+        .threads(args.threads)
         .one_file_system(args.one_file_system)
         // Modes kept land exactly; default modes get the user's umask.
         .umask(match args.drops(Attr::Mode) {
@@ -253,9 +255,6 @@ pub(crate) fn plan(args: &CpArgs, cancel: &Cancel) -> Result<Plan> {
             false => 0,
         })
         .cancel(cancel.clone());
-    if let Some(threads) = args.threads {
-        cp = cp.threads(threads);
-    }
     let mut counted = srcs.to_vec();
     if let Some(list) = &args.files_from {
         let paths = crate::read_list(list, args.null)?;

@@ -39,29 +39,19 @@ impl Work {
             Work::Cores => cores().unwrap_or(1),
         }
     }
-
-    /// The default number of threads for this kind of work writing into the file system
-    /// of `dest`: at most [`EXT4`] into ext4, where more only spin on its locks.
-    pub fn threads_into(self, dest: BorrowedFd<'_>) -> usize {
-        let threads = self.threads();
-        match rustix::fs::fstatfs(dest) {
-            Ok(fs) if fs.f_type == EXT4_MAGIC => threads.min(EXT4),
-            _ => threads,
-        }
-    }
 }
-
-/// `statfs`'s type of ext2, ext3 and ext4.
-const EXT4_MAGIC: rustix::fs::FsWord = 0xef53;
-
-/// Threads writing into an ext4 file system at once, at most, unless told otherwise: with
-/// 16 they spent 14 cores spinning and took twice one thread's time (docs/BENCHMARKS.md,
-/// "Many cores on a real disk").
-pub const EXT4: usize = 2;
 
 /// Threads creating entries in one directory at once, at most: creations in a directory take
 /// turns on its lock, so more only contend (docs/BENCHMARKS.md, "Landers per directory").
 pub(crate) const PER_DIR: usize = 4;
+
+/// Threads creating entries in an ext4 file system at once, at most, wherever in it: with 16
+/// creating, 14 cores spun on its locks and the copy took twice one thread's time
+/// (docs/BENCHMARKS.md, "Sixteen cores"). The others read, copy data and restore meanwhile.
+pub(crate) const EXT4: usize = 2;
+
+/// `statfs`'s type of ext2, ext3 and ext4.
+const EXT4_MAGIC: rustix::fs::FsWord = 0xef53;
 
 /// The threads creating entries in one directory now (at most [`PER_DIR`]), and those
 /// waiting for a place in it.
@@ -74,9 +64,9 @@ pub(crate) struct Crowd {
 }
 
 impl Crowd {
-    /// Takes a place when one is free.
-    fn try_join(&self) -> bool {
-        let joined = (self.inside).fetch_update(SeqCst, SeqCst, |n| (n < PER_DIR).then_some(n + 1));
+    /// Takes a place when fewer than `cap` are taken.
+    fn try_join(&self, cap: usize) -> bool {
+        let joined = (self.inside).fetch_update(SeqCst, SeqCst, |n| (n < cap).then_some(n + 1));
         #[cfg(test)]
         if let Ok(n) = joined {
             hooks::MOST.fetch_max(n + 1, SeqCst);
@@ -85,38 +75,51 @@ impl Crowd {
     }
 }
 
-/// How the threads of one landing or copy take places in crowds: only when there are more
-/// of them than [`PER_DIR`] (fewer cannot fill a crowd, so counting would only cost).
+/// How the threads of one landing or copy take places in crowds: one per directory, at
+/// most [`PER_DIR`] in each, or, into ext4, one for the whole file system, at most [`EXT4`];
+/// counted only when there are more threads than that (fewer cannot fill a crowd).
 #[derive(Debug, Default)]
 pub(crate) struct Crowds {
-    capped: bool,
+    /// The most threads in a crowd, 0 when places are not counted.
+    cap: usize,
+    /// The one crowd of every creation, into ext4.
+    whole: Option<Crowd>,
     /// How long a thread keeps a place before it creates (tests: to crowd a directory).
     #[cfg(test)]
     pub(crate) dwell: std::time::Duration,
 }
 
 impl Crowds {
-    /// For `threads` threads at most.
-    pub(crate) fn new(threads: usize) -> Crowds {
+    /// For `threads` threads at most, creating entries below the directory `dest`.
+    pub(crate) fn new(threads: usize, dest: BorrowedFd<'_>) -> Crowds {
+        let ext4 = rustix::fs::fstatfs(dest).is_ok_and(|fs| fs.f_type == EXT4_MAGIC);
+        Crowds::with(threads, ext4.then_some(EXT4))
+    }
+
+    /// Per directory ([`PER_DIR`]), or one crowd of `whole` places for every creation.
+    fn with(threads: usize, whole: Option<usize>) -> Crowds {
+        let cap = whole.unwrap_or(PER_DIR);
         Crowds {
-            capped: threads > PER_DIR,
+            cap: if threads > cap { cap } else { 0 },
+            whole: whole.map(|_| Crowd::default()),
             #[cfg(test)]
             dwell: std::time::Duration::ZERO,
         }
     }
 
-    /// A place in `crowd` (the directory's), once fewer than [`PER_DIR`] threads hold one.
-    /// A thread holds one place at a time, so none waits for another it holds.
-    pub(crate) fn join<'c>(&self, crowd: &'c Crowd) -> Place<'c> {
-        if !self.capped {
+    /// A place in `crowd` (the directory's; into ext4 the whole file system's), once there
+    /// is one free. A thread holds one place at a time, so none waits for another it holds.
+    pub(crate) fn join<'c>(&'c self, crowd: &'c Crowd) -> Place<'c> {
+        if self.cap == 0 {
             return Place(None);
         }
-        if !crowd.try_join() {
+        let crowd = self.whole.as_ref().unwrap_or(crowd);
+        if !crowd.try_join(self.cap) {
             // Counted before trying under the lock: a thread leaving after that try sees
             // the count and, taking the lock, wakes one waiter once this one waits.
             crowd.waiting.fetch_add(1, SeqCst);
             let mut held = crowd.lock.lock().expect("no panics");
-            while !crowd.try_join() {
+            while !crowd.try_join(self.cap) {
                 held = crowd.freed.wait(held).expect("no panics");
             }
             drop(held);
@@ -165,7 +168,7 @@ mod tests {
     fn a_crowd_holds_at_most_per_dir_and_wakes_its_waiters() {
         let _counting = hooks::COUNTING.lock().unwrap_or_else(|e| e.into_inner());
         hooks::MOST.store(0, SeqCst);
-        let (crowds, crowd) = (Crowds::new(16), Crowd::default());
+        let (crowds, crowd) = (Crowds::with(16, None), Crowd::default());
         let done = AtomicUsize::new(0);
         std::thread::scope(|s| {
             for _ in 0..16 {
@@ -187,8 +190,30 @@ mod tests {
     /// With no more threads than [`PER_DIR`] no place is counted.
     #[test]
     fn few_threads_count_no_places() {
-        let (crowds, crowd) = (Crowds::new(PER_DIR), Crowd::default());
+        let (crowds, crowd) = (Crowds::with(PER_DIR, None), Crowd::default());
         let _place = crowds.join(&crowd);
         assert_eq!(crowd.inside.load(SeqCst), 0);
+    }
+
+    /// Into ext4 one crowd of [`EXT4`] places holds the creations of every directory.
+    #[test]
+    fn into_ext4_at_most_ext4_create_anywhere() {
+        let _counting = hooks::COUNTING.lock().unwrap_or_else(|e| e.into_inner());
+        hooks::MOST.store(0, SeqCst);
+        let crowds = Crowds::with(16, Some(EXT4));
+        let dirs: Vec<Crowd> = (0..16).map(|_| Crowd::default()).collect();
+        std::thread::scope(|s| {
+            for dir in &dirs {
+                let crowds = &crowds;
+                s.spawn(move || {
+                    for _ in 0..200 {
+                        let _place = crowds.join(dir);
+                        std::thread::sleep(std::time::Duration::from_micros(20));
+                    }
+                });
+            }
+        });
+        assert!((1..=EXT4).contains(&hooks::MOST.load(SeqCst)));
+        assert!(dirs.iter().all(|d| d.inside.load(SeqCst) == 0));
     }
 }

@@ -435,7 +435,7 @@ impl Unpack {
         limits: Limits,
         progress: &Progress,
     ) -> Result<LandSummary> {
-        let workers = Work::Land.threads_into(root.as_fd());
+        let workers = Work::Land.threads();
         let policy = Policy::new(self.restore, self.me, self.umask);
         let setup = Setup {
             new_dest,

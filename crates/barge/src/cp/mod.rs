@@ -49,7 +49,7 @@ use crate::land::restore::{NotRestored, Policy, Restore};
 use crate::land::sync::LinkTarget;
 use crate::root::{open_parent, split};
 use crate::share::{place, Place};
-use crate::sys::DIR_FLAGS;
+use crate::sys::{DIR_FLAGS, DIR_HANDLE_FLAGS};
 use crate::threads::{Crowds, Work};
 use crate::tree::{Kind, Owner, STATX_MASK};
 use crate::walk::parallel::{WalkParallel, WalkState};
@@ -267,7 +267,7 @@ pub struct Cp {
     changes: bool,
     reflink: Reflink,
     exclude: Exclude,
-    threads: Option<usize>,
+    threads: usize,
     part: Part,
     cancel: Cancel,
     /// The umask copies are created under.
@@ -282,7 +282,7 @@ pub struct Cp {
 
 impl Default for Cp {
     /// What `cp -a` keeps ([`Cp::archive`]); existing entries are errors; at most
-    /// [`Work::Walk`] threads (fewer into ext4, see [`Work::threads_into`]).
+    /// [`Work::Walk`] threads.
     fn default() -> Cp {
         Cp {
             archive: true,
@@ -295,7 +295,7 @@ impl Default for Cp {
             changes: false,
             reflink: Reflink::Auto,
             exclude: Exclude::default(),
-            threads: None,
+            threads: Work::Walk.threads(),
             part: Part::Whole,
             cancel: Cancel::new(),
             umask: crate::root::process_umask(),
@@ -420,14 +420,8 @@ impl Cp {
 
     /// Uses at most `threads` threads (see [`WalkParallel::threads`]).
     pub fn threads(mut self, threads: usize) -> Cp {
-        self.threads = Some(threads);
+        self.threads = threads;
         self
-    }
-
-    /// The threads of a copy into the directory `dest`: as told, else the default for
-    /// its file system.
-    fn threads_into(&self, dest: BorrowedFd<'_>) -> usize {
-        (self.threads).unwrap_or_else(|| Work::Walk.threads_into(dest))
     }
 
     /// Copies `src` (a directory and everything below it, or any other entry, never
@@ -479,10 +473,12 @@ impl Cp {
             });
         }
         let me = Owner::of_process();
-        let threads = self.threads_into(parent.as_fd());
         let mut shared = self.shared(src, dest, me, linked, progress, report);
         shared.src_dev = inode_key(&stat).0;
-        shared.crowds = Crowds::new(threads);
+        // Creations go below DEST where it is a directory already (a mount point, say).
+        let dest_dir = openat(&parent, name, DIR_HANDLE_FLAGS, Mode::empty());
+        let into = dest_dir.as_ref().map_or(parent.as_fd(), |d| d.as_fd());
+        shared.crowds = Crowds::new(self.threads, into);
         #[cfg(test)]
         {
             shared.crowds.dwell = self.dwell;
@@ -497,7 +493,7 @@ impl Cp {
             let root = copier.enter(Some(&parent), in_setgid, name, fd.as_fd(), &stat, b"")?;
             drop(copier);
             WalkParallel::new(fd, src_name)
-                .threads(threads)
+                .threads(self.threads)
                 .exclude(self.exclude.clone())
                 .one_file_system(self.one_file_system)
                 .members(self.members.clone())
@@ -515,7 +511,7 @@ impl Cp {
                 path: &Vec::new,
             };
             copier.copy(&at, &stat)?;
-            copier.run_chunks(threads.min(Work::Cores.threads()));
+            copier.run_chunks(self.threads.min(Work::Cores.threads()));
         }
         self.cancel.check()?;
         Ok(shared.summary.into_inner().expect("no panics"))
@@ -546,7 +542,7 @@ impl Cp {
         let (src_fd, dest_fd) = (open(src)?, open(dest)?);
         let me = Owner::of_process();
         let mut shared = self.shared(src, dest, me, linked, progress, report);
-        shared.crowds = Crowds::new(self.threads_into(dest_fd.as_fd()));
+        shared.crowds = Crowds::new(self.threads, dest_fd.as_fd());
         let mut copier = Copier::new(&shared);
         for name in names {
             if let Err(e) = copier.copy_below(src_fd.as_fd(), dest_fd.as_fd(), name) {
@@ -564,7 +560,7 @@ impl Cp {
     /// its source, byte for byte; a difference or a missing file goes to `report`.
     pub fn verify(&self, src: &Path, dest: &Path, report: &dyn CpReport) -> Result<Verified> {
         Compare::new()
-            .threads(self.threads.unwrap_or_else(|| Work::Walk.threads()))
+            .threads(self.threads)
             .exclude(self.exclude.clone())
             .members(self.members.clone())
             .cancel(self.cancel.clone())

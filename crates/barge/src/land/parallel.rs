@@ -538,7 +538,7 @@ impl<'r> Shared<'r> {
             landed: Mutex::new(LandSummary::default()),
             files: SharedFiles::default(),
             top: Crowd::default(),
-            crowds: Crowds::new(workers),
+            crowds: Crowds::new(workers, root.as_fd()),
         }
     }
 

@@ -26,7 +26,7 @@ pub const SPINE: usize = 3;
 const PARTS_PER_PROCESS: usize = 32;
 
 /// The depth, from 1 to [`SPINE`], at which `processes` split the tree below the directory
-/// `root`: the shallowest with [`PARTS_PER_PROCESS`] directories a process (a tree whose
+/// `root`: the shallowest with 32 directories a process (a tree whose
 /// files lie two levels down, in thousands of directories, splits at 1, so that no
 /// process lists and states the whole tree). Counted level by level, listing only the
 /// directories above the depth returned; one that cannot be listed counts as empty. Every
@@ -51,7 +51,7 @@ pub fn split_depth(root: BorrowedFd<'_>, processes: u32) -> usize {
     }
     let mut second = 0;
     for name in top {
-        if let Ok(dir) = openat(&root, name, DIR_FLAGS, Mode::empty()) {
+        if let Ok(dir) = openat(root, name, DIR_FLAGS, Mode::empty()) {
             second += dirs(dir.as_fd()).len();
             if second >= wanted {
                 return 2;

@@ -28,7 +28,7 @@ use barge::cp::{link_owner, CpReport, CpSummary, Deferred, Linked, Part, Wide, W
 use barge::interrupt::Cancel;
 use barge::pack::share::{tail, Links, HEADER};
 use barge::pack::{Pack, PackSummary};
-use barge::share::Share;
+use barge::share::{split_depth, Share, SPINE};
 use barge::threads::Work;
 use barge::Progress;
 use mpi::collective::SystemOperation;
@@ -94,8 +94,14 @@ pub fn cp(args: &CpArgs, cancel: &Cancel) -> Result<Exit> {
                 together(&world, &progress, &summed, || on_0(Part::Whole)),
             );
         }
+        // SRC unopened splits anywhere: the copy says why.
+        let split = agreed_split(&world, || {
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            rustix::fs::openat(CWD, src, flags, Mode::empty())
+                .map_or(SPINE, |root| split_depth(root.as_fd(), ranks))
+        });
         let share = together(&world, &progress, &summed, || {
-            run(Part::Rank { rank, ranks })
+            run(Part::Rank { rank, ranks, split })
         });
         let mut done = whole(&world, share)?;
         let names = my_links(&world, linked.take_deferred(), rank, ranks, &mut done);
@@ -120,7 +126,7 @@ pub fn cp(args: &CpArgs, cancel: &Cancel) -> Result<Exit> {
                 &printer,
             ));
         }
-        let spine = together(&world, &progress, &summed, || on_0(Part::Spine));
+        let spine = together(&world, &progress, &summed, || on_0(Part::Spine { split }));
         done.add(&whole(&world, spine)?);
         Some(done)
     };
@@ -167,6 +173,18 @@ pub fn cp(args: &CpArgs, cancel: &Cancel) -> Result<Exit> {
         );
     }
     Ok(report(args, &done, &verified, elapsed))
+}
+
+/// The depth every rank splits the tree at ([`barge::share::split_depth`]): rank 0's
+/// `count`, told to the others, so that they agree even if the top of the tree changes
+/// meanwhile (a rank splitting elsewhere would copy parts twice or never).
+fn agreed_split(world: &SimpleCommunicator, count: impl FnOnce() -> usize) -> usize {
+    let mut split = match world.rank() {
+        0 => count() as u64,
+        _ => 0,
+    };
+    world.process_at_rank(0).broadcast_into(&mut split);
+    split as usize
 }
 
 /// What one step of the job did on this rank, or `None` on every rank where it failed as a
@@ -670,7 +688,9 @@ fn pack_shared(
 ) -> Option<(PackSummary, u64)> {
     let (rank, ranks) = (world.rank() as u32, world.size() as u32);
     // Every rank walks the top levels: they must find the same parts.
-    let parts = whole(world, pack.parts())?;
+    // A tree unopened splits anywhere: counting its parts says why.
+    let split = agreed_split(world, || pack.split_depth(ranks).unwrap_or(SPINE));
+    let parts = whole(world, pack.parts(split))?;
     let mut all = vec![0u64; ranks as usize];
     world.all_gather_into(&parts, &mut all[..]);
     let parts = whole(
@@ -682,7 +702,7 @@ fn pack_shared(
             )),
         },
     )?;
-    let share = Share::new(rank, ranks, parts);
+    let share = Share::new(rank, ranks, split, parts);
     let planned = whole(world, pack.plan_share(&share))?;
     let first = exclusive_sum(world, planned.entries);
     let links = earlier_links(world, &planned.links, first);

@@ -133,6 +133,55 @@ fn mpi_copy_equals_the_plain_copy() {
     assert_equal_trees(&plain, &ranks, "after cp --mpi -a -u");
 }
 
+/// A tree whose files lie two levels down (as tiny-many's), in enough top directories (32
+/// a rank) that the ranks split it at the top: files, an xattr, hard links across the top
+/// directories, directory times.
+fn shallow_tree(root: &Path) {
+    for d in 0..160 {
+        let dir = root.join(format!("d{d:03}"));
+        fs::create_dir_all(&dir).unwrap();
+        for f in 0..3 {
+            file(
+                &dir.join(format!("f{f}")),
+                format!("{d}/{f}\n").as_bytes(),
+                0o640,
+            );
+        }
+    }
+    file(&root.join("top"), b"at the top", 0o600);
+    set_xattr(&root.join("d007/f1"), "user.part", b"7");
+    for name in ["d001/linked", "d150/linked", "linked"] {
+        fs::hard_link(root.join("d000/f0"), root.join(name)).unwrap();
+    }
+    for (n, dir) in ["d003", "d099", ""].iter().enumerate() {
+        crate::common::set_mtime(&root.join(dir), 1_000_000_000 + n as i64, 123_456_789);
+    }
+}
+
+#[test]
+fn a_tree_split_at_the_top_is_copied_whole() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    shallow_tree(&src);
+    let plain = work.path().join("plain");
+    let plain_done = summary(barge(["cp", "-a", "--json"]).arg(&src).arg(&plain));
+    let ranks = work.path().join("ranks");
+    let done = summary(&mut mpi_cp(&[&src, &ranks], &["-a"]));
+    assert_eq!(done["errors"], 0, "{done}");
+    for field in ["dirs", "files", "hard_links"] {
+        assert_eq!(
+            done[field], plain_done[field],
+            "{field}: {done} vs {plain_done}"
+        );
+    }
+    assert_equal_trees(&plain, &ranks, "cp --mpi -a vs cp -a, split at the top");
+    let linked = fs::metadata(ranks.join("d000/f0")).unwrap();
+    assert_eq!(linked.nlink(), 4, "one file across the ranks' parts");
+    let again = summary(&mut mpi_cp(&[&src.join(""), &ranks], &["-a", "-u"]));
+    assert_eq!(again["files"], 0, "{again}");
+    assert_equal_trees(&plain, &ranks, "after cp --mpi -a -u");
+}
+
 /// The processes below `pid` whose name is `name`.
 fn descendants(pid: u32, name: &str) -> Vec<u32> {
     let mut found = Vec::new();
@@ -269,15 +318,22 @@ fn listing(archive: &Path) -> String {
 #[test]
 fn mpi_pack_is_an_archive_of_the_tree() {
     let work = tempdir();
-    let src = work.path().join("src");
-    wide_tree(&src, 5);
-    for (options, name) in [(&["-a"][..], "raw"), (&["-a", "--zstd"][..], "zstd")] {
+    let (wide, shallow) = (work.path().join("wide"), work.path().join("shallow"));
+    wide_tree(&wide, 5);
+    shallow_tree(&shallow);
+    // Split three levels down, and at the top.
+    let cases = [
+        (&wide, &["-a"][..], "raw", "p0/q0/r/s/f1"),
+        (&wide, &["-a", "--zstd"][..], "zstd", "p0/q0/r/s/f1"),
+        (&shallow, &["-a"][..], "shallow", "d000/f0"),
+    ];
+    for (src, options, name, linked) in cases {
         let plain = work.path().join(format!("plain-{name}.barge"));
         let mut pack = barge(["pack", "--format", "2", "--json"]);
-        let plain_out = run_ok(pack.args(options).arg(&src).arg("-o").arg(&plain), None);
+        let plain_out = run_ok(pack.args(options).arg(src).arg("-o").arg(&plain), None);
         let plain_done: Value = serde_json::from_slice(&plain_out.stdout).unwrap();
         let shared = work.path().join(format!("ranks-{name}.barge"));
-        let mut pack = mpi_by(Command::new("mpiexec"), "pack", &[&src], options);
+        let mut pack = mpi_by(Command::new("mpiexec"), "pack", &[src], options);
         let done = summary(pack.arg("-o").arg(&shared));
         // Every rank's counts, summed: the plain pack's.
         for field in [
@@ -302,8 +358,9 @@ fn mpi_pack_is_an_archive_of_the_tree() {
             run_ok(barge(["unpack"]).arg(archive).arg(dest), None);
         }
         assert_equal_trees(&from_plain, &from_ranks, "unpacked: pack --mpi vs pack");
-        let linked = fs::metadata(from_ranks.join("p0/q0/r/s/f1")).unwrap();
-        assert_eq!(linked.nlink(), 5, "one file across the ranks' shares");
+        let nlink = fs::metadata(src.join(linked)).unwrap().nlink();
+        let linked = fs::metadata(from_ranks.join(linked)).unwrap();
+        assert_eq!(linked.nlink(), nlink, "one file across the ranks' shares");
     }
 }
 

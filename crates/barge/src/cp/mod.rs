@@ -37,7 +37,6 @@ use rustix::fs::{openat, statx, AtFlags, Mode, Statx, StatxFlags, CWD};
 use twox_hash::XxHash3_64;
 
 pub use crate::compare::Verified;
-pub use crate::share::SPINE;
 pub use copier::wide::{WIDE, WIDE_CHUNK};
 pub use dest::targets;
 
@@ -201,8 +200,9 @@ impl Linked {
 }
 
 /// Which part of a copy this process makes, when the processes of a job (the ranks of an MPI
-/// job) share one: each takes the entries [`SPINE`] levels down or higher whose path hashes
-/// to it, with everything below them.
+/// job) share one: each takes the entries `split` levels down or higher whose path hashes
+/// to it, with everything below them (`split` from [`crate::share::split_depth`], the same
+/// on every process).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Part {
     /// All of it (one process).
@@ -217,10 +217,16 @@ pub enum Part {
         rank: u32,
         /// How many share the copy.
         ranks: u32,
+        /// The depth the tree is split at.
+        split: usize,
     },
-    /// Only the directories above the shares, with their metadata (and what [`Cp::delete`]
-    /// removes in them): made once, after every share and link.
-    Spine,
+    /// Only the directories above the shares of a tree split at depth `split`, with their
+    /// metadata (and what [`Cp::delete`] removes in them): made once, after every share and
+    /// link.
+    Spine {
+        /// The depth the tree is split at.
+        split: usize,
+    },
 }
 
 /// Which of `ranks` processes links the names of the file of source device and inode `key`
@@ -239,18 +245,18 @@ impl Part {
     fn takes(self, path: impl FnOnce() -> Vec<u8>, depth: usize, dir: bool) -> bool {
         match self {
             Part::Whole => true,
-            _ if place(depth, dir) != Place::Part => true,
-            Part::Spine => false,
-            Part::Rank { rank, ranks } => {
-                XxHash3_64::oneshot(&path()) % u64::from(ranks) == u64::from(rank)
-            }
+            Part::Spine { split } => place(depth, dir, split) != Place::Part,
+            Part::Rank { rank, ranks, split } => match place(depth, dir, split) {
+                Place::Part => XxHash3_64::oneshot(&path()) % u64::from(ranks) == u64::from(rank),
+                _ => true,
+            },
         }
     }
 
     /// Whether the directory at `depth` is one above the shares, whose metadata (and
     /// deletions) are left to [`Part::Spine`].
     fn leaves_dir(self, depth: usize) -> bool {
-        matches!(self, Part::Rank { .. }) && depth < SPINE
+        matches!(self, Part::Rank { split, .. } if depth < split)
     }
 }
 

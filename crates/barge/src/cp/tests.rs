@@ -13,6 +13,7 @@ use rustix::io::Errno;
 use super::*;
 use crate::land::restore::Existing;
 use crate::listing::tests::touch;
+use crate::share::SPINE;
 
 /// What a copy told: its errors and (with [`Cp::changes`]) its changes, as text.
 #[derive(Default)]
@@ -774,7 +775,7 @@ fn times_and_modes(root: &Path) -> BTreeMap<String, (u32, i64, i64, u64)> {
 #[test]
 fn three_parts_then_their_links_then_the_top_make_the_whole_copy() {
     let dir = tempfile::tempdir().unwrap();
-    let (src, dest) = (dir.path().join("src"), dir.path().join("dest"));
+    let src = dir.path().join("src");
     tree(&src);
     // Deeper than the parts are cut, links from near the top to the bottom.
     mkdir(&src.join("sub/deep/er"), 0o755);
@@ -783,52 +784,56 @@ fn three_parts_then_their_links_then_the_top_make_the_whole_copy() {
     fs::hard_link(src.join("sub/deep/er/est/f"), src.join("top-f")).unwrap();
     fs::hard_link(src.join("hard1"), src.join("sub/deep/er/hard3")).unwrap();
     age(&src);
-    let ranks = 3;
-    let mut done = CpSummary::default();
-    // Step 1: each process its part; the names of linked files are left.
-    let mut deferred = Vec::new();
-    for rank in 0..ranks {
-        let linked = Linked::default();
-        let (result, told) = {
+    // Split at each depth: the parts are the top entries, those two levels down, or three.
+    for split in 1..=SPINE {
+        let dest = dir.path().join(format!("dest-{split}"));
+        let ranks = 3;
+        let mut done = CpSummary::default();
+        // Step 1: each process its part; the names of linked files are left.
+        let mut deferred = Vec::new();
+        for rank in 0..ranks {
+            let linked = Linked::default();
+            let (result, told) = {
+                let told = Told::default();
+                let cp = cp().part(Part::Rank { rank, ranks, split });
+                let result = cp.run_linked(&src, &dest, &linked, &Progress::default(), &told);
+                (result, told)
+            };
+            done.add(&result.unwrap());
+            assert_eq!(told.errors(), Vec::<String>::new());
+            deferred.extend(linked.take_deferred());
+        }
+        assert_eq!(deferred.len(), 5, "{deferred:?}");
+        assert!(!dest.join("hard1").exists(), "linked files wait for step 2");
+        // Step 2: each process the files link_owner gives it, by file.
+        deferred.sort();
+        for rank in 0..ranks {
+            let names: Vec<Vec<u8>> = (deferred.iter())
+                .filter(|(key, _)| link_owner(*key, ranks) == rank)
+                .map(|(_, path)| path.clone())
+                .collect();
             let told = Told::default();
-            let cp = cp().part(Part::Rank { rank, ranks });
-            let result = cp.run_linked(&src, &dest, &linked, &Progress::default(), &told);
-            (result, told)
-        };
-        done.add(&result.unwrap());
-        assert_eq!(told.errors(), Vec::<String>::new());
-        deferred.extend(linked.take_deferred());
+            let linked = Linked::default();
+            let links = cp().run_links(&src, &dest, &names, &linked, &Progress::default(), &told);
+            done.add(&links.unwrap());
+            assert_eq!(told.errors(), Vec::<String>::new());
+        }
+        // Step 3: the directories above the parts, once.
+        done.add(&copied(&cp().part(Part::Spine { split }), &src, &dest));
+        assert_eq!(differences(&src, &dest), Vec::<String>::new());
+        assert_eq!(times_and_modes(&src), times_and_modes(&dest));
+        assert_eq!(
+            ino(&dest.join("hard1")),
+            ino(&dest.join("sub/deep/er/hard3"))
+        );
+        assert_eq!(
+            ino(&dest.join("top-f")),
+            ino(&dest.join("sub/deep/er/est/f"))
+        );
+        // Counted once each, as one process's copy counts them.
+        let whole = copied(&cp(), &src, &dir.path().join(format!("whole-{split}")));
+        assert_eq!(done.counts, whole.counts);
     }
-    assert_eq!(deferred.len(), 5, "{deferred:?}");
-    assert!(!dest.join("hard1").exists(), "linked files wait for step 2");
-    // Step 2: each process the files link_owner gives it, by file.
-    deferred.sort();
-    for rank in 0..ranks {
-        let names: Vec<Vec<u8>> = (deferred.iter())
-            .filter(|(key, _)| link_owner(*key, ranks) == rank)
-            .map(|(_, path)| path.clone())
-            .collect();
-        let told = Told::default();
-        let linked = Linked::default();
-        let links = cp().run_links(&src, &dest, &names, &linked, &Progress::default(), &told);
-        done.add(&links.unwrap());
-        assert_eq!(told.errors(), Vec::<String>::new());
-    }
-    // Step 3: the directories above the parts, once.
-    done.add(&copied(&cp().part(Part::Spine), &src, &dest));
-    assert_eq!(differences(&src, &dest), Vec::<String>::new());
-    assert_eq!(times_and_modes(&src), times_and_modes(&dest));
-    assert_eq!(
-        ino(&dest.join("hard1")),
-        ino(&dest.join("sub/deep/er/hard3"))
-    );
-    assert_eq!(
-        ino(&dest.join("top-f")),
-        ino(&dest.join("sub/deep/er/est/f"))
-    );
-    // Counted once each, as one process's copy counts them.
-    let whole = copied(&cp(), &src, &dir.path().join("whole"));
-    assert_eq!(done.counts, whole.counts);
 }
 
 /// An update compares a directory's extended attributes as it does a file's: a directory
@@ -888,7 +893,11 @@ fn a_large_file_left_by_the_parts_is_made_once_copied_by_each_and_finished_once(
     let mut wide = Vec::new();
     for rank in 0..ranks {
         let linked = Linked::default();
-        let cp = cp().part(Part::Rank { rank, ranks });
+        let cp = cp().part(Part::Rank {
+            rank,
+            ranks,
+            split: SPINE,
+        });
         cp.run_linked(&src, &dest, &linked, &progress, &told)
             .unwrap();
         wide.extend(linked.take_wide());
@@ -918,7 +927,7 @@ fn a_large_file_left_by_the_parts_is_made_once_copied_by_each_and_finished_once(
     // Step 4: the one that made it finishes it; the directories above get their metadata.
     let done = cp().finish_wide(&src, &dest, (path, &made), true, &linked, &progress, &told);
     assert_eq!(done.unwrap().counts.files, 1);
-    copied(&cp().part(Part::Spine), &src, &dest);
+    copied(&cp().part(Part::Spine { split: SPINE }), &src, &dest);
     assert_eq!(told.errors(), Vec::<String>::new());
     assert_eq!(differences(&src, &dest), Vec::<String>::new());
     assert_eq!(times_and_modes(&src), times_and_modes(&dest));

@@ -10,7 +10,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::marker::PhantomData;
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use rustix::fs::{openat, Mode};
 
@@ -52,13 +52,21 @@ pub struct Shared {
 }
 
 impl Pack<'_> {
-    /// The number of parts of the tree ([`crate::share`]), as a walk finds them; every
-    /// process finds the same in a tree that does not change meanwhile.
-    pub fn parts(&self) -> Result<u64> {
-        let (share, prune) = (Share::counting(), HashSet::new());
+    /// The number of parts of the tree split at depth `split` ([`crate::share`]), as a walk
+    /// finds them; every process finds the same in a tree that does not change meanwhile.
+    pub fn parts(&self, split: usize) -> Result<u64> {
+        let (share, prune) = (Share::counting(split), HashSet::new());
         let walk = self.walk(&prune).share(&share);
         walk.run(self.shared_root()?, &mut Quiet::<Error>(PhantomData))?;
         Ok(share.seen())
+    }
+
+    /// The depth `processes` split the tree at ([`crate::share::split_depth`]).
+    pub fn split_depth(&self, processes: u32) -> Result<usize> {
+        Ok(crate::share::split_depth(
+            self.shared_root()?.as_fd(),
+            processes,
+        ))
     }
 
     /// Plans `share` without reading any file: its entries, and its files of several links.

@@ -1221,7 +1221,7 @@ mod tests {
     #[test]
     fn shares_put_together_are_an_archive_of_the_tree() {
         use crate::pack::share::{tail, HEADER};
-        use crate::share::Share;
+        use crate::share::{Share, SPINE};
         use std::io::{Read, Seek};
         let dir = tempfile::tempdir().unwrap();
         tree(dir.path());
@@ -1229,8 +1229,14 @@ mod tests {
         fs::write(dir.path().join("a/b/deep/er/x"), b"x").unwrap();
         fs::hard_link(dir.path().join("z/f003"), dir.path().join("a/b/deep/er/y")).unwrap();
         let plain = packed(dir.path(), |p| p.format(Format::V2)).0;
-        // 33 shares: the ninth begins at a/big, so it leaves a/b first.
-        for (ranks, zstd) in [(1, None), (3, Some(3)), (4, None), (33, None)] {
+        // 33 shares: the ninth begins at a/big, so it leaves a/b first. Split at the top,
+        // the parts are the root's entries.
+        let cases = [(1, None), (3, Some(3)), (4, None), (33, None)];
+        let top = fs::read_dir(dir.path()).unwrap().count() as u64;
+        for (split, (ranks, zstd)) in [SPINE, 1]
+            .into_iter()
+            .flat_map(|split| cases.map(|case| (split, case)))
+        {
             let pack = || {
                 let fd = open(
                     dir.path(),
@@ -1243,16 +1249,20 @@ mod tests {
                     None => pack,
                 }
             };
-            let parts = pack().parts().unwrap();
+            let parts = pack().parts(split).unwrap();
             // Every file (none deeper than 3 levels but in a/b/deep) and a/b/deep.
-            assert_eq!(parts, 120 + 3 + 1 + 3 + 1);
+            let want = match split {
+                SPINE => 120 + 3 + 1 + 3 + 1,
+                _ => top,
+            };
+            assert_eq!(parts, want);
             let (mut archive, mut indexes) = (HEADER.to_vec(), Vec::new());
             let (mut first, mut links) = (0, HashMap::new());
             for rank in 0..ranks {
-                let share = Share::new(rank, ranks, parts);
+                let share = Share::new(rank, ranks, split, parts);
                 // One pack for the three steps, as pack --mpi has.
                 let pack = pack();
-                assert_eq!(pack.parts().unwrap(), parts);
+                assert_eq!(pack.parts(split).unwrap(), parts);
                 let planned = pack.plan_share(&share).unwrap();
                 let mut spool = tempfile::tempfile().unwrap();
                 let shared =
@@ -1274,7 +1284,7 @@ mod tests {
             decoded(&archive);
             assert!(
                 listed(plain.clone()) == listed(archive),
-                "{ranks} shares differ from one pack (zstd {zstd:?})"
+                "{ranks} shares split at {split} differ from one pack (zstd {zstd:?})"
             );
         }
     }

@@ -18,7 +18,7 @@ use rustix::io::{fcntl_dupfd_cloexec, Errno};
 use crate::error::{Error, TreePath};
 use crate::exclude::Exclude;
 use crate::format::MAX_SYMLINK;
-use crate::share::{place, Place, Share, SPINE};
+use crate::share::{Place, Share};
 use crate::sys::dir::{dirent_buffer, Listing};
 use crate::sys::DIR_FLAGS;
 use crate::tree::{
@@ -355,6 +355,14 @@ struct Walker<'a> {
 }
 
 impl Walker<'_> {
+    /// Where the entry `depth` levels down (a directory when `dir`) is in the share's split;
+    /// without a share, where it is matters not (everything is announced).
+    fn place(&self, depth: usize, dir: bool) -> Place {
+        self.options
+            .share
+            .map_or(Place::Below, |share| share.place(depth, dir))
+    }
+
     /// Walks the root `fd`: as the directory `name`, or its entries at the top when the
     /// name is empty.
     fn root<S: Sink>(&mut self, root: Root, sink: &mut S) -> std::result::Result<(), S::Error> {
@@ -425,7 +433,7 @@ impl Walker<'_> {
                 self.pool.push(done.listing);
                 if !stack.is_empty() {
                     // A share may resume inside the directory, to leave it.
-                    let place = place(depth - 1, true);
+                    let place = self.place(depth - 1, true);
                     let tells =
                         tells(self.options.share, &mut self.resumed, &self.at, place, sink)?;
                     self.at.leave();
@@ -443,9 +451,9 @@ impl Walker<'_> {
             let name = &self.name[..];
             let path = || self.at.join(name);
             // Where an entry that could not be stated is reported, with a share.
-            let lost = match depth > SPINE {
-                true => Place::Below,
-                false => Place::Spine,
+            let lost = match self.place(depth, true) {
+                Place::Below => Place::Below,
+                _ => Place::Spine,
             };
             // Kinds other than dirs and files are announced with their metadata; an
             // unknown kind is what the stat says.
@@ -489,7 +497,7 @@ impl Walker<'_> {
                 }
             }
             let whole = frame.whole || take == Take::Whole;
-            let place = place(depth, kind == Kind::Dir);
+            let place = self.place(depth, kind == Kind::Dir);
             if place == Place::Part && self.options.share.is_some_and(|s| !s.takes_next()) {
                 continue;
             }

@@ -51,7 +51,9 @@ pub struct Allocator {
     shards: [Mutex<Shard>; SHARDS],
 }
 
-/// Freed blocks by size class: a list threaded through each block's first word.
+/// Freed blocks by size class: a list threaded through each block's first word. Aligned so
+/// that no two shards share a cache line (which each shard's thread would bounce).
+#[repr(align(128))]
 struct Shard {
     heads: [usize; CLASSES],
     counts: [u16; CLASSES],

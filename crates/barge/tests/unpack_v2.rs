@@ -417,7 +417,10 @@ fn existing_entries_are_kept_skipped_or_overwritten_alike() {
         let error = land(&operation, engine, from, &archive, &dest)
             .unwrap_err()
             .to_string();
-        assert!(error.contains("a/f05: already exists"), "{error}");
+        assert!(
+            error.contains("a/f05: already exists"),
+            "{engine:?} {from:?} {error}"
+        );
         assert_eq!(
             &error,
             reference.get_or_insert_with(|| error.clone()),

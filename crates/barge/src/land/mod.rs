@@ -35,6 +35,11 @@ pub(crate) trait Land: Sink<Error = Error> {
     /// The sync lander it is or wraps, in the directory it is in: it lands the files that
     /// several landers share (`sync::SharedFile`).
     fn sync_lander(&mut self) -> &mut sync::SyncLander;
+    /// Whether it holds back work it was given (creations queued for one batch of calls),
+    /// whose failure a later call reports.
+    fn holds_back(&self) -> bool {
+        false
+    }
 }
 
 /// What an unpack created.

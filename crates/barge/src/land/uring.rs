@@ -324,6 +324,10 @@ impl Land for UringLander {
     fn sync_lander(&mut self) -> &mut SyncLander {
         &mut self.sync
     }
+
+    fn holds_back(&self) -> bool {
+        !self.queued.is_empty()
+    }
 }
 
 impl Sink for UringLander {

@@ -29,6 +29,9 @@ pub(super) struct Worker<'s, L: Land> {
     pub(super) open: Option<(u64, Arc<SharedFile>, OwnedFd)>,
     /// Where file data read from the archive file goes (see `frames::land_checked`).
     pub(super) piece: Vec<u8>,
+    /// The first entry whose work its lander holds back (the io_uring lander's queued
+    /// creations): a failure a later call reports may be that entry's.
+    held: Option<u64>,
 }
 
 impl<'s, L: Land> Worker<'s, L> {
@@ -39,6 +42,7 @@ impl<'s, L: Land> Worker<'s, L> {
             shared,
             open: None,
             piece: Vec::new(),
+            held: None,
         }
     }
 
@@ -153,10 +157,18 @@ impl<'s, L: Land> Worker<'s, L> {
         Ok(())
     }
 
+    /// Notes whether the lander holds back work after `entry`'s (see `held`).
+    fn note_held(&mut self, entry: u64) {
+        match self.land.holds_back() {
+            true => _ = self.held.get_or_insert(entry),
+            false => self.held = None,
+        }
+    }
+
     /// Completes the lander's pending work and adds what it landed to the summary.
     pub(super) fn finish(mut self) {
         if let Err(e) = self.land.finish() {
-            self.shared.fail((u64::MAX, e));
+            self.shared.fail((self.held.unwrap_or(u64::MAX), e));
         }
         let landed = self.land.summary();
         (self.shared.landed.lock().expect("no panics")).add_entries(&landed);
@@ -203,30 +215,35 @@ fn land_batch<L: Land>(
     let bytes = batch.source.bytes();
     let mut entry = batch.first;
     let fail = |entry: u64| move |e: Error| (entry, e);
-    worker.walk(&batch.at, shared).map_err(fail(entry))?;
+    let walked = worker.walk(&batch.at, shared);
+    walked.map_err(fail(worker.held.unwrap_or(entry)))?;
+    worker.note_held(entry);
     // The directories from the root to the one the worker is in.
     let mut dirs: Vec<&DirStep> = batch.at.iter().collect();
     for op in &batch.ops {
         if entry >= stop.load(Relaxed) {
             return Ok(());
         }
-        shared.cancel.check().map_err(fail(entry))?;
+        // What fails now is this entry's, or one the lander held back since `held`.
+        let owner = worker.held.unwrap_or(entry);
+        shared.cancel.check().map_err(fail(owner))?;
         // What creates an entry holds a place in its directory's crowd while it does.
         let creates = !matches!(op, Op::Leave | Op::Linked | Op::Extent(..));
         let _place = creates.then(|| shared.crowds.join(crowd(dirs.last().copied(), shared)));
         let land = &mut worker.land;
         let landed = match op {
             Op::Enter(dir) => {
-                enter(land, dir, shared).map_err(fail(entry))?;
+                enter(land, dir, shared).map_err(fail(owner))?;
                 worker.at.push(dir.name.clone());
                 dirs.push(dir);
                 Ok(0)
             }
             Op::Empty(dir) => land.empty_dir(&dir.entry()).map(|()| 0),
             Op::Leave => {
-                land.leave_dir().map_err(fail(entry))?;
+                land.leave_dir().map_err(fail(owner))?;
                 worker.at.pop();
                 dirs.pop();
+                worker.note_held(entry);
                 continue;
             }
             Op::Sparse(leaf, size, extents, key) => {
@@ -239,8 +256,9 @@ fn land_batch<L: Land>(
                 let from = from.map(|(fd, base)| (fd, base + range.start as u64));
                 // `EXTENT`, at, len: 13 bytes before the data.
                 let check = check.then(|| (range.start as u64 - 13, stated_digest(bytes, range)));
-                (worker.extent(*key, *at, data, from, check, entry)).map_err(fail(entry))?;
+                (worker.extent(*key, *at, data, from, check, entry)).map_err(fail(owner))?;
                 progress.add_bytes(data.len() as u64);
+                worker.note_held(entry);
                 continue;
             }
             Op::File(leaf, range, check) => {
@@ -277,7 +295,8 @@ fn land_batch<L: Land>(
                 continue;
             }
         };
-        progress.add_entry(landed.map_err(fail(entry))?);
+        progress.add_entry(landed.map_err(fail(owner))?);
+        worker.note_held(entry);
         entry += 1;
     }
     Ok(())

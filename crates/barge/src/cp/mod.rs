@@ -547,8 +547,7 @@ impl Cp {
         };
         let (src_fd, dest_fd) = (open(src)?, open(dest)?);
         let me = Owner::of_process();
-        let mut shared = self.shared(src, dest, me, linked, progress, report);
-        shared.crowds = Crowds::new(self.threads, dest_fd.as_fd());
+        let shared = self.shared(src, dest, me, linked, progress, report);
         let mut copier = Copier::new(&shared);
         for name in names {
             if let Err(e) = copier.copy_below(src_fd.as_fd(), dest_fd.as_fd(), name) {

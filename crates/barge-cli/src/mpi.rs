@@ -11,10 +11,12 @@
 //!
 //! `barge unpack --mpi`: see [`unpack`].
 //!
-//! `barge pack --mpi`: each rank packs a run of the tree's parts ([`barge::pack::share`])
-//! into a file of its own; their sizes summed by `MPI_Exscan` say where each goes in the
-//! archive, which rank 0 creates with the header, the index and the footer (from every
-//! rank's segments and rows, gathered) before every rank copies its frames into place.
+//! `barge pack --mpi`: each rank plans a run of the tree's parts ([`barge::pack::share`]);
+//! the lengths of their frames, summed by `MPI_Exscan`, say where each rank writes its own
+//! into the archive that rank 0 created with the header (with zstd, whose lengths are
+//! known only once compressed, each rank packs into a file of its own, copied into place
+//! once the lengths are summed); rank 0 then writes the index and the footer (from every
+//! rank's segments and rows, gathered) and renames the archive into place.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
@@ -36,7 +38,7 @@ use mpi::datatype::PartitionMut;
 use mpi::environment::Threading;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
-use rustix::fs::{Mode, OFlags, CWD};
+use rustix::fs::{copy_file_range, fdatasync, seek, Mode, OFlags, SeekFrom, CWD};
 use serde_json::Value;
 
 use barge::root::Confinement;
@@ -686,6 +688,67 @@ fn pack_shared(
     dir: &Path,
     zstd: Option<i32>,
 ) -> Option<(PackSummary, u64)> {
+    let rank = world.rank() as u32;
+    // Rank 0 makes the archive (its header) before the tree is walked, so that every rank
+    // leaves it out of the walks where it is in the tree; every rank writes it by a fd
+    // of its own.
+    let temporary = temporary_path(output);
+    let gone = || {
+        if rank == 0 {
+            let _ = std::fs::remove_file(&temporary);
+        }
+    };
+    let made = match rank {
+        0 => make_archive(&temporary),
+        _ => Ok(()),
+    };
+    let opened = || {
+        let archive = open_archive(&temporary)?;
+        let pack = pack.written_to(archive.as_fd())?;
+        anyhow::Ok((archive, pack))
+    };
+    let packed = whole(world, made)
+        .and_then(|()| whole(world, opened()))
+        .and_then(|(archive, pack)| pack_into(world, pack, progress, summed, &archive, dir));
+    let Some((summary, index, end)) = packed else {
+        gone();
+        return None;
+    };
+    // Rank 0 ends the archive with the index and the footer, and puts it in place.
+    let indexes = gathered_at_0(world, &index);
+    let ended = indexes.map(|indexes| {
+        let indexes: Vec<&[u8]> = indexes.iter().map(|i| &i[..]).collect();
+        let tail = tail(&indexes, zstd)?;
+        let len = end_archive(&temporary, end, &tail)?;
+        std::fs::rename(&temporary, output).with_context(|| {
+            format!(
+                "cannot rename {} to {}",
+                shown_path(&temporary),
+                shown_path(output)
+            )
+        })?;
+        anyhow::Ok(len)
+    });
+    let Some(archive_bytes) = whole(world, ended.transpose()) else {
+        gone();
+        return None;
+    };
+    Some((summary, archive_bytes.unwrap_or(0)))
+}
+
+/// Packs this rank's share of the tree into `archive` at its place, and syncs it: its
+/// summary, what the index needs of it, and where the frames of all shares end. Frames
+/// stored raw go straight where the lengths planned by the ranks before put them; zstd
+/// frames, whose lengths are known only once compressed, go to a file of this rank's own
+/// first, copied into place once every rank has packed.
+fn pack_into(
+    world: &SimpleCommunicator,
+    pack: Pack<'_>,
+    progress: &Progress,
+    summed: &Progress,
+    archive: &OwnedFd,
+    dir: &Path,
+) -> Option<(PackSummary, Vec<u8>, u64)> {
     let (rank, ranks) = (world.rank() as u32, world.size() as u32);
     // Every rank walks the top levels: they must find the same parts.
     // A tree unopened splits anywhere: counting its parts says why.
@@ -703,61 +766,45 @@ fn pack_shared(
         },
     )?;
     let share = Share::new(rank, ranks, split, parts);
-    let planned = whole(world, pack.plan_share(&share))?;
+    let planned = whole(world, pack.plan_share(&share, 0, &Links::new()))?;
     let first = exclusive_sum(world, planned.entries);
     let links = earlier_links(world, &planned.links, first);
-    let spool = whole(
+    // A file of several links named first here but also earlier is a hard link here: its
+    // frames are shorter than planned.
+    let planned = whole(
         world,
-        rustix::fs::openat(
-            CWD,
-            dir,
-            OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )
-        .with_context(|| format!("cannot make a temporary file in {}", shown_path(dir))),
+        match planned.bytes.is_some() && !planned.holds_with(&links) {
+            true => pack.plan_share(&share, first, &links),
+            false => Ok(planned),
+        },
     )?;
+    // Where the shares' frames go (this rank's and the end of all), by their lengths.
+    let placed = |bytes: u64| {
+        let mut all = 0u64;
+        world.all_reduce_into(&bytes, &mut all, SystemOperation::sum());
+        let at = HEADER.len() as u64 + exclusive_sum(world, bytes);
+        (at, HEADER.len() as u64 + all)
+    };
+    let planned_place = planned.bytes.map(placed);
+    let spool = match planned_place {
+        Some((at, _)) => seek(archive, SeekFrom::Start(at))
+            .map(|_| None)
+            .context("cannot seek in the archive"),
+        None => spool_in(dir).map(Some),
+    };
+    let spool = whole(world, spool)?;
+    let out = spool.as_ref().unwrap_or(archive);
     let shared = together(world, progress, summed, || {
-        pack.pack_share(&share, first, planned.entries, &links, spool.as_fd())
+        pack.pack_share(&share, first, &planned, &links, out.as_fd())
     });
     let shared = whole(world, shared)?;
-    let at = HEADER.len() as u64 + exclusive_sum(world, shared.bytes);
-    let mut total = 0u64;
-    world.all_reduce_into(&shared.bytes, &mut total, SystemOperation::sum());
-    let indexes = gathered_at_0(world, &shared.index);
-    // Rank 0 makes the file with its header, index and footer; then every rank copies its
-    // frames where they go; then rank 0 puts the file in place.
-    let temporary = temporary_path(output);
-    let gone = || {
-        if rank == 0 {
-            let _ = std::fs::remove_file(&temporary);
-        }
-    };
-    let made = indexes.map(|indexes| {
-        let indexes: Vec<&[u8]> = indexes.iter().map(|i| &i[..]).collect();
-        let tail = tail(&indexes, zstd)?;
-        make_archive(&temporary, HEADER.len() as u64 + total, &tail)
-    });
-    let Some(archive_bytes) = whole(world, made.transpose()) else {
-        gone();
-        return None;
-    };
-    let placed = whole(world, copy_into(&spool, shared.bytes, &temporary, at)).and_then(|()| {
-        let renamed = match rank {
-            0 => std::fs::rename(&temporary, output).with_context(|| {
-                format!(
-                    "cannot rename {} to {}",
-                    shown_path(&temporary),
-                    shown_path(output)
-                )
-            }),
-            _ => Ok(()),
-        };
-        whole(world, renamed)
-    });
-    if placed.is_none() {
-        gone();
+    let (at, end) = planned_place.unwrap_or_else(|| placed(shared.bytes));
+    if let Some(spool) = &spool {
+        whole(world, copy_into(spool, shared.bytes, archive, at))?;
     }
-    placed.map(|()| (shared.summary, archive_bytes.unwrap_or(0)))
+    let synced = fdatasync(archive).context("cannot sync this rank's segments in the archive");
+    whole(world, synced)?;
+    Some((shared.summary, shared.index, end))
 }
 
 /// The sum of `n` over the ranks before this one (`MPI_Exscan`).
@@ -828,42 +875,50 @@ fn temporary_path(output: &Path) -> PathBuf {
     output.with_file_name(name)
 }
 
-/// Makes the archive file `path` of the header, `end - 8` bytes for the shares, and
-/// `tail` (index and footer); returns its length.
-fn make_archive(path: &Path, end: u64, tail: &[u8]) -> Result<u64> {
-    let made = || -> std::io::Result<u64> {
-        let file = std::fs::File::create(path)?;
-        let len = end + tail.len() as u64;
-        file.set_len(len)?;
-        file.write_all_at(&HEADER, 0)?;
-        file.write_all_at(tail, end)?;
-        file.sync_data()?;
-        Ok(len)
-    };
+/// Makes the archive file `path`, empty but for the header.
+fn make_archive(path: &Path) -> Result<()> {
+    let made = || std::fs::File::create(path)?.write_all_at(&HEADER, 0);
     made().with_context(|| format!("cannot write {}", shown_path(path)))
 }
 
-/// Copies the `len` bytes of `spool` into the file `path` at `at`, and syncs them.
-fn copy_into(spool: &OwnedFd, len: u64, path: &Path, at: u64) -> Result<()> {
-    let copied = || -> std::io::Result<()> {
+/// The archive file `path`, for writing.
+fn open_archive(path: &Path) -> Result<OwnedFd> {
+    let file = std::fs::OpenOptions::new().write(true).open(path);
+    let file = file.with_context(|| format!("cannot open {}", shown_path(path)))?;
+    Ok(file.into())
+}
+
+/// A file of this rank's own in `dir`, gone when closed.
+fn spool_in(dir: &Path) -> Result<OwnedFd> {
+    let flags = OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC;
+    let spool = rustix::fs::openat(CWD, dir, flags, Mode::from_raw_mode(0o600));
+    spool.with_context(|| format!("cannot make a temporary file in {}", shown_path(dir)))
+}
+
+/// Ends the archive file `path` with `tail` (index and footer) at `end`, and syncs it;
+/// returns its length.
+fn end_archive(path: &Path, end: u64, tail: &[u8]) -> Result<u64> {
+    let ended = || -> std::io::Result<u64> {
         let file = std::fs::OpenOptions::new().write(true).open(path)?;
-        let (mut from, mut to) = (0u64, at);
-        while from < len {
-            let left = usize::try_from(len - from).unwrap_or(usize::MAX);
-            let n =
-                rustix::fs::copy_file_range(spool, Some(&mut from), &file, Some(&mut to), left)?;
-            if n == 0 {
-                return Err(std::io::ErrorKind::UnexpectedEof.into());
-            }
-        }
-        file.sync_data()
+        file.write_all_at(tail, end)?;
+        file.sync_data()?;
+        Ok(end + tail.len() as u64)
     };
-    copied().with_context(|| {
-        format!(
-            "cannot write this rank's segments into {}",
-            shown_path(path)
-        )
-    })
+    ended().with_context(|| format!("cannot write {}", shown_path(path)))
+}
+
+/// Copies the `len` bytes of `spool` into `archive` at `at`.
+fn copy_into(spool: &OwnedFd, len: u64, archive: &OwnedFd, at: u64) -> Result<()> {
+    let (mut from, mut to) = (0u64, at);
+    while from < len {
+        let left = usize::try_from(len - from).unwrap_or(usize::MAX);
+        let n = copy_file_range(spool, Some(&mut from), archive, Some(&mut to), left)
+            .context("cannot write this rank's segments into the archive")?;
+        if n == 0 {
+            bail!("this rank's segments were cut short before they were copied");
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -364,6 +364,41 @@ fn mpi_pack_is_an_archive_of_the_tree() {
     }
 }
 
+/// An archive written into the tree it packs leaves itself out: the ranks write it there
+/// (under a temporary name) while they walk, and plan without it too.
+#[test]
+fn mpi_pack_into_its_own_tree_leaves_the_archive_out() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    shallow_tree(&src);
+    let plain = work.path().join("plain.barge");
+    run_ok(
+        barge(["pack", "--format", "2"])
+            .arg(&src)
+            .arg("-o")
+            .arg(&plain),
+        None,
+    );
+    for options in [&[][..], &["--zstd"][..]] {
+        let shared = src.join("ranks.barge");
+        let _ = fs::remove_file(&shared);
+        let mut pack = mpi_by(Command::new("mpiexec"), "pack", &[&src], options);
+        summary(pack.arg("-o").arg(&shared));
+        run_ok(barge(["verify"]).arg(&shared), None);
+        assert_eq!(listing(&plain), listing(&shared), "{options:?}");
+        let left: Vec<_> = fs::read_dir(&src)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(
+            !left
+                .iter()
+                .any(|n| n.to_string_lossy().contains("barge-mpi")),
+            "{left:?}"
+        );
+    }
+}
+
 #[test]
 fn mpi_pack_refuses_stdout() {
     let work = tempdir();

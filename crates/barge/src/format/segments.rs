@@ -89,6 +89,11 @@ impl<D> Body<D> {
         }
     }
 
+    /// The length of this body's frame stored raw (`seal` without zstd).
+    pub(crate) fn raw_frame_len(&self) -> u64 {
+        (FRAME_HEAD + self.len) as u64
+    }
+
     /// Whether nothing follows `START`.
     fn is_empty(&self) -> bool {
         self.skeleton.len() == self.start

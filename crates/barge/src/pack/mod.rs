@@ -127,6 +127,9 @@ pub struct Pack<'a> {
     progress: Option<&'a Progress>,
     /// Device and inode of the file the archive replaces.
     replaced: Option<(u64, u64)>,
+    /// Device and inode of the file a shared pack's archive is written to
+    /// ([`Pack::written_to`]).
+    written: Option<(u64, u64)>,
     archive: bool,
     exclude: Exclude,
     unchanged: Option<&'a Listing>,
@@ -164,6 +167,7 @@ impl<'a> Pack<'a> {
             one_file_system: false,
             progress: None,
             replaced: None,
+            written: None,
             archive: false,
             exclude: Exclude::default(),
             unchanged: None,

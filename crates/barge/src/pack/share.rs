@@ -1,18 +1,20 @@
 //! One version 2 archive packed by several processes (`pack --mpi`), each a [`Share`] of
 //! the tree. Every process counts the parts ([`Pack::parts`]), plans its share
-//! ([`Pack::plan_share`]: how many entries, which files of several links it names first),
-//! learns from the others where its entries start and which of its files of several links
-//! were named before it, then packs its share's frames ([`Pack::pack_share`]) into a file
-//! of its own, to be copied where the shares before it end. One process writes the
-//! [`HEADER`] and, from every share's [`Shared::index`], the index and the footer
-//! ([`tail`]). The archive is a valid one whatever the number of processes: its entries in
-//! path order, links to earlier entries across shares, segments cut where shares meet.
+//! ([`Pack::plan_share`]: how many entries, which files of several links it names first,
+//! and, stored raw, how many bytes its frames take), learns from the others where its
+//! entries start and which of its files of several links were named before it, then packs
+//! its share's frames ([`Pack::pack_share`]) where the shares before it end: straight into
+//! the archive when their lengths were planned, else (zstd) into a file of its own, copied
+//! there after. One process writes the [`HEADER`] and, from every share's
+//! [`Shared::index`], the index and the footer ([`tail`]). The archive is a valid one
+//! whatever the number of processes: its entries in path order, links to earlier entries
+//! across shares, segments cut where shares meet.
 
 use std::collections::{HashMap, HashSet};
 use std::marker::PhantomData;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use rustix::fs::{openat, Mode};
+use rustix::fs::{fstat, openat, Mode};
 
 use super::{v2, Format, Pack, PackSummary};
 use crate::error::{Error, Result, TreePath};
@@ -36,8 +38,21 @@ pub struct Planned {
     /// The entries of the share.
     pub entries: u64,
     /// The files of several links that the share names, by device and inode: the number
-    /// of the first entry naming each, counted from the share's first.
+    /// of the first entry naming each (counted from 0 for the share's first), and the
+    /// earlier ones it was planned with.
     pub links: Links,
+    /// The length of the share's frames where they are stored raw (no zstd): every body's
+    /// length is fixed by the plan, its data read later.
+    pub bytes: Option<u64>,
+}
+
+impl Planned {
+    /// Whether the share's frames are as long as planned once `earlier` (the files of
+    /// several links named before the share) is known: not where the share names one of
+    /// them first, which becomes a hard link.
+    pub fn holds_with(&self, earlier: &Links) -> bool {
+        !self.links.keys().any(|key| earlier.contains_key(key))
+    }
 }
 
 /// What [`Pack::pack_share`] wrote.
@@ -69,41 +84,45 @@ impl Pack<'_> {
         ))
     }
 
-    /// Plans `share` without reading any file: its entries, and its files of several links.
-    pub fn plan_share(&self, share: &Share) -> Result<Planned> {
-        let links = HashMap::new();
+    /// Plans `share` without reading any file (but sparse ones of at most 64 KiB): its
+    /// entries numbered from `first`, with the files of several links in `links` as hard
+    /// links (see [`Pack::pack_share`]; a first plan knows none: 0 and no links).
+    pub fn plan_share(&self, share: &Share, first: u64, links: &Links) -> Result<Planned> {
         let progress = Progress::default();
         let settings = v2::Settings {
             archive: self.archive,
-            zstd: None,
+            zstd: (self.zstd > 0).then_some(self.zstd),
             threads: 1,
             target: self.segment_target as usize,
-            itself: [None, self.replaced],
+            itself: [self.written, self.replaced],
             listing: None,
             progress: &progress,
             cancel: self.cancel.clone(),
             sharing: Some(v2::Sharing {
-                first: 0,
-                links: &links,
+                first,
+                links,
                 counting: true,
             }),
         };
+        // The first share carries the root directory's records, as packed.
+        let root_records = share.first().then(|| self.shared_root()).transpose()?;
         let root = self.shared_root()?;
         let prune = HashSet::new();
         let walk = self.walk(&prune).share(share);
-        let (entries, links) = v2::plan(settings, |planner| walk.run(root, planner))?;
-        Ok(Planned { entries, links })
+        v2::plan(settings, root_records, |planner| walk.run(root, planner))
     }
 
-    /// Packs the frames of `share` into `out`, as planned: its entries numbered from
-    /// `first`, `entries` of them, with the files of several links in `links` (by device
-    /// and inode) as hard links to those entries (their first names, in earlier shares).
-    /// A tree that changed since it was planned (another number of entries) is an error.
+    /// Packs the frames of `share` into `out` (at its offset), as `planned`: its entries
+    /// numbered from `first`, with the files of several links in `links` (by device and
+    /// inode) as hard links to those entries (their first names, in earlier shares).
+    /// A tree that changed since it was planned (another number of entries, or other
+    /// frames' lengths where they were planned) is an error: then `out` holds frames that
+    /// do not fit where the plan put them, maybe past `planned.bytes`.
     pub fn pack_share(
         mut self,
         share: &Share,
         first: u64,
-        entries: u64,
+        planned: &Planned,
         links: &Links,
         out: BorrowedFd<'_>,
     ) -> Result<Shared> {
@@ -114,24 +133,37 @@ impl Pack<'_> {
             links,
             counting: false,
         };
-        let cancel = self.cancel.clone();
-        let (summary, written) =
-            self.run_shared(FdWriter(out, cancel), None, Some((share, sharing)))?;
-        let (segs, rows) = written.expect("a shared pack says what it wrote");
-        if rows.count() != entries {
-            return Err(Error::Argument {
-                arg: "the tree".into(),
-                problem: format!(
-                    "changed while it was packed: {} entries where {entries} were planned",
-                    rows.count()
-                ),
-            });
+        let (cancel, written) = (self.cancel.clone(), self.written);
+        let (summary, wrote) =
+            self.run_shared(FdWriter(out, cancel), written, Some((share, sharing)))?;
+        let (segs, rows) = wrote.expect("a shared pack says what it wrote");
+        let changed = |what: String| Error::Argument {
+            arg: "the tree".into(),
+            problem: format!("changed while it was packed: {what}"),
+        };
+        if rows.count() != planned.entries {
+            let (got, want) = (rows.count(), planned.entries);
+            return Err(changed(format!("{got} entries where {want} were planned")));
+        }
+        if let Some(want) = planned.bytes.filter(|&b| b != segs.at()) {
+            return Err(changed(format!(
+                "a file changed size since it was planned: its share's segments take {} \
+                 bytes where {want} were planned",
+                segs.at()
+            )));
         }
         Ok(Shared {
             summary,
             bytes: segs.at(),
             index: share_index(&segs, &rows),
         })
+    }
+
+    /// Leaves the file `archive` (the archive every process writes) out of the tree.
+    pub fn written_to(mut self, archive: BorrowedFd<'_>) -> Result<Self> {
+        let stat = fstat(archive).map_err(|e| Error::io("fstat", TreePath::default(), e))?;
+        self.written = Some((stat.st_dev, stat.st_ino));
+        Ok(self)
     }
 
     /// The one directory a shared pack takes (its entries at the top), opened again: a

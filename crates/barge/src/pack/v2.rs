@@ -24,7 +24,7 @@ use rustix::fs::{
 use rustix::io::{fcntl_dupfd_cloexec, Errno};
 
 use super::packer::{INLINE_MAX, RING_FILES};
-use super::share::Links;
+use super::share::{Links, Planned};
 use super::{recorded, writer_gone, PackSummary, Update, Warning};
 use crate::compare::inode_key;
 use crate::error::{Error, Result, TreePath};
@@ -238,20 +238,28 @@ pub(super) fn encode<W: ArchiveWriter>(
     })
 }
 
-/// Plans a share of an archive without packing it (`sharing.counting`): the number of its
-/// entries, and the entry numbers (from `sharing.first`) of the first names of its files of
-/// several links, by device and inode.
+/// Plans a share of an archive without packing it (`sharing.counting`), with the records of
+/// the root directory `root` first when given: see [`Planned`].
 pub(super) fn plan(
     settings: Settings<'_>,
+    root: Option<OwnedFd>,
     source: impl FnOnce(&mut Planner<'_>) -> Result<()>,
-) -> Result<(u64, Links)> {
+) -> Result<Planned> {
     let (jobs, _) = channel();
     let (_, tokens) = sync_channel(0);
     let (done, _) = channel();
     let mut planner = Planner::new(&settings, jobs, tokens, done);
-    source(&mut planner)?;
+    root.map_or(Ok(()), |root| planner.root(root))
+        .and_then(|()| source(&mut planner))?;
     let first = settings.sharing.map_or(0, |s| s.first);
-    Ok((planner.layout.entries() - first, planner.links))
+    let entries = planner.layout.entries() - first;
+    planner.end()?;
+    Ok(Planned {
+        entries,
+        links: planner.links,
+        // A zstd frame's length is known once it is compressed.
+        bytes: settings.zstd.is_none().then_some(planner.bytes),
+    })
 }
 
 /// Writes the frames of the jobs in order as they come, handing back a token for each,
@@ -566,8 +574,10 @@ pub(super) struct Planner<'a> {
     xattrs: XattrReader,
     /// The names of users and groups, when owners are recorded.
     owners: Owners,
-    /// Only counting (a share's plan): bodies are dropped.
+    /// Only counting (a share's plan): bodies are dropped, their frames' lengths (stored
+    /// raw) summed in `bytes`.
     counting: bool,
+    bytes: u64,
 }
 
 /// The user and group names an `OWNER` of `entry` carries: its ids' names here, where they
@@ -616,6 +626,7 @@ impl<'a> Planner<'a> {
                 false => Owners::default(),
             },
             counting: settings.sharing.is_some_and(|s| s.counting),
+            bytes: 0,
         }
     }
 
@@ -647,6 +658,9 @@ impl<'a> Planner<'a> {
         let layout = std::mem::replace(&mut self.layout, Layout::new(0));
         let (full, rows) = layout.finish();
         self.start(full)?;
+        if self.counting {
+            return Ok(());
+        }
         let end = Done::End(self.started, rows);
         self.done.send(end).map_err(|_| writer_gone())
     }
@@ -658,6 +672,7 @@ impl<'a> Planner<'a> {
         };
         self.cancel.check()?;
         if self.counting {
+            self.bytes += body.raw_frame_len();
             return Ok(());
         }
         self.tokens.recv().map_err(|_| writer_gone())?;
@@ -1217,7 +1232,9 @@ mod tests {
 
     /// Shares packed apart and put one after the other (as `pack --mpi` does on MPI ranks)
     /// make one valid archive, every row and segment as the bodies say, that lists as the
-    /// plain pack does: for 1 to 4 shares, raw or zstd, with hard links across shares.
+    /// plain pack does: for 1 to 4 shares, raw or zstd, with hard links across shares. Raw,
+    /// each share's frames are as long as planned (planned again where it names first a
+    /// file of several links that an earlier share names).
     #[test]
     fn shares_put_together_are_an_archive_of_the_tree() {
         use crate::pack::share::{tail, HEADER};
@@ -1233,6 +1250,7 @@ mod tests {
         // the parts are the root's entries.
         let cases = [(1, None), (3, Some(3)), (4, None), (33, None)];
         let top = fs::read_dir(dir.path()).unwrap().count() as u64;
+        let mut replanned = 0;
         for (split, (ranks, zstd)) in [SPINE, 1]
             .into_iter()
             .flat_map(|split| cases.map(|case| (split, case)))
@@ -1263,21 +1281,30 @@ mod tests {
                 // One pack for the three steps, as pack --mpi has.
                 let pack = pack();
                 assert_eq!(pack.parts(split).unwrap(), parts);
-                let planned = pack.plan_share(&share).unwrap();
+                let mine = pack.plan_share(&share, 0, &Links::new()).unwrap();
+                let again = (!mine.holds_with(&links)).then(|| {
+                    replanned += 1;
+                    pack.plan_share(&share, first, &links).unwrap()
+                });
+                let planned = again.as_ref().unwrap_or(&mine);
                 let mut spool = tempfile::tempfile().unwrap();
                 let shared =
-                    (pack.pack_share(&share, first, planned.entries, &links, spool.as_fd()))
-                        .unwrap();
+                    (pack.pack_share(&share, first, planned, &links, spool.as_fd())).unwrap();
+                let raw = zstd.is_none().then_some(shared.bytes);
+                assert_eq!(
+                    planned.bytes, raw,
+                    "share {rank} of {ranks}, split at {split}"
+                );
                 spool.rewind().unwrap();
                 assert_eq!(
                     spool.read_to_end(&mut archive).unwrap() as u64,
                     shared.bytes
                 );
                 indexes.push(shared.index);
-                for (key, number) in planned.links {
+                for (key, number) in mine.links {
                     links.entry(key).or_insert(first + number);
                 }
-                first += planned.entries;
+                first += mine.entries;
             }
             let indexes: Vec<&[u8]> = indexes.iter().map(|i| &i[..]).collect();
             archive.extend(tail(&indexes, zstd).unwrap());
@@ -1287,6 +1314,40 @@ mod tests {
                 "{ranks} shares split at {split} differ from one pack (zstd {zstd:?})"
             );
         }
+        assert!(
+            replanned > 0,
+            "a share names first a file an earlier share names"
+        );
+    }
+
+    /// A file that grew between the plan of its share and the pack, as the same number of
+    /// entries, fails the pack: its frames no longer fit where the plan put them.
+    #[test]
+    fn a_share_whose_file_grew_since_its_plan_fails() {
+        use crate::share::Share;
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("f"), b"before").unwrap();
+        let pack = || {
+            let fd = open(
+                dir.path(),
+                OFlags::DIRECTORY | OFlags::RDONLY,
+                Mode::empty(),
+            );
+            Pack::new(fd.unwrap())
+        };
+        let share = Share::new(0, 1, 1, pack().parts(1).unwrap());
+        let planned = pack().plan_share(&share, 0, &Links::new()).unwrap();
+        let spool = tempfile::tempfile().unwrap();
+        let links = Links::new();
+        let same = pack().pack_share(&share, 0, &planned, &links, spool.as_fd());
+        assert_eq!(same.unwrap().bytes, planned.bytes.unwrap());
+        fs::write(dir.path().join("f"), b"after, longer").unwrap();
+        let grown = pack().pack_share(&share, 0, &planned, &links, spool.as_fd());
+        let error = grown.unwrap_err().to_string();
+        assert!(
+            error.contains("a file changed size since it was planned"),
+            "{error}"
+        );
     }
 
     /// Small segments: many of them, extents of the large file across them, hard links to

@@ -3,7 +3,7 @@
 
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 /// A kind of work that runs on worker threads; [`Work::threads`] is its default count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,12 +53,13 @@ pub(crate) const EXT4: usize = 2;
 /// `statfs`'s type of ext2, ext3 and ext4.
 const EXT4_MAGIC: rustix::fs::FsWord = 0xef53;
 
-/// The threads creating entries in one directory now (at most [`PER_DIR`]), and those
-/// waiting for a place in it.
+/// The threads creating entries in one directory now (at most [`PER_DIR`]), those waiting
+/// for a place in it, and those holding work in it (see [`Crowds::claim`]).
 #[derive(Debug, Default)]
 pub(crate) struct Crowd {
     inside: AtomicUsize,
     waiting: AtomicUsize,
+    claims: AtomicUsize,
     lock: Mutex<()>,
     freed: Condvar,
 }
@@ -70,6 +71,10 @@ impl Crowd {
         #[cfg(test)]
         if let Ok(n) = joined {
             hooks::MOST.fetch_max(n + 1, SeqCst);
+            if n == 0 {
+                let crowded = hooks::CROWDED.fetch_add(1, SeqCst) + 1;
+                hooks::MOST_CROWDED.fetch_max(crowded, SeqCst);
+            }
         }
         joined.is_ok()
     }
@@ -107,6 +112,27 @@ impl Crowds {
         }
     }
 
+    /// Whether `crowd` has room for one more thread's work (a batch to land): fewer claims
+    /// on it than places; always where places are not counted per directory. A thread
+    /// that would wait for a place does better to take work in another directory first.
+    pub(crate) fn has_room(&self, crowd: &Crowd) -> bool {
+        !self.per_dir() || crowd.claims.load(SeqCst) < self.cap
+    }
+
+    /// Notes one more thread's work in `crowd` (even over its places) until the [`Claim`]
+    /// is dropped; none where places are not counted per directory.
+    pub(crate) fn claim(&self, crowd: &Arc<Crowd>) -> Option<Claim> {
+        self.per_dir().then(|| {
+            crowd.claims.fetch_add(1, SeqCst);
+            Claim(crowd.clone())
+        })
+    }
+
+    /// Whether places are counted per directory.
+    fn per_dir(&self) -> bool {
+        self.cap != 0 && self.whole.is_none()
+    }
+
     /// A place in `crowd` (the directory's; into ext4 the whole file system's), once there
     /// is one free. A thread holds one place at a time, so none waits for another it holds.
     pub(crate) fn join<'c>(&'c self, crowd: &'c Crowd) -> Place<'c> {
@@ -139,11 +165,25 @@ pub(crate) struct Place<'c>(Option<&'c Crowd>);
 impl Drop for Place<'_> {
     fn drop(&mut self) {
         let Some(crowd) = self.0 else { return };
-        crowd.inside.fetch_sub(1, SeqCst);
+        let _was = crowd.inside.fetch_sub(1, SeqCst);
+        #[cfg(test)]
+        if _was == 1 {
+            hooks::CROWDED.fetch_sub(1, SeqCst);
+        }
         if crowd.waiting.load(SeqCst) > 0 {
             let _held = crowd.lock.lock().expect("no panics");
             crowd.freed.notify_one();
         }
+    }
+}
+
+/// A thread's work in a [`Crowd`] (see [`Crowds::claim`]), done when dropped.
+#[must_use]
+pub(crate) struct Claim(Arc<Crowd>);
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.0.claims.fetch_sub(1, SeqCst);
     }
 }
 
@@ -154,6 +194,9 @@ pub(crate) mod hooks {
 
     /// The most threads seen in one [`Crowd`](super::Crowd) at once, by any test.
     pub(crate) static MOST: AtomicUsize = AtomicUsize::new(0);
+    /// The crowds with a thread inside now, and the most at once, by any test.
+    pub(crate) static CROWDED: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static MOST_CROWDED: AtomicUsize = AtomicUsize::new(0);
     /// Held by a test that resets and reads [`MOST`].
     pub(crate) static COUNTING: Mutex<()> = Mutex::new(());
 }

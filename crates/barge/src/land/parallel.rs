@@ -10,13 +10,17 @@
 //! thread. Batches are cut preferably where the directory changes, so two threads rarely
 //! create files in the same directory (the directory's lock serializes creations in it),
 //! and at most [`PER_DIR`](crate::threads::PER_DIR) threads create entries in one at once
-//! (each holds its directory's [`Crowd`] place while it creates one, others wait).
+//! (each holds its directory's [`Crowd`] place while it creates one, others wait). So that
+//! landers rarely wait, a helper takes the oldest batch of a directory where fewer than that
+//! land batches, else the oldest (see [`Queued::pick`]): with many landers, those over one
+//! directory's cap land later directories.
 //!
 //! A stream is read in segments of up to [`SEGMENT`] bytes, each shared by the batches
 //! decoded from it and reused once they have landed; see [`Input::Stream`].
 //!
 //! Open fds: each lander holds the directories it is in (at most the depth limit) plus what
-//! it holds itself; at most [`QUEUE`] batches wait in the queue.
+//! it holds itself; at most [`QUEUE`] batches wait in the queue, or more while their work is
+//! under [`QUEUE_COST`].
 //! Directories whose mode lacks owner rwx are created with it and get their mode once all
 //! threads are done, children before parents, as do their times and setuid and setgid
 //! bits (several threads may be in a directory at once, so none can give it those when it
@@ -50,7 +54,7 @@ use crate::owners::Owners;
 use crate::source::ByteStream;
 use crate::sys::thread::{go_solo, spawn_elsewhere};
 use crate::sys::{DIR_FLAGS, DIR_HANDLE_FLAGS};
-use crate::threads::{Crowd, Crowds};
+use crate::threads::{Claim, Crowd, Crowds};
 use crate::tree::{Device, Entry, Kind, Meta, Timestamp, Xattrs};
 use crate::Progress;
 
@@ -63,8 +67,13 @@ mod worker;
 use plan::{batch_cost, Parsed, Parser, Plan};
 use worker::{copied, open_path, SharedFiles, Worker};
 
-/// Batches waiting for a helper, at most.
+/// Batches waiting for a helper, at most, unless their work is under [`QUEUE_COST`].
 pub const QUEUE: usize = 16;
+/// Work of the batches waiting for a helper (in units of one entry) under which more than
+/// [`QUEUE`] may wait: what `QUEUE` batches of the most work hold. Short batches (of small
+/// archives, cut for many landers) then reach several directories ahead, so that landers
+/// over a directory's cap land in later ones (see [`Queued::pick`]).
+const QUEUE_COST: u64 = QUEUE as u64 * 2 * BATCH_COST;
 /// Archive size from which threads pay: below it, starting them costs more than they save
 /// (docs/BENCHMARKS.md, "Design measurements").
 pub const THREADS_FROM: u64 = 256 << 10;
@@ -204,6 +213,8 @@ struct Batch<'a> {
     span: Range<usize>,
     ops: Vec<Op>,
     cost: u64,
+    /// Its lander's work in its starting directory, from when it was taken from the queue.
+    claim: Option<Claim>,
 }
 
 impl<'a> Batch<'a> {
@@ -215,7 +226,13 @@ impl<'a> Batch<'a> {
             span: start..start,
             ops: Vec::new(),
             cost: 0,
+            claim: None,
         }
+    }
+
+    /// The landers of the directory it starts in (none: the root).
+    fn crowd(&self) -> Option<&Arc<Crowd>> {
+        self.at.last().map(|dir| &dir.crowd)
     }
 }
 
@@ -566,7 +583,7 @@ impl<'r> Shared<'r> {
                 match land {
                     Ok(land) => {
                         let mut worker = Worker::new(land, self);
-                        while let Some(job) = queue.take(true) {
+                        while let Some(job) = queue.take(true, &self.crowds) {
                             match job {
                                 Job::Land(batch) => worker.land(&batch),
                                 Job::Check(check) => check.run(),
@@ -589,6 +606,7 @@ impl<'r> Shared<'r> {
             };
             let mut here = Here {
                 queue: &queue,
+                crowds: &self.crowds,
                 own,
                 helpers: 0,
                 spawn: &spawn,
@@ -597,7 +615,7 @@ impl<'r> Shared<'r> {
             // process instead of leaving it waiting for them.
             let close = CloseOnDrop(&queue);
             produce(&mut here);
-            while let Some(job) = queue.take(false) {
+            while let Some(job) = here.take() {
                 here.run(job);
             }
             drop(close);
@@ -699,6 +717,7 @@ impl<'r> Shared<'r> {
 /// The calling thread's side of the landing: where batches go, and its own lander.
 struct Here<'a, 's, L: Land> {
     queue: &'s Queue<'a>,
+    crowds: &'s Crowds,
     own: Option<Worker<'s, L>>,
     /// Helper threads started.
     helpers: usize,
@@ -728,6 +747,11 @@ impl<'a, L: Land> Here<'a, '_, L> {
         if let Some(worker) = self.own.as_mut() {
             worker.land(&batch);
         }
+    }
+
+    /// A queued job for this thread, if any.
+    fn take(&self) -> Option<Job<'a>> {
+        self.queue.take(false, self.crowds)
     }
 
     /// Does `job` on this thread.
@@ -762,8 +786,8 @@ enum Job<'a> {
     Check(Arc<frames::Check<'a>>),
 }
 
-/// Batches decoded and not yet landed (at most [`QUEUE`]), frames to check, and whether
-/// decoding is over.
+/// Batches decoded and not yet landed (see [`QUEUE`] and [`QUEUE_COST`]), frames to
+/// check, and whether decoding is over.
 #[derive(Default)]
 struct Queue<'a> {
     state: Mutex<Queued<'a>>,
@@ -772,7 +796,12 @@ struct Queue<'a> {
 
 #[derive(Default)]
 struct Queued<'a> {
-    batches: VecDeque<Batch<'a>>,
+    /// The batches in archive order, in runs of consecutive ones that start in the same
+    /// directory (none empty).
+    runs: VecDeque<VecDeque<Batch<'a>>>,
+    /// How many batches, and their work.
+    batches: usize,
+    cost: u64,
     checks: VecDeque<Arc<frames::Check<'a>>>,
     closed: bool,
 }
@@ -781,10 +810,16 @@ impl<'a> Queue<'a> {
     /// Queues `batch` for a helper, or gives it back when the queue is full.
     fn offer(&self, batch: Batch<'a>) -> Option<Batch<'a>> {
         let mut state = self.state.lock().expect("no panics");
-        if state.batches.len() >= QUEUE {
+        if state.batches >= QUEUE && state.cost >= QUEUE_COST {
             return Some(batch);
         }
-        state.batches.push_back(batch);
+        state.batches += 1;
+        state.cost += batch.cost;
+        let crowd = |b: &Batch<'_>| b.crowd().map(Arc::as_ptr);
+        match state.runs.back_mut() {
+            Some(run) if crowd(&run[0]) == crowd(&batch) => run.push_back(batch),
+            _ => state.runs.push_back(VecDeque::from([batch])),
+        }
         drop(state);
         self.ready.notify_one();
         None
@@ -800,15 +835,15 @@ impl<'a> Queue<'a> {
         self.ready.notify_one();
     }
 
-    /// The oldest check, else the oldest batch; when there is none, waits for one if `wait`
-    /// (None once closed).
-    fn take(&self, wait: bool) -> Option<Job<'a>> {
+    /// The oldest check, else a batch (see [`Queued::pick`]); when there is none, waits
+    /// for one if `wait` (None once closed).
+    fn take(&self, wait: bool, crowds: &Crowds) -> Option<Job<'a>> {
         let mut state = self.state.lock().expect("no panics");
         loop {
             if let Some(check) = state.checks.pop_front() {
                 return Some(Job::Check(check));
             }
-            if let Some(batch) = state.batches.pop_front() {
+            if let Some(batch) = state.pick(crowds) {
                 return Some(Job::Land(batch));
             }
             if state.closed || !wait {
@@ -820,13 +855,35 @@ impl<'a> Queue<'a> {
 
     /// Whether no batch waits (the helpers took them all).
     fn is_empty(&self) -> bool {
-        self.state.lock().expect("no panics").batches.is_empty()
+        self.state.lock().expect("no panics").batches == 0
     }
 
     /// No more batches will come: waiting helpers return.
     fn close(&self) {
         self.state.lock().expect("no panics").closed = true;
         self.ready.notify_all();
+    }
+}
+
+impl<'a> Queued<'a> {
+    /// The oldest batch starting in a directory with room for one more lander (see
+    /// [`Crowds::has_room`]), else the oldest, claimed for its lander: landers over a
+    /// directory's cap land later directories instead of waiting for a place in it.
+    /// The batches of one directory are still taken in archive order, so one waiting for
+    /// a shared file an earlier batch creates waits for one being landed, or for one that
+    /// the landers of a full directory take once they are done with earlier ones.
+    fn pick(&mut self, crowds: &Crowds) -> Option<Batch<'a>> {
+        let room = |run: &VecDeque<Batch<'_>>| run[0].crowd().is_none_or(|c| crowds.has_room(c));
+        let i = self.runs.iter().position(room).unwrap_or(0);
+        let run = self.runs.get_mut(i)?;
+        let mut batch = run.pop_front().expect("no run is empty");
+        if run.is_empty() {
+            self.runs.remove(i);
+        }
+        self.batches -= 1;
+        self.cost -= batch.cost;
+        batch.claim = batch.crowd().and_then(|c| crowds.claim(c));
+        Some(batch)
     }
 }
 

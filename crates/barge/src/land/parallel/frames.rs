@@ -362,7 +362,7 @@ fn land_frames<'a, L: Land>(
         bytes -= frame.check.body_len();
         // While a helper checks the frame, this thread does what else there is.
         while frame.check.taken.load(Acquire) && !frame.check.done() {
-            match here.queue.take(false) {
+            match here.take() {
                 Some(job) => here.run(job),
                 None => break,
             }

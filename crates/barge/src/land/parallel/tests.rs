@@ -35,8 +35,10 @@ fn batches(archive: &[u8], most: u64) -> Vec<Batch<'_>> {
     let mut parser = Parser::new(decoding(), policy(Existing::Keep), Cancel::new());
     parser.plan.batch_cost = most;
     let queue = Queue::default();
+    let crowds = Crowds::default();
     let mut here = Here::<SyncLander> {
         queue: &queue,
+        crowds: &crowds,
         own: None,
         helpers: 1,
         spawn: &|| false,
@@ -44,7 +46,7 @@ fn batches(archive: &[u8], most: u64) -> Vec<Batch<'_>> {
     let stop = AtomicU64::new(u64::MAX);
     let source = Source::Mapped(archive, None);
     (parser.land_rest_of(&source, 0, &stop, &mut here)).unwrap_or_else(|(_, e)| panic!("{e}"));
-    std::iter::from_fn(|| match queue.take(false) {
+    std::iter::from_fn(|| match here.take() {
         Some(Job::Land(batch)) => Some(batch),
         _ => None,
     })
@@ -278,6 +280,12 @@ fn land_on(workers: usize, input: Input<'_>, dest: &Path, setup: Setup) -> Resul
     )
 }
 
+/// A directory for a crowding test, on tmpfs: into ext4 one crowd holds every creation (see
+/// `threads::EXT4`), so no directory's crowd would be counted.
+fn tmpfs_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in("/dev/shm").expect("a tmpfs at /dev/shm")
+}
+
 /// Sixteen landers on one crowded directory (tiny files, so batches are short and several
 /// land in it at once, each keeping its place a while): never more than `PER_DIR` create
 /// entries in it at once, and every file lands.
@@ -288,7 +296,7 @@ fn at_most_per_dir_landers_create_in_one_directory_at_once() {
     let mapped = Mapped::new(&archive);
     let _counting = hooks::COUNTING.lock().unwrap_or_else(|e| e.into_inner());
     hooks::MOST.store(0, Relaxed);
-    let dest = tempfile::tempdir().unwrap();
+    let dest = tmpfs_dir();
     let setup = Setup {
         dwell: std::time::Duration::from_micros(200),
         ..Setup::new(policy(Existing::Keep), Cancel::new())
@@ -300,6 +308,33 @@ fn at_most_per_dir_landers_create_in_one_directory_at_once() {
         (1..=PER_DIR).contains(&most),
         "{most} landers in one directory"
     );
+}
+
+/// Sixteen landers on six crowded directories, each too long for the landers to reach the
+/// next one through the queue in archive order: those over a directory's cap land later
+/// directories instead of waiting for a place, so four directories (16 / `PER_DIR`) are
+/// landed at once, never more than `PER_DIR` landers creating in one.
+#[test]
+fn landers_over_a_directorys_cap_land_later_directories() {
+    use crate::threads::{hooks, PER_DIR};
+    let archive = dirs_of_files(6, 1000);
+    let mapped = Mapped::new(&archive);
+    let _counting = hooks::COUNTING.lock().unwrap_or_else(|e| e.into_inner());
+    hooks::MOST.store(0, Relaxed);
+    hooks::MOST_CROWDED.store(0, Relaxed);
+    let dest = tmpfs_dir();
+    let setup = Setup {
+        dwell: std::time::Duration::from_micros(200),
+        ..Setup::new(policy(Existing::Keep), Cancel::new())
+    };
+    let summary = land_on(16, mapped.input(), dest.path(), setup);
+    assert_eq!(summary.unwrap().files, 6 * 1000);
+    let (most, dirs) = (hooks::MOST.load(Relaxed), hooks::MOST_CROWDED.load(Relaxed));
+    assert!(
+        (1..=PER_DIR).contains(&most),
+        "{most} landers in one directory"
+    );
+    assert!(dirs >= 16 / PER_DIR, "{dirs} directories landed at once");
 }
 
 /// A stream of `bytes` as a [`ByteStream`].

@@ -304,8 +304,8 @@ fn land_batch<L: Land>(
 
 /// The files several batches land (see [`SharedFile`]), by key (the planner's number of
 /// the entry): a batch with an extent of one waits until the batch with its entry created
-/// it (batches are taken in order, so that one is being landed already), and the lander
-/// that lands its last extent completes it.
+/// it (that one is being landed already, or is taken once earlier ones are: see
+/// `Queued::pick`), and the lander that lands its last extent completes it.
 #[derive(Default)]
 pub(super) struct SharedFiles {
     files: Mutex<HashMap<u64, Landing>>,

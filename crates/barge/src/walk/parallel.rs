@@ -20,6 +20,15 @@
 //! A visitor may also leave work below the directory for any thread
 //! ([`ParallelVisitor::Job`]: a copier's large file, or a chunk of one): the walker shares
 //! jobs as it shares directories, each holding its directory (state and fd) until it has run.
+//!
+//! With [`WalkParallel::solo`] each helper thread has its own fd table (see [`go_solo`]):
+//! with one shared table every `openat` and `close` takes the table's lock and every use of
+//! an fd counts references on its file, which stops the walk scaling past a few cores. A
+//! directory's fd then serves only the thread that opened it: another one reopens the
+//! directory by name from the nearest directory it holds itself (at worst the root, whose fd
+//! every thread has), checking each level's inode. A thread takes its own subdirectories
+//! first, and gives the oldest half of them away only when another thread is idle, so
+//! reopens are rare (one per subtree that changes threads).
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::AcqRel, Ordering::Relaxed};
@@ -34,7 +43,7 @@ use rustix::process::{getrlimit, Resource};
 use crate::error::{Error, TreePath};
 use crate::exclude::Exclude;
 use crate::sys::dir::{dirent_buffer, Listing};
-use crate::sys::thread::spawn_elsewhere;
+use crate::sys::thread::{go_solo, reap, spawn_elsewhere, ThreadFd};
 use crate::sys::DIR_FLAGS;
 use crate::tree::STATX_MASK;
 use crate::tree::{Entry, Kind, Meta};
@@ -151,6 +160,12 @@ pub trait ParallelVisitor {
         self.error(error);
     }
 
+    /// Whether `job` must run on the thread that left it (it holds fds of that thread's
+    /// table, see [`WalkParallel::solo`]). By default none.
+    fn pinned(_job: &Self::Job) -> bool {
+        false
+    }
+
     /// Moves the jobs the last [`entry`](ParallelVisitor::entry) or
     /// [`run`](ParallelVisitor::run) left into `jobs`, each with its cost in entries listed
     /// (what lets helper threads start, see `SPAWN_AFTER`). By default none.
@@ -171,8 +186,9 @@ pub struct Dir<S> {
     depth: usize,
     /// Checked when the directory is reopened by name.
     ino: u64,
-    /// Open while subdirectories wait to be opened from it (unless over the fd budget).
-    fd: Mutex<Option<Arc<OwnedFd>>>,
+    /// Open while subdirectories wait to be opened from it (unless over the fd budget), by
+    /// the thread that listed it.
+    fd: Mutex<Option<Arc<ThreadFd>>>,
     /// Subdirectories not opened yet.
     pending: AtomicUsize,
     /// Everything in it is walked (else only what leads to a member, or is in one).
@@ -234,6 +250,7 @@ pub struct WalkParallel {
     exclude: Exclude,
     one_file_system: bool,
     members: Option<Members>,
+    solo: bool,
 }
 
 impl WalkParallel {
@@ -247,7 +264,17 @@ impl WalkParallel {
             exclude: Exclude::default(),
             one_file_system: false,
             members: None,
+            solo: false,
         }
+    }
+
+    /// Gives each helper thread its own fd table (see the module's documentation): for
+    /// visitors that use each fd they get only during the call they get it in, and pass no
+    /// fd they open to another thread but as a [`ThreadFd`] (or in a pinned job, see
+    /// [`ParallelVisitor::pinned`]). The calling thread keeps the process's table.
+    pub(crate) fn solo(mut self, yes: bool) -> WalkParallel {
+        self.solo = yes;
+        self
     }
 
     /// Walks only `members` below the root (none: everything): each with everything below
@@ -306,6 +333,7 @@ impl WalkParallel {
         };
         let mut walk = Walk::new(builder, self.threads, self.exclude);
         walk.members = self.members.map(Mutex::new);
+        walk.solo = self.solo;
         if self.one_file_system {
             // Unknown (a root that cannot be stated): every directory is listed.
             walk.dev = statx(&self.root, "", AtFlags::EMPTY_PATH, StatxFlags::TYPE)
@@ -314,7 +342,9 @@ impl WalkParallel {
         }
         let mut visitor = walk.build();
         let mut scratch = Scratch::default();
-        walk.list(&root_dir, self.root, &mut visitor, &mut scratch);
+        // Opened before any helper starts: each has it in its table.
+        let root_fd = ThreadFd::everywhere(self.root);
+        walk.list(&root_dir, root_fd, &mut visitor, &mut scratch);
         let tasks = std::mem::take(&mut scratch.children);
         std::thread::scope(|scope| {
             for _ in 1..tasks.len().min(walk.want.load(Relaxed)) {
@@ -323,6 +353,11 @@ impl WalkParallel {
             walk.share(tasks);
             walk.work(scope, scratch, visitor);
         });
+        reap();
+        if std::env::var_os("BARGE_WALK_STATS").is_some() {
+            let (reopened, shared) = (walk.reopened.load(Relaxed), walk.shared.load(Relaxed));
+            eprintln!("walk: {shared} tasks shared, {reopened} directories reopened");
+        }
         if let Some(members) = walk.members.take() {
             let members = members.into_inner().expect("no panics");
             let mut visitor = walk.build();
@@ -354,12 +389,12 @@ enum Task<S, J> {
         /// Everything in it is walked (see [`Dir`]'s `whole`).
         whole: bool,
     },
-    /// Run a job left in the directory `dir`, open as `fd`.
+    /// Run a job left in the directory `dir`, open as `fd` (on the thread that left it).
     /// (The job is dropped first: what it does when dropped comes before its directory's.)
     Job {
         job: J,
         dir: Arc<Dir<S>>,
-        fd: Arc<OwnedFd>,
+        fd: Arc<ThreadFd>,
     },
 }
 
@@ -372,7 +407,7 @@ struct Queue<S, J> {
 }
 
 /// A directory whose fd was reopened, and that fd.
-type Reopened<S> = Option<(Arc<Dir<S>>, Arc<OwnedFd>)>;
+type Reopened<S> = Option<(Arc<Dir<S>>, Arc<ThreadFd>)>;
 
 /// One worker's reusable buffers.
 struct Scratch<S, J> {
@@ -420,6 +455,12 @@ struct Walk<'b, B: ParallelVisitorBuilder> {
     dev: Option<u64>,
     /// What is walked below the root, when not everything.
     members: Option<Mutex<Members>>,
+    /// Helper threads have their own fd tables (see [`WalkParallel::solo`]).
+    solo: bool,
+    /// Tasks given to the queue, and directories reopened for a task (see
+    /// `BARGE_WALK_STATS`).
+    shared: AtomicU64,
+    reopened: AtomicU64,
 }
 
 /// The device a `statx` says its entry is on.
@@ -452,6 +493,9 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
             exclude: Some(exclude).filter(|e| !e.is_empty()),
             dev: None,
             members: None,
+            solo: false,
+            shared: AtomicU64::new(0),
+            reopened: AtomicU64::new(0),
         }
     }
 
@@ -472,6 +516,7 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
     ) {
         let mut stack = Vec::new();
         while let Some(task) = stack.pop().or_else(|| self.take()) {
+            reap();
             let (start, cpu) = (Instant::now(), thread_cpu_time());
             self.visit(task, &mut visitor, &mut scratch);
             if self.quit.load(Relaxed) {
@@ -494,7 +539,7 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
                 continue;
             }
             if stack.len() > 1 && (waiting > 0 || self.spawn(scope)) {
-                self.share(stack.drain(..stack.len() / 2));
+                self.share_half(&mut stack);
             } else if waiting == 0 && !self.queue.lock().expect("no panics").tasks.is_empty() {
                 self.spawn(scope);
             }
@@ -516,6 +561,9 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
         queue.active += 1;
         drop(queue);
         let started = spawn_elsewhere(scope, move || {
+            if self.solo {
+                go_solo();
+            }
             self.work(scope, Scratch::default(), self.build());
         });
         if started.is_err() {
@@ -533,8 +581,19 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
         let mut queue = self.queue.lock().expect("no panics");
         for task in tasks {
             queue.tasks.push(task);
+            self.shared.fetch_add(1, Relaxed);
             self.ready.notify_one();
         }
+    }
+
+    /// Shares the oldest half of `stack` (the largest subtrees, the first it would take
+    /// last), less the pinned jobs, which stay.
+    fn share_half(&self, stack: &mut Vec<TaskOf<B>>) {
+        let pinned =
+            |task: &TaskOf<B>| matches!(task, Task::Job { job, .. } if B::Visitor::pinned(job));
+        let (kept, given): (Vec<_>, Vec<_>) = stack.drain(..stack.len() / 2).partition(pinned);
+        stack.splice(0..0, kept);
+        self.share(given);
     }
 
     /// Waits for a directory in the queue; None once every worker is idle or the walk
@@ -584,6 +643,17 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
                 whole,
             } => (parent, name, whole),
             Task::Job { dir, fd, job } => {
+                let fd = match fd.get() {
+                    Some(_) => fd,
+                    None => match self.dir_fd(&dir, &mut scratch.reopened) {
+                        Ok(fd) => fd,
+                        Err(e) => {
+                            drop(job);
+                            let error = Error::io("reopen directory", dir.path(None), e);
+                            return self.obey(visitor.error(error));
+                        }
+                    },
+                };
                 let state = visitor.run(&dir, fd.as_fd(), job);
                 self.obey(state);
                 return self.take_jobs(
@@ -603,12 +673,17 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
                 return self.obey(state);
             }
         };
-        let opened = openat(&*parent_fd, &*name, DIR_FLAGS, Mode::empty())
+        let opened = openat(parent_fd.as_fd(), &*name, DIR_FLAGS, Mode::empty())
             .and_then(|fd| Ok((statx(&fd, "", AtFlags::EMPTY_PATH, STATX_MASK)?, fd)));
         let (stat, fd) = match opened {
             Ok(opened) => opened,
             Err(cause) => {
-                let stat = statx(&*parent_fd, &*name, AtFlags::SYMLINK_NOFOLLOW, STATX_MASK);
+                let stat = statx(
+                    parent_fd.as_fd(),
+                    &*name,
+                    AtFlags::SYMLINK_NOFOLLOW,
+                    STATX_MASK,
+                );
                 let state = visitor.unopened(&parent, &name, stat.ok().as_ref(), cause);
                 drop(parent_fd);
                 self.opened_child(&parent);
@@ -632,7 +707,7 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
                 });
                 match self.dev.is_some_and(|dev| dev != device(&stat)) {
                     true => visitor.listed(&dir),
-                    false => self.list(&dir, fd, visitor, scratch),
+                    false => self.list(&dir, ThreadFd::new(fd), visitor, scratch),
                 }
             }
             Err(state) => self.obey(state),
@@ -644,7 +719,7 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
     fn list(
         &self,
         dir: &Arc<Dir<StateOf<B>>>,
-        fd: OwnedFd,
+        fd: ThreadFd,
         visitor: &mut B::Visitor,
         scratch: &mut Scratch<StateOf<B>, JobOf<B>>,
     ) {
@@ -727,7 +802,7 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
     fn take_jobs(
         &self,
         dir: &Arc<Dir<StateOf<B>>>,
-        fd: &Arc<OwnedFd>,
+        fd: &Arc<ThreadFd>,
         visitor: &mut B::Visitor,
         jobs: &mut Vec<(JobOf<B>, u64)>,
         children: &mut Vec<TaskOf<B>>,
@@ -766,17 +841,19 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
         }
     }
 
-    /// The fd of the directory `dir`, reopened by name from its nearest open ancestor when
-    /// it was closed for the fd budget. The worker keeps the last reopened fd in `reopened`,
-    /// so a deep walk over the budget reopens one level per directory, not the whole chain.
+    /// The fd of the directory `dir`, reopened by name from its nearest ancestor open on
+    /// this thread when it was closed for the fd budget or opened by another thread (see
+    /// [`WalkParallel::solo`]). The worker keeps the last reopened fd in `reopened`, so a
+    /// deep walk over the budget reopens one level per directory, not the whole chain, and
+    /// a subtree from another thread is reopened once for all its first level.
     fn dir_fd(
         &self,
         dir: &Arc<Dir<StateOf<B>>>,
         reopened: &mut Reopened<StateOf<B>>,
-    ) -> rustix::io::Result<Arc<OwnedFd>> {
+    ) -> rustix::io::Result<Arc<ThreadFd>> {
         let held = |d: &Dir<StateOf<B>>| match &*reopened {
             Some((open, fd)) if std::ptr::eq(&**open, d) => Some(fd.clone()),
-            _ => d.fd.lock().expect("no panics").clone(),
+            _ => (d.fd.lock().expect("no panics").clone()).filter(|fd| fd.get().is_some()),
         };
         let mut chain = vec![&**dir];
         let mut fd = loop {
@@ -790,12 +867,13 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
         if chain.is_empty() {
             return Ok(fd);
         }
+        self.reopened.fetch_add(1, Relaxed);
         for d in chain.iter().rev() {
-            let next = openat(&*fd, &*d.name, DIR_FLAGS, Mode::empty())?;
+            let next = openat(fd.as_fd(), &*d.name, DIR_FLAGS, Mode::empty())?;
             if statx(&next, "", AtFlags::EMPTY_PATH, StatxFlags::INO)?.stx_ino != d.ino {
                 return Err(Errno::STALE);
             }
-            fd = Arc::new(next);
+            fd = Arc::new(ThreadFd::new(next));
         }
         *reopened = Some((dir.clone(), fd.clone()));
         Ok(fd)

@@ -86,7 +86,7 @@ impl DestFd {
     }
 
     /// The directory at `path` below `root`, just opened as `fd` by the calling thread.
-    fn new(fd: OwnedFd, root: Option<&Arc<DestFd>>, path: &[u8], ino: u64) -> DestFd {
+    pub(super) fn new(fd: OwnedFd, root: Option<&Arc<DestFd>>, path: &[u8], ino: u64) -> DestFd {
         DestFd {
             fd: ThreadFd::new(fd),
             root: root.cloned(),
@@ -97,7 +97,7 @@ impl DestFd {
 
     /// Opens the directory again on the calling thread: by name from the root, never
     /// following a symlink; `ESTALE` when its path leads to another directory now.
-    fn reopen(&self) -> rustix::io::Result<OwnedFd> {
+    pub(super) fn reopen(&self) -> rustix::io::Result<OwnedFd> {
         let root = self.root.as_deref().unwrap_or(self);
         let base = root.fd.get().ok_or(Errno::BADF)?;
         let mut fd: Option<OwnedFd> = None;

@@ -71,7 +71,7 @@ pub fn go_solo() {
     // inherited stay valid in their copy.
     let unshared = unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::FILES) };
     if unshared.is_ok() {
-        TABLE.with(|table| table.set(Solo(Arc::default())).is_ok());
+        TABLE.with(|table| table.set(Solo(Arc::new(Table::new()))).is_ok());
     }
     // Setting PR_SET_KEEPCAPS to its current value changes nothing but commits a fresh
     // copy of the credentials for this thread alone.
@@ -81,18 +81,23 @@ pub fn go_solo() {
 }
 
 /// An fd table: fds of it that other threads dropped, for its own threads to close.
-#[derive(Default)]
 struct Table {
     /// `None` once its thread ended (and with it the table).
     orphans: Mutex<Option<Vec<OwnedFd>>>,
     any: AtomicBool,
 }
 
+impl Table {
+    const fn new() -> Table {
+        Table {
+            orphans: Mutex::new(Some(Vec::new())),
+            any: AtomicBool::new(false),
+        }
+    }
+}
+
 /// The process's fd table, which every thread that did not [`go_solo`] shares.
-static MAIN: Table = Table {
-    orphans: Mutex::new(Some(Vec::new())),
-    any: AtomicBool::new(false),
-};
+static MAIN: Table = Table::new();
 
 /// A solo thread's own table; its fds that others dropped close with it when it ends.
 struct Solo(Arc<Table>);
@@ -271,5 +276,41 @@ mod tests {
             Some(Errno::BADF),
             "fd {number} leaked into the main table"
         );
+    }
+
+    /// Whether `number` is an open fd in the calling thread's table.
+    fn is_open(number: i32) -> bool {
+        // SAFETY: only asks whether the number is an open fd here.
+        fcntl_getfd(unsafe { BorrowedFd::borrow_raw(number) }).is_ok()
+    }
+
+    #[test]
+    fn a_thread_fd_serves_its_own_table_and_is_closed_there_when_dropped_elsewhere() {
+        let root = || open("/", OFlags::PATH | OFlags::CLOEXEC, Mode::empty()).unwrap();
+        let everywhere = super::ThreadFd::everywhere(root());
+        let (to_main, from_solo) = std::sync::mpsc::channel();
+        let (to_solo, dropped) = std::sync::mpsc::channel::<()>();
+        let (everywhere, root) = (&everywhere, &root);
+        std::thread::scope(|scope| {
+            scope.spawn(move || {
+                super::go_solo();
+                assert!(everywhere.get().is_some());
+                // A number far above what the tests running alongside open.
+                let fd = super::ThreadFd::new(fcntl_dupfd_cloexec(root(), 920).unwrap());
+                let number = fd.fd.as_raw_fd();
+                assert!(fd.get().is_some());
+                to_main.send((fd, number)).unwrap();
+                dropped.recv().unwrap();
+                // Dropped on the main thread: still open here until this thread reaps it.
+                assert!(is_open(number));
+                super::reap();
+                assert!(!is_open(number), "fd {number} not closed by its own thread");
+            });
+            let (fd, number) = from_solo.recv().unwrap();
+            assert!(fd.get().is_none(), "another table's fd is usable here");
+            assert!(!is_open(number));
+            drop(fd);
+            to_solo.send(()).unwrap();
+        });
     }
 }

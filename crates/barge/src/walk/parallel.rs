@@ -345,13 +345,16 @@ impl WalkParallel {
         // Opened before any helper starts: each has it in its table.
         let root_fd = ThreadFd::everywhere(self.root);
         walk.list(&root_dir, root_fd, &mut visitor, &mut scratch);
-        let tasks = std::mem::take(&mut scratch.children);
+        // The root's pinned jobs stay on this thread.
+        let (mine, tasks): (Vec<_>, Vec<_>) = std::mem::take(&mut scratch.children)
+            .into_iter()
+            .partition(Walk::<B>::pinned);
         std::thread::scope(|scope| {
             for _ in 1..tasks.len().min(walk.want.load(Relaxed)) {
                 walk.spawn(scope);
             }
             walk.share(tasks);
-            walk.work(scope, scratch, visitor);
+            walk.work(scope, scratch, visitor, mine);
         });
         reap();
         if std::env::var_os("BARGE_WALK_STATS").is_some() {
@@ -503,9 +506,10 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
         self.builder.lock().expect("no panics").build()
     }
 
-    /// Takes directories from its own stack, or from the queue when that is empty, and
-    /// gives half of its stack to the queue when fewer workers run than wanted and another
-    /// one waits or can be started (or starts one for directories already queued). A
+    /// Takes directories from its own stack (`stack` at first), or from the queue when that
+    /// is empty, and gives half of its stack to the queue when fewer workers run than wanted
+    /// and another one waits or can be started (or starts one for directories already
+    /// queued). A
     /// directory that took long (the tree is not cached) raises the number of workers
     /// wanted, one at a time.
     fn work<'s>(
@@ -513,8 +517,8 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
         scope: &'s Scope<'s, '_>,
         mut scratch: Scratch<StateOf<B>, JobOf<B>>,
         mut visitor: B::Visitor,
+        mut stack: Vec<TaskOf<B>>,
     ) {
-        let mut stack = Vec::new();
         while let Some(task) = stack.pop().or_else(|| self.take()) {
             reap();
             let (start, cpu) = (Instant::now(), thread_cpu_time());
@@ -564,7 +568,7 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
             if self.solo {
                 go_solo();
             }
-            self.work(scope, Scratch::default(), self.build());
+            self.work(scope, Scratch::default(), self.build(), Vec::new());
         });
         if started.is_err() {
             // No thread to be had: the walk goes on with those it has.
@@ -589,11 +593,15 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
     /// Shares the oldest half of `stack` (the largest subtrees, the first it would take
     /// last), less the pinned jobs, which stay.
     fn share_half(&self, stack: &mut Vec<TaskOf<B>>) {
-        let pinned =
-            |task: &TaskOf<B>| matches!(task, Task::Job { job, .. } if B::Visitor::pinned(job));
-        let (kept, given): (Vec<_>, Vec<_>) = stack.drain(..stack.len() / 2).partition(pinned);
+        let (kept, given): (Vec<_>, Vec<_>) =
+            stack.drain(..stack.len() / 2).partition(Self::pinned);
         stack.splice(0..0, kept);
         self.share(given);
+    }
+
+    /// Whether `task` is a job that stays on the thread that left it.
+    fn pinned(task: &TaskOf<B>) -> bool {
+        matches!(task, Task::Job { job, .. } if B::Visitor::pinned(job))
     }
 
     /// Waits for a directory in the queue; None once every worker is idle or the walk
@@ -886,7 +894,7 @@ mod tests {
     use std::os::unix::fs::{symlink, PermissionsExt};
     use std::path::Path;
 
-    use rustix::fs::CWD;
+    use rustix::fs::{OFlags, CWD};
 
     use super::*;
     use crate::tree::{Content, Recorded, Recording, Sink};
@@ -1033,9 +1041,15 @@ mod tests {
 
     /// Walks `root` as `top` with `threads` threads.
     fn walk(root: &Path, record: &Record, threads: usize) {
+        walk_solo(root, record, threads, false);
+    }
+
+    /// Walks `root` as `top` with `threads` threads, with their own fd tables when `solo`.
+    fn walk_solo(root: &Path, record: &Record, threads: usize, solo: bool) {
         let fd = openat(CWD, root, DIR_FLAGS, Mode::empty()).unwrap();
         WalkParallel::new(fd, b"top")
             .threads(threads)
+            .solo(solo)
             .visit(&mut &*record, ());
     }
 
@@ -1057,14 +1071,146 @@ mod tests {
     fn every_entry_is_seen_once_with_its_path_and_kind() {
         let dir = tempfile::tempdir().unwrap();
         let want = make_tree(dir.path());
-        for threads in [1, 2, 8] {
+        for (threads, solo) in [(1, false), (2, false), (8, false), (2, true), (8, true)] {
             let record = Record::default();
-            walk(dir.path(), &record, threads);
+            walk_solo(dir.path(), &record, threads, solo);
             let got = canonical(record.calls.into_inner().unwrap());
             assert_eq!(got.len(), want.len(), "{threads} threads");
             assert_eq!(got, want, "{threads} threads");
             assert!(record.errors.into_inner().unwrap().is_empty());
         }
+    }
+
+    /// Makes [`Recorder`]s; each made on a helper thread first opens `marker` there and
+    /// notes whether the walk's calling thread (`caller`) has that fd too.
+    struct Peeking<'a> {
+        record: &'a Record,
+        marker: &'a Path,
+        caller: rustix::thread::Pid,
+        /// Per helper thread: its fd is in the caller's table.
+        shared: &'a Mutex<Vec<bool>>,
+    }
+
+    impl<'a> ParallelVisitorBuilder for Peeking<'a> {
+        type Visitor = Recorder<'a>;
+
+        fn build(&mut self) -> Recorder<'a> {
+            if rustix::thread::gettid() != self.caller {
+                let fd = openat(CWD, self.marker, OFlags::RDONLY, Mode::empty()).unwrap();
+                let number = std::os::fd::AsRawFd::as_raw_fd(&fd);
+                let here = fs::read_link(format!("/proc/thread-self/fd/{number}")).unwrap();
+                let caller = format!(
+                    "/proc/self/task/{}/fd/{number}",
+                    self.caller.as_raw_nonzero()
+                );
+                let shared = fs::read_link(caller).is_ok_and(|there| there == here);
+                self.shared.lock().unwrap().push(shared);
+            }
+            (&*self.record).build()
+        }
+    }
+
+    #[test]
+    fn helper_threads_of_a_solo_walk_have_their_own_fd_tables() {
+        let dir = tempfile::tempdir().unwrap();
+        make_tree(dir.path());
+        // Enough entries in the root for helpers to start at once (see `SPAWN_AFTER`).
+        for f in 0..SPAWN_AFTER {
+            fs::write(dir.path().join(format!("r{f}")), b"").unwrap();
+        }
+        let marker = tempfile::NamedTempFile::new().unwrap();
+        for solo in [false, true] {
+            let (record, shared) = (Record::default(), Mutex::new(Vec::new()));
+            let mut builder = Peeking {
+                record: &record,
+                marker: marker.path(),
+                caller: rustix::thread::gettid(),
+                shared: &shared,
+            };
+            let fd = openat(CWD, dir.path(), DIR_FLAGS, Mode::empty()).unwrap();
+            let walk = WalkParallel::new(fd, b"top").threads(4).solo(solo);
+            walk.visit(&mut builder, ());
+            let shared = shared.into_inner().unwrap();
+            if crate::threads::Work::Cores.threads() >= 2 {
+                assert!(!shared.is_empty(), "no helper thread started");
+            }
+            assert!(
+                shared.iter().all(|&s| s == !solo),
+                "solo {solo}: {shared:?}"
+            );
+        }
+    }
+
+    /// `a` below the root and `b` below it, opened on another thread with its own fd table:
+    /// the root, `a` and `b` as the walk's directories, and the inode of `b`.
+    fn opened_elsewhere(root: &Path) -> (Vec<Arc<Dir<()>>>, u64) {
+        let root_fd = openat(CWD, root, DIR_FLAGS, Mode::empty()).unwrap();
+        let (a_fd, b_fd) = std::thread::scope(|scope| {
+            let solo = scope.spawn(|| {
+                go_solo();
+                let a = openat(&root_fd, "a", DIR_FLAGS, Mode::empty()).unwrap();
+                let b = openat(&a, "b", DIR_FLAGS, Mode::empty()).unwrap();
+                (ThreadFd::new(a), ThreadFd::new(b))
+            });
+            solo.join().unwrap()
+        });
+        let ino = |path: &str| {
+            std::os::unix::fs::MetadataExt::ino(&fs::metadata(root.join(path)).unwrap())
+        };
+        let mut dirs: Vec<Arc<Dir<()>>> = Vec::new();
+        for (name, ino, fd) in [
+            (&b"top"[..], 0, ThreadFd::everywhere(root_fd)),
+            (b"a", ino("a"), a_fd),
+            (b"b", ino("a/b"), b_fd),
+        ] {
+            dirs.push(Arc::new(Dir {
+                parent: dirs.last().cloned(),
+                name: name.into(),
+                depth: dirs.len(),
+                ino,
+                fd: Mutex::new(Some(Arc::new(fd))),
+                pending: AtomicUsize::new(1),
+                whole: true,
+                state: (),
+            }));
+        }
+        (dirs, ino("a/b"))
+    }
+
+    #[test]
+    fn a_directory_of_another_thread_is_reopened_by_name_and_inode_never_elsewhere() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        fs::create_dir_all(dir.path().join("a/b")).unwrap();
+        fs::create_dir_all(outside.path().join("b")).unwrap();
+        let record = Record::default();
+        let mut builder = &record;
+        let walk = Walk::new(&mut builder, 2, Exclude::default());
+        let (dirs, b_ino) = opened_elsewhere(dir.path());
+        let b = &dirs[2];
+        // Its fd is no use here: reopened from the root, the nearest directory held here.
+        let fd = walk.dir_fd(b, &mut None).unwrap();
+        let ino = statx(fd.as_fd(), "", AtFlags::EMPTY_PATH, StatxFlags::INO).unwrap();
+        assert_eq!(ino.stx_ino, b_ino);
+        assert_eq!(walk.reopened.load(Relaxed), 1);
+        // What this thread opened it uses as it is.
+        let own = openat(CWD, dir.path().join("a/b"), DIR_FLAGS, Mode::empty()).unwrap();
+        *b.fd.lock().unwrap() = Some(Arc::new(ThreadFd::new(own)));
+        walk.dir_fd(b, &mut None).unwrap();
+        assert_eq!(walk.reopened.load(Relaxed), 1);
+        b.fd.lock().unwrap().take();
+        // `a` swapped for another directory since it was opened: stale, not the other `b`.
+        fs::rename(dir.path().join("a"), dir.path().join("a.old")).unwrap();
+        fs::create_dir_all(dir.path().join("a/b")).unwrap();
+        assert_eq!(walk.dir_fd(b, &mut None).err(), Some(Errno::STALE));
+        // For a symlink to a tree outside: not followed.
+        fs::remove_dir_all(dir.path().join("a")).unwrap();
+        symlink(outside.path(), dir.path().join("a")).unwrap();
+        let error = walk.dir_fd(b, &mut None).err();
+        assert!(
+            matches!(error, Some(Errno::LOOP | Errno::NOTDIR)),
+            "{error:?}"
+        );
     }
 
     #[test]

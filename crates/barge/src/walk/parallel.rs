@@ -21,7 +21,7 @@
 //! ([`ParallelVisitor::Job`]: a copier's large file, or a chunk of one): the walker shares
 //! jobs as it shares directories, each holding its directory (state and fd) until it has run.
 //!
-//! With [`WalkParallel::solo`] each helper thread has its own fd table (see [`go_solo`]):
+//! With `WalkParallel::solo` each helper thread has its own fd table (`sys::thread::go_solo`):
 //! with one shared table every `openat` and `close` takes the table's lock and every use of
 //! an fd counts references on its file, which stops the walk scaling past a few cores. A
 //! directory's fd then serves only the thread that opened it: another one reopens the
@@ -161,7 +161,7 @@ pub trait ParallelVisitor {
     }
 
     /// Whether `job` must run on the thread that left it (it holds fds of that thread's
-    /// table, see [`WalkParallel::solo`]). By default none.
+    /// table, see `WalkParallel::solo`). By default none.
     fn pinned(_job: &Self::Job) -> bool {
         false
     }
@@ -1134,10 +1134,7 @@ mod tests {
             if crate::threads::Work::Cores.threads() >= 2 {
                 assert!(!shared.is_empty(), "no helper thread started");
             }
-            assert!(
-                shared.iter().all(|&s| s == !solo),
-                "solo {solo}: {shared:?}"
-            );
+            assert!(shared.iter().all(|&s| s != solo), "solo {solo}: {shared:?}");
         }
     }
 

@@ -214,6 +214,7 @@ impl Du {
                 WalkParallel::new(fd, name)
                     .threads(self.threads)
                     .exclude(self.exclude.clone())
+                    .solo(true)
                     .visit(&mut &count, slot);
                 count
             }

@@ -2,6 +2,11 @@
 //! as the walk's per-directory state (`DestDir`), and what the threads share. A file of
 //! [`SPREAD`] bytes or more is left as a job for any thread (so the files of one directory
 //! are copied by several), one of `chunked::LARGE` or more as chunk jobs.
+//!
+//! The walk's helper threads have their own fd tables (`WalkParallel::solo`): the copy of a
+//! directory is open on the thread that made it ([`DestFd`]), and another thread reopens it
+//! by name from the copy's root ([`Copier::here`]). Chunk jobs, which hold the file's fds,
+//! stay on the thread that made them.
 
 mod chunked;
 mod content;
@@ -10,10 +15,11 @@ pub(crate) mod wide;
 #[cfg(test)]
 pub(super) use chunked::hooks;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rustix::fs::{
     fchmod, fremovexattr, makedev, mkdirat, mknodat, openat, readlinkat, statx, symlinkat,
@@ -25,9 +31,9 @@ use super::{Change, Cp, CpCounts, CpReport, CpSummary, Deferred, Part};
 use crate::compare::{first_difference, inode_key, xattr_digest, Buffers, Facts, Rule};
 use crate::error::{Error, Result, TreePath};
 use crate::land::restore::{Apply, Existing, NotRestored, Policy, Target};
-use crate::land::sync::{create_at, exists, replace, replace_by_dir, LinkTarget, Made};
+use crate::land::sync::{create_at, exists, replace, replace_by_dir, Made};
 use crate::sys::dir::{dirent_buffer, remove_tree, Listing};
-use crate::sys::thread::spawn_elsewhere;
+use crate::sys::thread::{spawn_elsewhere, ThreadFd};
 use crate::sys::{DIR_FLAGS, FILE_FLAGS};
 use crate::threads::{Crowd, Crowds};
 use crate::tree::{Entry, Kind, Meta, Owner, XattrReader, Xattrs, XattrsOf, STATX_MASK};
@@ -55,6 +61,68 @@ fn dest_full(error: &Error) -> bool {
         if cause.raw_os_error().is_some_and(|e| full.contains(&e)))
 }
 
+/// The copy of a directory, open on the thread that made it (or on every thread, for a
+/// root), and what another thread needs to reopen it.
+#[derive(Debug)]
+pub(crate) struct DestFd {
+    fd: ThreadFd,
+    /// The copy's root (`None`: this is one, open on every thread).
+    root: Option<Arc<DestFd>>,
+    /// Its path below the root.
+    path: Box<[u8]>,
+    ino: u64,
+}
+
+impl DestFd {
+    /// A directory opened by a thread that is not a walk's, before the walk (the copy's
+    /// root, DEST's directory): every thread of the walk has it.
+    pub(super) fn before_walk(fd: OwnedFd) -> Arc<DestFd> {
+        Arc::new(DestFd {
+            fd: ThreadFd::everywhere(fd),
+            root: None,
+            path: Box::default(),
+            ino: 0,
+        })
+    }
+
+    /// The directory at `path` below `root`, just opened as `fd` by the calling thread.
+    pub(super) fn new(fd: OwnedFd, root: Option<&Arc<DestFd>>, path: &[u8], ino: u64) -> DestFd {
+        DestFd {
+            fd: ThreadFd::new(fd),
+            root: root.cloned(),
+            path: path.into(),
+            ino,
+        }
+    }
+
+    /// Opens the directory again on the calling thread: by name from the root, never
+    /// following a symlink; `ESTALE` when its path leads to another directory now.
+    pub(super) fn reopen(&self) -> rustix::io::Result<OwnedFd> {
+        let root = self.root.as_deref().unwrap_or(self);
+        let base = root.fd.get().ok_or(Errno::BADF)?;
+        let mut fd: Option<OwnedFd> = None;
+        for name in self.path.split(|&b| b == b'/').filter(|n| !n.is_empty()) {
+            let at = fd.as_ref().map_or(base, |fd| fd.as_fd());
+            fd = Some(openat(at, name, DIR_FLAGS, Mode::empty())?);
+        }
+        let fd = fd.ok_or(Errno::STALE)?;
+        match statx(&fd, "", AtFlags::EMPTY_PATH, StatxFlags::INO)?.stx_ino == self.ino {
+            true => Ok(fd),
+            false => Err(Errno::STALE),
+        }
+    }
+}
+
+impl AsFd for DestFd {
+    /// See [`ThreadFd::as_fd`]: only on a thread it is open on.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// The copy of a file of several links, for its later names: its directory and its name.
+pub(crate) type CopyLink = (Arc<DestFd>, Box<[u8]>);
+
 /// Work a `Copier` leaves for any thread.
 pub(super) enum Job<'a> {
     /// A file of the directory the job was left in.
@@ -76,7 +144,7 @@ pub(super) struct Shared<'a> {
     pub(super) src: Vec<u8>,
     pub(super) dest: Vec<u8>,
     /// The copies of multi-link files (see [`Linked`]).
-    pub(super) links: &'a Mutex<HashMap<(u64, u64), LinkTarget>>,
+    pub(super) links: &'a Mutex<HashMap<(u64, u64), CopyLink>>,
     /// The names of multi-link files [`Part::Rank`] leaves to [`Cp::run_links`].
     pub(super) deferred: &'a Mutex<Vec<Deferred>>,
     /// The large files [`Part::Rank`] leaves to a wide copy ([`Cp::make_wide`]).
@@ -93,6 +161,10 @@ pub(super) struct Shared<'a> {
     pub(super) summary: Mutex<CpSummary>,
     /// Where threads wait for a place in a copy's directory (see [`DestDir::crowd`]).
     pub(super) crowds: Crowds,
+    /// The copy's root, which every thread of the walk has open.
+    pub(super) dest_root: OnceLock<Arc<DestFd>>,
+    /// Copies of directories reopened on another thread than theirs (`BARGE_WALK_STATS`).
+    pub(super) reopened: AtomicU64,
 }
 
 impl Shared<'_> {
@@ -138,8 +210,9 @@ pub(super) struct Pair<'p> {
     /// Its directory in SRC.
     pub(super) src: BorrowedFd<'p>,
     pub(super) src_name: &'p [u8],
-    /// The copy of that directory (`None` in a dry run where it does not exist yet).
-    pub(super) dest: Option<&'p Arc<OwnedFd>>,
+    /// The copy of that directory (`None` in a dry run where it does not exist yet), open
+    /// on the calling thread.
+    pub(super) dest: Option<&'p Arc<DestFd>>,
     /// The threads creating entries there (`None` outside a walk: one thread).
     pub(super) crowd: Option<&'p Crowd>,
     /// Its name in DEST.
@@ -163,7 +236,7 @@ impl Pair<'_> {
 /// The state of a directory of the walk: its copy, and what the copy gets once everything
 /// below it is copied (when the walker drops it).
 pub(super) struct DestDir<'a> {
-    fd: Option<Arc<OwnedFd>>,
+    fd: Option<Arc<DestFd>>,
     /// The copy is setgid: what is created in it gets its group, not the process's.
     setgid: bool,
     last: Option<Last>,
@@ -190,7 +263,7 @@ impl Last {
     /// one `statx` then saves a `fchmod` and a `utimensat`), given whether its extended
     /// attributes are the same (`same_xattrs`). An error says no: the restore that follows
     /// names it.
-    fn settled(&self, fd: &OwnedFd, same_xattrs: bool) -> bool {
+    fn settled(&self, fd: BorrowedFd<'_>, same_xattrs: bool) -> bool {
         if !same_xattrs {
             return false;
         }
@@ -214,10 +287,29 @@ impl Last {
 
 impl Drop for DestDir<'_> {
     fn drop(&mut self) {
-        let (Some(fd), Some(last)) = (&self.fd, self.last.take()) else {
+        let (Some(dest), Some(last)) = (&self.fd, self.last.take()) else {
             return;
         };
         let shared = self.shared;
+        // The last thread to leave it may not be the one that made it.
+        let reopened;
+        let fd = match dest.fd.get() {
+            Some(fd) => fd,
+            None => match dest.reopen() {
+                Ok(fd) => {
+                    shared.reopened.fetch_add(1, Relaxed);
+                    reopened = fd;
+                    reopened.as_fd()
+                }
+                Err(e) => {
+                    return shared.error(Error::io(
+                        "reopen directory",
+                        shared.dest_path(&last.path),
+                        e,
+                    ))
+                }
+            },
+        };
         let policy = &shared.policy;
         let kept = |name: &[u8]| policy.sets_xattr(name);
         let src = Xattrs(&last.xattrs);
@@ -244,7 +336,7 @@ impl Drop for DestDir<'_> {
         let mut stale = (there.iter().flat_map(|there| there.iter()))
             .filter(|(name, _)| kept(name) && !src.iter().any(|(had, _)| had == *name));
         let done = stale
-            .try_for_each(|(name, _)| match fremovexattr(&**fd, name) {
+            .try_for_each(|(name, _)| match fremovexattr(fd, name) {
                 Ok(()) | Err(Errno::NODATA) => Ok(()),
                 Err(e) => Err(Error::io("removexattr", path(), e)),
             })
@@ -258,7 +350,7 @@ impl Drop for DestDir<'_> {
                 )
             })
             .and_then(|()| match last.mode {
-                Some(mode) => fchmod(&**fd, Mode::from_raw_mode(mode))
+                Some(mode) => fchmod(fd, Mode::from_raw_mode(mode))
                     .map_err(|e| Error::io("fchmod", path(), e)),
                 None => Ok(()),
             })
@@ -299,6 +391,8 @@ pub(super) struct Copier<'a> {
     jobs: Vec<(Job<'a>, u64)>,
     /// What it does with a large file, in a step of a wide copy.
     wide: wide::Step,
+    /// The last copy of a directory of another thread reopened on this one, and its fd here.
+    reopened: Option<(Arc<DestFd>, Arc<DestFd>)>,
 }
 
 impl Drop for Copier<'_> {
@@ -333,7 +427,28 @@ impl<'a> Copier<'a> {
             bufs: Buffers::default(),
             jobs: Vec::new(),
             wide: wide::Step::Whole,
+            reopened: None,
         }
+    }
+
+    /// The copy of a directory `dir` as this thread may use it: itself, or reopened here
+    /// (see [`DestFd::reopen`]; the last one is kept for the next call).
+    pub(super) fn here<'d>(&mut self, dir: &'d Arc<DestFd>) -> Result<Cow<'d, Arc<DestFd>>> {
+        if dir.fd.get().is_some() {
+            return Ok(Cow::Borrowed(dir));
+        }
+        if let Some((theirs, mine)) = &self.reopened {
+            if Arc::ptr_eq(theirs, dir) {
+                return Ok(Cow::Owned(mine.clone()));
+            }
+        }
+        let shared = self.shared;
+        let fd = (dir.reopen())
+            .map_err(|e| Error::io("reopen directory", shared.dest_path(&dir.path), e))?;
+        shared.reopened.fetch_add(1, Relaxed);
+        let mine = Arc::new(DestFd::new(fd, dir.root.as_ref(), &dir.path, dir.ino));
+        self.reopened = Some((dir.clone(), mine.clone()));
+        Ok(Cow::Owned(mine))
     }
 
     fn cp(&self) -> &'a Cp {
@@ -477,21 +592,24 @@ impl<'a> Copier<'a> {
     /// (`stat`) is the copy an earlier name of it has, as its hard link; the first name
     /// seen notes its copy for the later ones.
     fn links_to_earlier(
-        &self,
+        &mut self,
         stat: &Statx,
         there: &Statx,
-        dest: &Arc<OwnedFd>,
+        dest: &Arc<DestFd>,
         name: &[u8],
     ) -> bool {
-        let mut links = self.shared.links.lock().expect("no panics");
+        let shared = self.shared;
+        let mut links = shared.links.lock().expect("no panics");
         match links.get(&inode_key(stat)) {
-            Some((dir, earlier)) => statx(
-                &**dir,
-                &earlier[..],
-                AtFlags::SYMLINK_NOFOLLOW,
-                StatxFlags::INO,
-            )
-            .is_ok_and(|earlier| inode_key(&earlier) == inode_key(there)),
+            Some((dir, earlier)) => self.here(dir).is_ok_and(|dir| {
+                statx(
+                    &**dir,
+                    &earlier[..],
+                    AtFlags::SYMLINK_NOFOLLOW,
+                    StatxFlags::INO,
+                )
+                .is_ok_and(|earlier| inode_key(&earlier) == inode_key(there))
+            }),
             None => {
                 links.insert(inode_key(stat), (dest.clone(), name.into()));
                 true
@@ -657,7 +775,7 @@ impl<'a> Copier<'a> {
     fn make(
         &mut self,
         at: &Pair<'_>,
-        dest: &Arc<OwnedFd>,
+        dest: &Arc<DestFd>,
         apply: &Apply,
         existing: Existing,
         op: &'static str,
@@ -699,7 +817,7 @@ impl<'a> Copier<'a> {
     /// copy has and the source lacks.
     pub(super) fn enter(
         &mut self,
-        dest: Option<&Arc<OwnedFd>>,
+        dest: Option<&Arc<DestFd>>,
         in_setgid: bool,
         name: &[u8],
         src: BorrowedFd<'_>,
@@ -716,6 +834,14 @@ impl<'a> Copier<'a> {
         let entry = Entry::dir(name, Meta::of_statx(stat));
         let apply = self.apply(&entry, in_setgid);
         let (create, last_mode) = shared.policy.dir_modes(&apply);
+        // The root is entered before the walk starts, and every thread of it has its fd.
+        let made = |fd: OwnedFd, ino: u64| match path.is_empty() {
+            true => shared
+                .dest_root
+                .get_or_init(|| DestFd::before_walk(fd))
+                .clone(),
+            false => Arc::new(DestFd::new(fd, shared.dest_root.get(), path, ino)),
+        };
         let Some(dest) = dest else {
             // A dry run below a directory that does not exist yet: this one would be made too.
             self.tell(Change::Create, dest_path);
@@ -731,7 +857,11 @@ impl<'a> Copier<'a> {
         let mut created = true;
         if self.cp().dry_run {
             let fd = match openat(&**dest, name, DIR_FLAGS, Mode::empty()) {
-                Ok(fd) => Some(Arc::new(fd)),
+                Ok(fd) => {
+                    let there = statx(&fd, "", AtFlags::EMPTY_PATH, StatxFlags::INO)
+                        .map_err(|e| Error::io("statx", dest_path(), e))?;
+                    Some(made(fd, there.stx_ino))
+                }
                 Err(Errno::NOENT) => {
                     self.tell(Change::Create, dest_path);
                     None
@@ -831,7 +961,7 @@ impl<'a> Copier<'a> {
         if path.is_empty() {
             *shared.target.lock().expect("no panics") = Some(inode_key(&there));
         }
-        let fd = Arc::new(fd);
+        let fd = made(fd, there.stx_ino);
         if leaves {
             // Counted, cleaned and given its metadata once, by `Part::Spine`.
             return Ok(DestDir {
@@ -871,7 +1001,7 @@ impl<'a> Copier<'a> {
     fn delete_missing(
         &mut self,
         src: BorrowedFd<'_>,
-        dest: &Arc<OwnedFd>,
+        dest: &Arc<DestFd>,
         path: &[u8],
     ) -> Result<()> {
         if !self.cp().delete {
@@ -966,7 +1096,7 @@ impl<'a> Copier<'a> {
             Ok(fd)
         };
         let src_dir = open(src, shared.src_path(dir))?;
-        let dest_dir = Arc::new(open(dest, shared.dest_path(dir))?);
+        let dest_dir = DestFd::before_walk(open(dest, shared.dest_path(dir))?);
         let stat = statx(&src_dir, name, AtFlags::SYMLINK_NOFOLLOW, STATX_MASK)
             .map_err(|e| Error::io("statx", shared.src_path(path), e))?;
         let dir_stat = statx(&src_dir, "", AtFlags::EMPTY_PATH, STATX_MASK)
@@ -1027,10 +1157,14 @@ impl<'a> Copier<'a> {
             return WalkState::Quit;
         }
         let path = || dir.relative(Some(name));
+        let dest = match dir.state().fd.as_ref().map(|d| self.here(d)).transpose() {
+            Ok(dest) => dest,
+            Err(e) => return self.failed(e),
+        };
         let at = Pair {
             src: fd,
             src_name: name,
-            dest: dir.state().fd.as_ref(),
+            dest: dest.as_deref(),
             crowd: Some(&dir.state().crowd),
             name,
             setgid: dir.state().setgid,
@@ -1072,9 +1206,17 @@ impl<'a> ParallelVisitor for Copier<'a> {
             });
         }
         let dest = parent.state();
-        // Held while the copy is made (or merged into) and made ready to fill.
-        let _place = self.shared.crowds.join(&dest.crowd);
-        match self.enter(dest.fd.as_ref(), dest.setgid, entry.name, fd, stat, &path) {
+        let entered = dest
+            .fd
+            .as_ref()
+            .map(|d| self.here(d))
+            .transpose()
+            .and_then(|into| {
+                // Held while the copy is made (or merged into) and made ready to fill.
+                let _place = self.shared.crowds.join(&dest.crowd);
+                self.enter(into.as_deref(), dest.setgid, entry.name, fd, stat, &path)
+            });
+        match entered {
             Ok(state) => Ok(state),
             Err(e) => Err(match self.failed(e) {
                 WalkState::Continue => WalkState::Skip,
@@ -1113,6 +1255,10 @@ impl<'a> ParallelVisitor for Copier<'a> {
     fn unreached(&mut self, error: Error) {
         self.counts.missing += 1;
         self.shared.report.missing(error);
+    }
+
+    fn pinned(job: &Job<'a>) -> bool {
+        matches!(job, Job::Chunks(_))
     }
 
     fn take_jobs(&mut self, jobs: &mut Vec<(Job<'a>, u64)>) {

@@ -30,8 +30,8 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, OnceLock};
 
 use rustix::fs::{openat, statx, AtFlags, Mode, Statx, StatxFlags, CWD};
 use twox_hash::XxHash3_64;
@@ -45,7 +45,6 @@ use crate::error::{Error, Result, TreePath};
 use crate::exclude::Exclude;
 use crate::interrupt::Cancel;
 use crate::land::restore::{NotRestored, Policy, Restore};
-use crate::land::sync::LinkTarget;
 use crate::root::{open_parent, split};
 use crate::share::{place, Place};
 use crate::sys::{DIR_FLAGS, DIR_HANDLE_FLAGS};
@@ -54,7 +53,7 @@ use crate::tree::{Kind, Owner, STATX_MASK};
 use crate::walk::parallel::{WalkParallel, WalkState};
 use crate::walk::Members;
 use crate::Progress;
-use copier::{Builder, Copier, Pair, Shared};
+use copier::{Builder, Copier, DestFd, Pair, Shared};
 
 /// Whether a copy's files may share their data extents with the source's (GNU cp's
 /// `--reflink`).
@@ -174,7 +173,7 @@ pub trait CpReport: Sync {
 /// such files left to [`Cp::run_links`] instead.
 #[derive(Debug, Default)]
 pub struct Linked {
-    copies: Mutex<HashMap<(u64, u64), LinkTarget>>,
+    copies: Mutex<HashMap<(u64, u64), copier::CopyLink>>,
     deferred: Mutex<Vec<Deferred>>,
     wide: Mutex<Vec<Wide>>,
 }
@@ -490,7 +489,7 @@ impl Cp {
             shared.crowds.dwell = self.dwell;
         }
         let mut copier = Copier::new(&shared);
-        let parent = Arc::new(parent);
+        let parent = DestFd::before_walk(parent);
         let in_setgid = statx(&*parent, "", AtFlags::EMPTY_PATH, StatxFlags::MODE)
             .is_ok_and(|st| st.stx_mode & 0o2000 != 0);
         if is_dir {
@@ -500,10 +499,15 @@ impl Cp {
             drop(copier);
             WalkParallel::new(fd, src_name)
                 .threads(self.threads)
+                .solo(true)
                 .exclude(self.exclude.clone())
                 .one_file_system(self.one_file_system)
                 .members(self.members.clone())
                 .visit(&mut Builder(&shared), root);
+            if std::env::var_os("BARGE_WALK_STATS").is_some() {
+                let reopened = shared.reopened.load(Relaxed);
+                eprintln!("cp: {reopened} copies of directories reopened");
+            }
         } else {
             let (src_dir, src_entry) = split(src)?;
             let src_dir = open_parent(src_dir, src_name)?;
@@ -611,6 +615,8 @@ impl Cp {
             target: Mutex::new(None),
             summary: Mutex::default(),
             crowds: Crowds::default(),
+            dest_root: OnceLock::new(),
+            reopened: AtomicU64::new(0),
         }
     }
 }

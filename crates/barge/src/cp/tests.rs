@@ -963,3 +963,38 @@ fn a_wide_copy_with_a_failed_range_leaves_no_file() {
         "no copy that is not whole stays"
     );
 }
+
+#[test]
+fn the_copy_of_a_directory_of_another_thread_is_reopened_by_name_and_inode_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    fs::create_dir_all(dir.path().join("x/y")).unwrap();
+    fs::create_dir_all(outside.path().join("y")).unwrap();
+    let open = |at: BorrowedFd<'_>, name: &str| openat(at, name, DIR_FLAGS, Mode::empty());
+    let root = DestFd::before_walk(open(CWD, dir.path().to_str().unwrap()).unwrap());
+    let ino = fs::metadata(dir.path().join("x/y")).unwrap().ino();
+    // Opened by a thread with its own fd table, as a walk's helper opens it.
+    let y = std::thread::scope(|scope| {
+        let solo = scope.spawn(|| {
+            crate::sys::thread::go_solo();
+            let x = open(root.as_fd(), "x").unwrap();
+            DestFd::new(open(x.as_fd(), "y").unwrap(), Some(&root), b"x/y", ino)
+        });
+        solo.join().unwrap()
+    });
+    let fd = y.reopen().unwrap();
+    let here = statx(&fd, "", AtFlags::EMPTY_PATH, StatxFlags::INO).unwrap();
+    assert_eq!(here.stx_ino, ino);
+    // `x` swapped for another directory since: stale, not the other `y`.
+    fs::rename(dir.path().join("x"), dir.path().join("x.old")).unwrap();
+    fs::create_dir_all(dir.path().join("x/y")).unwrap();
+    assert_eq!(y.reopen().err(), Some(Errno::STALE));
+    // For a symlink to a tree outside: not followed.
+    fs::remove_dir_all(dir.path().join("x")).unwrap();
+    symlink(outside.path(), dir.path().join("x")).unwrap();
+    let error = y.reopen().err();
+    assert!(
+        matches!(error, Some(Errno::LOOP | Errno::NOTDIR)),
+        "{error:?}"
+    );
+}

@@ -20,6 +20,15 @@
 //! A visitor may also leave work below the directory for any thread
 //! ([`ParallelVisitor::Job`]: a copier's large file, or a chunk of one): the walker shares
 //! jobs as it shares directories, each holding its directory (state and fd) until it has run.
+//!
+//! With `WalkParallel::solo` each helper thread has its own fd table (`sys::thread::go_solo`):
+//! with one shared table every `openat` and `close` takes the table's lock and every use of
+//! an fd counts references on its file, which stops the walk scaling past a few cores. A
+//! directory's fd then serves only the thread that opened it: another one reopens the
+//! directory by name from the nearest directory it holds itself (at worst the root, whose fd
+//! every thread has), checking each level's inode. A thread takes its own subdirectories
+//! first, and gives the oldest half of them away only when another thread is idle, so
+//! reopens are rare (one per subtree that changes threads).
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::AcqRel, Ordering::Relaxed};
@@ -34,7 +43,7 @@ use rustix::process::{getrlimit, Resource};
 use crate::error::{Error, TreePath};
 use crate::exclude::Exclude;
 use crate::sys::dir::{dirent_buffer, Listing};
-use crate::sys::thread::spawn_elsewhere;
+use crate::sys::thread::{go_solo, reap, spawn_elsewhere, ThreadFd};
 use crate::sys::DIR_FLAGS;
 use crate::tree::STATX_MASK;
 use crate::tree::{Entry, Kind, Meta};
@@ -151,6 +160,12 @@ pub trait ParallelVisitor {
         self.error(error);
     }
 
+    /// Whether `job` must run on the thread that left it (it holds fds of that thread's
+    /// table, see `WalkParallel::solo`). By default none.
+    fn pinned(_job: &Self::Job) -> bool {
+        false
+    }
+
     /// Moves the jobs the last [`entry`](ParallelVisitor::entry) or
     /// [`run`](ParallelVisitor::run) left into `jobs`, each with its cost in entries listed
     /// (what lets helper threads start, see `SPAWN_AFTER`). By default none.
@@ -171,8 +186,9 @@ pub struct Dir<S> {
     depth: usize,
     /// Checked when the directory is reopened by name.
     ino: u64,
-    /// Open while subdirectories wait to be opened from it (unless over the fd budget).
-    fd: Mutex<Option<Arc<OwnedFd>>>,
+    /// Open while subdirectories wait to be opened from it (unless over the fd budget), by
+    /// the thread that listed it.
+    fd: Mutex<Option<Arc<ThreadFd>>>,
     /// Subdirectories not opened yet.
     pending: AtomicUsize,
     /// Everything in it is walked (else only what leads to a member, or is in one).
@@ -234,6 +250,7 @@ pub struct WalkParallel {
     exclude: Exclude,
     one_file_system: bool,
     members: Option<Members>,
+    solo: bool,
 }
 
 impl WalkParallel {
@@ -247,7 +264,17 @@ impl WalkParallel {
             exclude: Exclude::default(),
             one_file_system: false,
             members: None,
+            solo: false,
         }
+    }
+
+    /// Gives each helper thread its own fd table (see the module's documentation): for
+    /// visitors that use each fd they get only during the call they get it in, and pass no
+    /// fd they open to another thread but as a [`ThreadFd`] (or in a pinned job, see
+    /// [`ParallelVisitor::pinned`]). The calling thread keeps the process's table.
+    pub(crate) fn solo(mut self, yes: bool) -> WalkParallel {
+        self.solo = yes;
+        self
     }
 
     /// Walks only `members` below the root (none: everything): each with everything below
@@ -306,6 +333,7 @@ impl WalkParallel {
         };
         let mut walk = Walk::new(builder, self.threads, self.exclude);
         walk.members = self.members.map(Mutex::new);
+        walk.solo = self.solo;
         if self.one_file_system {
             // Unknown (a root that cannot be stated): every directory is listed.
             walk.dev = statx(&self.root, "", AtFlags::EMPTY_PATH, StatxFlags::TYPE)
@@ -314,15 +342,25 @@ impl WalkParallel {
         }
         let mut visitor = walk.build();
         let mut scratch = Scratch::default();
-        walk.list(&root_dir, self.root, &mut visitor, &mut scratch);
-        let tasks = std::mem::take(&mut scratch.children);
+        // Opened before any helper starts: each has it in its table.
+        let root_fd = ThreadFd::everywhere(self.root);
+        walk.list(&root_dir, root_fd, &mut visitor, &mut scratch);
+        // The root's pinned jobs stay on this thread.
+        let (mine, tasks): (Vec<_>, Vec<_>) = std::mem::take(&mut scratch.children)
+            .into_iter()
+            .partition(Walk::<B>::pinned);
         std::thread::scope(|scope| {
             for _ in 1..tasks.len().min(walk.want.load(Relaxed)) {
                 walk.spawn(scope);
             }
             walk.share(tasks);
-            walk.work(scope, scratch, visitor);
+            walk.work(scope, scratch, visitor, mine);
         });
+        reap();
+        if std::env::var_os("BARGE_WALK_STATS").is_some() {
+            let (reopened, shared) = (walk.reopened.load(Relaxed), walk.shared.load(Relaxed));
+            eprintln!("walk: {shared} tasks shared, {reopened} directories reopened");
+        }
         if let Some(members) = walk.members.take() {
             let members = members.into_inner().expect("no panics");
             let mut visitor = walk.build();
@@ -354,12 +392,12 @@ enum Task<S, J> {
         /// Everything in it is walked (see [`Dir`]'s `whole`).
         whole: bool,
     },
-    /// Run a job left in the directory `dir`, open as `fd`.
+    /// Run a job left in the directory `dir`, open as `fd` (on the thread that left it).
     /// (The job is dropped first: what it does when dropped comes before its directory's.)
     Job {
         job: J,
         dir: Arc<Dir<S>>,
-        fd: Arc<OwnedFd>,
+        fd: Arc<ThreadFd>,
     },
 }
 
@@ -372,7 +410,7 @@ struct Queue<S, J> {
 }
 
 /// A directory whose fd was reopened, and that fd.
-type Reopened<S> = Option<(Arc<Dir<S>>, Arc<OwnedFd>)>;
+type Reopened<S> = Option<(Arc<Dir<S>>, Arc<ThreadFd>)>;
 
 /// One worker's reusable buffers.
 struct Scratch<S, J> {
@@ -420,6 +458,12 @@ struct Walk<'b, B: ParallelVisitorBuilder> {
     dev: Option<u64>,
     /// What is walked below the root, when not everything.
     members: Option<Mutex<Members>>,
+    /// Helper threads have their own fd tables (see [`WalkParallel::solo`]).
+    solo: bool,
+    /// Tasks given to the queue, and directories reopened for a task (see
+    /// `BARGE_WALK_STATS`).
+    shared: AtomicU64,
+    reopened: AtomicU64,
 }
 
 /// The device a `statx` says its entry is on.
@@ -452,6 +496,9 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
             exclude: Some(exclude).filter(|e| !e.is_empty()),
             dev: None,
             members: None,
+            solo: false,
+            shared: AtomicU64::new(0),
+            reopened: AtomicU64::new(0),
         }
     }
 
@@ -459,9 +506,10 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
         self.builder.lock().expect("no panics").build()
     }
 
-    /// Takes directories from its own stack, or from the queue when that is empty, and
-    /// gives half of its stack to the queue when fewer workers run than wanted and another
-    /// one waits or can be started (or starts one for directories already queued). A
+    /// Takes directories from its own stack (`stack` at first), or from the queue when that
+    /// is empty, and gives half of its stack to the queue when fewer workers run than wanted
+    /// and another one waits or can be started (or starts one for directories already
+    /// queued). A
     /// directory that took long (the tree is not cached) raises the number of workers
     /// wanted, one at a time.
     fn work<'s>(
@@ -469,9 +517,10 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
         scope: &'s Scope<'s, '_>,
         mut scratch: Scratch<StateOf<B>, JobOf<B>>,
         mut visitor: B::Visitor,
+        mut stack: Vec<TaskOf<B>>,
     ) {
-        let mut stack = Vec::new();
         while let Some(task) = stack.pop().or_else(|| self.take()) {
+            reap();
             let (start, cpu) = (Instant::now(), thread_cpu_time());
             self.visit(task, &mut visitor, &mut scratch);
             if self.quit.load(Relaxed) {
@@ -494,7 +543,7 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
                 continue;
             }
             if stack.len() > 1 && (waiting > 0 || self.spawn(scope)) {
-                self.share(stack.drain(..stack.len() / 2));
+                self.share_half(&mut stack);
             } else if waiting == 0 && !self.queue.lock().expect("no panics").tasks.is_empty() {
                 self.spawn(scope);
             }
@@ -516,7 +565,10 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
         queue.active += 1;
         drop(queue);
         let started = spawn_elsewhere(scope, move || {
-            self.work(scope, Scratch::default(), self.build());
+            if self.solo {
+                go_solo();
+            }
+            self.work(scope, Scratch::default(), self.build(), Vec::new());
         });
         if started.is_err() {
             // No thread to be had: the walk goes on with those it has.
@@ -533,8 +585,23 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
         let mut queue = self.queue.lock().expect("no panics");
         for task in tasks {
             queue.tasks.push(task);
+            self.shared.fetch_add(1, Relaxed);
             self.ready.notify_one();
         }
+    }
+
+    /// Shares the oldest half of `stack` (the largest subtrees, the first it would take
+    /// last), less the pinned jobs, which stay.
+    fn share_half(&self, stack: &mut Vec<TaskOf<B>>) {
+        let (kept, given): (Vec<_>, Vec<_>) =
+            stack.drain(..stack.len() / 2).partition(Self::pinned);
+        stack.splice(0..0, kept);
+        self.share(given);
+    }
+
+    /// Whether `task` is a job that stays on the thread that left it.
+    fn pinned(task: &TaskOf<B>) -> bool {
+        matches!(task, Task::Job { job, .. } if B::Visitor::pinned(job))
     }
 
     /// Waits for a directory in the queue; None once every worker is idle or the walk
@@ -584,6 +651,17 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
                 whole,
             } => (parent, name, whole),
             Task::Job { dir, fd, job } => {
+                let fd = match fd.get() {
+                    Some(_) => fd,
+                    None => match self.dir_fd(&dir, &mut scratch.reopened) {
+                        Ok(fd) => fd,
+                        Err(e) => {
+                            drop(job);
+                            let error = Error::io("reopen directory", dir.path(None), e);
+                            return self.obey(visitor.error(error));
+                        }
+                    },
+                };
                 let state = visitor.run(&dir, fd.as_fd(), job);
                 self.obey(state);
                 return self.take_jobs(
@@ -603,12 +681,17 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
                 return self.obey(state);
             }
         };
-        let opened = openat(&*parent_fd, &*name, DIR_FLAGS, Mode::empty())
+        let opened = openat(parent_fd.as_fd(), &*name, DIR_FLAGS, Mode::empty())
             .and_then(|fd| Ok((statx(&fd, "", AtFlags::EMPTY_PATH, STATX_MASK)?, fd)));
         let (stat, fd) = match opened {
             Ok(opened) => opened,
             Err(cause) => {
-                let stat = statx(&*parent_fd, &*name, AtFlags::SYMLINK_NOFOLLOW, STATX_MASK);
+                let stat = statx(
+                    parent_fd.as_fd(),
+                    &*name,
+                    AtFlags::SYMLINK_NOFOLLOW,
+                    STATX_MASK,
+                );
                 let state = visitor.unopened(&parent, &name, stat.ok().as_ref(), cause);
                 drop(parent_fd);
                 self.opened_child(&parent);
@@ -632,7 +715,7 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
                 });
                 match self.dev.is_some_and(|dev| dev != device(&stat)) {
                     true => visitor.listed(&dir),
-                    false => self.list(&dir, fd, visitor, scratch),
+                    false => self.list(&dir, ThreadFd::new(fd), visitor, scratch),
                 }
             }
             Err(state) => self.obey(state),
@@ -644,7 +727,7 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
     fn list(
         &self,
         dir: &Arc<Dir<StateOf<B>>>,
-        fd: OwnedFd,
+        fd: ThreadFd,
         visitor: &mut B::Visitor,
         scratch: &mut Scratch<StateOf<B>, JobOf<B>>,
     ) {
@@ -727,7 +810,7 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
     fn take_jobs(
         &self,
         dir: &Arc<Dir<StateOf<B>>>,
-        fd: &Arc<OwnedFd>,
+        fd: &Arc<ThreadFd>,
         visitor: &mut B::Visitor,
         jobs: &mut Vec<(JobOf<B>, u64)>,
         children: &mut Vec<TaskOf<B>>,
@@ -766,17 +849,19 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
         }
     }
 
-    /// The fd of the directory `dir`, reopened by name from its nearest open ancestor when
-    /// it was closed for the fd budget. The worker keeps the last reopened fd in `reopened`,
-    /// so a deep walk over the budget reopens one level per directory, not the whole chain.
+    /// The fd of the directory `dir`, reopened by name from its nearest ancestor open on
+    /// this thread when it was closed for the fd budget or opened by another thread (see
+    /// [`WalkParallel::solo`]). The worker keeps the last reopened fd in `reopened`, so a
+    /// deep walk over the budget reopens one level per directory, not the whole chain, and
+    /// a subtree from another thread is reopened once for all its first level.
     fn dir_fd(
         &self,
         dir: &Arc<Dir<StateOf<B>>>,
         reopened: &mut Reopened<StateOf<B>>,
-    ) -> rustix::io::Result<Arc<OwnedFd>> {
+    ) -> rustix::io::Result<Arc<ThreadFd>> {
         let held = |d: &Dir<StateOf<B>>| match &*reopened {
             Some((open, fd)) if std::ptr::eq(&**open, d) => Some(fd.clone()),
-            _ => d.fd.lock().expect("no panics").clone(),
+            _ => (d.fd.lock().expect("no panics").clone()).filter(|fd| fd.get().is_some()),
         };
         let mut chain = vec![&**dir];
         let mut fd = loop {
@@ -790,12 +875,13 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
         if chain.is_empty() {
             return Ok(fd);
         }
+        self.reopened.fetch_add(1, Relaxed);
         for d in chain.iter().rev() {
-            let next = openat(&*fd, &*d.name, DIR_FLAGS, Mode::empty())?;
+            let next = openat(fd.as_fd(), &*d.name, DIR_FLAGS, Mode::empty())?;
             if statx(&next, "", AtFlags::EMPTY_PATH, StatxFlags::INO)?.stx_ino != d.ino {
                 return Err(Errno::STALE);
             }
-            fd = Arc::new(next);
+            fd = Arc::new(ThreadFd::new(next));
         }
         *reopened = Some((dir.clone(), fd.clone()));
         Ok(fd)
@@ -808,7 +894,7 @@ mod tests {
     use std::os::unix::fs::{symlink, PermissionsExt};
     use std::path::Path;
 
-    use rustix::fs::CWD;
+    use rustix::fs::{OFlags, CWD};
 
     use super::*;
     use crate::tree::{Content, Recorded, Recording, Sink};
@@ -955,9 +1041,15 @@ mod tests {
 
     /// Walks `root` as `top` with `threads` threads.
     fn walk(root: &Path, record: &Record, threads: usize) {
+        walk_solo(root, record, threads, false);
+    }
+
+    /// Walks `root` as `top` with `threads` threads, with their own fd tables when `solo`.
+    fn walk_solo(root: &Path, record: &Record, threads: usize, solo: bool) {
         let fd = openat(CWD, root, DIR_FLAGS, Mode::empty()).unwrap();
         WalkParallel::new(fd, b"top")
             .threads(threads)
+            .solo(solo)
             .visit(&mut &*record, ());
     }
 
@@ -979,14 +1071,143 @@ mod tests {
     fn every_entry_is_seen_once_with_its_path_and_kind() {
         let dir = tempfile::tempdir().unwrap();
         let want = make_tree(dir.path());
-        for threads in [1, 2, 8] {
+        for (threads, solo) in [(1, false), (2, false), (8, false), (2, true), (8, true)] {
             let record = Record::default();
-            walk(dir.path(), &record, threads);
+            walk_solo(dir.path(), &record, threads, solo);
             let got = canonical(record.calls.into_inner().unwrap());
             assert_eq!(got.len(), want.len(), "{threads} threads");
             assert_eq!(got, want, "{threads} threads");
             assert!(record.errors.into_inner().unwrap().is_empty());
         }
+    }
+
+    /// Makes [`Recorder`]s; each made on a helper thread first opens `marker` there and
+    /// notes whether the walk's calling thread (`caller`) has that fd too.
+    struct Peeking<'a> {
+        record: &'a Record,
+        marker: &'a Path,
+        caller: rustix::thread::Pid,
+        /// Per helper thread: its fd is in the caller's table.
+        shared: &'a Mutex<Vec<bool>>,
+    }
+
+    impl<'a> ParallelVisitorBuilder for Peeking<'a> {
+        type Visitor = Recorder<'a>;
+
+        fn build(&mut self) -> Recorder<'a> {
+            if rustix::thread::gettid() != self.caller {
+                let fd = openat(CWD, self.marker, OFlags::RDONLY, Mode::empty()).unwrap();
+                let number = std::os::fd::AsRawFd::as_raw_fd(&fd);
+                let here = fs::read_link(format!("/proc/thread-self/fd/{number}")).unwrap();
+                let caller = format!(
+                    "/proc/self/task/{}/fd/{number}",
+                    self.caller.as_raw_nonzero()
+                );
+                let shared = fs::read_link(caller).is_ok_and(|there| there == here);
+                self.shared.lock().unwrap().push(shared);
+            }
+            (&*self.record).build()
+        }
+    }
+
+    #[test]
+    fn helper_threads_of_a_solo_walk_have_their_own_fd_tables() {
+        let dir = tempfile::tempdir().unwrap();
+        make_tree(dir.path());
+        // Enough entries in the root for helpers to start at once (see `SPAWN_AFTER`).
+        for f in 0..SPAWN_AFTER {
+            fs::write(dir.path().join(format!("r{f}")), b"").unwrap();
+        }
+        let marker = tempfile::NamedTempFile::new().unwrap();
+        for solo in [false, true] {
+            let (record, shared) = (Record::default(), Mutex::new(Vec::new()));
+            let mut builder = Peeking {
+                record: &record,
+                marker: marker.path(),
+                caller: rustix::thread::gettid(),
+                shared: &shared,
+            };
+            let fd = openat(CWD, dir.path(), DIR_FLAGS, Mode::empty()).unwrap();
+            let walk = WalkParallel::new(fd, b"top").threads(4).solo(solo);
+            walk.visit(&mut builder, ());
+            let shared = shared.into_inner().unwrap();
+            if crate::threads::Work::Cores.threads() >= 2 {
+                assert!(!shared.is_empty(), "no helper thread started");
+            }
+            assert!(shared.iter().all(|&s| s != solo), "solo {solo}: {shared:?}");
+        }
+    }
+
+    /// `a` below the root and `b` below it, opened on another thread with its own fd table:
+    /// the root, `a` and `b` as the walk's directories, and the inode of `b`.
+    fn opened_elsewhere(root: &Path) -> (Vec<Arc<Dir<()>>>, u64) {
+        let root_fd = openat(CWD, root, DIR_FLAGS, Mode::empty()).unwrap();
+        let (a_fd, b_fd) = std::thread::scope(|scope| {
+            let solo = scope.spawn(|| {
+                go_solo();
+                let a = openat(&root_fd, "a", DIR_FLAGS, Mode::empty()).unwrap();
+                let b = openat(&a, "b", DIR_FLAGS, Mode::empty()).unwrap();
+                (ThreadFd::new(a), ThreadFd::new(b))
+            });
+            solo.join().unwrap()
+        });
+        let ino = |path: &str| {
+            std::os::unix::fs::MetadataExt::ino(&fs::metadata(root.join(path)).unwrap())
+        };
+        let mut dirs: Vec<Arc<Dir<()>>> = Vec::new();
+        for (name, ino, fd) in [
+            (&b"top"[..], 0, ThreadFd::everywhere(root_fd)),
+            (b"a", ino("a"), a_fd),
+            (b"b", ino("a/b"), b_fd),
+        ] {
+            dirs.push(Arc::new(Dir {
+                parent: dirs.last().cloned(),
+                name: name.into(),
+                depth: dirs.len(),
+                ino,
+                fd: Mutex::new(Some(Arc::new(fd))),
+                pending: AtomicUsize::new(1),
+                whole: true,
+                state: (),
+            }));
+        }
+        (dirs, ino("a/b"))
+    }
+
+    #[test]
+    fn a_directory_of_another_thread_is_reopened_by_name_and_inode_never_elsewhere() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        fs::create_dir_all(dir.path().join("a/b")).unwrap();
+        fs::create_dir_all(outside.path().join("b")).unwrap();
+        let record = Record::default();
+        let mut builder = &record;
+        let walk = Walk::new(&mut builder, 2, Exclude::default());
+        let (dirs, b_ino) = opened_elsewhere(dir.path());
+        let b = &dirs[2];
+        // Its fd is no use here: reopened from the root, the nearest directory held here.
+        let fd = walk.dir_fd(b, &mut None).unwrap();
+        let ino = statx(fd.as_fd(), "", AtFlags::EMPTY_PATH, StatxFlags::INO).unwrap();
+        assert_eq!(ino.stx_ino, b_ino);
+        assert_eq!(walk.reopened.load(Relaxed), 1);
+        // What this thread opened it uses as it is.
+        let own = openat(CWD, dir.path().join("a/b"), DIR_FLAGS, Mode::empty()).unwrap();
+        *b.fd.lock().unwrap() = Some(Arc::new(ThreadFd::new(own)));
+        walk.dir_fd(b, &mut None).unwrap();
+        assert_eq!(walk.reopened.load(Relaxed), 1);
+        b.fd.lock().unwrap().take();
+        // `a` swapped for another directory since it was opened: stale, not the other `b`.
+        fs::rename(dir.path().join("a"), dir.path().join("a.old")).unwrap();
+        fs::create_dir_all(dir.path().join("a/b")).unwrap();
+        assert_eq!(walk.dir_fd(b, &mut None).err(), Some(Errno::STALE));
+        // For a symlink to a tree outside: not followed.
+        fs::remove_dir_all(dir.path().join("a")).unwrap();
+        symlink(outside.path(), dir.path().join("a")).unwrap();
+        let error = walk.dir_fd(b, &mut None).err();
+        assert!(
+            matches!(error, Some(Errno::LOOP | Errno::NOTDIR)),
+            "{error:?}"
+        );
     }
 
     #[test]

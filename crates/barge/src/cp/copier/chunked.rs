@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use rustix::fs::{ftruncate, unlinkat, AtFlags, Statx};
 
 use super::content::sparse;
-use super::{dest_full, Copier, Job, Pair, Shared};
+use super::{dest_full, Copier, DestFd, Job, Pair, Shared};
 use crate::cp::Change;
 use crate::error::{Error, Result, TreePath};
 use crate::land::restore::{Apply, NotRestored, Target};
@@ -36,7 +36,7 @@ pub(crate) struct Chunked<'a> {
     file: OwnedFd,
     /// The copy's directory, its name there (a replacement's temporary name) and its final
     /// name.
-    dir: Arc<OwnedFd>,
+    dir: Arc<DestFd>,
     name: Vec<u8>,
     final_name: Vec<u8>,
     /// It replaces an entry.
@@ -64,7 +64,7 @@ impl Copier<'_> {
     pub(super) fn chunk(
         &mut self,
         at: &Pair<'_>,
-        dest: &Arc<OwnedFd>,
+        dest: &Arc<DestFd>,
         src: OwnedFd,
         (file, name, replaced): (OwnedFd, Vec<u8>, bool),
         stat: &Statx,

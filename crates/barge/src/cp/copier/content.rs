@@ -3,7 +3,7 @@
 //! (`chunked.rs`).
 
 use std::ops::Range;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -13,7 +13,7 @@ use rustix::fs::{
 use rustix::io::{pwrite, Errno};
 
 use super::chunked::LARGE;
-use super::{Copier, Pair};
+use super::{Copier, DestFd, Pair};
 use crate::compare::inode_key;
 use crate::copy::{copy_range, read_chunks};
 use crate::cp::Reflink;
@@ -43,7 +43,7 @@ impl Copier<'_> {
     pub(super) fn copy_file(
         &mut self,
         at: &Pair<'_>,
-        dest: &Arc<OwnedFd>,
+        dest: &Arc<DestFd>,
         stat: &Statx,
         apply: &Apply,
         existing: Existing,
@@ -61,8 +61,9 @@ impl Copier<'_> {
         {
             drop(links);
             let (dir, name) = earlier;
+            let dir = self.here(&dir)?;
             let link = |at: BorrowedFd<'_>, new: &[u8]| {
-                linkat(&*dir, &name[..], at, new, AtFlags::empty())
+                linkat(&**dir, &name[..], at, new, AtFlags::empty())
             };
             let made = self.make(at, dest, &Apply::default(), existing, "linkat", link)?;
             self.counts.hard_links += u64::from(made.is_some());

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The many-cores rows (issue 32) in one run on a lent machine: no compiler, no network there.
 
-    OUT=DIR [SCALE=1] [REPS=3] [LIMIT_S=450] python3 bench/cores/run.py
+    OUT=DIR [SCALE=1] [REPS=3] [LIMIT_S=450] [ROWS=unpack,cp,du,pack,net,cores,disk]
+        [DISK_SYNC=1] python3 bench/cores/run.py
 
 Takes the static binaries in bench/cores/kit (bench/cores/prepare puts them there: barge,
 floor-cp, cpz, fcp, diskus, xcp, and barge-base, an earlier barge to compare with in the main
@@ -12,6 +13,8 @@ the machine's own disk (/var/tmp), caches dropped before each run. Each run's wa
 CPU time (user + system of everything it started) go to $OUT/results.json, rewritten after
 every row so that a run cut short still leaves what it measured; $OUT/log.txt has the table.
 SCALE=0.02 REPS=1 runs it all in seconds, to try a change here before spending machine time.
+ROWS picks the groups of rows to run (all by default), DISK_SYNC=0 leaves out the disk rows
+that time `sync`: a shorter run for a machine lent for less time.
 """
 import json
 import os
@@ -29,6 +32,8 @@ REPS = int(os.environ.get("REPS", "3"))
 LIMIT = float(os.environ.get("LIMIT_S", "450"))
 W = os.environ.get("WORK", "/mnt/cores")
 DISK = os.environ.get("DISK_DIR", "/var/tmp/barge-cores")
+ROWS = set(os.environ.get("ROWS", "unpack,cp,du,pack,net,cores,disk").split(","))
+DISK_SYNC = os.environ.get("DISK_SYNC", "1") != "0"
 T0 = time.time()
 results = []
 os.makedirs(OUT, exist_ok=True)
@@ -177,32 +182,37 @@ def main():
         return cases
 
     # tmpfs rows, the issue's table in its order
-    for name in ("linux", "tiny"):
+    for name in ("linux", "tiny") if "unpack" in ROWS else ():
         row("unpack", name, [
             *based("unpack", f"unpack {W}/{name}.barge {D}"),
             ("barge unpack --engine threads", clean, f"{B} unpack --engine threads {W}/{name}.barge {D}"),
             ("tar -xf", f"{clean} && mkdir {D}", f"tar -xf {W}/{name}.tar -C {D}"),
         ])
-    row("cp", "linux", cps(lin, [(f"barge cp -j {j}", clean, f"{B} cp -j {j} {lin} {D}") for j in (8, 16, 32)]))
-    row("cp", "tiny", cps(tiny))
-    row("cp", "big", cps(big), reps=2)
-    dus = [*based("du", f"du {lin}"), ("du -sb", None, f"du -sb {lin}")]
-    if "diskus" in peers:
-        dus.append(("diskus", None, f"{peers['diskus']} {lin}"))
-    row("du", "linux", dus, reps=5)
-    row("pack", "linux", [("barge pack", f"rm -f {W}/o", f"{B} pack {lin} -o {W}/o"),
-                          ("tar -cf", f"rm -f {W}/o", f"tar -C {lin} -cf {W}/o .")], reps=2)
-    net(B, lin, D, clean)
+    if "cp" in ROWS:
+        row("cp", "linux", cps(lin, [(f"barge cp -j {j}", clean, f"{B} cp -j {j} {lin} {D}") for j in (8, 16, 32)]))
+        row("cp", "tiny", cps(tiny))
+        row("cp", "big", cps(big), reps=2)
+    if "du" in ROWS:
+        dus = [*based("du", f"du {lin}"), ("du -sb", None, f"du -sb {lin}")]
+        if "diskus" in peers:
+            dus.append(("diskus", None, f"{peers['diskus']} {lin}"))
+        row("du", "linux", dus, reps=5)
+    if "pack" in ROWS:
+        row("pack", "linux", [("barge pack", f"rm -f {W}/o", f"{B} pack {lin} -o {W}/o"),
+                              ("tar -cf", f"rm -f {W}/o", f"tar -C {lin} -cf {W}/o .")], reps=2)
+    if "net" in ROWS:
+        net(B, lin, D, clean)
     # how each scales with cores (taskset): the 16-core target is at most the 4-core time
-    for k in (1, 2, 4, 8, 16):
+    for k in (1, 2, 4, 8, 16) if "cores" in ROWS else ():
         if k > (os.cpu_count() or 1):
             continue
         cpus = f"0-{k - 1}"
         row("unpack", "tiny", based("unpack", f"unpack {W}/tiny.barge {D}"), reps=2, cpus=cpus)
-        row("cp", "linux", [("barge cp", clean, f"{B} cp {lin} {D}")]
+        row("cp", "linux", based("cp", f"cp {lin} {D}")
             + ([(f"floor-cp -j {k}", clean, f"{floor} -j {k} {lin} {D}")] if floor else []), reps=1, cpus=cpus)
-        row("du", "linux", [("barge du", None, f"{B} du {lin}")], reps=2, cpus=cpus)
-    disk(B, lin, peers)
+        row("du", "linux", based("du", f"du {lin}"), reps=2, cpus=cpus)
+    if "disk" in ROWS:
+        disk(B, base, lin, peers)
     say(f"done in {time.time() - T0:.0f} s")
     sh(f"umount {W}")
 
@@ -237,21 +247,23 @@ def net(B, src, D, clean):
     ], reps=2)
 
 
-def disk(B, lin, peers):
+def disk(B, base, lin, peers):
     """cp and unpack from tmpfs onto the machine's own disk: the copy removed, synced and the
     caches dropped before each run; with and without `sync` in the timing."""
     dd = DISK
     drop = f"rm -rf {dd} && sync && echo 3 > /proc/sys/vm/drop_caches"
     say(sh(f"mkdir -p {os.path.dirname(dd)} && df -hT {os.path.dirname(dd)} | tail -1").stdout.strip())
-    for suffix, op in (("", "disk"), (" && sync", "disk+sync")):
+    for suffix, op in (("", "disk"), (" && sync", "disk+sync"))[:2 if DISK_SYNC else 1]:
         # the default (2 threads into ext4) against other counts, to check that choice
         row(f"cp {op}", "linux", [
             ("barge cp", drop, f"{B} cp {lin} {dd}{suffix}"),
+            *([("barge-base cp", drop, f"{base} cp {lin} {dd}{suffix}")] if base else []),
             *[(f"barge cp -j {j}", drop, f"{B} cp -j {j} {lin} {dd}{suffix}") for j in (1, 4, 16)],
             ("cp -a", drop, f"cp -a {lin} {dd}{suffix}"),
         ] + ([("cpz", drop, f"{peers['cpz']} {lin} {dd}{suffix}")] if "cpz" in peers and suffix else []), reps=2)
         row(f"unpack {op}", "linux", [
             ("barge unpack", drop, f"{B} unpack {W}/linux.barge {dd}{suffix}"),
+            *([("barge-base unpack", drop, f"{base} unpack {W}/linux.barge {dd}{suffix}")] if base else []),
             ("barge unpack --engine sync", drop, f"{B} unpack --engine sync {W}/linux.barge {dd}{suffix}"),
             ("tar -xf", f"{drop} && mkdir {dd}", f"tar -xf {W}/linux.tar -C {dd}{suffix}"),
         ], reps=2)

@@ -36,6 +36,7 @@ use barge::Progress;
 use mpi::collective::SystemOperation;
 use mpi::datatype::PartitionMut;
 use mpi::environment::Threading;
+use mpi::request::{Request, Scope};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use rustix::fs::{copy_file_range, fdatasync, seek, Mode, OFlags, SeekFrom, CWD};
@@ -54,6 +55,10 @@ use crate::OutputArgs;
 /// is seen this late at most, on each of the copy's steps (docs/BENCHMARKS.md, "cp --mpi
 /// against dcp").
 const TICK: Duration = Duration::from_millis(20);
+
+/// The longest a rank sleeps between two tests of a collective call it waits for
+/// ([`settle`]): how late it sees the last rank come, at most.
+const NAP: Duration = Duration::from_millis(1);
 
 /// `mpiexec -n N barge-mpi cp --mpi SRC DEST`.
 pub fn cp(args: &CpArgs, cancel: &Cancel) -> Result<Exit> {
@@ -157,12 +162,11 @@ pub fn cp(args: &CpArgs, cancel: &Cancel) -> Result<Exit> {
     let differs = verified
         .as_ref()
         .map_or(true, |v| v.is_some_and(|v| v.differences > 0));
-    let mut any_differs = 0u64;
-    world.all_reduce_into(
-        &u64::from(differs),
-        &mut any_differs,
-        SystemOperation::sum(),
-    );
+    let (differs, mut any_differs) = (u64::from(differs), 0u64);
+    mpi::request::scope(|scope| {
+        let op = SystemOperation::sum();
+        settle(world.immediate_all_reduce_into(scope, &differs, &mut any_differs, op));
+    });
     if rank != 0 {
         let fine = done.counts.errors == 0 && any_differs == 0 && !done.stopped;
         return Ok(if fine { Exit::Success } else { Exit::Error });
@@ -185,7 +189,8 @@ fn agreed_split(world: &SimpleCommunicator, count: impl FnOnce() -> usize) -> us
         0 => count() as u64,
         _ => 0,
     };
-    world.process_at_rank(0).broadcast_into(&mut split);
+    let root = world.process_at_rank(0);
+    mpi::request::scope(|scope| settle(root.immediate_broadcast_into(scope, &mut split)));
     split as usize
 }
 
@@ -233,7 +238,10 @@ fn together<T: Send>(
                 u64::from(done.load(Relaxed)),
             ];
             let mut sums = [0u64; 3];
-            world.all_reduce_into(&mine[..], &mut sums[..], SystemOperation::sum());
+            mpi::request::scope(|scope| {
+                let op = SystemOperation::sum();
+                settle(world.immediate_all_reduce_into(scope, &mine[..], &mut sums[..], op));
+            });
             summed.set(sums[0], sums[1]);
             if sums[2] == ranks {
                 break;
@@ -245,6 +253,19 @@ fn together<T: Send>(
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     })
+}
+
+/// Waits for `request` to complete, asleep between tests: MPICH's blocking calls poll on
+/// their core until every rank has come, taking it from the workers of this rank, or of
+/// another on the same node, that are still at work (docs/BENCHMARKS.md, "cp --mpi against
+/// dcp").
+fn settle<'a, D: ?Sized, S: Scope<'a>>(mut request: Request<'a, D, S>) {
+    let mut nap = Duration::from_micros(10);
+    while let Err(waiting) = request.test() {
+        request = waiting;
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(NAP);
+    }
 }
 
 /// The names of files of several links that this rank copies and links: every rank's

@@ -1,7 +1,7 @@
 //! How barge's worker threads start: away from the CPU of the thread that starts them
 //! ([`spawn_elsewhere`]), and, for threads that open and create many files, with private
-//! copies of what threads share by default ([`go_solo`]); and the fds of such a thread's
-//! own table ([`ThreadFd`]).
+//! copies of what threads share by default ([`go_solo`]); the fds of such a thread's own
+//! table ([`ThreadFd`]); how long a thread waited for a CPU ([`Queued`]).
 
 use std::cell::OnceCell;
 use std::mem::ManuallyDrop;
@@ -9,6 +9,10 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::thread::{Scope, ScopedJoinHandle};
+use std::time::Duration;
+
+use rustix::fs::{open, Mode, OFlags};
+use rustix::io::pread;
 
 use rustix::thread::{sched_getaffinity, sched_getcpu, sched_setaffinity};
 
@@ -37,6 +41,32 @@ pub fn spawn_elsewhere<'scope, T: Send + 'scope>(
     })?;
     rustix::thread::sched_yield();
     Ok(handle)
+}
+
+/// How long the thread that opened it has waited for a CPU while it could run, from the
+/// scheduler's account (`/proc/thread-self/schedstat`, whose time on a CPU lags by up to a
+/// tick: `CLOCK_THREAD_CPUTIME_ID` is the one to ask for that).
+pub(crate) struct Queued(Option<OwnedFd>);
+
+impl Queued {
+    /// The calling thread's account (none where /proc is not mounted or the kernel keeps no
+    /// such account: then the wait reads as zero).
+    pub(crate) fn mine() -> Queued {
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC;
+        Queued(open("/proc/thread-self/schedstat", flags, Mode::empty()).ok())
+    }
+
+    /// The thread's time waiting for a CPU so far.
+    pub(crate) fn now(&self) -> Duration {
+        let mut buf = [0u8; 96];
+        let Some(n) = (self.0.as_ref()).and_then(|fd| pread(fd, &mut buf, 0).ok()) else {
+            return Duration::ZERO;
+        };
+        // "<ns on a CPU> <ns waiting for one> <timeslices>\n"
+        let waited = buf[..n].split(|&b| b == b' ').nth(1);
+        let text = waited.and_then(|w| std::str::from_utf8(w).ok());
+        Duration::from_nanos(text.and_then(|t| t.parse().ok()).unwrap_or(0))
+    }
 }
 
 /// Moves the calling thread to another CPU than `cpu` when it may run on one, then restores

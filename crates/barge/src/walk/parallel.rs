@@ -43,7 +43,7 @@ use rustix::process::{getrlimit, Resource};
 use crate::error::{Error, TreePath};
 use crate::exclude::Exclude;
 use crate::sys::dir::{dirent_buffer, Listing};
-use crate::sys::thread::{go_solo, reap, spawn_elsewhere, ThreadFd};
+use crate::sys::thread::{go_solo, reap, spawn_elsewhere, Queued, ThreadFd};
 use crate::sys::DIR_FLAGS;
 use crate::tree::STATX_MASK;
 use crate::tree::{Entry, Kind, Meta};
@@ -519,9 +519,10 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
         mut visitor: B::Visitor,
         mut stack: Vec<TaskOf<B>>,
     ) {
+        let queued = Queued::mine();
         while let Some(task) = stack.pop().or_else(|| self.take()) {
             reap();
-            let (start, cpu) = (Instant::now(), thread_cpu_time());
+            let (start, cpu, waited) = (Instant::now(), thread_cpu_time(), queued.now());
             self.visit(task, &mut visitor, &mut scratch);
             if self.quit.load(Relaxed) {
                 stack.clear();
@@ -532,8 +533,12 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
             let took = start.elapsed();
             // Slow, and waiting rather than working: a visitor that works hard on each entry
             // (a copier) is slow on a cached tree too, where more threads than cores only
-            // take turns.
-            if took > SLOW_DIR + SLOW_ENTRY * entries && took > 2 * (thread_cpu_time() - cpu) {
+            // take turns. Waiting for a CPU does not count: more threads would wait too (two
+            // MPI ranks on 2 cores started 64 threads each; docs/BENCHMARKS.md).
+            if took > SLOW_DIR + SLOW_ENTRY * entries
+                && took.saturating_sub(queued.now().saturating_sub(waited))
+                    > 2 * (thread_cpu_time() - cpu)
+            {
                 let more = |w: usize| (w < self.threads).then_some(w + 1);
                 let _ = self.want.fetch_update(Relaxed, Relaxed, more);
             }

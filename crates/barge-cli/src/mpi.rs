@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -725,7 +725,12 @@ fn pack_shared(
     };
     let opened = || {
         let archive = open_archive(&temporary)?;
-        let pack = pack.written_to(archive.as_fd())?;
+        // A regular file at the output's path (not followed) is the one it replaces.
+        let replaced = std::fs::symlink_metadata(output)
+            .ok()
+            .filter(|m| m.is_file())
+            .map(|m| (m.dev(), m.ino()));
+        let pack = pack.written_to(archive.as_fd(), replaced)?;
         anyhow::Ok((archive, pack))
     };
     let packed = whole(world, made)

@@ -159,10 +159,17 @@ impl Pack<'_> {
         })
     }
 
-    /// Leaves the file `archive` (the archive every process writes) out of the tree.
-    pub fn written_to(mut self, archive: BorrowedFd<'_>) -> Result<Self> {
+    /// Leaves out of the tree the file `archive` (the archive every process writes) and
+    /// `replaced` (device and inode of the file it will be renamed over), as a plain pack
+    /// leaves out the file it replaces.
+    pub fn written_to(
+        mut self,
+        archive: BorrowedFd<'_>,
+        replaced: Option<(u64, u64)>,
+    ) -> Result<Self> {
         let stat = fstat(archive).map_err(|e| Error::io("fstat", TreePath::default(), e))?;
         self.written = Some((stat.st_dev, stat.st_ino));
+        self.replaced = replaced;
         Ok(self)
     }
 

@@ -235,11 +235,11 @@ fn here<'f>(
         return Ok(Here::Theirs(fd));
     }
     let dir = dir.ok_or_else(|| Error::io("reopen", path.clone(), Errno::BADF))?;
-    let fd = openat(dir, name, flags, Mode::empty())
-        .and_then(|fd| Ok((statx(&fd, "", AtFlags::EMPTY_PATH, StatxFlags::INO)?, fd)))
-        .map_err(|e| Error::io("reopen", path.clone(), e))?;
-    match inode_key(&fd.0) == key {
-        true => Ok(Here::Mine(fd.1)),
+    let failed = |e| Error::io("reopen", path.clone(), e);
+    let opened = openat(dir, name, flags, Mode::empty()).map_err(failed)?;
+    let stat = statx(&opened, "", AtFlags::EMPTY_PATH, StatxFlags::INO).map_err(failed)?;
+    match inode_key(&stat) == key {
+        true => Ok(Here::Mine(opened)),
         false => Err(Error::io(
             "reopen a replaced file",
             path.clone(),

@@ -625,6 +625,8 @@ fn action(op: &str) -> String {
         "statx" | "fstat" | "fstatat" | "stat" => "cannot access",
         "open directory" | "reopen directory" | "dup directory" => "cannot open directory",
         "open" | "openat" | "dup" => "cannot open",
+        "reopen" => "cannot reopen",
+        "reopen a replaced file" => "another file took its name while it was copied; not reopened",
         "getdents64" => "cannot read directory",
         "read" | "pread" | "read archive" | "mmap" | "poll" => "cannot read",
         "write" | "pwrite" | "write archive" | "write the archive" => "cannot write",

@@ -5,8 +5,8 @@
 //!
 //! The walk's helper threads have their own fd tables (`WalkParallel::solo`): the copy of a
 //! directory is open on the thread that made it ([`DestFd`]), and another thread reopens it
-//! by name from the copy's root ([`Copier::here`]). Chunk jobs, which hold the file's fds,
-//! stay on the thread that made them.
+//! by name from the copy's root ([`Copier::here`]); a chunk job there opens its file's
+//! source and copy by name (`chunked.rs`).
 
 mod chunked;
 mod content;
@@ -1053,7 +1053,7 @@ impl<'a> Copier<'a> {
             let Job::Chunks(file) = job else {
                 unreachable!("a file job outside a walk")
             };
-            if copier.copy_chunks(&file) == WalkState::Quit {
+            if copier.copy_chunks(&file, None) == WalkState::Quit {
                 drop(file);
                 jobs.lock().expect("no panics").clear();
             }
@@ -1257,10 +1257,6 @@ impl<'a> ParallelVisitor for Copier<'a> {
         self.shared.report.missing(error);
     }
 
-    fn pinned(job: &Job<'a>) -> bool {
-        matches!(job, Job::Chunks(_))
-    }
-
     fn take_jobs(&mut self, jobs: &mut Vec<(Job<'a>, u64)>) {
         jobs.append(&mut self.jobs);
     }
@@ -1268,7 +1264,7 @@ impl<'a> ParallelVisitor for Copier<'a> {
     fn run(&mut self, dir: &Dir<DestDir<'a>>, fd: BorrowedFd<'_>, job: Job<'a>) -> WalkState {
         match job {
             Job::File { name, stat } => self.copy_entry(dir, fd, &name, &stat),
-            Job::Chunks(file) => self.copy_chunks(&file),
+            Job::Chunks(file) => self.copy_chunks(&file, Some(fd)),
         }
     }
 }

@@ -640,6 +640,55 @@ fn a_large_sparse_file_is_copied_in_chunks_with_its_holes_and_metadata() {
     holes_and_xattr_kept(&was, &is, &copy, xattr.is_ok());
 }
 
+/// The chunks of one large file, copied on two threads: the thread that takes the second
+/// job has its own fd table, without the first writer's fds, so it opens the source and
+/// the copy itself (by name, checked by inode).
+#[test]
+fn two_threads_copy_the_chunks_of_one_file_each_with_its_own_fd_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest) = (dir.path().join("src"), dir.path().join("dest"));
+    mkdir(&src, 0o755);
+    // Its first writer waits, after a chunk, until another thread has copied one.
+    let name = format!("chunks-{}", copier::hooks::HELD);
+    big_sparse(&src.join(&name));
+    copied(&cp(), &src, &dest);
+    let mut threads = copied_by(&dest.join(&name));
+    assert_eq!(threads.len(), 4, "one per chunk");
+    threads.sort_by_key(|t| format!("{t:?}"));
+    threads.dedup();
+    assert_eq!(threads.len(), 2, "one thread copied every chunk");
+    assert_eq!(differences(&src, &dest), Vec::<String>::new());
+    assert_eq!(times_and_modes(&src), times_and_modes(&dest));
+}
+
+/// The copy of a large file is replaced by another file (renamed over its name) before
+/// the second thread opens it: that thread writes nothing, the copy fails naming the
+/// entry, and the file that took the name is left as it is.
+#[test]
+fn a_copy_replaced_before_its_second_writer_opens_it_fails_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest) = (dir.path().join("src"), dir.path().join("dest"));
+    mkdir(&src, 0o755);
+    let name = format!("swapped-{}", copier::hooks::HELD);
+    big_sparse(&src.join(&name));
+    let hook: &'static str = Box::leak(name.clone().into_boxed_str());
+    copier::hooks::SWAP_AT.lock().unwrap().push(hook);
+    let (result, told) = run(&cp(), &src, &dest);
+    result.unwrap();
+    let errors = told.errors();
+    let copy = dest.join(&name).display().to_string();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].starts_with(&format!("{copy}: another file took its name")),
+        "{errors:?}"
+    );
+    assert_eq!(
+        fs::read(dest.join(&name)).unwrap(),
+        copier::hooks::SWAPPED_IN
+    );
+    assert_eq!(fs::read_dir(&dest).unwrap().count(), 1);
+}
+
 #[test]
 fn a_chunk_that_fails_leaves_no_file_and_names_it() {
     let dir = tempfile::tempdir().unwrap();

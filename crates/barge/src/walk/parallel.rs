@@ -160,12 +160,6 @@ pub trait ParallelVisitor {
         self.error(error);
     }
 
-    /// Whether `job` must run on the thread that left it (it holds fds of that thread's
-    /// table, see `WalkParallel::solo`). By default none.
-    fn pinned(_job: &Self::Job) -> bool {
-        false
-    }
-
     /// Moves the jobs the last [`entry`](ParallelVisitor::entry) or
     /// [`run`](ParallelVisitor::run) left into `jobs`, each with its cost in entries listed
     /// (what lets helper threads start, see `SPAWN_AFTER`). By default none.
@@ -270,8 +264,8 @@ impl WalkParallel {
 
     /// Gives each helper thread its own fd table (see the module's documentation): for
     /// visitors that use each fd they get only during the call they get it in, and pass no
-    /// fd they open to another thread but as a [`ThreadFd`] (or in a pinned job, see
-    /// [`ParallelVisitor::pinned`]). The calling thread keeps the process's table.
+    /// fd they open to another thread but as a [`ThreadFd`]. The calling thread keeps the
+    /// process's table.
     pub(crate) fn solo(mut self, yes: bool) -> WalkParallel {
         self.solo = yes;
         self
@@ -345,16 +339,13 @@ impl WalkParallel {
         // Opened before any helper starts: each has it in its table.
         let root_fd = ThreadFd::everywhere(self.root);
         walk.list(&root_dir, root_fd, &mut visitor, &mut scratch);
-        // The root's pinned jobs stay on this thread.
-        let (mine, tasks): (Vec<_>, Vec<_>) = std::mem::take(&mut scratch.children)
-            .into_iter()
-            .partition(Walk::<B>::pinned);
+        let tasks = std::mem::take(&mut scratch.children);
         std::thread::scope(|scope| {
             for _ in 1..tasks.len().min(walk.want.load(Relaxed)) {
                 walk.spawn(scope);
             }
             walk.share(tasks);
-            walk.work(scope, scratch, visitor, mine);
+            walk.work(scope, scratch, visitor);
         });
         reap();
         if std::env::var_os("BARGE_WALK_STATS").is_some() {
@@ -392,7 +383,8 @@ enum Task<S, J> {
         /// Everything in it is walked (see [`Dir`]'s `whole`).
         whole: bool,
     },
-    /// Run a job left in the directory `dir`, open as `fd` (on the thread that left it).
+    /// Run a job left in the directory `dir`, open as `fd` (on the thread that left it;
+    /// another reopens it).
     /// (The job is dropped first: what it does when dropped comes before its directory's.)
     Job {
         job: J,
@@ -506,20 +498,18 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
         self.builder.lock().expect("no panics").build()
     }
 
-    /// Takes directories from its own stack (`stack` at first), or from the queue when that
-    /// is empty, and gives half of its stack to the queue when fewer workers run than wanted
-    /// and another one waits or can be started (or starts one for directories already
-    /// queued). A
-    /// directory that took long (the tree is not cached) raises the number of workers
+    /// Takes directories from its own stack, or from the queue when that is empty, and gives
+    /// half of its stack to the queue when fewer workers run than wanted and another one
+    /// waits or can be started (or starts one for directories already queued). A directory
+    /// that took long (the tree is not cached) raises the number of workers
     /// wanted, one at a time.
     fn work<'s>(
         &'s self,
         scope: &'s Scope<'s, '_>,
         mut scratch: Scratch<StateOf<B>, JobOf<B>>,
         mut visitor: B::Visitor,
-        mut stack: Vec<TaskOf<B>>,
     ) {
-        let queued = Queued::mine();
+        let (mut stack, queued) = (Vec::new(), Queued::mine());
         while let Some(task) = stack.pop().or_else(|| self.take()) {
             reap();
             let (start, cpu, waited) = (Instant::now(), thread_cpu_time(), queued.now());
@@ -548,7 +538,7 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
                 continue;
             }
             if stack.len() > 1 && (waiting > 0 || self.spawn(scope)) {
-                self.share_half(&mut stack);
+                self.share(stack.drain(..stack.len() / 2));
             } else if waiting == 0 && !self.queue.lock().expect("no panics").tasks.is_empty() {
                 self.spawn(scope);
             }
@@ -573,7 +563,7 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
             if self.solo {
                 go_solo();
             }
-            self.work(scope, Scratch::default(), self.build(), Vec::new());
+            self.work(scope, Scratch::default(), self.build());
         });
         if started.is_err() {
             // No thread to be had: the walk goes on with those it has.
@@ -593,20 +583,6 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
             self.shared.fetch_add(1, Relaxed);
             self.ready.notify_one();
         }
-    }
-
-    /// Shares the oldest half of `stack` (the largest subtrees, the first it would take
-    /// last), less the pinned jobs, which stay.
-    fn share_half(&self, stack: &mut Vec<TaskOf<B>>) {
-        let (kept, given): (Vec<_>, Vec<_>) =
-            stack.drain(..stack.len() / 2).partition(Self::pinned);
-        stack.splice(0..0, kept);
-        self.share(given);
-    }
-
-    /// Whether `task` is a job that stays on the thread that left it.
-    fn pinned(task: &TaskOf<B>) -> bool {
-        matches!(task, Task::Job { job, .. } if B::Visitor::pinned(job))
     }
 
     /// Waits for a directory in the queue; None once every worker is idle or the walk

@@ -3,19 +3,30 @@
 //! is left; the last reference to go (the last job to finish) restores the metadata, once,
 //! after all data, or removes the copy when a chunk failed or the copy stopped before every
 //! chunk ran.
+//!
+//! A job may run on any thread: one whose fd table lacks the first writer's fds (see
+//! `sys::thread::go_solo`) opens the source and the copy by name from its own fds of their
+//! directories, never following a symlink, and writes only when each is the file the first
+//! writer opened (same device and inode).
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
-use rustix::fs::{ftruncate, unlinkat, AtFlags, Statx};
+use rustix::fs::{
+    fchmod, ftruncate, openat, statx, unlinkat, AtFlags, Mode, OFlags, Statx, StatxFlags,
+};
+use rustix::io::Errno;
 
 use super::content::sparse;
 use super::{dest_full, Copier, DestFd, Job, Pair, Shared};
+use crate::compare::{inode_key, InodeKey};
 use crate::cp::Change;
 use crate::error::{Error, Result, TreePath};
 use crate::land::restore::{Apply, NotRestored, Target};
 use crate::land::sync::replace;
+use crate::sys::thread::ThreadFd;
+use crate::sys::{CREATE_FLAGS, FILE_FLAGS};
 use crate::tree::Xattrs;
 use crate::walk::parallel::WalkState;
 
@@ -29,11 +40,20 @@ pub(super) const CHUNK: u64 = 64 << 20;
 /// directory").
 pub(crate) const WRITERS: u64 = 2;
 
+/// Opens the copy again for writing: never through a symlink.
+const WRITE_FLAGS: OFlags = CREATE_FLAGS.difference(OFlags::CREATE.union(OFlags::EXCL));
+
 /// A file being copied in chunks.
 pub(crate) struct Chunked<'a> {
     shared: &'a Shared<'a>,
-    src: OwnedFd,
-    file: OwnedFd,
+    /// The source and the copy, open on the first writer's thread; their inodes, and the
+    /// source's name in the directory its jobs run in and its path.
+    src: ThreadFd,
+    file: ThreadFd,
+    src_key: InodeKey,
+    file_key: InodeKey,
+    src_name: Vec<u8>,
+    src_path: TreePath,
     /// The copy's directory, its name there (a replacement's temporary name) and its final
     /// name.
     dir: Arc<DestFd>,
@@ -71,24 +91,38 @@ impl Copier<'_> {
         apply: &Apply,
     ) -> Result<()> {
         let path = at.dest_path(self.shared);
+        let mut apply = *apply;
         let sized = ftruncate(&file, stat.stx_size)
             .map_err(|e| Error::io("ftruncate", path.clone(), e))
+            .and_then(|()| writable(&file, &mut apply, || path.clone()))
             .and_then(|()| self.read_xattrs(src.as_fd(), || path.clone()));
-        if let Err(e) = sized {
-            let _ = unlinkat(&**dest, &name[..], AtFlags::empty());
-            return Err(e);
-        }
+        let file_key = sized.and_then(|()| {
+            statx(&file, "", AtFlags::EMPTY_PATH, StatxFlags::INO)
+                .map(|st| inode_key(&st))
+                .map_err(|e| Error::io("statx", path.clone(), e))
+        });
+        let file_key = match file_key {
+            Ok(key) => key,
+            Err(e) => {
+                let _ = unlinkat(&**dest, &name[..], AtFlags::empty());
+                return Err(e);
+            }
+        };
         let chunks = stat.stx_size.div_ceil(CHUNK);
         let file = Arc::new(Chunked {
             shared: self.shared,
-            src,
-            file,
+            src: ThreadFd::new(src),
+            file: ThreadFd::new(file),
+            src_key: inode_key(stat),
+            file_key,
+            src_name: at.src_name.to_vec(),
+            src_path: at.src_path(self.shared),
             dir: dest.clone(),
             name,
             final_name: at.name.to_vec(),
             replaced,
             path,
-            apply: *apply,
+            apply,
             xattrs: self.xattrs.wire.clone(),
             size: stat.stx_size,
             sparse: sparse(stat),
@@ -108,9 +142,15 @@ impl Copier<'_> {
     }
 
     /// Copies the next chunk of `file` not taken yet, and the next, until none is left (or
-    /// one failed, or the copy is stopping).
-    pub(super) fn copy_chunks(&mut self, file: &Chunked<'_>) -> WalkState {
+    /// one failed, or the copy is stopping). `src_dir` is the source's directory, where the
+    /// source is opened again by a thread without the first writer's fds.
+    pub(super) fn copy_chunks(
+        &mut self,
+        file: &Chunked<'_>,
+        src_dir: Option<BorrowedFd<'_>>,
+    ) -> WalkState {
         let cancel = &self.shared.cp.cancel;
+        let mut fds = None;
         loop {
             if cancel.is_cancelled() {
                 return WalkState::Quit;
@@ -123,7 +163,12 @@ impl Copier<'_> {
                 return WalkState::Continue;
             }
             let range = start..(start + CHUNK).min(file.size);
-            let Err(e) = self.copy_chunk(file, range) else {
+            let copied = match &fds {
+                Some(fds) => Ok(fds),
+                None => file.here(self, src_dir).map(|opened| &*fds.insert(opened)),
+            }
+            .and_then(|(src, dest)| self.copy_chunk(file, src.as_fd(), dest.as_fd(), range));
+            let Err(e) = copied else {
                 file.left.fetch_sub(1, AcqRel);
                 continue;
             };
@@ -139,20 +184,20 @@ impl Copier<'_> {
         }
     }
 
-    /// Copies the chunk `range` of `file`.
-    fn copy_chunk(&mut self, file: &Chunked<'_>, range: std::ops::Range<u64>) -> Result<()> {
+    /// Copies the chunk `range` of `file` from `src` into `dest`, its fds here.
+    fn copy_chunk(
+        &mut self,
+        file: &Chunked<'_>,
+        src: BorrowedFd<'_>,
+        dest: BorrowedFd<'_>,
+        range: std::ops::Range<u64>,
+    ) -> Result<()> {
         #[cfg(test)]
         let _writing = hooks::Writing::new(&file.writing, self.shared.cp.dwell);
         let path = || file.path.clone();
         #[cfg(test)]
         let injected = hooks::injected(&file.path, &range);
-        let copied = self.copy_data(
-            file.src.as_fd(),
-            file.file.as_fd(),
-            range,
-            file.sparse,
-            &path,
-        );
+        let copied = self.copy_data(src, dest, range, file.sparse, &path);
         #[cfg(test)]
         let copied = copied.and(injected);
         #[cfg(test)]
@@ -163,15 +208,98 @@ impl Copier<'_> {
     }
 }
 
+/// An fd of another thread's table, or one opened here.
+enum Here<'f> {
+    Theirs(BorrowedFd<'f>),
+    Mine(OwnedFd),
+}
+
+impl AsFd for Here<'_> {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Here::Theirs(fd) => *fd,
+            Here::Mine(fd) => fd.as_fd(),
+        }
+    }
+}
+
+/// `fd` where the calling thread may use it, else the file `key` opened here as `name` in
+/// `dir` with `flags` (`ESTALE`: another file has that name now); errors name `path`.
+fn here<'f>(
+    fd: &'f ThreadFd,
+    dir: Option<BorrowedFd<'_>>,
+    (name, flags, key): (&[u8], OFlags, InodeKey),
+    path: &TreePath,
+) -> Result<Here<'f>> {
+    if let Some(fd) = fd.get() {
+        return Ok(Here::Theirs(fd));
+    }
+    let dir = dir.ok_or_else(|| Error::io("reopen", path.clone(), Errno::BADF))?;
+    let failed = |e| Error::io("reopen", path.clone(), e);
+    let opened = openat(dir, name, flags, Mode::empty()).map_err(failed)?;
+    let stat = statx(&opened, "", AtFlags::EMPTY_PATH, StatxFlags::INO).map_err(failed)?;
+    match inode_key(&stat) == key {
+        true => Ok(Here::Mine(opened)),
+        false => Err(Error::io(
+            "reopen a replaced file",
+            path.clone(),
+            Errno::STALE,
+        )),
+    }
+}
+
+/// Makes the copy (created with the source's mode) a file its owner may open for writing
+/// again on another thread, until the last writer gives it its mode (`apply.chmod`).
+fn writable(file: &OwnedFd, apply: &mut Apply, path: impl Fn() -> TreePath) -> Result<()> {
+    if apply.create_mode() & 0o200 != 0 {
+        return Ok(());
+    }
+    apply.chmod = true;
+    fchmod(file, Mode::from_raw_mode(0o600)).map_err(|e| Error::io("fchmod", path(), e))
+}
+
 impl Chunked<'_> {
+    /// The source (in `src_dir`) and the copy as the calling thread may use them.
+    fn here<'f>(
+        &'f self,
+        copier: &mut Copier<'_>,
+        src_dir: Option<BorrowedFd<'_>>,
+    ) -> Result<(Here<'f>, Here<'f>)> {
+        let src = (&self.src_name[..], FILE_FLAGS, self.src_key);
+        let src = here(&self.src, src_dir, src, &self.src_path)?;
+        let dest = (&self.name[..], WRITE_FLAGS, self.file_key);
+        let file = match self.file.get() {
+            Some(fd) => Here::Theirs(fd),
+            None => {
+                let dir = copier.here(&self.dir)?;
+                #[cfg(test)]
+                hooks::swap(dir.as_fd(), &self.name, &self.path);
+                here(&self.file, Some(dir.as_fd()), dest, &self.path)?
+            }
+        };
+        Ok((src, file))
+    }
+
+    /// The copy's directory as the calling thread may use it.
+    fn dir_here(&self) -> Result<Here<'_>> {
+        match self.dir.fd.get() {
+            Some(fd) => Ok(Here::Theirs(fd)),
+            None => (self.dir.reopen().map(Here::Mine))
+                .map_err(|e| Error::io("reopen directory", self.path.clone(), e)),
+        }
+    }
+
     /// Restores the metadata of the whole copy and gives it its final name.
     fn finish(&self, skipped: &mut NotRestored) -> Result<()> {
         let path = || self.path.clone();
-        let target = Target::Fd(self.file.as_fd());
+        let dir = self.dir_here()?;
+        let dest = (&self.name[..], WRITE_FLAGS, self.file_key);
+        let file = here(&self.file, Some(dir.as_fd()), dest, &self.path)?;
+        let target = Target::Fd(file.as_fd());
         let xattrs = Xattrs(&self.xattrs);
         (self.shared.policy).restore(target, &self.apply, xattrs, skipped, path)?;
         if self.name != self.final_name {
-            replace(self.dir.as_fd(), &self.name, &self.final_name, path)?;
+            replace(dir.as_fd(), &self.name, &self.final_name, path)?;
         }
         Ok(())
     }
@@ -207,7 +335,18 @@ impl Drop for Chunked<'_> {
             // No copy that is not whole stays under its name (nor its temporary one).
             Err(error) => {
                 drop(summary);
-                let _ = unlinkat(&*self.dir, &self.name[..], AtFlags::empty());
+                // Only while the name is still the copy's (another file may have taken it).
+                if let Ok(dir) = self.dir_here() {
+                    let stat = statx(
+                        &dir,
+                        &self.name[..],
+                        AtFlags::SYMLINK_NOFOLLOW,
+                        StatxFlags::INO,
+                    );
+                    if stat.is_ok_and(|st| inode_key(&st) == self.file_key) {
+                        let _ = unlinkat(&dir, &self.name[..], AtFlags::empty());
+                    }
+                }
                 if let Some(e) = error {
                     shared.error(e);
                 }
@@ -219,10 +358,12 @@ impl Drop for Chunked<'_> {
 #[cfg(test)]
 pub(crate) mod hooks {
     use std::ops::Range;
+    use std::os::fd::BorrowedFd;
     use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
     use std::sync::Mutex;
     use std::thread::ThreadId;
 
+    use rustix::fs::{openat, renameat, Mode};
     use rustix::io::Errno;
 
     use crate::error::{Error, Result, TreePath};
@@ -278,6 +419,28 @@ pub(crate) mod hooks {
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
+    }
+
+    /// A copy whose path ends with the name has another file (of this content) renamed over
+    /// it just before a thread without the first writer's fds opens it by name; noted in
+    /// [`COPIED_BY`] as that thread's (so that a [`HELD`] file waits no longer).
+    pub(crate) static SWAP_AT: Mutex<Vec<&str>> = Mutex::new(Vec::new());
+
+    /// The content of a file [`SWAP_AT`] renames over a copy.
+    pub(crate) const SWAPPED_IN: &[u8] = b"swapped in";
+
+    /// Does what [`SWAP_AT`] asks for the copy `name` in `dir`, at `path`.
+    pub(super) fn swap(dir: BorrowedFd<'_>, name: &[u8], path: &TreePath) {
+        let at = SWAP_AT.lock().unwrap();
+        if !at.iter().any(|n| path.0.ends_with(n.as_bytes())) {
+            return;
+        }
+        let mode = Mode::from_raw_mode(0o644);
+        let new = openat(dir, "swapped-in", crate::sys::CREATE_FLAGS, mode).unwrap();
+        rustix::io::pwrite(&new, SWAPPED_IN, 0).unwrap();
+        renameat(dir, "swapped-in", dir, name).unwrap();
+        let by = std::thread::current().id();
+        COPIED_BY.lock().unwrap().push((path.to_string(), by));
     }
 
     /// The failure [`FAIL_AT`] asks for in the chunk `range` of `path`, if any.

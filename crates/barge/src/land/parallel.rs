@@ -230,6 +230,13 @@ impl<'a> Batch<'a> {
         }
     }
 
+    /// Its work, and one unit for each directory of its path (a step weighs about what an
+    /// entry does): the queue's bound counts both, so that batches deep in a tree cannot
+    /// make many short ones take memory beyond what the archive's size allows.
+    fn queued_cost(&self) -> u64 {
+        self.cost + self.at.len() as u64
+    }
+
     /// The landers of the directory it starts in (none: the root).
     fn crowd(&self) -> Option<&Arc<Crowd>> {
         self.at.last().map(|dir| &dir.crowd)
@@ -799,7 +806,7 @@ struct Queued<'a> {
     /// The batches in archive order, in runs of consecutive ones that start in the same
     /// directory (none empty).
     runs: VecDeque<VecDeque<Batch<'a>>>,
-    /// How many batches, and their work.
+    /// How many batches, and their work (`Batch::queued_cost`).
     batches: usize,
     cost: u64,
     checks: VecDeque<Arc<frames::Check<'a>>>,
@@ -814,7 +821,7 @@ impl<'a> Queue<'a> {
             return Some(batch);
         }
         state.batches += 1;
-        state.cost += batch.cost;
+        state.cost += batch.queued_cost();
         let crowd = |b: &Batch<'_>| b.crowd().map(Arc::as_ptr);
         match state.runs.back_mut() {
             Some(run) if crowd(&run[0]) == crowd(&batch) => run.push_back(batch),
@@ -881,7 +888,7 @@ impl<'a> Queued<'a> {
             self.runs.remove(i);
         }
         self.batches -= 1;
-        self.cost -= batch.cost;
+        self.cost -= batch.queued_cost();
         batch.claim = batch.crowd().and_then(|c| crowds.claim(c));
         Some(batch)
     }

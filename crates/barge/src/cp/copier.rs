@@ -95,6 +95,14 @@ impl DestFd {
         }
     }
 
+    /// The directory as the calling thread may use it: its fd, or opened again here.
+    pub(super) fn here(&self) -> rustix::io::Result<Here<'_>> {
+        match self.fd.get() {
+            Some(fd) => Ok(Here::Theirs(fd)),
+            None => self.reopen().map(Here::Mine),
+        }
+    }
+
     /// Opens the directory again on the calling thread: by name from the root, never
     /// following a symlink; `ESTALE` when its path leads to another directory now.
     pub(super) fn reopen(&self) -> rustix::io::Result<OwnedFd> {
@@ -117,6 +125,21 @@ impl AsFd for DestFd {
     /// See [`ThreadFd::as_fd`]: only on a thread it is open on.
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+}
+
+/// An fd of another thread's table, or one opened here.
+pub(super) enum Here<'f> {
+    Theirs(BorrowedFd<'f>),
+    Mine(OwnedFd),
+}
+
+impl AsFd for Here<'_> {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Here::Theirs(fd) => *fd,
+            Here::Mine(fd) => fd.as_fd(),
+        }
     }
 }
 
@@ -292,24 +315,17 @@ impl Drop for DestDir<'_> {
         };
         let shared = self.shared;
         // The last thread to leave it may not be the one that made it.
-        let reopened;
-        let fd = match dest.fd.get() {
-            Some(fd) => fd,
-            None => match dest.reopen() {
-                Ok(fd) => {
-                    shared.reopened.fetch_add(1, Relaxed);
-                    reopened = fd;
-                    reopened.as_fd()
-                }
-                Err(e) => {
-                    return shared.error(Error::io(
-                        "reopen directory",
-                        shared.dest_path(&last.path),
-                        e,
-                    ))
-                }
-            },
+        let here = match dest.here() {
+            Ok(here) => here,
+            Err(e) => {
+                let path = shared.dest_path(&last.path);
+                return shared.error(Error::io("reopen directory", path, e));
+            }
         };
+        if let Here::Mine(_) = here {
+            shared.reopened.fetch_add(1, Relaxed);
+        }
+        let fd = here.as_fd();
         let policy = &shared.policy;
         let kept = |name: &[u8]| policy.sets_xattr(name);
         let src = Xattrs(&last.xattrs);

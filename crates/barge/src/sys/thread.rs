@@ -111,6 +111,7 @@ pub fn go_solo() {
 }
 
 /// An fd table: fds of it that other threads dropped, for its own threads to close.
+#[derive(Debug)]
 struct Table {
     /// `None` once its thread ended (and with it the table).
     orphans: Mutex<Option<Vec<OwnedFd>>>,
@@ -183,12 +184,6 @@ pub(crate) struct ThreadFd {
     /// `None`: the process's table.
     table: Option<Arc<Table>>,
     everywhere: bool,
-}
-
-impl std::fmt::Debug for Table {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Table")
-    }
 }
 
 impl ThreadFd {

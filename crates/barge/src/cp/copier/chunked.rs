@@ -19,7 +19,7 @@ use rustix::fs::{
 use rustix::io::Errno;
 
 use super::content::sparse;
-use super::{dest_full, Copier, DestFd, Job, Pair, Shared};
+use super::{dest_full, Copier, DestFd, Here, Job, Pair, Shared};
 use crate::compare::{inode_key, InodeKey};
 use crate::cp::Change;
 use crate::error::{Error, Result, TreePath};
@@ -208,21 +208,6 @@ impl Copier<'_> {
     }
 }
 
-/// An fd of another thread's table, or one opened here.
-enum Here<'f> {
-    Theirs(BorrowedFd<'f>),
-    Mine(OwnedFd),
-}
-
-impl AsFd for Here<'_> {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        match self {
-            Here::Theirs(fd) => *fd,
-            Here::Mine(fd) => fd.as_fd(),
-        }
-    }
-}
-
 /// `fd` where the calling thread may use it, else the file `key` opened here as `name` in
 /// `dir` with `flags` (`ESTALE`: another file has that name now); errors name `path`.
 fn here<'f>(
@@ -282,11 +267,7 @@ impl Chunked<'_> {
 
     /// The copy's directory as the calling thread may use it.
     fn dir_here(&self) -> Result<Here<'_>> {
-        match self.dir.fd.get() {
-            Some(fd) => Ok(Here::Theirs(fd)),
-            None => (self.dir.reopen().map(Here::Mine))
-                .map_err(|e| Error::io("reopen directory", self.path.clone(), e)),
-        }
+        (self.dir.here()).map_err(|e| Error::io("reopen directory", self.path.clone(), e))
     }
 
     /// Restores the metadata of the whole copy and gives it its final name.

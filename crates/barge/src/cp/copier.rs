@@ -34,7 +34,7 @@ use crate::land::restore::{Apply, Existing, NotRestored, Policy, Target};
 use crate::land::sync::{create_at, exists, replace, replace_by_dir, Made};
 use crate::sys::dir::{dirent_buffer, remove_tree, Listing};
 use crate::sys::thread::{spawn_elsewhere, ThreadFd};
-use crate::sys::{DIR_FLAGS, FILE_FLAGS};
+use crate::sys::{reopen, DIR_FLAGS, FILE_FLAGS};
 use crate::threads::{Crowd, Crowds};
 use crate::tree::{Entry, Kind, Meta, Owner, XattrReader, Xattrs, XattrsOf, STATX_MASK};
 use crate::walk::parallel::{Dir, ParallelVisitor, ParallelVisitorBuilder, WalkState};
@@ -108,16 +108,15 @@ impl DestFd {
     pub(super) fn reopen(&self) -> rustix::io::Result<OwnedFd> {
         let root = self.root.as_deref().unwrap_or(self);
         let base = root.fd.get().ok_or(Errno::BADF)?;
+        let mut names = self.path.split(|&b| b == b'/').filter(|n| !n.is_empty());
+        let last = names.next_back().ok_or(Errno::STALE)?;
         let mut fd: Option<OwnedFd> = None;
-        for name in self.path.split(|&b| b == b'/').filter(|n| !n.is_empty()) {
+        for name in names {
             let at = fd.as_ref().map_or(base, |fd| fd.as_fd());
             fd = Some(openat(at, name, DIR_FLAGS, Mode::empty())?);
         }
-        let fd = fd.ok_or(Errno::STALE)?;
-        match statx(&fd, "", AtFlags::EMPTY_PATH, StatxFlags::INO)?.stx_ino == self.ino {
-            true => Ok(fd),
-            false => Err(Errno::STALE),
-        }
+        let at = fd.as_ref().map_or(base, |fd| fd.as_fd());
+        reopen(at, last, DIR_FLAGS, |stat| stat.stx_ino == self.ino)
     }
 }
 

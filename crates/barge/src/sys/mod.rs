@@ -17,10 +17,10 @@ pub(crate) mod thread;
 pub(crate) mod users;
 pub(crate) mod xattr;
 
-use std::os::fd::BorrowedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 
-use rustix::fs::OFlags;
-use rustix::io::{pread, read};
+use rustix::fs::{openat, statx, AtFlags, Mode, OFlags, Statx, StatxFlags};
+use rustix::io::{pread, read, Errno};
 
 /// Opens a directory to read its entries (and to be the dirfd of `*at` calls).
 pub(crate) const DIR_FLAGS: OFlags = OFlags::RDONLY
@@ -48,6 +48,22 @@ pub(crate) const CREATE_FLAGS: OFlags = OFlags::WRONLY
     .union(OFlags::EXCL)
     .union(OFlags::NOFOLLOW)
     .union(OFlags::CLOEXEC);
+
+/// Opens `name` in `dir` with `flags` (no `CREATE`) again, for a thread that may not use
+/// the fd another thread holds of it: `ESTALE` unless the inode found there is still the
+/// one `same` expects (a name may have been given to another file meanwhile).
+pub(crate) fn reopen(
+    dir: BorrowedFd<'_>,
+    name: &[u8],
+    flags: OFlags,
+    same: impl FnOnce(&Statx) -> bool,
+) -> rustix::io::Result<OwnedFd> {
+    let fd = openat(dir, name, flags, Mode::empty())?;
+    match same(&statx(&fd, "", AtFlags::EMPTY_PATH, StatxFlags::INO)?) {
+        true => Ok(fd),
+        false => Err(Errno::STALE),
+    }
+}
 
 /// Reads at most `max` bytes of `fd` (at `offset`, or at its file position) onto the end of
 /// `buf`, which has room for them; returns how many (0 at its end).

@@ -44,7 +44,7 @@ use crate::error::{Error, TreePath};
 use crate::exclude::Exclude;
 use crate::sys::dir::{dirent_buffer, Listing};
 use crate::sys::thread::{go_solo, reap, spawn_elsewhere, Queued, ThreadFd};
-use crate::sys::DIR_FLAGS;
+use crate::sys::{reopen, DIR_FLAGS};
 use crate::tree::STATX_MASK;
 use crate::tree::{Entry, Kind, Meta};
 use crate::walk::{Members, Take};
@@ -858,10 +858,7 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
         }
         self.reopened.fetch_add(1, Relaxed);
         for d in chain.iter().rev() {
-            let next = openat(fd.as_fd(), &*d.name, DIR_FLAGS, Mode::empty())?;
-            if statx(&next, "", AtFlags::EMPTY_PATH, StatxFlags::INO)?.stx_ino != d.ino {
-                return Err(Errno::STALE);
-            }
+            let next = reopen(fd.as_fd(), &d.name, DIR_FLAGS, |stat| stat.stx_ino == d.ino)?;
             fd = Arc::new(ThreadFd::new(next));
         }
         *reopened = Some((dir.clone(), fd.clone()));

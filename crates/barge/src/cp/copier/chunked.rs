@@ -13,9 +13,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
-use rustix::fs::{
-    fchmod, ftruncate, openat, statx, unlinkat, AtFlags, Mode, OFlags, Statx, StatxFlags,
-};
+use rustix::fs::{fchmod, ftruncate, statx, unlinkat, AtFlags, Mode, OFlags, Statx, StatxFlags};
 use rustix::io::Errno;
 
 use super::content::sparse;
@@ -26,7 +24,7 @@ use crate::error::{Error, Result, TreePath};
 use crate::land::restore::{Apply, NotRestored, Target};
 use crate::land::sync::replace;
 use crate::sys::thread::ThreadFd;
-use crate::sys::{CREATE_FLAGS, FILE_FLAGS};
+use crate::sys::{reopen, CREATE_FLAGS, FILE_FLAGS};
 use crate::tree::Xattrs;
 use crate::walk::parallel::WalkState;
 
@@ -220,16 +218,14 @@ fn here<'f>(
         return Ok(Here::Theirs(fd));
     }
     let dir = dir.ok_or_else(|| Error::io("reopen", path.clone(), Errno::BADF))?;
-    let failed = |e| Error::io("reopen", path.clone(), e);
-    let opened = openat(dir, name, flags, Mode::empty()).map_err(failed)?;
-    let stat = statx(&opened, "", AtFlags::EMPTY_PATH, StatxFlags::INO).map_err(failed)?;
-    match inode_key(&stat) == key {
-        true => Ok(Here::Mine(opened)),
-        false => Err(Error::io(
+    match reopen(dir, name, flags, |stat| inode_key(stat) == key) {
+        Ok(fd) => Ok(Here::Mine(fd)),
+        Err(Errno::STALE) => Err(Error::io(
             "reopen a replaced file",
             path.clone(),
             Errno::STALE,
         )),
+        Err(e) => Err(Error::io("reopen", path.clone(), e)),
     }
 }
 

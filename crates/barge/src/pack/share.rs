@@ -308,3 +308,35 @@ impl Sink for Weigher<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rustix::fs::CWD;
+
+    use super::*;
+
+    #[test]
+    fn a_part_weighs_its_bytes_and_its_entries() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        for dir in ["a/deeper", "b", "d"] {
+            std::fs::create_dir_all(root.join(dir)).unwrap();
+        }
+        std::fs::write(root.join("a/deeper/f"), [1; 100]).unwrap();
+        std::fs::write(root.join("c"), [2; 5000]).unwrap();
+        std::fs::write(root.join("d/g"), b"").unwrap();
+        let sparse = std::fs::File::create(root.join("d/sparse")).unwrap();
+        sparse.set_len(1 << 30).unwrap();
+        let pack = || Pack::new(openat(CWD, root, DIR_FLAGS, Mode::empty()).unwrap());
+        // Split at the top: the parts a, b, c and d; a sparse file weighs what it holds.
+        let e = ENTRY_WEIGHT;
+        let all = [3 * e + 100, e, e + 5000, 3 * e];
+        for threads in [1, 3] {
+            assert_eq!(pack().weigh(1, 0, 1, threads).unwrap(), (4, all.to_vec()));
+        }
+        // Dealt to 3 processes: the first weighs a and d, the third c.
+        assert_eq!(pack().weigh(1, 0, 3, 2).unwrap(), (4, vec![all[0], all[3]]));
+        assert_eq!(pack().weigh(1, 2, 3, 1).unwrap(), (4, vec![all[2]]));
+        assert_eq!(pack().weigh(1, 5, 3, 1).unwrap(), (4, vec![]));
+    }
+}

@@ -13,10 +13,11 @@
 //!
 //! `barge pack --mpi`: each rank weighs the parts dealt to it (every rank-th: bytes and
 //! entries), the weights are gathered on every rank, and each plans the run of parts that
-//! [`cut_runs`] gives it, runs of about equal weight ([`barge::pack::share`]); the lengths of their frames, summed by `MPI_Exscan`, say where each rank writes its own
-//! into the archive that rank 0 created with the header (with zstd, whose lengths are
-//! known only once compressed, each rank packs into a file of its own, copied into place
-//! once the lengths are summed); rank 0 then writes the index and the footer (from every
+//! [`cut_runs`] gives it, runs of about equal weight ([`barge::pack::share`]); the lengths
+//! of their frames, summed by `MPI_Exscan`, say where each rank writes its own into the
+//! archive that rank 0 created with the header (with zstd, whose lengths are known only
+//! once compressed, each rank packs into a file of its own, copied into place once the
+//! lengths are summed); rank 0 then writes the index and the footer (from every
 //! rank's segments and rows, gathered) and renames the archive into place.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};

@@ -249,8 +249,9 @@ pub fn tail(shares: &[&[u8]], zstd: Option<i32>) -> Result<Vec<u8>> {
     })
 }
 
-/// What packing an entry costs beyond its bytes, in bytes: a part of many small files
-/// weighs more than their bytes (docs/BENCHMARKS.md, "pack --mpi: shares by weight").
+/// What packing an entry costs beyond its bytes, in bytes, so that a part of many small
+/// files weighs more than their bytes: `pack --mpi -n 1` on tmpfs took 15 us an entry
+/// (50,000 empty files) against 1.03 ns a byte (one 1 GiB file).
 const ENTRY_WEIGHT: u64 = 16 << 10;
 
 /// A sink that weighs the parts a walk with a dealt [`Share`] announces: the bytes of their

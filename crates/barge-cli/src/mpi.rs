@@ -11,11 +11,13 @@
 //!
 //! `barge unpack --mpi`: see [`unpack`].
 //!
-//! `barge pack --mpi`: each rank plans a run of the tree's parts ([`barge::pack::share`]);
-//! the lengths of their frames, summed by `MPI_Exscan`, say where each rank writes its own
-//! into the archive that rank 0 created with the header (with zstd, whose lengths are
-//! known only once compressed, each rank packs into a file of its own, copied into place
-//! once the lengths are summed); rank 0 then writes the index and the footer (from every
+//! `barge pack --mpi`: each rank weighs the parts dealt to it (every rank-th: bytes and
+//! entries), the weights are gathered on every rank, and each plans the run of parts that
+//! [`cut_runs`] gives it, runs of about equal weight ([`barge::pack::share`]); the lengths
+//! of their frames, summed by `MPI_Exscan`, say where each rank writes its own into the
+//! archive that rank 0 created with the header (with zstd, whose lengths are known only
+//! once compressed, each rank packs into a file of its own, copied into place once the
+//! lengths are summed); rank 0 then writes the index and the footer (from every
 //! rank's segments and rows, gathered) and renames the archive into place.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -30,7 +32,7 @@ use barge::cp::{link_owner, CpReport, CpSummary, Deferred, Linked, Part, Wide, W
 use barge::interrupt::Cancel;
 use barge::pack::share::{tail, Links, HEADER};
 use barge::pack::{Pack, PackSummary};
-use barge::share::{split_depth, Share, SPINE};
+use barge::share::{cut_runs, split_depth, Share, SPINE};
 use barge::threads::Work;
 use barge::Progress;
 use mpi::collective::SystemOperation;
@@ -779,7 +781,9 @@ fn pack_into(
     // Every rank walks the top levels: they must find the same parts.
     // A tree unopened splits anywhere: counting its parts says why.
     let split = agreed_split(world, || pack.split_depth(ranks).unwrap_or(SPINE));
-    let parts = whole(world, pack.parts(split))?;
+    // This rank weighs its parts on its share of the node's cores.
+    let threads = Work::Cores.threads() / world.split_shared(0).size().max(1) as usize;
+    let (parts, mine) = whole(world, pack.weigh(split, rank, ranks, threads))?;
     let mut all = vec![0u64; ranks as usize];
     world.all_gather_into(&parts, &mut all[..]);
     let parts = whole(
@@ -791,7 +795,9 @@ fn pack_into(
             )),
         },
     )?;
-    let share = Share::new(rank, ranks, split, parts);
+    let weights = all_weights(world, &mine, parts);
+    let runs = cut_runs(&weights, ranks);
+    let share = Share::new(rank, split, &runs);
     let planned = whole(world, pack.plan_share(&share, 0, &Links::new()))?;
     let first = exclusive_sum(world, planned.entries);
     let links = earlier_links(world, &planned.links, first);
@@ -824,6 +830,16 @@ fn pack_into(
         pack.pack_share(&share, first, &planned, &links, out.as_fd())
     });
     let shared = whole(world, shared)?;
+    if std::env::var_os("BARGE_SHARE_STATS").is_some() {
+        let (first, end) = (runs[rank as usize], runs[rank as usize + 1]);
+        let weight: u64 = weights[first as usize..end as usize].iter().sum();
+        let total: u64 = weights.iter().sum();
+        let bytes = shared.bytes;
+        eprintln!(
+            "share: rank {rank}: parts {first}..{end} of {parts}, weight {weight} of {total}, \
+             {bytes} bytes of frames"
+        );
+    }
     let (at, end) = planned_place.unwrap_or_else(|| placed(shared.bytes));
     if let Some(spool) = &spool {
         whole(world, copy_into(spool, shared.bytes, archive, at))?;
@@ -831,6 +847,23 @@ fn pack_into(
     let synced = fdatasync(archive).context("cannot sync this rank's segments in the archive");
     whole(world, synced)?;
     Some((shared.summary, shared.index, end))
+}
+
+/// The weights of all `parts`, in order, on every rank, from each rank's weights of the
+/// parts dealt to it (`mine`: rank r weighs parts r, r + ranks, ...).
+fn all_weights(world: &SimpleCommunicator, mine: &[u64], parts: u64) -> Vec<u64> {
+    let bytes: Vec<u8> = mine.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let all = all_bytes(world, &bytes);
+    let (ranks, mut rest) = (world.size() as u64, &all[..]);
+    let dealt: Vec<Vec<u64>> = (0..ranks)
+        .map(|r| {
+            let count = parts.saturating_sub(r).div_ceil(ranks);
+            (0..count).map(|_| number(&mut rest)).collect()
+        })
+        .collect();
+    (0..parts)
+        .map(|i| dealt[(i % ranks) as usize][(i / ranks) as usize])
+        .collect()
 }
 
 /// The sum of `n` over the ranks before this one (`MPI_Exscan`).

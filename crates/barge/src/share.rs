@@ -4,7 +4,7 @@
 //! it. `cp --mpi` hands a part to the process its path
 //! hashes to ([`crate::cp::Part`]); `pack --mpi` hands each process a run of consecutive
 //! parts ([`Share`]), since each process writes one stretch of the archive, whose entries
-//! are in path order.
+//! are in path order, the runs cut where the parts' weights say ([`cut_runs`]).
 
 use std::ops::Range;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -91,17 +91,45 @@ pub(crate) fn place(depth: usize, dir: bool, split: usize) -> Place {
     }
 }
 
+/// Where `processes` cut the parts weighing `weights` (in walk order) into runs of about
+/// equal weight: the first part of each process's run, then the number of parts. Each run
+/// in turn takes the parts whose middle falls within its even share of the weight left
+/// (so that a part heavier than a share leaves the others shares of the rest); every part
+/// weighs at least 1, so that parts weighed as nothing are dealt by count.
+pub fn cut_runs(weights: &[u64], processes: u32) -> Vec<u64> {
+    let weight = |at: usize| u128::from(weights[at].max(1));
+    let mut left: u128 = (0..weights.len()).map(weight).sum();
+    let (mut runs, mut at) = (vec![0], 0);
+    for others in (1..processes).rev() {
+        // Halves, to stay whole: the part's middle against the weight left over the runs
+        // still to cut (this one and `others`).
+        let mut run = 0;
+        while at < weights.len() && (2 * run + weight(at)) * u128::from(others + 1) < 2 * left {
+            run += weight(at);
+            at += 1;
+        }
+        left -= run;
+        runs.push(at as u64);
+    }
+    runs.push(weights.len() as u64);
+    runs
+}
+
 /// The share of one process of a pack that several write together (`pack --mpi`): the
 /// parts numbered `parts` (in walk order, which is archive order), and the entries above
 /// the parts (directories entered and left) that come after the part before its first and
 /// up to its last part (after the last part of all, for the process that has it). The
 /// shares of processes 0, 1, ... follow each other in the archive. A walk given a share
 /// ([`crate::walk::Walk::share`]) announces only those, and counts the parts it passes.
+/// A share that weighs parts ([`Share::dealt`]) takes every `step`-th of them instead.
 #[derive(Debug)]
 pub struct Share {
     /// The depth the tree is split at ([`split_depth`]).
     split: usize,
     parts: Range<u64>,
+    /// The parts taken in `parts` are those whose number is `offset` modulo `step`.
+    step: u64,
+    offset: u64,
     /// The counts of parts begun before a directory above the parts is entered or left, at
     /// which this process announces it.
     glue: Range<u64>,
@@ -110,28 +138,32 @@ pub struct Share {
 }
 
 impl Share {
-    /// The share of process `rank` of `ranks` of a tree split at depth `split` into
-    /// `parts` parts: a run of about `parts / ranks` of them (none, where there are fewer
-    /// parts than processes).
-    pub fn new(rank: u32, ranks: u32, split: usize, parts: u64) -> Share {
-        let at = |r: u32| u64::from(r) * parts / u64::from(ranks.max(1));
-        let (first, end) = (at(rank), at(rank + 1));
+    /// The share of process `rank` of a tree split at depth `split` into runs of parts
+    /// that begin at `runs` (one a process, then the number of parts: [`cut_runs`]).
+    pub fn new(rank: u32, split: usize, runs: &[u64]) -> Share {
+        let (first, end) = (runs[rank as usize], runs[rank as usize + 1]);
+        let parts = *runs.last().expect("runs end with the number of parts");
         // The last part's owner writes what follows it; process 0 all of a tree without parts.
         let last = end == parts && (first < end || (parts == 0 && rank == 0));
         Share {
             split,
             parts: first..end,
+            step: 1,
+            offset: 0,
             glue: first..end + u64::from(last),
             seen: AtomicU64::new(0),
         }
     }
 
-    /// A share of no part of a tree split at depth `split`: a walk with it only counts the
-    /// parts ([`Share::seen`]).
-    pub fn counting(split: usize) -> Share {
+    /// The parts numbered `offset`, `offset + step`, ... of a tree split at depth `split`,
+    /// with nothing above them: to weigh them ([`crate::pack::Pack::weigh`]); a walk with it
+    /// counts every part ([`Share::seen`]).
+    pub(crate) fn dealt(split: usize, offset: u64, step: u64) -> Share {
         Share {
             split,
-            parts: 0..0,
+            parts: 0..u64::MAX,
+            step,
+            offset,
             glue: 0..0,
             seen: AtomicU64::new(0),
         }
@@ -159,7 +191,8 @@ impl Share {
 
     /// A part begins: whether it is this share's.
     pub(crate) fn takes_next(&self) -> bool {
-        self.parts.contains(&self.seen.fetch_add(1, Relaxed))
+        let part = self.seen.fetch_add(1, Relaxed);
+        self.parts.contains(&part) && part % self.step == self.offset
     }
 
     /// Whether a directory above the parts, entered or left now, is this share's to
@@ -180,9 +213,11 @@ mod tests {
 
     #[test]
     fn parts_are_split_in_runs_that_follow_each_other() {
-        let shares = |ranks: u32, parts: u64| -> Vec<(Range<u64>, Range<u64>)> {
+        // Parts of equal weight, cut by weight: by count.
+        let shares = |ranks: u32, parts: usize| -> Vec<(Range<u64>, Range<u64>)> {
+            let runs = cut_runs(&vec![7; parts], ranks);
             (0..ranks)
-                .map(|r| Share::new(r, ranks, SPINE, parts))
+                .map(|r| Share::new(r, SPINE, &runs))
                 .map(|s| (s.parts, s.glue))
                 .collect()
         };
@@ -195,6 +230,10 @@ mod tests {
         // No part at all: process 0 writes everything.
         assert_eq!(shares(3, 0), [(0..0, 0..1), (0..0, 0..0), (0..0, 0..0)]);
         assert_eq!(shares(1, 7), [(0..7, 0..8)]);
+        // An empty run after the last part leaves its glue to the run before.
+        let runs = [0, 2, 2];
+        assert_eq!(Share::new(0, SPINE, &runs).glue, 0..3);
+        assert_eq!(Share::new(1, SPINE, &runs).glue, 2..2);
         assert_eq!(place(1, true, SPINE), Place::Spine);
         assert_eq!(place(SPINE, true, SPINE), Place::Part);
         assert_eq!(place(1, false, SPINE), Place::Part);
@@ -202,6 +241,48 @@ mod tests {
         // Split at 1: the top directories are the parts.
         assert_eq!(place(1, true, 1), Place::Part);
         assert_eq!(place(2, false, 1), Place::Below);
+    }
+
+    #[test]
+    fn runs_are_cut_by_weight() {
+        // One heavy part first: it is a run alone, the light ones share the rest.
+        let mut weights = vec![300];
+        weights.extend([10; 30]);
+        assert_eq!(cut_runs(&weights, 2), [0, 1, 31]);
+        assert_eq!(cut_runs(&weights, 3), [0, 1, 16, 31]);
+        // Heavy and last: the light ones are shared before it.
+        weights.rotate_left(1);
+        assert_eq!(cut_runs(&weights, 3), [0, 20, 30, 31]);
+        // More processes than the weight spreads over: some runs are empty.
+        assert_eq!(cut_runs(&[1, 1000, 1], 4), [0, 1, 1, 2, 3]);
+        // Parts weighed as nothing go by count; one process takes everything.
+        assert_eq!(cut_runs(&[0; 6], 3), [0, 2, 4, 6]);
+        assert_eq!(cut_runs(&[5, 9], 1), [0, 2]);
+        assert_eq!(cut_runs(&[], 2), [0, 0, 0]);
+        // A weight near u64::MAX does not overflow the sums.
+        assert_eq!(cut_runs(&[u64::MAX, u64::MAX, 1], 2), [0, 1, 3]);
+        // Rank r's run follows rank r - 1's, whatever the weights.
+        let weights: Vec<u64> = (0..200u64).map(|i| (i * 7919) % 1013).collect();
+        for processes in 1..40 {
+            let runs = cut_runs(&weights, processes);
+            assert_eq!(runs.len(), processes as usize + 1);
+            assert!(runs.windows(2).all(|w| w[0] <= w[1]), "{runs:?}");
+            assert_eq!((runs[0], runs[processes as usize]), (0, 200));
+        }
+    }
+
+    #[test]
+    fn a_dealt_share_takes_every_step_th_part() {
+        let share = Share::dealt(SPINE, 1, 3);
+        let taken: Vec<u64> = (0..8)
+            .filter(|_| share.takes_next())
+            .map(|_| share.seen() - 1)
+            .collect();
+        assert_eq!(taken, [1, 4, 7]);
+        assert!(
+            !share.first() && !share.tells_spine(),
+            "nothing above the parts"
+        );
     }
 
     /// Makes `count` directories `name0`, `name1`, ... in `dir`, each with a file.

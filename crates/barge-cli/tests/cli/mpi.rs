@@ -399,6 +399,46 @@ fn mpi_pack_into_its_own_tree_leaves_the_archive_out() {
     }
 }
 
+/// The ranks' shares are cut by weight, not by count of parts: a tree whose first part
+/// holds as many bytes as 64 of the others (split at the top, 130 parts) leaves that part
+/// to rank 0 alone, and the ranks' frames (`BARGE_SHARE_STATS`) come within a quarter of
+/// the most even cut possible, the mean or that part. Cut by count, rank 0 held it and 31
+/// more (1.5 times it).
+#[test]
+fn mpi_pack_shares_are_cut_by_weight() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    const FILE: usize = 64 << 10;
+    let data = vec![b'x'; FILE];
+    for d in 0..130 {
+        let dir = src.join(format!("d{d:03}"));
+        fs::create_dir_all(&dir).unwrap();
+        for f in 0..if d == 0 { 64 } else { 1 } {
+            fs::write(dir.join(format!("f{f}")), &data).unwrap();
+        }
+    }
+    let archive = work.path().join("ranks.barge");
+    let mut pack = mpi_by(Command::new("mpiexec"), "pack", &[&src], &[]);
+    pack.env("BARGE_SHARE_STATS", "1").arg("-o").arg(&archive);
+    let out = run_ok(&mut pack, None);
+    let stats = String::from_utf8_lossy(&out.stderr);
+    let frames: Vec<u64> = (stats.lines())
+        .filter_map(|line| line.strip_prefix("share: rank "))
+        .map(|line| {
+            let bytes = line.rsplit(", ").next().unwrap();
+            bytes.trim_end_matches(" bytes of frames").parse().unwrap()
+        })
+        .collect();
+    assert_eq!(frames.len(), 4, "a line a rank: {stats}");
+    let (all, most) = (frames.iter().sum::<u64>(), *frames.iter().max().unwrap());
+    let best = (all / 4).max(64 * FILE as u64);
+    assert!(
+        most <= best + best / 4,
+        "{most} of {all} on a rank: {stats}"
+    );
+    run_ok(barge(["verify"]).arg(&archive), None);
+}
+
 #[test]
 fn mpi_pack_refuses_stdout() {
     let work = tempdir();

@@ -1238,7 +1238,7 @@ mod tests {
     #[test]
     fn shares_put_together_are_an_archive_of_the_tree() {
         use crate::pack::share::{tail, HEADER};
-        use crate::share::{Share, SPINE};
+        use crate::share::{cut_runs, Share, SPINE};
         use std::io::{Read, Seek};
         let dir = tempfile::tempdir().unwrap();
         tree(dir.path());
@@ -1246,8 +1246,8 @@ mod tests {
         fs::write(dir.path().join("a/b/deep/er/x"), b"x").unwrap();
         fs::hard_link(dir.path().join("z/f003"), dir.path().join("a/b/deep/er/y")).unwrap();
         let plain = packed(dir.path(), |p| p.format(Format::V2)).0;
-        // 33 shares: the ninth begins at a/big, so it leaves a/b first. Split at the top,
-        // the parts are the root's entries.
+        // 33 shares: some begin inside a directory above the parts, which they leave
+        // first. Split at the top, the parts are the root's entries.
         let cases = [(1, None), (3, Some(3)), (4, None), (33, None)];
         let top = fs::read_dir(dir.path()).unwrap().count() as u64;
         let mut replanned = 0;
@@ -1267,20 +1267,27 @@ mod tests {
                     None => pack,
                 }
             };
-            let parts = pack().parts(split).unwrap();
+            let (parts, weights) = pack().weigh(split, 0, 1, 2).unwrap();
             // Every file (none deeper than 3 levels but in a/b/deep) and a/b/deep.
             let want = match split {
                 SPINE => 120 + 3 + 1 + 3 + 1,
                 _ => top,
             };
-            assert_eq!(parts, want);
+            assert_eq!((parts, weights.len() as u64), (want, want));
+            let runs = cut_runs(&weights, ranks);
             let (mut archive, mut indexes) = (HEADER.to_vec(), Vec::new());
             let (mut first, mut links) = (0, HashMap::new());
             for rank in 0..ranks {
-                let share = Share::new(rank, ranks, split, parts);
+                let share = Share::new(rank, split, &runs);
                 // One pack for the three steps, as pack --mpi has.
                 let pack = pack();
-                assert_eq!(pack.parts(split).unwrap(), parts);
+                let (again, mine) = pack.weigh(split, rank, ranks, 1).unwrap();
+                assert_eq!(again, parts);
+                let dealt = weights.iter().skip(rank as usize).step_by(ranks as usize);
+                assert!(
+                    mine.iter().eq(dealt),
+                    "rank {rank} of {ranks} weighs its own"
+                );
                 let mine = pack.plan_share(&share, 0, &Links::new()).unwrap();
                 let again = (!mine.holds_with(&links)).then(|| {
                     replanned += 1;
@@ -1335,7 +1342,7 @@ mod tests {
             );
             Pack::new(fd.unwrap())
         };
-        let share = Share::new(0, 1, 1, pack().parts(1).unwrap());
+        let share = Share::new(0, 1, &[0, pack().weigh(1, 0, 1, 1).unwrap().0]);
         let planned = pack().plan_share(&share, 0, &Links::new()).unwrap();
         let spool = tempfile::tempfile().unwrap();
         let links = Links::new();

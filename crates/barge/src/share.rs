@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use rustix::fs::{openat, statat, AtFlags, FileType, Mode};
 
+use crate::error::{Error, Result};
 use crate::sys::dir::{dirent_buffer, Listing};
 use crate::sys::DIR_FLAGS;
 
@@ -127,6 +128,8 @@ pub struct Share {
     /// The depth the tree is split at ([`split_depth`]).
     split: usize,
     parts: Range<u64>,
+    /// The number of parts the tree was cut into (that a walk must pass).
+    total: u64,
     /// The parts taken in `parts` are those whose number is `offset` modulo `step`.
     step: u64,
     offset: u64,
@@ -148,6 +151,7 @@ impl Share {
         Share {
             split,
             parts: first..end,
+            total: parts,
             step: 1,
             offset: 0,
             glue: first..end + u64::from(last),
@@ -162,6 +166,7 @@ impl Share {
         Share {
             split,
             parts: 0..u64::MAX,
+            total: u64::MAX,
             step,
             offset,
             glue: 0..0,
@@ -177,6 +182,23 @@ impl Share {
     /// How many parts the walk given this share has passed.
     pub fn seen(&self) -> u64 {
         self.seen.load(Relaxed)
+    }
+
+    /// After a walk: an error unless it passed as many parts as the tree was cut into (a
+    /// part that appeared or went since would be no process's, or two processes').
+    pub(crate) fn passed_all(&self) -> Result<()> {
+        match self.seen() == self.total {
+            true => Ok(()),
+            false => Err(Error::Argument {
+                arg: "the tree".into(),
+                problem: format!(
+                    "changed while it was packed: its top levels have {} parts where {} \
+                     were counted",
+                    self.seen(),
+                    self.total
+                ),
+            }),
+        }
     }
 
     /// Whether this share begins the archive (and writes its root's records).

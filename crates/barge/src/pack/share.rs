@@ -157,7 +157,9 @@ impl Pack<'_> {
         let root = self.shared_root()?;
         let prune = HashSet::new();
         let walk = self.walk(&prune).share(share);
-        v2::plan(settings, root_records, |planner| walk.run(root, planner))
+        let planned = v2::plan(settings, root_records, |planner| walk.run(root, planner))?;
+        share.passed_all()?;
+        Ok(planned)
     }
 
     /// Packs the frames of `share` into `out` (at its offset), as `planned`: its entries
@@ -185,6 +187,7 @@ impl Pack<'_> {
         let (summary, wrote) =
             self.run_shared(FdWriter(out, cancel), written, Some((share, sharing)))?;
         let (segs, rows) = wrote.expect("a shared pack says what it wrote");
+        share.passed_all()?;
         let changed = |what: String| Error::Argument {
             arg: "the tree".into(),
             problem: format!("changed while it was packed: {what}"),

@@ -1357,6 +1357,33 @@ mod tests {
         );
     }
 
+    /// A part that appears at the top between the cut and the plan, or the plan and the
+    /// pack, would be no share's: both fail.
+    #[test]
+    fn a_part_that_appeared_since_the_cut_fails_the_share() {
+        use crate::share::Share;
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("f"), b"first").unwrap();
+        let pack = || {
+            let fd = open(
+                dir.path(),
+                OFlags::DIRECTORY | OFlags::RDONLY,
+                Mode::empty(),
+            );
+            Pack::new(fd.unwrap())
+        };
+        let share = Share::new(0, 1, &[0, pack().weigh(1, 0, 1, 1).unwrap().0]);
+        let planned = pack().plan_share(&share, 0, &Links::new()).unwrap();
+        fs::write(dir.path().join("g"), b"new").unwrap();
+        let spool = tempfile::tempfile().unwrap();
+        let packed = pack().pack_share(&share, 0, &planned, &Links::new(), spool.as_fd());
+        let replanned = pack().plan_share(&share, 0, &Links::new());
+        for error in [packed.err(), replanned.err()] {
+            let error = error.expect("an error").to_string();
+            assert!(error.contains("2 parts where 1 were counted"), "{error}");
+        }
+    }
+
     /// Small segments: many of them, extents of the large file across them, hard links to
     /// entries of earlier segments; the same bytes on 1 and 4 threads, raw or zstd; the same
     /// tree as version 1 holds.

@@ -338,7 +338,7 @@ def disk(B, base, lin, peers, dd=DISK, tag="disk", short=False):
     facts["after"] = sample.facts(parent)
     with open(f"{OUT}/{tag}-facts.json", "w") as out:
         json.dump(facts, out, indent=1)
-    sh(f"rm -rf {dd} {fresh}")
+    sh(f"rm -rf {dd} {fresh}", timeout=600)
 
 
 def loop_disk(B, base, lin, peers):

@@ -17,20 +17,18 @@ ROWS picks the groups of rows to run (all by default), DISK_SYNC=0 leaves out th
 that time `sync`: a shorter run for a machine lent for less time.
 
 The disk rows also compare the barges built with another ext4 creator cap (prepare's
-EXT4_CAPS: kit/barge-ext4-N), copy into new directories beside the old ones (space never
-written; the other rows reuse the space the last run freed), record the file system's facts
+EXT4_CAPS: kit/barge-ext4-N), copy first into new directories beside the old ones (space
+never written; the other rows reuse the space the last run freed), record the file system's facts
 ($OUT/disk-facts.json: mount options, journal, discard, groups never used) and sample where
 the threads of the first round of each case wait or spin (sample.py: $OUT/samples/*.json and
 $OUT/samples.txt; SAMPLE=0: none). ROWS=loop (not in the default) runs fewer of them in a
 journaled ext4 in an image file on the same disk.
 """
-import fcntl
 import json
 import os
 import random
 import resource
 import shutil
-import struct
 import subprocess
 import sys
 import time
@@ -278,11 +276,12 @@ def net(B, src, D, clean):
 
 
 def disk(B, base, lin, peers, dd=DISK, tag="disk", short=False):
-    """cp and unpack from tmpfs onto the disk below `dd`: the copy removed, synced and the
-    caches dropped before each run (so each run reuses the space the last one freed, as a
-    copy made soon after a large delete does); with and without `sync` in the timing; then
-    copies into new directories (space never written, the usual case). `short`: fewer
-    cases (the journaled loop image)."""
+    """cp from tmpfs onto the disk below `dd`, first into new directories (space never
+    written, the usual case), then cp and unpack with the copy removed, synced and the
+    caches dropped before each run (each run reuses the space the last one freed, as a copy
+    made soon after a large delete does: ext4 without a journal skips the inodes freed in
+    the last minute), with and without `sync` in the timing. `short`: fewer cases (the
+    journaled loop image)."""
     drop = f"rm -rf {dd} && sync && echo 3 > /proc/sys/vm/drop_caches"
     parent = os.path.dirname(dd)
     say(sh(f"mkdir -p {parent} && df -hT {parent} | tail -1").stdout.strip())
@@ -304,6 +303,18 @@ def disk(B, base, lin, peers, dd=DISK, tag="disk", short=False):
                 *[(f"{c} cp", prep, f"{KIT}/{c} cp {lin} {into}{suffix}") for c in variants],
                 ("cp -a", prep, f"cp -a {lin} {into}{suffix}")]
 
+    # Space never written, first: each copy into a new directory, the old ones kept. Nothing
+    # was deleted before them; once something is, ext4 may put new directories in the groups
+    # it freed (they hold no directories), and the copies would reuse space after all.
+    fresh = f"{dd}-fresh"
+    cases = cps(f"{fresh}/$(ls {fresh} | wc -l)", "sync && echo 3 > /proc/sys/vm/drop_caches", few if short else caps)
+    room, need = shutil.disk_usage(parent).free, 2 * len(cases) * 1.2e9 * SCALE * 1.3 + 0.5e9
+    if room < need:
+        say(f"  {tag}: {room / 1e9:.1f} GB free of the {need / 1e9:.1f} needed: no copies into new directories")
+    else:
+        os.makedirs(fresh)
+        row(f"cp {tag}-fresh", "linux", cases, reps=2, sampler=sampler)
+    sh(f"rm -rf {fresh}", timeout=600)
     for suffix, op in (("", tag), (" && sync", f"{tag}+sync"))[:2 if DISK_SYNC else 1]:
         row(f"cp {op}", "linux", cps(dd, drop, few, suffix)
             + ([("cpz", drop, f"{peers['cpz']} {lin} {dd}{suffix}")] if "cpz" in peers and suffix else []),
@@ -315,30 +326,10 @@ def disk(B, base, lin, peers, dd=DISK, tag="disk", short=False):
             *[(f"{c} unpack", drop, f"{KIT}/{c} unpack {W}/linux.barge {dd}{suffix}") for c in few[:1]],
             ("tar -xf", f"{drop} && mkdir {dd}", f"tar -xf {W}/linux.tar -C {dd}{suffix}"),
         ], reps=2, sampler=sampler)
-    sh(f"rm -rf {dd} && sync")
-    # Space never written: each copy into a new directory, the old ones kept; their parent is
-    # marked a top directory (FS_TOPDIR_FL), so ext4 spreads its subdirectories over groups
-    # with more free space than average, as it does those of the root.
-    fresh = f"{dd}-fresh"
-    cases = cps(f"{fresh}/$(ls {fresh} | wc -l)", "sync && echo 3 > /proc/sys/vm/drop_caches", few if short else caps)
-    room, need = shutil.disk_usage(parent).free, 2 * len(cases) * 1.2e9 * SCALE * 1.3 + 0.5e9
-    if room < need:
-        say(f"  {tag}: {room / 1e9:.1f} GB free of the {need / 1e9:.1f} needed: no copies into new directories")
-    else:
-        os.makedirs(fresh)
-        fd = os.open(fresh, os.O_RDONLY)
-        try:
-            flags = bytearray(struct.pack("l", 0))
-            fcntl.ioctl(fd, 0x80086601, flags)  # FS_IOC_GETFLAGS
-            fcntl.ioctl(fd, 0x40086602, struct.pack("l", struct.unpack("l", flags)[0] | 0x20000))
-        except OSError as e:
-            say(f"  no top-directory flag: {e}")
-        os.close(fd)
-        row(f"cp {tag}-fresh", "linux", cases, reps=2, sampler=sampler)
+    sh(f"rm -rf {dd}")
     facts["after"] = sample.facts(parent)
     with open(f"{OUT}/{tag}-facts.json", "w") as out:
         json.dump(facts, out, indent=1)
-    sh(f"rm -rf {dd} {fresh}", timeout=600)
 
 
 def loop_disk(B, base, lin, peers):

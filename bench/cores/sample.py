@@ -186,10 +186,13 @@ class Tracer:
         self.dev_t = dev_t
         self.dir = f"{TRACING}/instances/barge-sample"
         self.fsdir = f"{TRACING}/instances/barge-sample-fs"
-        for d in (self.dir, self.fsdir):
-            if os.path.isdir(d):
-                os.rmdir(d)
-            os.mkdir(d)
+        try:
+            for d in (self.dir, self.fsdir):
+                if os.path.isdir(d):
+                    os.rmdir(d)
+                os.mkdir(d)
+        except OSError:
+            self.dir = None
 
     def put(self, path, text):
         try:
@@ -203,7 +206,8 @@ class Tracer:
         if not self.dir:
             return
         d, fs = self.dir, self.fsdir
-        self.put(f"{d}/buffer_size_kb", "8192")
+        # per CPU: room for a few seconds of spinning's contention events besides the ticks
+        self.put(f"{d}/buffer_size_kb", "16384")
         self.put(f"{d}/options/event-fork", "1")
         # this thread's children (the command) and theirs, not the sampling thread
         self.put(f"{d}/set_event_pid", str(os.getpid()))

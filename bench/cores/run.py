@@ -2,7 +2,7 @@
 """The many-cores rows (issue 32) in one run on a lent machine: no compiler, no network there.
 
     OUT=DIR [SCALE=1] [REPS=3] [LIMIT_S=450] [ROWS=unpack,cp,du,pack,net,cores,disk]
-        [DISK_SYNC=1] python3 bench/cores/run.py
+        [DISK_SYNC=1] [SAMPLE=1] python3 bench/cores/run.py
 
 Takes the static binaries in bench/cores/kit (bench/cores/prepare puts them there: barge,
 floor-cp, cpz, fcp, diskus, xcp, and barge-base, an earlier barge to compare with in the main
@@ -15,6 +15,14 @@ every row so that a run cut short still leaves what it measured; $OUT/log.txt ha
 SCALE=0.02 REPS=1 runs it all in seconds, to try a change here before spending machine time.
 ROWS picks the groups of rows to run (all by default), DISK_SYNC=0 leaves out the disk rows
 that time `sync`: a shorter run for a machine lent for less time.
+
+The disk rows also compare the barges built with another ext4 creator cap (prepare's
+EXT4_CAPS: kit/barge-ext4-N), copy first into new directories beside the old ones (space
+never written; the other rows reuse the space the last run freed), record the file system's facts
+($OUT/disk-facts.json: mount options, journal, discard, groups never used) and sample where
+the threads of the first round of each case wait or spin (sample.py: $OUT/samples/*.json and
+$OUT/samples.txt; SAMPLE=0: none). ROWS=loop (not in the default) runs fewer of them in a
+journaled ext4 in an image file on the same disk.
 """
 import json
 import os
@@ -25,6 +33,8 @@ import subprocess
 import sys
 import time
 
+import sample
+
 KIT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kit")
 OUT = os.environ.get("OUT", "/tmp/cores-out")
 SCALE = float(os.environ.get("SCALE", "1"))
@@ -34,6 +44,7 @@ W = os.environ.get("WORK", "/mnt/cores")
 DISK = os.environ.get("DISK_DIR", "/var/tmp/barge-cores")
 ROWS = set(os.environ.get("ROWS", "unpack,cp,du,pack,net,cores,disk").split(","))
 DISK_SYNC = os.environ.get("DISK_SYNC", "1") != "0"
+SAMPLE = os.environ.get("SAMPLE", "1") != "0"
 T0 = time.time()
 results = []
 os.makedirs(OUT, exist_ok=True)
@@ -64,8 +75,22 @@ def children_cpu():
     return u.ru_utime + u.ru_stime
 
 
-def timed_once(cmd):
-    """(wall seconds, CPU seconds) of one run of `cmd`, or None when it failed."""
+def timed_once(cmd, sampler=None, label=None):
+    """(wall seconds, CPU seconds) of one run of `cmd`, or None when it failed; with a
+    sampler, where its threads spent the time goes to $OUT/samples."""
+    if sampler:
+        cpu = children_cpu()
+        wall, _, summary = sampler.run(cmd)
+        cpu = children_cpu() - cpu
+        os.makedirs(f"{OUT}/samples", exist_ok=True)
+        with open(f"{OUT}/samples/{label.replace(' ', '_').replace('/', '_')}.json", "w") as f:
+            json.dump(summary, f, indent=1)
+        with open(f"{OUT}/samples.txt", "a") as f:
+            f.write(sample.table(label, summary) + "\n\n")
+        if wall is None:
+            say(f"  FAILED {cmd}: {summary.get('failed')}")
+            return None
+        return wall, cpu
     cpu = children_cpu()
     start = time.perf_counter()
     try:
@@ -80,9 +105,9 @@ def timed_once(cmd):
     return wall, children_cpu() - cpu
 
 
-def row(op, setname, cases, reps=REPS, cpus=None):
+def row(op, setname, cases, reps=REPS, cpus=None, sampler=None):
     """cases: (name, prepare, command); every case once per round, order reversed every other
-    round; `cpus` pins the commands with taskset."""
+    round; `cpus` pins the commands with taskset; `sampler` samples each case's first round."""
     got = {name: [] for name, _, _ in cases}
     for rnd in range(reps):
         for name, prep, cmd in cases if rnd % 2 == 0 else cases[::-1]:
@@ -91,7 +116,8 @@ def row(op, setname, cases, reps=REPS, cpus=None):
                 continue
             if prep:
                 sh(prep, timeout=300)
-            t = timed_once(f"taskset -c {cpus} {cmd}" if cpus else cmd)
+            t = timed_once(f"taskset -c {cpus} {cmd}" if cpus else cmd,
+                           sampler if rnd == 0 else None, f"{op} {setname} {name}")
             if t:
                 got[name].append(t)
     for name, runs in got.items():
@@ -213,6 +239,8 @@ def main():
         row("du", "linux", based("du", f"du {lin}"), reps=2, cpus=cpus)
     if "disk" in ROWS:
         disk(B, base, lin, peers)
+    if "loop" in ROWS:
+        loop_disk(B, base, lin, peers)
     say(f"done in {time.time() - T0:.0f} s")
     sh(f"umount {W}")
 
@@ -247,27 +275,77 @@ def net(B, src, D, clean):
     ], reps=2)
 
 
-def disk(B, base, lin, peers):
-    """cp and unpack from tmpfs onto the machine's own disk: the copy removed, synced and the
-    caches dropped before each run; with and without `sync` in the timing."""
-    dd = DISK
+def disk(B, base, lin, peers, dd=DISK, tag="disk", short=False):
+    """cp from tmpfs onto the disk below `dd`, first into new directories (space never
+    written, the usual case), then cp and unpack with the copy removed, synced and the
+    caches dropped before each run (each run reuses the space the last one freed, as a copy
+    made soon after a large delete does: ext4 without a journal skips the inodes freed in
+    the last minute), with and without `sync` in the timing. `short`: fewer cases (the
+    journaled loop image)."""
     drop = f"rm -rf {dd} && sync && echo 3 > /proc/sys/vm/drop_caches"
-    say(sh(f"mkdir -p {os.path.dirname(dd)} && df -hT {os.path.dirname(dd)} | tail -1").stdout.strip())
-    for suffix, op in (("", "disk"), (" && sync", "disk+sync"))[:2 if DISK_SYNC else 1]:
-        # the default (2 threads into ext4) against other counts, to check that choice
-        row(f"cp {op}", "linux", [
-            ("barge cp", drop, f"{B} cp {lin} {dd}{suffix}"),
-            *([("barge-base cp", drop, f"{base} cp {lin} {dd}{suffix}")] if base else []),
-            *[(f"barge cp -j {j}", drop, f"{B} cp -j {j} {lin} {dd}{suffix}") for j in (1, 4, 16)],
-            ("cp -a", drop, f"cp -a {lin} {dd}{suffix}"),
-        ] + ([("cpz", drop, f"{peers['cpz']} {lin} {dd}{suffix}")] if "cpz" in peers and suffix else []), reps=2)
+    parent = os.path.dirname(dd)
+    say(sh(f"mkdir -p {parent} && df -hT {parent} | tail -1").stdout.strip())
+    facts = {"before": sample.facts(parent)}
+    f, sb = facts["before"], facts["before"].get("superblock") or {}
+    say(f"{tag}: {f['mount']}; ext4 {' '.join(f.get('ext4_options') or [])}; journal {f.get('has_journal')}; "
+        f"groups {sb.get('groups')} {sb.get('group_flags')}; queue {f.get('queue')}")
+    sampler = sample.Sampler(dd) if SAMPLE else None
+    # barges built with another creator cap into ext4 (prepare's EXT4_CAPS): all in the
+    # copies into new directories, 1 and none (64) in the others
+    caps = sorted((n for n in os.listdir(KIT) if n.startswith("barge-ext4-")), key=lambda n: int(n.split("-")[-1]))
+    few = [c for c in caps if c.endswith(("-1", "-64"))]
+
+    def cps(into, prep, variants, suffix=""):
+        """The default (2 threads creating into ext4), other thread counts and caps, cp -a."""
+        return [("barge cp", prep, f"{B} cp {lin} {into}{suffix}"),
+                *([("barge-base cp", prep, f"{base} cp {lin} {into}{suffix}")] if base and not short else []),
+                *[(f"barge cp -j {j}", prep, f"{B} cp -j {j} {lin} {into}{suffix}") for j in ((1,) if short else (1, 2))],
+                *[(f"{c} cp", prep, f"{KIT}/{c} cp {lin} {into}{suffix}") for c in variants],
+                ("cp -a", prep, f"cp -a {lin} {into}{suffix}")]
+
+    # Space never written, first: each copy into a new directory, the old ones kept. Nothing
+    # was deleted before them; once something is, ext4 may put new directories in the groups
+    # it freed (they hold no directories), and the copies would reuse space after all.
+    fresh = f"{dd}-fresh"
+    cases = cps(f"{fresh}/$(ls {fresh} | wc -l)", "sync && echo 3 > /proc/sys/vm/drop_caches", few if short else caps)
+    room, need = shutil.disk_usage(parent).free, 2 * len(cases) * 1.2e9 * SCALE * 1.3 + 0.5e9
+    if room < need:
+        say(f"  {tag}: {room / 1e9:.1f} GB free of the {need / 1e9:.1f} needed: no copies into new directories")
+    else:
+        os.makedirs(fresh)
+        row(f"cp {tag}-fresh", "linux", cases, reps=2, sampler=sampler)
+    sh(f"rm -rf {fresh}", timeout=600)
+    for suffix, op in (("", tag), (" && sync", f"{tag}+sync"))[:2 if DISK_SYNC else 1]:
+        row(f"cp {op}", "linux", cps(dd, drop, few, suffix)
+            + ([("cpz", drop, f"{peers['cpz']} {lin} {dd}{suffix}")] if "cpz" in peers and suffix else []),
+            reps=2, sampler=sampler)
         row(f"unpack {op}", "linux", [
             ("barge unpack", drop, f"{B} unpack {W}/linux.barge {dd}{suffix}"),
-            *([("barge-base unpack", drop, f"{base} unpack {W}/linux.barge {dd}{suffix}")] if base else []),
+            *([("barge-base unpack", drop, f"{base} unpack {W}/linux.barge {dd}{suffix}")] if base and not short else []),
             ("barge unpack --engine sync", drop, f"{B} unpack --engine sync {W}/linux.barge {dd}{suffix}"),
+            *[(f"{c} unpack", drop, f"{KIT}/{c} unpack {W}/linux.barge {dd}{suffix}") for c in few[:1]],
             ("tar -xf", f"{drop} && mkdir {dd}", f"tar -xf {W}/linux.tar -C {dd}{suffix}"),
-        ], reps=2)
+        ], reps=2, sampler=sampler)
     sh(f"rm -rf {dd}")
+    facts["after"] = sample.facts(parent)
+    with open(f"{OUT}/{tag}-facts.json", "w") as out:
+        json.dump(facts, out, indent=1)
+
+
+def loop_disk(B, base, lin, peers):
+    """The disk rows, fewer cases, in a journaled ext4 (mkfs.ext4's defaults) in an image
+    file on the machine's disk: the usual ext4, where the machine's own may differ."""
+    img, mnt = f"{DISK}-j.img", f"{DISK}-j"
+    sh(f"umount {mnt}; rm -f {img}")
+    os.makedirs(mnt, exist_ok=True)
+    made = sh(f"truncate -s {max(4, int(24 * SCALE))}G {img} && mkfs.ext4 -q -F {img} && mount -o loop {img} {mnt}")
+    if made.returncode != 0:
+        say(f"  no loop image: {made.stderr.strip()[-300:]}")
+        return
+    try:
+        disk(B, base, lin, peers, dd=f"{mnt}/dest", tag="loop-ext4", short=True)
+    finally:
+        sh(f"umount {mnt} && rm -f {img}")
 
 
 if __name__ == "__main__":

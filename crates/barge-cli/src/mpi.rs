@@ -52,10 +52,8 @@ use crate::cp::{plan, report, CpArgs, Plan, Printer};
 use crate::report::{failure, shown_path, shows_progress, warn, with_progress, Exit, Known, Total};
 use crate::OutputArgs;
 
-/// The longest the ranks wait between two sums of their progress (they start at a
-/// millisecond, so that a small copy does not wait for the sum that ends it): a step's end
-/// is seen this late at most, on each of the copy's steps (docs/BENCHMARKS.md, "cp --mpi
-/// against dcp").
+/// The longest the ranks wait between two sums of their progress while their work goes on
+/// ([`together`]; docs/BENCHMARKS.md, "cp --mpi against dcp").
 const TICK: Duration = Duration::from_millis(20);
 
 /// The longest a rank sleeps between two tests of a collective call it waits for
@@ -192,9 +190,12 @@ impl Job<'_> {
         });
         let share = self.step(|| run(Part::Rank { rank, ranks, split }));
         let mut done = whole(world, share)?;
-        let names = my_links(world, linked.take_deferred(), rank, ranks, &mut done);
-        let links = self.step(|| cp.run_links(src, dest, &names, linked, self.progress, printer));
-        done.add(&whole(world, links)?);
+        // No rank with names of files of several links: no step for them.
+        if let Some(names) = my_links(world, linked.take_deferred(), rank, ranks, &mut done) {
+            let links =
+                self.step(|| cp.run_links(src, dest, &names, linked, self.progress, printer));
+            done.add(&whole(world, links)?);
+        }
         let files = all_wide(world, linked.take_wide());
         if !files.is_empty() {
             done.add(&wide(
@@ -265,7 +266,8 @@ fn whole<T, E: Into<anyhow::Error>>(
 
 /// Runs `work` on a thread of its own while this thread sums every rank's progress into
 /// `summed` (what rank 0 shows), until the work of every rank is done: a barrier that
-/// keeps the progress line going.
+/// keeps the progress line going. A rank whose work is done sums again at once and waits
+/// in that sum, so that the last rank's end is seen when it comes, not a tick later.
 fn together<T: Send>(
     world: &SimpleCommunicator,
     progress: &Progress,
@@ -274,13 +276,14 @@ fn together<T: Send>(
 ) -> T {
     let done = AtomicBool::new(false);
     let ranks = world.size() as u64;
+    let summing = std::thread::current();
     std::thread::scope(|scope| {
         let worker = scope.spawn(|| {
             let result = work();
             done.store(true, Relaxed);
+            summing.unpark();
             result
         });
-        let mut tick = Duration::from_millis(1);
         loop {
             let mine = [
                 progress.entries(),
@@ -296,8 +299,10 @@ fn together<T: Send>(
             if sums[2] == ranks {
                 break;
             }
-            std::thread::sleep(tick);
-            tick = (tick * 2).min(TICK);
+            if !done.load(Relaxed) {
+                // Woken early by the work's end (or spuriously: one more sum).
+                std::thread::park_timeout(TICK);
+            }
         }
         worker
             .join()
@@ -319,16 +324,16 @@ fn settle<'a, D: ?Sized, S: Scope<'a>>(mut request: Request<'a, D, S>) {
 }
 
 /// The names of files of several links that this rank copies and links: every rank's
-/// `deferred` names, gathered, those of the files [`link_owner`] gives this rank, by file.
-/// Names that cannot be sent (over 2 GiB of them on one rank) are counted in `done` as
-/// errors.
+/// `deferred` names, gathered, those of the files [`link_owner`] gives this rank, by file;
+/// `None` on every rank where no rank has any. Names that cannot be sent (over 2 GiB of
+/// them on one rank) are counted in `done` as errors.
 fn my_links(
     world: &SimpleCommunicator,
     deferred: Vec<Deferred>,
     rank: u32,
     ranks: u32,
     done: &mut CpSummary,
-) -> Vec<Vec<u8>> {
+) -> Option<Vec<Vec<u8>>> {
     let mut bytes = Vec::new();
     for ((dev, ino), path) in &deferred {
         for n in [*dev, *ino, path.len() as u64] {
@@ -345,6 +350,9 @@ fn my_links(
         bytes.clear();
     }
     let all = all_bytes(world, &bytes);
+    if all.is_empty() {
+        return None;
+    }
     let mut mine = Vec::new();
     let mut rest = &all[..];
     while !rest.is_empty() {
@@ -357,7 +365,7 @@ fn my_links(
         }
     }
     mine.sort_unstable();
-    mine.into_iter().map(|(_, path)| path).collect()
+    Some(mine.into_iter().map(|(_, path)| path).collect())
 }
 
 /// Every rank's large files left to the wide copy, on every rank, in one order.

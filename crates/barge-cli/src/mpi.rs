@@ -1,7 +1,7 @@
 //! The `mpi` feature: `cp --mpi`, `pack --mpi` and `unpack --mpi`, the ranks of an MPI job
 //! sharing one copy or one archive.
 //!
-//! `barge cp --mpi`: the ranks of an MPI job share one copy. Each rank
+//! `barge cp --mpi`: the ranks of an MPI job share one copy, one SRC after another. Each rank
 //! copies the parts of SRC that hash to it ([`Part::Rank`]); then every rank's names of
 //! files of several links are gathered, and each such file is copied and linked by the one
 //! rank its device and inode hash to ([`link_owner`]), so that its names stay one file;
@@ -28,7 +28,9 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
-use barge::cp::{link_owner, CpReport, CpSummary, Deferred, Linked, Part, Wide, WIDE_CHUNK};
+use barge::cp::{
+    link_owner, Cp, CpReport, CpSummary, Deferred, Linked, Part, Verified, Wide, WIDE_CHUNK,
+};
 use barge::interrupt::Cancel;
 use barge::pack::share::{tail, Links, HEADER};
 use barge::pack::{Pack, PackSummary};
@@ -48,32 +50,27 @@ use barge::root::Confinement;
 use barge::unpack::{LandSummary, Unpack};
 
 use crate::archive::{shared_pack, told_packed, told_unpacked, PackArgs, SharedPack};
-use crate::cp::{plan, report, CpArgs, Plan};
+use crate::cp::{plan, report, CpArgs, Plan, Printer};
 use crate::report::{failure, shown_path, shows_progress, warn, with_progress, Exit, Known, Total};
 use crate::OutputArgs;
 
-/// The longest the ranks wait between two sums of their progress (they start at a
-/// millisecond, so that a small copy does not wait for the sum that ends it): a step's end
-/// is seen this late at most, on each of the copy's steps (docs/BENCHMARKS.md, "cp --mpi
-/// against dcp").
+/// The longest the ranks wait between two sums of their progress while their work goes on
+/// ([`together`]; docs/BENCHMARKS.md, "cp --mpi against dcp").
 const TICK: Duration = Duration::from_millis(20);
 
 /// The longest a rank sleeps between two tests of a collective call it waits for
 /// ([`settle`]): how late it sees the last rank come, at most.
 const NAP: Duration = Duration::from_millis(1);
 
-/// `mpiexec -n N barge-mpi cp --mpi SRC DEST`.
+/// `mpiexec -n N barge-mpi cp --mpi SRC... DEST`: the SRCs one after the other, as a plain
+/// copy takes them, the ranks sharing each.
 pub fn cp(args: &CpArgs, cancel: &Cancel) -> Result<Exit> {
     let (universe, _) = mpi::initialize_with_threading(Threading::Funneled)
         .ok_or_else(|| anyhow!("MPI was initialized already"))?;
     let world = universe.world();
-    let (rank, ranks) = (world.rank() as u32, world.size() as u32);
-    let planned = plan(args, cancel).and_then(|plan| match plan.targets.len() {
-        1 => Ok(plan),
-        _ => bail!("--mpi copies one SRC (copy the others in jobs of their own)"),
-    });
+    let rank = world.rank() as u32;
     // Every rank plans alike; an error is told once.
-    let Some(planned) = whole(&world, planned) else {
+    let Some(planned) = whole(&world, plan(args, cancel)) else {
         return Ok(Exit::Error);
     };
     let Plan {
@@ -81,63 +78,39 @@ pub fn cp(args: &CpArgs, cancel: &Cancel) -> Result<Exit> {
         targets,
         exclude,
         printer,
-        ..
+        counted,
     } = planned;
-    let (src, dest) = &targets[0];
-    let progress = Progress::default();
-    let summed = Progress::default();
+    let (progress, summed) = (Progress::default(), Progress::default());
+    // Names of one file in several SRCs stay linked, as with cp -a.
     let linked = Linked::default();
-    let run = |part: Part| {
-        cp.clone()
-            .part(part)
-            .run_linked(src, dest, &linked, &progress, &printer)
+    let job = Job {
+        world: &world,
+        cp: &cp,
+        linked: &linked,
+        progress: &progress,
+        summed: &summed,
+        printer: &printer,
     };
-    let copy = || -> Option<CpSummary> {
-        let on_0 = |part| match rank {
-            0 => run(part),
-            _ => Ok(CpSummary::default()),
-        };
-        if !std::fs::symlink_metadata(src).is_ok_and(|meta| meta.is_dir()) {
-            return whole(
-                &world,
-                together(&world, &progress, &summed, || on_0(Part::Whole)),
-            );
+    let mut copied = Vec::new();
+    let copy = || {
+        let mut done = CpSummary::default();
+        for (src, dest) in &targets {
+            let one = job.copy(src, dest);
+            let failed = one.is_none();
+            // A SRC that failed as a whole (unreachable, DEST refused) counts one error;
+            // the others are still copied, unless the job was interrupted.
+            let mut mine = one.unwrap_or_default();
+            mine.counts.errors += u64::from(failed && rank == 0);
+            let all = sum(&world, &mine);
+            done.add(&all);
+            if !failed {
+                copied.push((src, dest));
+            }
+            if all.stopped || (failed && any(&world, cancel.is_cancelled())) {
+                break;
+            }
         }
-        // SRC unopened splits anywhere: the copy says why.
-        let split = agreed_split(&world, || {
-            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-            rustix::fs::openat(CWD, src, flags, Mode::empty())
-                .map_or(SPINE, |root| split_depth(root.as_fd(), ranks))
-        });
-        let share = together(&world, &progress, &summed, || {
-            run(Part::Rank { rank, ranks, split })
-        });
-        let mut done = whole(&world, share)?;
-        let names = my_links(&world, linked.take_deferred(), rank, ranks, &mut done);
-        let links = together(&world, &progress, &summed, || {
-            cp.run_links(src, dest, &names, &linked, &progress, &printer)
-        });
-        done.add(&whole(&world, links)?);
-        let files = all_wide(&world, linked.take_wide());
-        if !files.is_empty() {
-            let step =
-                |work: &(dyn Fn() -> CpSummary + Sync)| together(&world, &progress, &summed, work);
-            done.add(&wide(
-                &world,
-                &files,
-                step,
-                |i| (i % ranks as usize) as u32 == rank,
-                &cp,
-                src,
-                dest,
-                &linked,
-                &progress,
-                &printer,
-            ));
-        }
-        let spine = together(&world, &progress, &summed, || on_0(Part::Spine { split }));
-        done.add(&whole(&world, spine)?);
-        Some(done)
+        done
     };
     let mut out = args.out();
     out.no_progress |= rank != 0;
@@ -145,42 +118,120 @@ pub fn cp(args: &CpArgs, cancel: &Cancel) -> Result<Exit> {
     let (done, elapsed) = std::thread::scope(|scope| {
         if shows_progress(out) {
             let _ = std::thread::Builder::new().spawn_scoped(scope, || {
-                total.count(std::slice::from_ref(src), exclude, args.one_file_system)
+                total.count(&counted, exclude, args.one_file_system)
             });
         }
         with_progress(out, &summed, || total.known(), copy)
     });
-    // A copy that failed as a whole (SRC or DEST unreachable) counts one error.
-    let done = done.unwrap_or_else(|| {
-        let mut failed = CpSummary::default();
-        failed.counts.errors = u64::from(rank == 0);
-        failed
+    // Rank 0 reads the copies back; every rank learns whether it found a difference.
+    let verified = (args.verify && rank == 0 && !done.stopped).then(|| {
+        copied
+            .iter()
+            .try_fold(Verified::default(), |mut all, (src, dest)| {
+                let checked = cp.verify(src, dest, &printer)?;
+                all.files += checked.files;
+                all.bytes += checked.bytes;
+                all.differences += checked.differences;
+                anyhow::Ok(all)
+            })
     });
-    let done = sum(&world, &done);
-    // Rank 0 reads the copy back; every rank learns whether it found a difference.
-    let verified = (args.verify && rank == 0 && !done.stopped)
-        .then(|| cp.verify(src, dest, &printer))
-        .transpose();
     let differs = verified
         .as_ref()
-        .map_or(true, |v| v.is_some_and(|v| v.differences > 0));
-    let (differs, mut any_differs) = (u64::from(differs), 0u64);
-    mpi::request::scope(|scope| {
-        let op = SystemOperation::sum();
-        settle(world.immediate_all_reduce_into(scope, &differs, &mut any_differs, op));
-    });
+        .is_some_and(|v| v.as_ref().map_or(true, |v| v.differences > 0));
+    let any_differs = any(&world, differs);
     if rank != 0 {
-        let fine = done.counts.errors == 0 && any_differs == 0 && !done.stopped;
+        let fine = done.counts.errors == 0 && !any_differs && !done.stopped;
         return Ok(if fine { Exit::Success } else { Exit::Error });
     }
-    let verified = verified?.unwrap_or_default();
-    if done.stopped {
+    let verified = verified.transpose()?.unwrap_or_default();
+    if let (true, Some((_, dest))) = (done.stopped, copied.last()) {
         bail!(
             "copy into {} stopped: it can take no more",
             shown_path(dest)
         );
     }
     Ok(report(args, &done, &verified, elapsed))
+}
+
+/// What the steps of each SRC's copy share on a rank.
+struct Job<'a> {
+    world: &'a SimpleCommunicator,
+    cp: &'a Cp,
+    linked: &'a Linked,
+    /// This rank's progress, and every rank's summed (what rank 0 shows).
+    progress: &'a Progress,
+    summed: &'a Progress,
+    printer: &'a Printer,
+}
+
+impl Job<'_> {
+    /// Copies `src` as `dest`, the ranks sharing it: each copies the parts that hash to it,
+    /// then the files of several links by their owners, then the large files by ranges,
+    /// then rank 0 the directories above the parts. This rank's summary, or `None` on every
+    /// rank where it failed as a whole on any (told once).
+    fn copy(&self, src: &Path, dest: &Path) -> Option<CpSummary> {
+        let (world, cp, linked, printer) = (self.world, self.cp, self.linked, self.printer);
+        let (rank, ranks) = (world.rank() as u32, world.size() as u32);
+        let run = |part: Part| {
+            cp.clone()
+                .part(part)
+                .run_linked(src, dest, linked, self.progress, printer)
+        };
+        let on_0 = |part| match rank {
+            0 => run(part),
+            _ => Ok(CpSummary::default()),
+        };
+        if !std::fs::symlink_metadata(src).is_ok_and(|meta| meta.is_dir()) {
+            return whole(world, self.step(|| on_0(Part::Whole)));
+        }
+        // SRC unopened splits anywhere: the copy says why.
+        let split = agreed_split(world, || {
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            rustix::fs::openat(CWD, src, flags, Mode::empty())
+                .map_or(SPINE, |root| split_depth(root.as_fd(), ranks))
+        });
+        let share = self.step(|| run(Part::Rank { rank, ranks, split }));
+        let mut done = whole(world, share)?;
+        // No rank with names of files of several links: no step for them.
+        if let Some(names) = my_links(world, linked.take_deferred(), rank, ranks, &mut done) {
+            let links =
+                self.step(|| cp.run_links(src, dest, &names, linked, self.progress, printer));
+            done.add(&whole(world, links)?);
+        }
+        let files = all_wide(world, linked.take_wide());
+        if !files.is_empty() {
+            done.add(&wide(
+                world,
+                &files,
+                |work: &(dyn Fn() -> CpSummary + Sync)| self.step(work),
+                |i| (i % ranks as usize) as u32 == rank,
+                cp,
+                src,
+                dest,
+                linked,
+                self.progress,
+                printer,
+            ));
+        }
+        let spine = self.step(|| on_0(Part::Spine { split }));
+        done.add(&whole(world, spine)?);
+        Some(done)
+    }
+
+    /// Runs `work` on every rank together ([`together`]).
+    fn step<T: Send>(&self, work: impl FnOnce() -> T + Send) -> T {
+        together(self.world, self.progress, self.summed, work)
+    }
+}
+
+/// Whether `yes` on any rank, on every rank.
+fn any(world: &SimpleCommunicator, yes: bool) -> bool {
+    let (mine, mut sum) = (u64::from(yes), 0u64);
+    mpi::request::scope(|scope| {
+        let op = SystemOperation::sum();
+        settle(world.immediate_all_reduce_into(scope, &mine, &mut sum, op));
+    });
+    sum > 0
 }
 
 /// The depth every rank splits the tree at ([`barge::share::split_depth`]): rank 0's
@@ -217,7 +268,8 @@ fn whole<T, E: Into<anyhow::Error>>(
 
 /// Runs `work` on a thread of its own while this thread sums every rank's progress into
 /// `summed` (what rank 0 shows), until the work of every rank is done: a barrier that
-/// keeps the progress line going.
+/// keeps the progress line going. A rank whose work is done sums again at once and waits
+/// in that sum, so that the last rank's end is seen when it comes, not a tick later.
 fn together<T: Send>(
     world: &SimpleCommunicator,
     progress: &Progress,
@@ -226,13 +278,14 @@ fn together<T: Send>(
 ) -> T {
     let done = AtomicBool::new(false);
     let ranks = world.size() as u64;
+    let summing = std::thread::current();
     std::thread::scope(|scope| {
         let worker = scope.spawn(|| {
             let result = work();
             done.store(true, Relaxed);
+            summing.unpark();
             result
         });
-        let mut tick = Duration::from_millis(1);
         loop {
             let mine = [
                 progress.entries(),
@@ -248,8 +301,10 @@ fn together<T: Send>(
             if sums[2] == ranks {
                 break;
             }
-            std::thread::sleep(tick);
-            tick = (tick * 2).min(TICK);
+            if !done.load(Relaxed) {
+                // Woken early by the work's end (or spuriously: one more sum).
+                std::thread::park_timeout(TICK);
+            }
         }
         worker
             .join()
@@ -271,16 +326,16 @@ fn settle<'a, D: ?Sized, S: Scope<'a>>(mut request: Request<'a, D, S>) {
 }
 
 /// The names of files of several links that this rank copies and links: every rank's
-/// `deferred` names, gathered, those of the files [`link_owner`] gives this rank, by file.
-/// Names that cannot be sent (over 2 GiB of them on one rank) are counted in `done` as
-/// errors.
+/// `deferred` names, gathered, those of the files [`link_owner`] gives this rank, by file;
+/// `None` on every rank where no rank has any. Names that cannot be sent (over 2 GiB of
+/// them on one rank) are counted in `done` as errors.
 fn my_links(
     world: &SimpleCommunicator,
     deferred: Vec<Deferred>,
     rank: u32,
     ranks: u32,
     done: &mut CpSummary,
-) -> Vec<Vec<u8>> {
+) -> Option<Vec<Vec<u8>>> {
     let mut bytes = Vec::new();
     for ((dev, ino), path) in &deferred {
         for n in [*dev, *ino, path.len() as u64] {
@@ -297,6 +352,9 @@ fn my_links(
         bytes.clear();
     }
     let all = all_bytes(world, &bytes);
+    if all.is_empty() {
+        return None;
+    }
     let mut mine = Vec::new();
     let mut rest = &all[..];
     while !rest.is_empty() {
@@ -309,7 +367,7 @@ fn my_links(
         }
     }
     mine.sort_unstable();
-    mine.into_iter().map(|(_, path)| path).collect()
+    Some(mine.into_iter().map(|(_, path)| path).collect())
 }
 
 /// Every rank's large files left to the wide copy, on every rank, in one order.
@@ -344,7 +402,7 @@ fn wide(
     files: &[Wide],
     step: impl Fn(&(dyn Fn() -> CpSummary + Sync)) -> CpSummary,
     mine: impl Fn(usize) -> bool + Sync,
-    cp: &barge::cp::Cp,
+    cp: &Cp,
     src: &std::path::Path,
     dest: &std::path::Path,
     linked: &Linked,

@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::common::{
-    as_nobody, barge, bin, file, is_root, require_root, run_ok, skipped, spawn, tempdir,
+    as_nobody, barge, bin, file, is_root, require_root, run, run_ok, skipped, spawn, tempdir,
     wait_output,
 };
 use crate::cp::assert_equal_trees;
@@ -180,6 +180,53 @@ fn a_tree_split_at_the_top_is_copied_whole() {
     let again = summary(&mut mpi_cp(&[&src.join(""), &ranks], &["-a", "-u"]));
     assert_eq!(again["files"], 0, "{again}");
     assert_equal_trees(&plain, &ranks, "after cp --mpi -a -u");
+}
+
+#[test]
+fn several_srcs_are_copied_as_by_the_plain_copy() {
+    let work = tempdir();
+    let (tree, flat) = (work.path().join("tree"), work.path().join("flat"));
+    shallow_tree(&tree);
+    fs::create_dir(&flat).unwrap();
+    file(&flat.join("inside"), b"contents only", 0o644);
+    // One file of names in two SRCs: the copies stay linked, as with cp -a A B DEST.
+    fs::hard_link(tree.join("d000/f0"), flat.join("linked")).unwrap();
+    let single = work.path().join("single");
+    file(&single, b"a file SRC", 0o600);
+    let missing = work.path().join("missing");
+    let srcs = [tree.as_path(), &flat.join(""), &single, &missing];
+    let copy = |cmd: &mut Command, dest: &Path| {
+        fs::create_dir(dest).unwrap();
+        let out = run(cmd.args(srcs).arg(dest), None);
+        assert_eq!(out.status.code(), Some(1), "{cmd:?}: {out:?}");
+        let told = String::from_utf8_lossy(&out.stderr).into_owned();
+        let text = String::from_utf8_lossy(&out.stdout);
+        (serde_json::from_str::<Value>(&text).unwrap(), told)
+    };
+    let plain = work.path().join("plain");
+    let (plain_done, _) = copy(&mut barge(["cp", "-a", "--json"]), &plain);
+    let ranks = work.path().join("ranks");
+    let (done, told) = copy(&mut mpi_cp(&[], &["-a"]), &ranks);
+    // DEST's own time is when the last SRC went in.
+    for dest in [&plain, &ranks] {
+        crate::common::set_mtime(dest, 1_000_000_000, 0);
+    }
+    assert_equal_trees(&plain, &ranks, "cp --mpi SRC... vs cp SRC...");
+    assert_eq!(
+        told.matches("missing").count(),
+        1,
+        "the missing SRC named once: {told}"
+    );
+    assert_eq!(done["errors"], 1, "{done}");
+    for field in ["dirs", "files", "bytes", "hard_links"] {
+        assert_eq!(
+            done[field], plain_done[field],
+            "{field}: {done} vs {plain_done}"
+        );
+    }
+    assert!(ranks.join("inside").is_file() && ranks.join("single").is_file());
+    let linked = fs::metadata(ranks.join("linked")).unwrap();
+    assert_eq!(linked.nlink(), 5, "one file across the SRCs and the ranks");
 }
 
 /// The processes below `pid` whose name is `name`.

@@ -177,12 +177,21 @@ impl Job<'_> {
                 .part(part)
                 .run_linked(src, dest, linked, self.progress, printer)
         };
-        let on_0 = |part| match rank {
-            0 => run(part),
-            _ => Ok(CpSummary::default()),
+        let on = |by: u32, part| match rank == by {
+            true => run(part),
+            false => Ok(CpSummary::default()),
         };
-        if !std::fs::symlink_metadata(src).is_ok_and(|meta| meta.is_dir()) {
-            return whole(world, self.step(|| on_0(Part::Whole)));
+        let meta = std::fs::symlink_metadata(src);
+        if !meta.as_ref().is_ok_and(|meta| meta.is_dir()) {
+            // A file of several links is copied by the rank that links its names in the
+            // directory SRCs (as in their step for such files), so that they stay one file.
+            let by = match meta {
+                Ok(meta) if meta.is_file() && meta.nlink() > 1 => {
+                    link_owner((0, meta.ino()), ranks)
+                }
+                _ => 0,
+            };
+            return whole(world, self.step(|| on(by, Part::Whole)));
         }
         // SRC unopened splits anywhere: the copy says why.
         let split = agreed_split(world, || {
@@ -213,7 +222,7 @@ impl Job<'_> {
                 printer,
             ));
         }
-        let spine = self.step(|| on_0(Part::Spine { split }));
+        let spine = self.step(|| on(0, Part::Spine { split }));
         done.add(&whole(world, spine)?);
         Some(done)
     }

@@ -7,7 +7,7 @@
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
@@ -193,11 +193,22 @@ fn several_srcs_are_copied_as_by_the_plain_copy() {
     fs::hard_link(tree.join("d000/f0"), flat.join("linked")).unwrap();
     let single = work.path().join("single");
     file(&single, b"a file SRC", 0o600);
+    // File SRCs with another name in a directory SRC: each stays one file too, whichever
+    // rank links that name.
+    let pairs: Vec<PathBuf> = (0..6)
+        .map(|i| work.path().join(format!("pair{i}")))
+        .collect();
+    for (i, pair) in pairs.iter().enumerate() {
+        file(pair, format!("pair {i}").as_bytes(), 0o644);
+        fs::hard_link(pair, flat.join(format!("pair{i}-too"))).unwrap();
+    }
     let missing = work.path().join("missing");
-    let srcs = [tree.as_path(), &flat.join(""), &single, &missing];
+    let mut srcs = vec![tree.clone(), flat.join(""), single.clone()];
+    srcs.extend(pairs.iter().cloned());
+    srcs.push(missing);
     let copy = |cmd: &mut Command, dest: &Path| {
         fs::create_dir(dest).unwrap();
-        let out = run(cmd.args(srcs).arg(dest), None);
+        let out = run(cmd.args(&srcs).arg(dest), None);
         assert_eq!(out.status.code(), Some(1), "{cmd:?}: {out:?}");
         let told = String::from_utf8_lossy(&out.stderr).into_owned();
         let text = String::from_utf8_lossy(&out.stdout);
@@ -227,6 +238,18 @@ fn several_srcs_are_copied_as_by_the_plain_copy() {
     assert!(ranks.join("inside").is_file() && ranks.join("single").is_file());
     let linked = fs::metadata(ranks.join("linked")).unwrap();
     assert_eq!(linked.nlink(), 5, "one file across the SRCs and the ranks");
+    for i in 0..pairs.len() {
+        let (a, b) = (
+            ranks.join(format!("pair{i}")),
+            ranks.join(format!("pair{i}-too")),
+        );
+        let (a, b) = (fs::metadata(a).unwrap(), fs::metadata(b).unwrap());
+        assert_eq!(
+            (a.ino(), a.nlink()),
+            (b.ino(), 2),
+            "pair{i} and pair{i}-too"
+        );
+    }
 }
 
 /// The processes below `pid` whose name is `name`.

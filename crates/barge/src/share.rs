@@ -122,7 +122,7 @@ pub fn cut_runs(weights: &[u64], processes: u32) -> Vec<u64> {
 /// up to its last part (after the last part of all, for the process that has it). The
 /// shares of processes 0, 1, ... follow each other in the archive. A walk given a share
 /// ([`crate::walk::Walk::share`]) announces only those, and counts the parts it passes.
-/// A share that weighs parts ([`Share::dealt`]) takes every `step`-th of them instead.
+/// A share that weighs parts takes every `step`-th of them instead.
 #[derive(Debug)]
 pub struct Share {
     /// The depth the tree is split at ([`split_depth`]).

@@ -70,7 +70,7 @@ pub struct Shared {
 impl Pack<'_> {
     /// The tree's parts, split at depth `split` ([`crate::share`]), as a walk finds them
     /// (every process finds the same in a tree that does not change meanwhile), and the
-    /// weights ([`Weigher`]) of those numbered `process`, `process + processes`, ... in
+    /// weights (bytes and entries) of those numbered `process`, `process + processes`, ... in
     /// that order, weighed on `threads` threads that each walk every `threads`-th of them.
     pub fn weigh(
         &self,

@@ -1327,23 +1327,27 @@ mod tests {
         );
     }
 
+    /// A pack of the directory `dir`.
+    fn pack_of(dir: &Path) -> Pack<'static> {
+        Pack::new(open(dir, OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()).unwrap())
+    }
+
+    /// The share of one process of all `dir` (`pack --mpi -n 1`), and its plan.
+    fn whole_share(dir: &Path) -> (crate::share::Share, Planned) {
+        let parts = pack_of(dir).weigh(1, 0, 1, 1).unwrap().0;
+        let share = crate::share::Share::new(0, 1, &[0, parts]);
+        let planned = pack_of(dir).plan_share(&share, 0, &Links::new()).unwrap();
+        (share, planned)
+    }
+
     /// A file that grew between the plan of its share and the pack, as the same number of
     /// entries, fails the pack: its frames no longer fit where the plan put them.
     #[test]
     fn a_share_whose_file_grew_since_its_plan_fails() {
-        use crate::share::Share;
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join("f"), b"before").unwrap();
-        let pack = || {
-            let fd = open(
-                dir.path(),
-                OFlags::DIRECTORY | OFlags::RDONLY,
-                Mode::empty(),
-            );
-            Pack::new(fd.unwrap())
-        };
-        let share = Share::new(0, 1, &[0, pack().weigh(1, 0, 1, 1).unwrap().0]);
-        let planned = pack().plan_share(&share, 0, &Links::new()).unwrap();
+        let pack = || pack_of(dir.path());
+        let (share, planned) = whole_share(dir.path());
         let spool = tempfile::tempfile().unwrap();
         let links = Links::new();
         let same = pack().pack_share(&share, 0, &planned, &links, spool.as_fd());
@@ -1361,19 +1365,10 @@ mod tests {
     /// pack, would be no share's: both fail.
     #[test]
     fn a_part_that_appeared_since_the_cut_fails_the_share() {
-        use crate::share::Share;
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join("f"), b"first").unwrap();
-        let pack = || {
-            let fd = open(
-                dir.path(),
-                OFlags::DIRECTORY | OFlags::RDONLY,
-                Mode::empty(),
-            );
-            Pack::new(fd.unwrap())
-        };
-        let share = Share::new(0, 1, &[0, pack().weigh(1, 0, 1, 1).unwrap().0]);
-        let planned = pack().plan_share(&share, 0, &Links::new()).unwrap();
+        let pack = || pack_of(dir.path());
+        let (share, planned) = whole_share(dir.path());
         fs::write(dir.path().join("g"), b"new").unwrap();
         let spool = tempfile::tempfile().unwrap();
         let packed = pack().pack_share(&share, 0, &planned, &Links::new(), spool.as_fd());

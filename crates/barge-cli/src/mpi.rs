@@ -633,12 +633,11 @@ pub fn unpack(
     out.no_progress |= rank != 0;
     let size = input.size();
     let work = || -> Option<LandSummary> {
-        let segments = shared.share(rank, ranks);
+        // Each rank lands on its share of the node's cores.
+        let threads = Work::Cores.threads() / world.split_shared(0).size().max(1) as usize;
         let landed = together(&world, &progress, &summed, || {
-            let root = root
-                .try_clone()
-                .context("cannot open the destination again")?;
-            anyhow::Ok(shared.land(root, segments, &progress)?)
+            let on = (rank, ranks);
+            anyhow::Ok(shared.land_on(&root, on, threads as u32, &progress)?)
         });
         let mut landed = whole(&world, landed)?;
         landed.summary.hard_links += whole(&world, shared.link(&root, &landed))?;

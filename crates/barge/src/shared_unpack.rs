@@ -13,6 +13,7 @@ use std::ops::Range;
 use std::os::fd::{AsFd, OwnedFd};
 
 use rustix::fs::{linkat, openat, AtFlags, Mode};
+use rustix::io::fcntl_dupfd_cloexec;
 
 use crate::error::{Error, Result, TreePath};
 use crate::format::index::{Index, RowKind};
@@ -37,7 +38,7 @@ pub struct SharedUnpack<'a> {
     pub(crate) cancel: Cancel,
 }
 
-/// What one process landed ([`SharedUnpack::land`]).
+/// What one process landed ([`SharedUnpack::land_on`]).
 #[derive(Debug, Default)]
 pub struct Landed {
     /// Its counts (its waiting hard links not yet among them).
@@ -85,14 +86,46 @@ impl SharedUnpack<'_> {
         )
     }
 
-    /// Lands the `segments` below `root` (the destination, which every process opened),
-    /// reporting to `progress`.
-    pub fn land(
+    /// Lands the segments of process `rank` of `ranks` below `root` (the destination,
+    /// which every process opened) on `threads` threads, each landing a run of its own as
+    /// if `ranks * threads` processes shared the archive; reports to `progress`.
+    pub fn land_on(
         &self,
-        root: OwnedFd,
-        segments: Range<usize>,
+        root: &OwnedFd,
+        (rank, ranks): (u32, u32),
+        threads: u32,
         progress: &Progress,
     ) -> Result<Landed> {
+        let threads = threads.max(1);
+        let landed: Vec<Result<Landed>> = std::thread::scope(|scope| {
+            let landers: Vec<_> = (0..threads)
+                .map(|t| {
+                    let segments = self.share(rank * threads + t, ranks * threads);
+                    let root = fcntl_dupfd_cloexec(root, 0)
+                        .map_err(|e| Error::io("dup directory", TreePath::default(), e));
+                    scope.spawn(move || self.land(root?, segments, progress))
+                })
+                .collect();
+            landers
+                .into_iter()
+                .map(|lander| lander.join().expect("no panics"))
+                .collect()
+        });
+        let mut all = Landed::default();
+        for landed in landed {
+            let landed = landed?;
+            all.summary.add_entries(&landed.summary);
+            all.summary.dirs += landed.summary.dirs;
+            all.summary.root_mode = all.summary.root_mode.or(landed.summary.root_mode);
+            all.dirs.extend(landed.dirs);
+            all.links.extend(landed.links);
+        }
+        Ok(all)
+    }
+
+    /// Lands the `segments` below `root` (the destination, which every process opened),
+    /// reporting to `progress`.
+    fn land(&self, root: OwnedFd, segments: Range<usize>, progress: &Progress) -> Result<Landed> {
         let setup = Setup::new(self.policy, self.cancel.clone());
         let mut sink = Ranked {
             land: SyncLander::new(root, setup),

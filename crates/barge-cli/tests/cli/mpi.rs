@@ -615,7 +615,8 @@ fn a_job_with_a_rank_killed_in_a_large_file_is_finished_by_update() {
 /// `mpiexec -n 4 barge unpack --mpi` of a plain `pack --format 2` archive (a segment or
 /// two) and of a `pack --mpi` one (a run of segments per rank), raw and zstd, lands the
 /// tree the plain unpack lands: hard links across the ranks' segments, xattrs, times and
-/// modes of the directories (given by rank 0 once all are done), the summed counts.
+/// modes of the directories (given by rank 0 once all are done), the summed counts; so does
+/// one rank whose threads share the segments.
 #[test]
 fn mpi_unpack_equals_the_plain_unpack() {
     let work = tempdir();
@@ -632,12 +633,26 @@ fn mpi_unpack_equals_the_plain_unpack() {
         let mut unpack = barge(["unpack", "--json"]);
         let plain_out = run_ok(unpack.arg(&plain).arg(&expected), None);
         let plain_done: Value = serde_json::from_slice(&plain_out.stdout).unwrap();
-        for archive in [&plain, &shared] {
+        // One rank too: its threads (one a core) share its segments as ranks do.
+        let one_rank = || {
+            let mut mpiexec = Command::new("mpiexec");
+            mpiexec.args(["-n", "1"]).arg(bin());
+            mpiexec.args(["unpack", "--mpi", "--json"]);
+            mpiexec
+        };
+        let jobs = [(&plain, None), (&shared, None), (&shared, Some(one_rank()))];
+        for (archive, job) in jobs {
             let dest = work.path().join(format!("ranks-{name}"));
             let _ = fs::remove_dir_all(&dest);
-            let mut unpack = mpi_by(Command::new("mpiexec"), "unpack", &[archive, &dest], &[]);
+            let mut unpack = match job {
+                Some(mut job) => {
+                    job.arg(archive).arg(&dest);
+                    job
+                }
+                None => mpi_by(Command::new("mpiexec"), "unpack", &[archive, &dest], &[]),
+            };
             let done = summary(&mut unpack);
-            let what = format!("unpack --mpi {} vs unpack", archive.display());
+            let what = format!("unpack --mpi {} vs unpack ({unpack:?})", archive.display());
             assert_equal_trees(&expected, &dest, &what);
             let linked = fs::metadata(dest.join("p0/q0/r/s/f1")).unwrap();
             assert_eq!(linked.nlink(), 5, "one file across the ranks' segments");

@@ -633,11 +633,9 @@ pub fn unpack(
     out.no_progress |= rank != 0;
     let size = input.size();
     let work = || -> Option<LandSummary> {
-        // Each rank lands on its share of the node's cores.
-        let threads = Work::Cores.threads() / world.split_shared(0).size().max(1) as usize;
+        let threads = cores_of_mine(&world) as u32;
         let landed = together(&world, &progress, &summed, || {
-            let on = (rank, ranks);
-            anyhow::Ok(shared.land_on(&root, on, threads as u32, &progress)?)
+            anyhow::Ok(shared.land_on(&root, (rank, ranks), threads, &progress)?)
         });
         let mut landed = whole(&world, landed)?;
         landed.summary.hard_links += whole(&world, shared.link(&root, &landed))?;
@@ -664,6 +662,12 @@ pub fn unpack(
         told_unpacked(out, &landed, &confinement, elapsed);
     }
     Ok(Exit::Success)
+}
+
+/// This rank's share of its node's cores (the ranks on one node split them evenly; at
+/// least one): the threads it weighs a pack's parts or lands its segments on.
+fn cores_of_mine(world: &SimpleCommunicator) -> usize {
+    (Work::Cores.threads() / world.split_shared(0).size().max(1) as usize).max(1)
 }
 
 /// NFS's `f_type` in statfs(2) (`NFS_SUPER_MAGIC`).
@@ -847,8 +851,7 @@ fn pack_into(
     // Every rank walks the top levels: they must find the same parts.
     // A tree unopened splits anywhere: counting its parts says why.
     let split = agreed_split(world, || pack.split_depth(ranks).unwrap_or(SPINE));
-    // This rank weighs its parts on its share of the node's cores.
-    let threads = Work::Cores.threads() / world.split_shared(0).size().max(1) as usize;
+    let threads = cores_of_mine(world);
     let (parts, mine) = whole(world, pack.weigh(split, rank, ranks, threads))?;
     let mut all = vec![0u64; ranks as usize];
     world.all_gather_into(&parts, &mut all[..]);

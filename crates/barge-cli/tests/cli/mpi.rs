@@ -34,8 +34,13 @@ fn mpi_cp_by(cmd: Command, args: &[&Path], extra: &[&str]) -> Command {
 }
 
 /// `mpiexec -n 4 barge COMMAND --mpi --json EXTRA ARGS` run by `cmd`.
-fn mpi_by(mut cmd: Command, command: &str, args: &[&Path], extra: &[&str]) -> Command {
-    cmd.args(["-n", RANKS])
+fn mpi_by(cmd: Command, command: &str, args: &[&Path], extra: &[&str]) -> Command {
+    mpi_on(RANKS, cmd, command, args, extra)
+}
+
+/// [`mpi_by`] with `ranks` ranks.
+fn mpi_on(ranks: &str, mut cmd: Command, command: &str, args: &[&Path], extra: &[&str]) -> Command {
+    cmd.args(["-n", ranks])
         .arg(bin())
         .args([command, "--mpi", "--json"]);
     cmd.args(extra).args(args);
@@ -634,23 +639,11 @@ fn mpi_unpack_equals_the_plain_unpack() {
         let plain_out = run_ok(unpack.arg(&plain).arg(&expected), None);
         let plain_done: Value = serde_json::from_slice(&plain_out.stdout).unwrap();
         // One rank too: its threads (one a core) share its segments as ranks do.
-        let one_rank = || {
-            let mut mpiexec = Command::new("mpiexec");
-            mpiexec.args(["-n", "1"]).arg(bin());
-            mpiexec.args(["unpack", "--mpi", "--json"]);
-            mpiexec
-        };
-        let jobs = [(&plain, None), (&shared, None), (&shared, Some(one_rank()))];
-        for (archive, job) in jobs {
+        for (archive, ranks) in [(&plain, RANKS), (&shared, RANKS), (&shared, "1")] {
             let dest = work.path().join(format!("ranks-{name}"));
             let _ = fs::remove_dir_all(&dest);
-            let mut unpack = match job {
-                Some(mut job) => {
-                    job.arg(archive).arg(&dest);
-                    job
-                }
-                None => mpi_by(Command::new("mpiexec"), "unpack", &[archive, &dest], &[]),
-            };
+            let mpiexec = Command::new("mpiexec");
+            let mut unpack = mpi_on(ranks, mpiexec, "unpack", &[archive, &dest], &[]);
             let done = summary(&mut unpack);
             let what = format!("unpack --mpi {} vs unpack ({unpack:?})", archive.display());
             assert_equal_trees(&expected, &dest, &what);

@@ -904,10 +904,12 @@ fn pack_into(
         let weight: u64 = weights[first as usize..end as usize].iter().sum();
         let total: u64 = weights.iter().sum();
         let bytes = shared.bytes;
-        eprintln!(
+        // One write, so that the ranks' lines do not interleave on a shared stderr.
+        let line = format!(
             "share: rank {rank}: parts {first}..{end} of {parts}, weight {weight} of {total}, \
-             {bytes} bytes of frames"
+             {bytes} bytes of frames\n"
         );
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
     }
     let (at, end) = planned_place.unwrap_or_else(|| placed(shared.bytes));
     if let Some(spool) = &spool {

@@ -11,14 +11,15 @@
 //!
 //! `barge unpack --mpi`: see [`unpack`].
 //!
-//! `barge pack --mpi`: each rank weighs the parts dealt to it (every rank-th: bytes and
-//! entries), the weights are gathered on every rank, and each plans the run of parts that
-//! [`cut_runs`] gives it, runs of about equal weight ([`barge::pack::share`]); the lengths
-//! of their frames, summed by `MPI_Exscan`, say where each rank writes its own into the
-//! archive that rank 0 created with the header (with zstd, whose lengths are known only
-//! once compressed, each rank packs into a file of its own, copied into place once the
-//! lengths are summed); rank 0 then writes the index and the footer (from every
-//! rank's segments and rows, gathered) and renames the archive into place.
+//! `barge pack --mpi`: each rank plans the parts dealt to it (every rank-th), each apart:
+//! entries, length stored raw and files of several links; the plans are gathered on every
+//! rank, and each takes the run of parts that [`cut_runs`] gives it, runs of about equal
+//! weight, whose plans sum to its own ([`barge::pack::share`]); the lengths of the runs'
+//! frames, summed by `MPI_Exscan`, say where each rank writes its own into the archive that
+//! rank 0 created with the header (with zstd, whose lengths are known only once
+//! compressed, each rank packs into a file of its own, copied into place once the lengths
+//! are summed); rank 0 then writes the index and the footer (from every rank's segments and
+//! rows, gathered) and renames the archive into place.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
@@ -32,7 +33,7 @@ use barge::cp::{
     link_owner, Cp, CpReport, CpSummary, Deferred, Linked, Part, Verified, Wide, WIDE_CHUNK,
 };
 use barge::interrupt::Cancel;
-use barge::pack::share::{tail, Links, HEADER};
+use barge::pack::share::{plan_run, tail, PartPlan, HEADER};
 use barge::pack::{Pack, PackSummary};
 use barge::share::{cut_runs, split_depth, Share, SPINE};
 use barge::threads::Work;
@@ -807,7 +808,9 @@ fn pack_shared(
     };
     let packed = whole(world, made)
         .and_then(|()| whole(world, opened()))
-        .and_then(|(archive, pack)| pack_into(world, pack, progress, summed, &archive, dir));
+        .and_then(|(archive, pack)| {
+            pack_into(world, pack, progress, summed, &archive, dir, zstd.is_none())
+        });
     let Some((summary, index, end)) = packed else {
         gone();
         return None;
@@ -846,13 +849,14 @@ fn pack_into(
     summed: &Progress,
     archive: &OwnedFd,
     dir: &Path,
+    raw: bool,
 ) -> Option<(PackSummary, Vec<u8>, u64)> {
     let (rank, ranks) = (world.rank() as u32, world.size() as u32);
     // Every rank walks the top levels: they must find the same parts.
     // A tree unopened splits anywhere: counting its parts says why.
     let split = agreed_split(world, || pack.split_depth(ranks).unwrap_or(SPINE));
     let threads = cores_of_mine(world);
-    let (parts, mine) = whole(world, pack.weigh(split, rank, ranks, threads))?;
+    let (parts, mine) = whole(world, pack.plan_parts(split, rank, ranks, threads))?;
     let mut all = vec![0u64; ranks as usize];
     world.all_gather_into(&parts, &mut all[..]);
     let parts = whole(
@@ -864,21 +868,20 @@ fn pack_into(
             )),
         },
     )?;
-    let weights = all_weights(world, &mine, parts);
+    let plans = whole(world, all_plans(world, &mine, parts))?;
+    let weights: Vec<u64> = plans
+        .iter()
+        .take(parts as usize)
+        .map(PartPlan::weight)
+        .collect();
     let runs = cut_runs(&weights, ranks);
     let share = Share::new(rank, split, &runs);
-    let planned = whole(world, pack.plan_share(&share, 0, &Links::new()))?;
-    let first = exclusive_sum(world, planned.entries);
-    let links = earlier_links(world, &planned.links, first);
-    // A file of several links named first here but also earlier is a hard link here: its
-    // frames are shorter than planned.
-    let planned = whole(
-        world,
-        match planned.bytes.is_some() && !planned.holds_with(&links) {
-            true => pack.plan_share(&share, first, &links),
-            false => Ok(planned),
-        },
-    )?;
+    let units = share.units();
+    let run = plan_run(&plans, units.start as usize..units.end as usize, raw);
+    // A part that names first a file of several links that one before it names too has
+    // shorter frames than planned (a hard link there): the run is planned again.
+    let planned = whole(world, pack.plan_share_of(&share, &run))?;
+    let (first, links) = (run.first, run.earlier);
     // Where the shares' frames go (this rank's and the end of all), by their lengths.
     let placed = |bytes: u64| {
         let mut all = 0u64;
@@ -920,21 +923,49 @@ fn pack_into(
     Some((shared.summary, shared.index, end))
 }
 
-/// The weights of all `parts`, in order, on every rank, from each rank's weights of the
-/// parts dealt to it (`mine`: rank r weighs parts r, r + ranks, ...).
-fn all_weights(world: &SimpleCommunicator, mine: &[u64], parts: u64) -> Vec<u64> {
-    let bytes: Vec<u8> = mine.iter().flat_map(|w| w.to_le_bytes()).collect();
+/// The plans of all parts (one for a tree without `parts`), in order, on every rank, from
+/// each rank's plans of the parts dealt to it (`mine`: rank r plans parts r, r + ranks, ...).
+fn all_plans(world: &SimpleCommunicator, mine: &[PartPlan], parts: u64) -> Result<Vec<PartPlan>> {
+    let mut bytes = Vec::new();
+    for plan in mine {
+        for n in [plan.entries, plan.bytes, plan.links.len() as u64] {
+            bytes.extend(n.to_le_bytes());
+        }
+        for &((dev, ino), number) in &plan.links {
+            bytes.extend([dev, ino, number].iter().flat_map(|n| n.to_le_bytes()));
+        }
+    }
+    // Every rank learns whether they fit in one gather (under 2 GiB), or none gathers.
+    let mut total = 0u64;
+    world.all_reduce_into(&(bytes.len() as u64), &mut total, SystemOperation::sum());
+    if i32::try_from(total).is_err() {
+        bail!("the plans of the tree's parts ({total} bytes) are too large to share in one gather");
+    }
     let all = all_bytes(world, &bytes);
-    let (ranks, mut rest) = (world.size() as u64, &all[..]);
-    let dealt: Vec<Vec<u64>> = (0..ranks)
+    let (ranks, units, mut rest) = (world.size() as u64, parts.max(1), &all[..]);
+    let mut dealt: Vec<std::vec::IntoIter<PartPlan>> = (0..ranks)
         .map(|r| {
-            let count = parts.saturating_sub(r).div_ceil(ranks);
-            (0..count).map(|_| number(&mut rest)).collect()
+            let count = units.saturating_sub(r).div_ceil(ranks);
+            let plans: Vec<PartPlan> = (0..count)
+                .map(|_| {
+                    let (entries, bytes, links) =
+                        (number(&mut rest), number(&mut rest), number(&mut rest));
+                    let links = (0..links)
+                        .map(|_| ((number(&mut rest), number(&mut rest)), number(&mut rest)))
+                        .collect();
+                    PartPlan {
+                        entries,
+                        bytes,
+                        links,
+                    }
+                })
+                .collect();
+            plans.into_iter()
         })
         .collect();
-    (0..parts)
-        .map(|i| dealt[(i % ranks) as usize][(i / ranks) as usize])
-        .collect()
+    Ok((0..units)
+        .map(|i| dealt[(i % ranks) as usize].next().expect("dealt"))
+        .collect())
 }
 
 /// The sum of `n` over the ranks before this one (`MPI_Exscan`).
@@ -946,30 +977,6 @@ fn exclusive_sum(world: &SimpleCommunicator, n: u64) -> u64 {
         0 => 0,
         _ => sum,
     }
-}
-
-/// The files of several links whose first names are in the shares of the ranks before this
-/// one: every rank's `links` (entry numbers from its `first`), gathered; the lowest number
-/// of each file.
-fn earlier_links(world: &SimpleCommunicator, links: &Links, first: u64) -> Links {
-    let mine: Vec<u64> = (links.iter())
-        .flat_map(|(&(dev, ino), &n)| [dev, ino, first + n])
-        .collect();
-    let mut counts = vec![0i32; world.size() as usize];
-    world.all_gather_into(&(mine.len() as i32), &mut counts[..]);
-    let mut all = vec![0u64; counts.iter().map(|&n| n as usize).sum()];
-    let starts = starts(&counts);
-    let before = starts[world.rank() as usize] as usize;
-    world.all_gather_varcount_into(
-        &mine[..],
-        &mut PartitionMut::new(&mut all[..], counts, starts),
-    );
-    let mut earlier = Links::new();
-    // Ranks in order: the first number kept is the lowest.
-    for link in all[..before].chunks_exact(3) {
-        earlier.entry((link[0], link[1])).or_insert(link[2]);
-    }
-    earlier
 }
 
 /// Every rank's `bytes`, on rank 0 (`None` elsewhere).

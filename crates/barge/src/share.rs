@@ -21,6 +21,12 @@ use crate::sys::DIR_FLAGS;
 /// source tree's hundreds of directories, and listing them on every process costs little.
 pub const SPINE: usize = 3;
 
+/// The most entries other than directories, one after the other in a directory at or
+/// above the split depth, that are one part of a [`Share`] (each is a part of its own for
+/// `cp --mpi`): `pack --mpi` cuts a segment where a part begins, and a segment of one small
+/// file costs a job of its own (linux at depth 2: 1,116 of 1,724 parts were files).
+pub const FILES_A_PART: usize = 64;
+
 /// The directories a process that [`split_depth`] wants at the split depth: parts hashed
 /// to processes even out only where each gets many (a linux tree's 24 top directories,
 /// drivers/ a third of its files, would leave one of two processes far more than half).
@@ -116,26 +122,25 @@ pub fn cut_runs(weights: &[u64], processes: u32) -> Vec<u64> {
     runs
 }
 
-/// The share of one process of a pack that several write together (`pack --mpi`): the
-/// parts numbered `parts` (in walk order, which is archive order), and the entries above
-/// the parts (directories entered and left) that come after the part before its first and
-/// up to its last part (after the last part of all, for the process that has it). The
-/// shares of processes 0, 1, ... follow each other in the archive. A walk given a share
+/// The share of one process of a pack that several write together (`pack --mpi`). The
+/// tree's parts (in walk order, which is archive order; up to [`FILES_A_PART`] entries
+/// other than directories in a row one part) are the units of the shares: each
+/// with the directories above the parts (entered and left) that follow it up to the next
+/// part, the first part also with those before it (the whole tree is one unit where it
+/// has no parts). A share takes the units numbered `units` (the parts [`cut_runs`] gives
+/// a process, whose shares follow each other in the archive) or, to plan them
+/// ([`crate::pack::Pack::plan_parts`]), every `step`-th of them. A walk given a share
 /// ([`crate::walk::Walk::share`]) announces only those, and counts the parts it passes.
-/// A share that weighs parts takes every `step`-th of them instead.
 #[derive(Debug)]
 pub struct Share {
     /// The depth the tree is split at ([`split_depth`]).
     split: usize,
-    parts: Range<u64>,
-    /// The number of parts the tree was cut into (that a walk must pass).
-    total: u64,
-    /// The parts taken in `parts` are those whose number is `offset` modulo `step`.
+    units: Range<u64>,
+    /// The units taken in `units` are those whose number is `offset` modulo `step`.
     step: u64,
     offset: u64,
-    /// The counts of parts begun before a directory above the parts is entered or left, at
-    /// which this process announces it.
-    glue: Range<u64>,
+    /// The number of parts the tree was cut into (that a walk must pass).
+    total: u64,
     /// Parts begun so far in the walk.
     seen: AtomicU64,
 }
@@ -145,31 +150,31 @@ impl Share {
     /// that begin at `runs` (one a process, then the number of parts: [`cut_runs`]).
     pub fn new(rank: u32, split: usize, runs: &[u64]) -> Share {
         let (first, end) = (runs[rank as usize], runs[rank as usize + 1]);
-        let parts = *runs.last().expect("runs end with the number of parts");
-        // The last part's owner writes what follows it; process 0 all of a tree without parts.
-        let last = end == parts && (first < end || (parts == 0 && rank == 0));
+        let total = *runs.last().expect("runs end with the number of parts");
+        // A tree without parts is one unit, process 0's.
+        let units = match (total, rank) {
+            (0, 0) => 0..1,
+            _ => first..end,
+        };
         Share {
             split,
-            parts: first..end,
-            total: parts,
+            units,
             step: 1,
             offset: 0,
-            glue: first..end + u64::from(last),
+            total,
             seen: AtomicU64::new(0),
         }
     }
 
-    /// The parts numbered `offset`, `offset + step`, ... of a tree split at depth `split`,
-    /// with nothing above them: to weigh them ([`crate::pack::Pack::weigh`]); a walk with it
-    /// counts every part ([`Share::seen`]).
+    /// The units numbered `offset`, `offset + step`, ... of a tree split at depth `split`:
+    /// to plan them apart ([`crate::pack::Pack::plan_parts`]).
     pub(crate) fn dealt(split: usize, offset: u64, step: u64) -> Share {
         Share {
             split,
-            parts: 0..u64::MAX,
-            total: u64::MAX,
+            units: 0..u64::MAX,
             step,
             offset,
-            glue: 0..0,
+            total: u64::MAX,
             seen: AtomicU64::new(0),
         }
     }
@@ -201,9 +206,19 @@ impl Share {
         }
     }
 
+    /// The units (parts) it takes, those of its run.
+    pub fn units(&self) -> Range<u64> {
+        self.units.clone()
+    }
+
+    /// Whether the unit numbered `unit` is this share's.
+    fn takes(&self, unit: u64) -> bool {
+        self.units.contains(&unit) && unit % self.step == self.offset
+    }
+
     /// Whether this share begins the archive (and writes its root's records).
     pub fn first(&self) -> bool {
-        self.glue.contains(&0)
+        self.takes(0)
     }
 
     /// A walk begins: no part passed yet (one walk at a time takes a share).
@@ -213,14 +228,13 @@ impl Share {
 
     /// A part begins: whether it is this share's.
     pub(crate) fn takes_next(&self) -> bool {
-        let part = self.seen.fetch_add(1, Relaxed);
-        self.parts.contains(&part) && part % self.step == self.offset
+        self.takes(self.seen.fetch_add(1, Relaxed))
     }
 
     /// Whether a directory above the parts, entered or left now, is this share's to
-    /// announce.
+    /// announce: whether the unit of the last part begun (the first, before any) is.
     pub(crate) fn tells_spine(&self) -> bool {
-        self.glue.contains(&self.seen())
+        self.takes(self.seen().saturating_sub(1))
     }
 }
 
@@ -233,29 +247,62 @@ mod tests {
 
     use super::*;
 
+    /// What `share` takes of a walk of `parts` parts with a directory above the parts
+    /// entered or left before each and after the last: the parts, and the number of
+    /// parts begun at each of those it announces.
+    fn taken(share: &Share, parts: u64) -> (Vec<u64>, Vec<u64>) {
+        let (mut taken, mut spine) = (Vec::new(), Vec::new());
+        share.restart();
+        for part in 0..=parts {
+            if share.tells_spine() {
+                spine.push(share.seen());
+            }
+            if part < parts && share.takes_next() {
+                taken.push(part);
+            }
+        }
+        (taken, spine)
+    }
+
     #[test]
     fn parts_are_split_in_runs_that_follow_each_other() {
-        // Parts of equal weight, cut by weight: by count.
-        let shares = |ranks: u32, parts: usize| -> Vec<(Range<u64>, Range<u64>)> {
+        // Parts of equal weight, cut by weight: by count. Each run has what is above the
+        // parts after each of its parts, the first also what comes before the first part.
+        let shares = |ranks: u32, parts: usize| -> Vec<(Vec<u64>, Vec<u64>)> {
             let runs = cut_runs(&vec![7; parts], ranks);
             (0..ranks)
-                .map(|r| Share::new(r, SPINE, &runs))
-                .map(|s| (s.parts, s.glue))
+                .map(|r| taken(&Share::new(r, SPINE, &runs), parts as u64))
                 .collect()
         };
-        assert_eq!(shares(2, 5), [(0..2, 0..2), (2..5, 2..6)]);
-        // Fewer parts than processes: some have none, and no glue.
+        let none = (vec![], vec![]);
+        assert_eq!(
+            shares(2, 5),
+            [(vec![0, 1], vec![0, 1, 2]), (vec![2, 3, 4], vec![3, 4, 5])]
+        );
+        // Fewer parts than processes: some have none.
         assert_eq!(
             shares(4, 2),
-            [(0..0, 0..0), (0..1, 0..1), (1..1, 1..1), (1..2, 1..3)]
+            [
+                none.clone(),
+                (vec![0], vec![0, 1]),
+                none.clone(),
+                (vec![1], vec![2])
+            ]
         );
         // No part at all: process 0 writes everything.
-        assert_eq!(shares(3, 0), [(0..0, 0..1), (0..0, 0..0), (0..0, 0..0)]);
-        assert_eq!(shares(1, 7), [(0..7, 0..8)]);
-        // An empty run after the last part leaves its glue to the run before.
+        assert_eq!(
+            shares(3, 0),
+            [(vec![], vec![0]), none.clone(), none.clone()]
+        );
+        assert_eq!(shares(1, 3), [(vec![0, 1, 2], vec![0, 1, 2, 3])]);
+        // An empty run after the last part: what follows it is the run before's.
         let runs = [0, 2, 2];
-        assert_eq!(Share::new(0, SPINE, &runs).glue, 0..3);
-        assert_eq!(Share::new(1, SPINE, &runs).glue, 2..2);
+        assert_eq!(
+            taken(&Share::new(0, SPINE, &runs), 2),
+            (vec![0, 1], vec![0, 1, 2])
+        );
+        assert_eq!(taken(&Share::new(1, SPINE, &runs), 2), none);
+        assert!(Share::new(0, SPINE, &runs).first() && !Share::new(1, SPINE, &runs).first());
         assert_eq!(place(1, true, SPINE), Place::Spine);
         assert_eq!(place(SPINE, true, SPINE), Place::Part);
         assert_eq!(place(1, false, SPINE), Place::Part);
@@ -294,17 +341,16 @@ mod tests {
     }
 
     #[test]
-    fn a_dealt_share_takes_every_step_th_part() {
+    fn a_dealt_share_takes_every_step_th_unit() {
         let share = Share::dealt(SPINE, 1, 3);
-        let taken: Vec<u64> = (0..8)
-            .filter(|_| share.takes_next())
-            .map(|_| share.seen() - 1)
-            .collect();
-        assert_eq!(taken, [1, 4, 7]);
-        assert!(
-            !share.first() && !share.tells_spine(),
-            "nothing above the parts"
-        );
+        assert_eq!(taken(&share, 8), (vec![1, 4, 7], vec![2, 5, 8]));
+        assert!(!share.first());
+        // The first unit has what comes before the first part; in a tree without parts,
+        // all of it.
+        let share = Share::dealt(SPINE, 0, 2);
+        assert_eq!(taken(&share, 3), (vec![0, 2], vec![0, 1, 3]));
+        assert_eq!(taken(&share, 0), (vec![], vec![0]));
+        assert!(share.first());
     }
 
     /// Makes `count` directories `name0`, `name1`, ... in `dir`, each with a file.

@@ -529,9 +529,15 @@ pub trait Sink {
     }
 
     /// The entries that follow are in the directory `dir`, which others announced (a walk
-    /// of one share of a tree, [`crate::share::Share`]): before the first entry, if at all;
-    /// ignored by default.
+    /// of one share of a tree, [`crate::share::Share`]): before the first entry announced
+    /// after entries that were not; ignored by default.
     fn resume(&mut self, _dir: &DirPath) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// The entry that follows begins a part of the share's split (a walk of one share of
+    /// a tree); ignored by default.
+    fn part_begins(&mut self) -> Result<(), Self::Error> {
         Ok(())
     }
 }
@@ -583,6 +589,9 @@ impl<S: Sink + ?Sized> Sink for &mut S {
     }
     fn resume(&mut self, dir: &DirPath) -> Result<(), S::Error> {
         (**self).resume(dir)
+    }
+    fn part_begins(&mut self) -> Result<(), S::Error> {
+        (**self).part_begins()
     }
 }
 

@@ -439,6 +439,11 @@ impl<D> Layout<D> {
         }
     }
 
+    /// An empty layout, closing bodies where this one does.
+    pub(crate) fn anew(&self) -> Layout<D> {
+        Layout::new(self.target)
+    }
+
     /// Goes on from where others left the archive (a share of it, `pack --mpi`): after
     /// `first` entries, in the directory `dir` (its names joined by `/`). Before anything
     /// but the root's records.

@@ -1,20 +1,23 @@
 //! One version 2 archive packed by several processes (`pack --mpi`), each a [`Share`] of
-//! the tree. Every process counts the parts and weighs those dealt to it ([`Pack::weigh`]),
-//! learns every part's weight from the others and cuts the runs
-//! ([`crate::share::cut_runs`]), plans its share ([`Pack::plan_share`]: how many entries,
-//! which files of several links it names first, and, stored raw, how many bytes its frames
-//! take), learns from the others where its entries start and which of its files of several
-//! links were named before it, then packs its share's frames ([`Pack::pack_share`]) where
-//! the shares before it end: straight into the archive when their lengths were planned,
-//! else (zstd) into a file of its own, copied there after. One process writes the
-//! [`HEADER`] and, from every share's [`Shared::index`], the index and the footer
-//! ([`tail`]). The archive is a valid one whatever the number of processes: its entries in
-//! path order, links to earlier entries across shares, segments cut where shares meet.
+//! the tree. Every process counts the parts and plans those dealt to it, each apart
+//! ([`Pack::plan_parts`]: its entries, the files of several links it names, and the length
+//! of its frames stored raw, which are cut where parts begin so that a part's length is its
+//! own wherever it lands), learns every part's plan from the others and cuts the runs by
+//! their weights ([`crate::share::cut_runs`]); the parts before its run say where its
+//! entries start and which of its files of several links were named before it, and its
+//! parts sum to its plan ([`plan_run`]; planned again where a part names first a file a
+//! part before it names too: [`Pack::plan_share_of`]). Then it packs its share's frames
+//! ([`Pack::pack_share`]) where the shares before it end: straight into the archive when
+//! their lengths were planned, else (zstd) into a file of its own, copied there after. One
+//! process writes the [`HEADER`] and, from every share's [`Shared::index`], the index and
+//! the footer ([`tail`]). The archive is a valid one whatever the number of processes: its
+//! entries in path order, links to earlier entries across shares.
 
 use std::collections::{HashMap, HashSet};
+use std::ops::Range;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use rustix::fs::{fstat, openat, statat, AtFlags, Mode};
+use rustix::fs::{fstat, openat, Mode};
 
 use super::{v2, Format, Pack, PackSummary};
 use crate::error::{Error, Result, TreePath};
@@ -23,7 +26,6 @@ use crate::format::HEADER_V2;
 use crate::output::FdWriter;
 use crate::share::Share;
 use crate::sys::DIR_FLAGS;
-use crate::tree::{Content, Device, Entry, Sink};
 use crate::walk::Root;
 use crate::Progress;
 
@@ -34,7 +36,7 @@ pub type Links = HashMap<(u64, u64), u64>;
 pub const HEADER: [u8; 8] = HEADER_V2;
 
 /// What planning a share found ([`Pack::plan_share`]).
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Planned {
     /// The entries of the share.
     pub entries: u64,
@@ -47,12 +49,75 @@ pub struct Planned {
     pub bytes: Option<u64>,
 }
 
-impl Planned {
-    /// Whether the share's frames are as long as planned once `earlier` (the files of
-    /// several links named before the share) is known: not where the share names one of
-    /// them first, which becomes a hard link.
-    pub fn holds_with(&self, earlier: &Links) -> bool {
-        !self.links.keys().any(|key| earlier.contains_key(key))
+/// What planning one part apart found ([`Pack::plan_parts`]): the part with the directories
+/// above the parts that follow it up to the next part (the first part also with the
+/// root's records and what comes before it), as it would be planned at the start of a
+/// share. Its frames, stored raw, are cut where it begins and where the next begins, so
+/// their length is its own wherever it lands; only a file of several links that a part
+/// before it names too makes them shorter (a hard link there).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PartPlan {
+    /// Its entries.
+    pub entries: u64,
+    /// The length of its frames stored raw.
+    pub bytes: u64,
+    /// The files of several links it names, by device and inode, with the number of the
+    /// first entry naming each (counted from 0 for the part's first).
+    pub links: Vec<((u64, u64), u64)>,
+}
+
+impl PartPlan {
+    /// What packing the part costs, to cut the runs by ([`crate::share::cut_runs`]): its
+    /// frames' bytes, and 16 KiB an entry.
+    pub fn weight(&self) -> u64 {
+        self.bytes
+            .saturating_add(self.entries.saturating_mul(ENTRY_WEIGHT))
+    }
+}
+
+/// The plan of a run of parts, from its parts' ([`plan_run`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct RunPlan {
+    /// The number of its first entry.
+    pub first: u64,
+    /// The files of several links named before it: their entry numbers by device and inode.
+    pub earlier: Links,
+    /// The sum of its parts' plans.
+    pub planned: Planned,
+    /// Whether that is its plan: not where, stored raw, a part names first a file of several
+    /// links that one before it names too (a hard link there: shorter frames).
+    pub holds: bool,
+}
+
+/// The plan of the run of parts `run` in a tree whose parts were planned as `plans` (in
+/// order, [`Pack::plan_parts`]; one for a tree without parts), stored `raw` or not.
+pub fn plan_run(plans: &[PartPlan], run: Range<usize>, raw: bool) -> RunPlan {
+    let (mut first, mut earlier, mut named) = (0, Links::new(), Links::new());
+    let (mut entries, mut bytes, mut holds) = (0, 0, true);
+    for (at, part) in plans.iter().enumerate().take(run.end) {
+        let mine = run.contains(&at);
+        for &(key, number) in &part.links {
+            match earlier.contains_key(&key) || (mine && named.contains_key(&key)) {
+                true => holds &= !mine,
+                false if mine => _ = named.insert(key, entries + number),
+                false => _ = earlier.insert(key, first + number),
+            }
+        }
+        match mine {
+            true => (entries, bytes) = (entries + part.entries, bytes + part.bytes),
+            false => first += part.entries,
+        }
+    }
+    let planned = Planned {
+        entries,
+        links: named,
+        bytes: raw.then_some(bytes),
+    };
+    RunPlan {
+        first,
+        earlier,
+        planned,
+        holds: holds || !raw,
     }
 }
 
@@ -70,58 +135,64 @@ pub struct Shared {
 impl Pack<'_> {
     /// The tree's parts, split at depth `split` ([`crate::share`]), as a walk finds them
     /// (every process finds the same in a tree that does not change meanwhile), and the
-    /// weights (bytes and entries) of those numbered `process`, `process + processes`, ... in
-    /// that order, weighed on `threads` threads that each walk every `threads`-th of them.
-    pub fn weigh(
+    /// plans of those numbered `process`, `process + processes`, ... in that order, each
+    /// planned apart ([`PartPlan`]; with the root's records and what comes before the first
+    /// part, the first), on `threads` threads that each walk every `threads`-th of them.
+    /// No file is read (but sparse ones of at most 64 KiB).
+    pub fn plan_parts(
         &self,
         split: usize,
         process: u32,
         processes: u32,
         threads: usize,
-    ) -> Result<(u64, Vec<u64>)> {
+    ) -> Result<(u64, Vec<PartPlan>)> {
         let (processes, threads) = (u64::from(processes.max(1)), threads.max(1) as u64);
         let prune = HashSet::new();
-        let weighed: Vec<Result<(u64, Vec<u64>)>> = std::thread::scope(|scope| {
+        let planned: Vec<Result<(u64, Vec<PartPlan>)>> = std::thread::scope(|scope| {
             let walks: Vec<_> = (0..threads)
                 .map(|thread| {
                     let walk = self.walk(&prune);
-                    let root = self.shared_root();
                     scope.spawn(move || {
                         let offset = u64::from(process) + processes * thread;
                         let share = Share::dealt(split, offset, processes * threads);
-                        let mut weigher = Weigher {
-                            share: &share,
-                            offset,
-                            step: processes * threads,
-                            weights: Vec::new(),
-                        };
-                        walk.share(&share).run(root?, &mut weigher)?;
-                        Ok((share.seen(), weigher.weights))
+                        let root_records = share.first().then(|| self.shared_root());
+                        let (root, progress) = (self.shared_root()?, Progress::default());
+                        let none = Links::new();
+                        let settings = self.share_settings(&progress, 0, &none, true);
+                        let plans = v2::plan_parts(settings, root_records.transpose()?, |p| {
+                            walk.share(&share).run(root, p)
+                        })?;
+                        Ok((share.seen(), plans))
                     })
                 })
                 .collect();
             walks
                 .into_iter()
-                .map(|w| w.join().expect("a weighing walk"))
+                .map(|w| w.join().expect("a planning walk"))
                 .collect()
         });
-        let weighed = weighed.into_iter().collect::<Result<Vec<_>>>()?;
-        let parts = weighed[0].0;
-        if weighed.iter().any(|(p, _)| *p != parts) {
+        let planned = planned.into_iter().collect::<Result<Vec<_>>>()?;
+        let parts = planned[0].0;
+        // A tree without parts is one unit ([`Share`]).
+        let units = parts.max(1);
+        let dealt = |offset: u64| units.saturating_sub(offset).div_ceil(processes * threads);
+        let changed = planned.iter().enumerate().any(|(thread, (p, plans))| {
+            let offset = u64::from(process) + processes * thread as u64;
+            *p != parts || plans.len() as u64 != dealt(offset)
+        });
+        if changed {
             return Err(Error::Argument {
                 arg: "the tree".into(),
                 problem: "its top levels changed while they were walked".into(),
             });
         }
-        // Thread t weighed this process's parts t, t + threads, ...: dealt back in order.
-        let mine = parts.saturating_sub(u64::from(process)).div_ceil(processes);
-        let weights = (0..mine)
-            .map(|k| {
-                let (thread, nth) = ((k % threads) as usize, (k / threads) as usize);
-                weighed[thread].1.get(nth).copied().unwrap_or(0)
-            })
+        // Thread t planned this process's parts t, t + threads, ...: dealt back in order.
+        let mut planned: Vec<_> = planned.into_iter().map(|(_, p)| p.into_iter()).collect();
+        let mine = units.saturating_sub(u64::from(process)).div_ceil(processes);
+        let plans = (0..mine)
+            .map(|k| planned[(k % threads) as usize].next().expect("counted"))
             .collect();
-        Ok((parts, weights))
+        Ok((parts, plans))
     }
 
     /// The depth `processes` split the tree at ([`crate::share::split_depth`]).
@@ -137,21 +208,7 @@ impl Pack<'_> {
     /// links (see [`Pack::pack_share`]; a first plan knows none: 0 and no links).
     pub fn plan_share(&self, share: &Share, first: u64, links: &Links) -> Result<Planned> {
         let progress = Progress::default();
-        let settings = v2::Settings {
-            archive: self.archive,
-            zstd: (self.zstd > 0).then_some(self.zstd),
-            threads: 1,
-            target: self.segment_target as usize,
-            itself: [self.written, self.replaced],
-            listing: None,
-            progress: &progress,
-            cancel: self.cancel.clone(),
-            sharing: Some(v2::Sharing {
-                first,
-                links,
-                counting: true,
-            }),
-        };
+        let settings = self.share_settings(&progress, first, links, true);
         // The first share carries the root directory's records, as packed.
         let root_records = share.first().then(|| self.shared_root()).transpose()?;
         let root = self.shared_root()?;
@@ -160,6 +217,52 @@ impl Pack<'_> {
         let planned = v2::plan(settings, root_records, |planner| walk.run(root, planner))?;
         share.passed_all()?;
         Ok(planned)
+    }
+
+    /// The plan of `share`, the run of parts `run` sums: `run`'s where it holds, else the
+    /// share planned again; an error where the tree changed since its parts were planned
+    /// (another number of entries, which would number the next shares' wrongly).
+    pub fn plan_share_of(&self, share: &Share, run: &RunPlan) -> Result<Planned> {
+        if run.holds {
+            return Ok(run.planned.clone());
+        }
+        let planned = self.plan_share(share, run.first, &run.earlier)?;
+        match planned.entries == run.planned.entries {
+            true => Ok(planned),
+            false => Err(Error::Argument {
+                arg: "the tree".into(),
+                problem: format!(
+                    "changed while it was packed: {} entries where {} were planned",
+                    planned.entries, run.planned.entries
+                ),
+            }),
+        }
+    }
+
+    /// How a share of this pack is planned (`counting`) or packed: its entries numbered
+    /// from `first`, the files of several links in `links` hard links.
+    fn share_settings<'s>(
+        &self,
+        progress: &'s Progress,
+        first: u64,
+        links: &'s Links,
+        counting: bool,
+    ) -> v2::Settings<'s> {
+        v2::Settings {
+            archive: self.archive,
+            zstd: (self.zstd > 0).then_some(self.zstd),
+            threads: 1,
+            target: self.segment_target as usize,
+            itself: [self.written, self.replaced],
+            listing: None,
+            progress,
+            cancel: self.cancel.clone(),
+            sharing: Some(v2::Sharing {
+                first,
+                links,
+                counting,
+            }),
+        }
     }
 
     /// Packs the frames of `share` into `out` (at its offset), as `planned`: its entries
@@ -257,62 +360,6 @@ pub fn tail(shares: &[&[u8]], zstd: Option<i32>) -> Result<Vec<u8>> {
 /// (50,000 empty files) against 1.03 ns a byte (one 1 GiB file).
 const ENTRY_WEIGHT: u64 = 16 << 10;
 
-/// A sink that weighs the parts a walk with a dealt [`Share`] announces: the bytes of their
-/// files (their sizes) and [`ENTRY_WEIGHT`] an entry, a weight for each part dealt, in
-/// order (one that announced nothing weighs 0).
-struct Weigher<'a> {
-    share: &'a Share,
-    /// The share's parts are numbered `offset`, `offset + step`, ...
-    offset: u64,
-    step: u64,
-    weights: Vec<u64>,
-}
-
-impl Weigher<'_> {
-    /// Adds an entry of `bytes` to the part the walk is in.
-    fn add(&mut self, bytes: u64) -> Result<()> {
-        let nth = ((self.share.seen() - 1 - self.offset) / self.step) as usize;
-        if self.weights.len() <= nth {
-            self.weights.resize(nth + 1, 0);
-        }
-        self.weights[nth] = self.weights[nth].saturating_add(ENTRY_WEIGHT + bytes);
-        Ok(())
-    }
-}
-
-impl Sink for Weigher<'_> {
-    type Error = Error;
-
-    fn enter_dir(&mut self, _: &Entry<'_>) -> Result<()> {
-        self.add(0)
-    }
-    fn leave_dir(&mut self) -> Result<()> {
-        Ok(())
-    }
-    fn file(&mut self, entry: &Entry<'_>, content: Content<'_>) -> Result<()> {
-        // The bytes it holds (a sparse file's holes cost nothing to pack); a file gone
-        // since it was listed weighs as an entry.
-        let size = match content {
-            Content::Unopened { dir } => statat(dir, entry.name, AtFlags::SYMLINK_NOFOLLOW)
-                .map_or(0, |stat| {
-                    (stat.st_size as u64).min(stat.st_blocks as u64 * 512)
-                }),
-            _ => 0,
-        };
-        self.add(size)
-    }
-    fn symlink(&mut self, _: &Entry<'_>, _: &[u8]) -> Result<()> {
-        self.add(0)
-    }
-    fn special(&mut self, _: &Entry<'_>, _: Device) -> Result<()> {
-        self.add(0)
-    }
-    // What cannot be read is the plan's to report.
-    fn unreadable(&mut self, _: Error) -> Result<()> {
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use rustix::fs::CWD;
@@ -320,7 +367,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_part_weighs_its_bytes_and_its_entries() {
+    fn parts_are_planned_apart() {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path();
         for dir in ["a/deeper", "b", "d"] {
@@ -332,15 +379,84 @@ mod tests {
         let sparse = std::fs::File::create(root.join("d/sparse")).unwrap();
         sparse.set_len(1 << 30).unwrap();
         let pack = || Pack::new(openat(CWD, root, DIR_FLAGS, Mode::empty()).unwrap());
-        // Split at the top: the parts a, b, c and d; a sparse file weighs what it holds.
-        let e = ENTRY_WEIGHT;
-        let all = [3 * e + 100, e, e + 5000, 3 * e];
-        for threads in [1, 3] {
-            assert_eq!(pack().weigh(1, 0, 1, threads).unwrap(), (4, all.to_vec()));
-        }
-        // Dealt to 3 processes: the first weighs a and d, the third c.
-        assert_eq!(pack().weigh(1, 0, 3, 2).unwrap(), (4, vec![all[0], all[3]]));
-        assert_eq!(pack().weigh(1, 2, 3, 1).unwrap(), (4, vec![all[2]]));
-        assert_eq!(pack().weigh(1, 5, 3, 1).unwrap(), (4, vec![]));
+        // Split at the top: the parts a, b, c and d (the first with the root's records).
+        let (parts, all) = pack().plan_parts(1, 0, 1, 1).unwrap();
+        let entries: Vec<u64> = all.iter().map(|p| p.entries).collect();
+        assert_eq!((parts, entries), (4, vec![3, 1, 1, 3]));
+        // A file's bytes are in its part's frames; a sparse file's holes are not.
+        assert!((5000..6000).contains(&all[2].bytes), "{all:?}");
+        assert!(all[3].bytes < 1000, "{all:?}");
+        assert!(all[2].weight() > all[1].weight() + 5000);
+        // On threads, or dealt to 3 processes: the same plans.
+        assert_eq!(pack().plan_parts(1, 0, 1, 3).unwrap(), (4, all.clone()));
+        let dealt = pack().plan_parts(1, 0, 3, 2).unwrap();
+        assert_eq!(dealt, (4, vec![all[0].clone(), all[3].clone()]));
+        assert_eq!(
+            pack().plan_parts(1, 2, 3, 1).unwrap(),
+            (4, vec![all[2].clone()])
+        );
+        assert_eq!(pack().plan_parts(1, 5, 3, 1).unwrap(), (4, vec![]));
+        // Their frames are those of the whole share, stored raw.
+        let share = Share::new(0, 1, &[0, 4]);
+        let whole = pack().plan_share(&share, 0, &Links::new()).unwrap();
+        let sum: u64 = all.iter().map(|p| p.bytes).sum();
+        assert_eq!((whole.entries, whole.bytes), (8, Some(sum)));
+        // A tree without parts is one, the root's records.
+        let empty = tempfile::tempdir().unwrap();
+        let pack = Pack::new(openat(CWD, empty.path(), DIR_FLAGS, Mode::empty()).unwrap());
+        let (parts, plans) = pack.plan_parts(1, 0, 2, 1).unwrap();
+        assert_eq!((parts, plans.len(), plans[0].entries), (0, 1, 0));
+        assert!(plans[0].bytes > 0);
+    }
+
+    #[test]
+    fn a_run_begins_where_the_parts_before_end() {
+        let (k1, k2) = ((1, 10), (1, 20));
+        let part = |entries, bytes, links: &[((u64, u64), u64)]| PartPlan {
+            entries,
+            bytes,
+            links: links.to_vec(),
+        };
+        let plans = [
+            part(3, 100, &[(k1, 1)]),
+            part(2, 50, &[]),
+            part(4, 70, &[(k1, 0), (k2, 2)]),
+            part(1, 10, &[(k2, 0)]),
+        ];
+        let planned = |entries, bytes, links: &[((u64, u64), u64)]| Planned {
+            entries,
+            bytes,
+            links: links.iter().copied().collect(),
+        };
+        let run = |run, raw| {
+            let plan = plan_run(&plans, run, raw);
+            let mut earlier: Vec<_> = plan.earlier.into_iter().collect();
+            earlier.sort();
+            (plan.first, earlier, plan.holds.then_some(plan.planned))
+        };
+        assert_eq!(
+            run(0..2, true),
+            (0, vec![], Some(planned(5, Some(150), &[(k1, 1)])))
+        );
+        assert_eq!(
+            run(1..2, true),
+            (3, vec![(k1, 1)], Some(planned(2, Some(50), &[])))
+        );
+        // A part names first a file named before the run: planned again.
+        assert_eq!(run(2..4, true), (5, vec![(k1, 1)], None));
+        assert_eq!(run(3..4, true), (9, vec![(k1, 1), (k2, 7)], None));
+        // Or one an earlier part of the run names: the frames are shorter, raw.
+        let twice = [part(1, 10, &[(k1, 0)]), part(1, 10, &[(k1, 0)])];
+        assert!(!plan_run(&twice, 0..2, true).holds);
+        assert_eq!(
+            plan_run(&twice, 0..1, true).planned,
+            planned(1, Some(10), &[(k1, 0)])
+        );
+        // As zstd, no frame's length is planned: the plan holds.
+        assert_eq!(run(2..4, false).2, Some(planned(5, None, &[(k2, 2)])));
+        assert_eq!(
+            run(4..4, true),
+            (10, vec![(k1, 1), (k2, 7)], Some(planned(0, Some(0), &[])))
+        );
     }
 }

@@ -24,7 +24,7 @@ use rustix::fs::{
 use rustix::io::{fcntl_dupfd_cloexec, Errno};
 
 use super::packer::{INLINE_MAX, RING_FILES};
-use super::share::{Links, Planned};
+use super::share::{Links, PartPlan, Planned};
 use super::{recorded, writer_gone, PackSummary, Update, Warning};
 use crate::compare::inode_key;
 use crate::error::{Error, Result, TreePath};
@@ -260,6 +260,31 @@ pub(super) fn plan(
         // A zstd frame's length is known once it is compressed.
         bytes: settings.zstd.is_none().then_some(planner.bytes),
     })
+}
+
+/// Plans the parts a walk of a dealt share announces ([`crate::share::Share::dealt`]) each
+/// apart, as if each began a share ([`PartPlan`]), with the records of the root directory
+/// `root` first when given (the first part's).
+pub(super) fn plan_parts(
+    settings: Settings<'_>,
+    root: Option<OwnedFd>,
+    source: impl FnOnce(&mut Planner<'_>) -> Result<()>,
+) -> Result<Vec<PartPlan>> {
+    let (jobs, _) = channel();
+    let (_, tokens) = sync_channel(0);
+    let (done, _) = channel();
+    let mut planner = Planner::new(&settings, jobs, tokens, done);
+    // The first part begins with the root's records.
+    planner.parts = Some(Parts {
+        open: root.is_some(),
+        ..Parts::default()
+    });
+    root.map_or(Ok(()), |root| planner.root(root))
+        .and_then(|()| source(&mut planner))?;
+    if planner.parts.as_ref().is_some_and(|p| p.open) {
+        planner.close_part()?;
+    }
+    Ok(planner.parts.take().map(|p| p.plans).unwrap_or_default())
 }
 
 /// Writes the frames of the jobs in order as they come, handing back a token for each,
@@ -578,6 +603,24 @@ pub(super) struct Planner<'a> {
     /// raw) summed in `bytes`.
     counting: bool,
     bytes: u64,
+    /// A share stored raw: bodies are cut where parts begin, so that the frames of each
+    /// part have a length of their own ([`PartPlan`]).
+    cut_parts: bool,
+    /// Planning parts apart ([`plan_parts`]).
+    parts: Option<Parts>,
+}
+
+/// The parts planned apart so far, and the one being planned.
+#[derive(Default)]
+struct Parts {
+    plans: Vec<PartPlan>,
+    /// A part is being planned (from the root's records, the walk's resuming or the
+    /// beginning of its part).
+    open: bool,
+    /// The walk resumed before: a part was planned since, which the next resuming ends.
+    resumed: bool,
+    /// Its part began (before: the directories above the parts before it).
+    begun: bool,
 }
 
 /// The user and group names an `OWNER` of `entry` carries: its ids' names here, where they
@@ -627,7 +670,27 @@ impl<'a> Planner<'a> {
             },
             counting: settings.sharing.is_some_and(|s| s.counting),
             bytes: 0,
+            cut_parts: settings.sharing.is_some() && settings.zstd.is_none(),
+            parts: None,
         }
+    }
+
+    /// Ends the part planned apart ([`plan_parts`]) with its last body, and begins the next
+    /// in a layout of its own, its entries numbered from 0.
+    fn close_part(&mut self) -> Result<()> {
+        let anew = self.layout.anew();
+        let layout = std::mem::replace(&mut self.layout, anew);
+        let entries = layout.entries();
+        self.start(layout.finish().0)?;
+        let mut links: Vec<_> = self.links.drain().collect();
+        links.sort_unstable();
+        let plan = PartPlan {
+            entries,
+            bytes: std::mem::take(&mut self.bytes),
+            links,
+        };
+        self.parts.as_mut().expect("parts planned").plans.push(plan);
+        Ok(())
     }
 
     /// The records of the root directory `fd`: its metadata, and its extended attributes
@@ -985,12 +1048,37 @@ impl Sink for Planner<'_> {
         self.warn(error)
     }
 
-    /// Goes on in `dir`, as a share of the archive that begins there.
+    /// Goes on in `dir`, as a share of the archive that begins there; planning parts apart,
+    /// with the next part.
     fn resume(&mut self, dir: &DirPath) -> Result<()> {
+        if let Some(parts) = &mut self.parts {
+            parts.open = true;
+            parts.begun = false;
+            if std::mem::replace(&mut parts.resumed, true) {
+                self.close_part()?;
+            }
+        }
         let first = self.layout.entries();
         self.layout.resume(first, dir.as_bytes());
         self.dir = dir.clone();
         self.update.relisted(&self.dir);
+        Ok(())
+    }
+
+    /// Cuts the body where a part begins (stored raw); planning parts apart, ends the part
+    /// before unless what came before is this part's (the directories above it).
+    fn part_begins(&mut self) -> Result<()> {
+        if self.cut_parts {
+            let full = self.layout.cut();
+            self.start(full)?;
+        }
+        let Some(parts) = &mut self.parts else {
+            return Ok(());
+        };
+        if std::mem::replace(&mut parts.begun, true) {
+            self.close_part()?;
+            self.layout.resume(0, self.dir.as_bytes());
+        }
         Ok(())
     }
 }
@@ -1237,7 +1325,7 @@ mod tests {
     /// file of several links that an earlier share names).
     #[test]
     fn shares_put_together_are_an_archive_of_the_tree() {
-        use crate::pack::share::{tail, HEADER};
+        use crate::pack::share::{plan_run, tail, HEADER};
         use crate::share::{cut_runs, Share, SPINE};
         use std::io::{Read, Seek};
         let dir = tempfile::tempdir().unwrap();
@@ -1245,11 +1333,14 @@ mod tests {
         fs::create_dir_all(dir.path().join("a/b/deep/er")).unwrap();
         fs::write(dir.path().join("a/b/deep/er/x"), b"x").unwrap();
         fs::hard_link(dir.path().join("z/f003"), dir.path().join("a/b/deep/er/y")).unwrap();
+        fs::create_dir(dir.path().join("many")).unwrap();
+        for i in 0..150 {
+            fs::write(dir.path().join(format!("many/{i:03}")), [i as u8; 3]).unwrap();
+        }
         let plain = packed(dir.path(), |p| p.format(Format::V2)).0;
         // 33 shares: some begin inside a directory above the parts, which they leave
         // first. Split at the top, the parts are the root's entries.
         let cases = [(1, None), (3, Some(3)), (4, None), (33, None)];
-        let top = fs::read_dir(dir.path()).unwrap().count() as u64;
         let mut replanned = 0;
         for (split, (ranks, zstd)) in [SPINE, 1]
             .into_iter()
@@ -1267,36 +1358,42 @@ mod tests {
                     None => pack,
                 }
             };
-            let (parts, weights) = pack().weigh(split, 0, 1, 2).unwrap();
-            // Every file (none deeper than 3 levels but in a/b/deep) and a/b/deep.
+            let (parts, plans) = pack().plan_parts(split, 0, 1, 2).unwrap();
+            // Split at 3: a/big, a's other files, a/b/deep, a/b's files, a/c's, link, many's
+            // in 3 parts of at most 64 and z's (files in a row are parts of up to 64).
+            // At the top: a, link, many and z.
             let want = match split {
-                SPINE => 120 + 3 + 1 + 3 + 1,
-                _ => top,
+                SPINE => 10,
+                _ => 4,
             };
-            assert_eq!((parts, weights.len() as u64), (want, want));
+            assert_eq!((parts, plans.len() as u64), (want, want));
+            let weights: Vec<u64> = plans.iter().map(PartPlan::weight).collect();
             let runs = cut_runs(&weights, ranks);
-            let (mut archive, mut indexes) = (HEADER.to_vec(), Vec::new());
-            let (mut first, mut links) = (0, HashMap::new());
+            let (mut archive, mut indexes, mut entries) = (HEADER.to_vec(), Vec::new(), 0);
             for rank in 0..ranks {
                 let share = Share::new(rank, split, &runs);
                 // One pack for the three steps, as pack --mpi has.
                 let pack = pack();
-                let (again, mine) = pack.weigh(split, rank, ranks, 1).unwrap();
+                let (again, mine) = pack.plan_parts(split, rank, ranks, 1).unwrap();
                 assert_eq!(again, parts);
-                let dealt = weights.iter().skip(rank as usize).step_by(ranks as usize);
+                let dealt = plans.iter().skip(rank as usize).step_by(ranks as usize);
                 assert!(
                     mine.iter().eq(dealt),
-                    "rank {rank} of {ranks} weighs its own"
+                    "rank {rank} of {ranks} plans its own"
                 );
-                let mine = pack.plan_share(&share, 0, &Links::new()).unwrap();
-                let again = (!mine.holds_with(&links)).then(|| {
-                    replanned += 1;
-                    pack.plan_share(&share, first, &links).unwrap()
-                });
-                let planned = again.as_ref().unwrap_or(&mine);
+                let units = share.units();
+                let run = units.start as usize..units.end as usize;
+                let plan = plan_run(&plans, run, zstd.is_none());
+                assert_eq!(
+                    plan.first, entries,
+                    "share {rank} of {ranks} begins where the last ends"
+                );
+                replanned += u32::from(!plan.holds);
+                let planned = pack.plan_share_of(&share, &plan).unwrap();
+                let (first, links) = (plan.first, plan.earlier);
                 let mut spool = tempfile::tempfile().unwrap();
                 let shared =
-                    (pack.pack_share(&share, first, planned, &links, spool.as_fd())).unwrap();
+                    (pack.pack_share(&share, first, &planned, &links, spool.as_fd())).unwrap();
                 let raw = zstd.is_none().then_some(shared.bytes);
                 assert_eq!(
                     planned.bytes, raw,
@@ -1308,10 +1405,7 @@ mod tests {
                     shared.bytes
                 );
                 indexes.push(shared.index);
-                for (key, number) in mine.links {
-                    links.entry(key).or_insert(first + number);
-                }
-                first += mine.entries;
+                entries += planned.entries;
             }
             let indexes: Vec<&[u8]> = indexes.iter().map(|i| &i[..]).collect();
             archive.extend(tail(&indexes, zstd).unwrap());
@@ -1334,7 +1428,7 @@ mod tests {
 
     /// The share of one process of all `dir` (`pack --mpi -n 1`), and its plan.
     fn whole_share(dir: &Path) -> (crate::share::Share, Planned) {
-        let parts = pack_of(dir).weigh(1, 0, 1, 1).unwrap().0;
+        let parts = pack_of(dir).plan_parts(1, 0, 1, 1).unwrap().0;
         let share = crate::share::Share::new(0, 1, &[0, parts]);
         let planned = pack_of(dir).plan_share(&share, 0, &Links::new()).unwrap();
         (share, planned)
@@ -1362,14 +1456,15 @@ mod tests {
     }
 
     /// A part that appears at the top between the cut and the plan, or the plan and the
-    /// pack, would be no share's: both fail.
+    /// pack, would be no share's: both fail. So does an entry that appears in a run
+    /// planned again.
     #[test]
     fn a_part_that_appeared_since_the_cut_fails_the_share() {
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join("f"), b"first").unwrap();
         let pack = || pack_of(dir.path());
         let (share, planned) = whole_share(dir.path());
-        fs::write(dir.path().join("g"), b"new").unwrap();
+        fs::create_dir(dir.path().join("g")).unwrap();
         let spool = tempfile::tempfile().unwrap();
         let packed = pack().pack_share(&share, 0, &planned, &Links::new(), spool.as_fd());
         let replanned = pack().plan_share(&share, 0, &Links::new());
@@ -1377,6 +1472,18 @@ mod tests {
             let error = error.expect("an error").to_string();
             assert!(error.contains("2 parts where 1 were counted"), "{error}");
         }
+        // A file that joins a part (files in a row) since its plan: the run planned again
+        // has another number of entries than its parts' plans said.
+        fs::remove_dir(dir.path().join("g")).unwrap();
+        fs::write(dir.path().join("h"), b"joins f's part").unwrap();
+        let run = crate::pack::share::RunPlan {
+            first: 0,
+            earlier: Links::new(),
+            planned,
+            holds: false,
+        };
+        let error = pack().plan_share_of(&share, &run).unwrap_err().to_string();
+        assert!(error.contains("2 entries where 1 were planned"), "{error}");
     }
 
     /// Small segments: many of them, extents of the large file across them, hard links to

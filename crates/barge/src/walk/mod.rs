@@ -18,7 +18,7 @@ use rustix::io::{fcntl_dupfd_cloexec, Errno};
 use crate::error::{Error, TreePath};
 use crate::exclude::Exclude;
 use crate::format::MAX_SYMLINK;
-use crate::share::{Place, Share};
+use crate::share::{Place, Share, FILES_A_PART};
 use crate::sys::dir::{dirent_buffer, Listing};
 use crate::sys::DIR_FLAGS;
 use crate::tree::{
@@ -311,7 +311,12 @@ impl<'a> Walk<'a> {
             target: vec![0; MAX_SYMLINK + 1],
             members: None,
             dev: 0,
-            resumed: false,
+            announcer: Announcer {
+                share: self.share,
+                announcing: false,
+                joining: 0,
+                taking: false,
+            },
         };
         let walked = roots
             .into_iter()
@@ -350,8 +355,7 @@ struct Walker<'a> {
     members: Option<Members>,
     /// The current root's device (`--one-file-system`).
     dev: u64,
-    /// [`Sink::resume`] was called (a walk of a share).
-    resumed: bool,
+    announcer: Announcer<'a>,
 }
 
 impl Walker<'_> {
@@ -431,11 +435,11 @@ impl Walker<'_> {
             if frame.next == frame.listing.len() {
                 let done = stack.pop().expect("frame exists");
                 self.pool.push(done.listing);
+                self.announcer.joining = 0;
                 if !stack.is_empty() {
                     // A share may resume inside the directory, to leave it.
                     let place = self.place(depth - 1, true);
-                    let tells =
-                        tells(self.options.share, &mut self.resumed, &self.at, place, sink)?;
+                    let tells = self.announcer.tells(&self.at, place, sink)?;
                     self.at.leave();
                     if tells {
                         sink.leave_dir()?;
@@ -462,7 +466,7 @@ impl Walker<'_> {
                 _ => match statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
                     Ok(stat) => Some(stat),
                     Err(e) => {
-                        if tells(self.options.share, &mut self.resumed, &self.at, lost, sink)? {
+                        if self.announcer.tells(&self.at, lost, sink)? {
                             sink.unreadable(Error::io("fstatat", path(), e))?;
                         }
                         continue;
@@ -489,7 +493,7 @@ impl Walker<'_> {
                     Ok(st) if !newer.keeps(&st) => continue,
                     Ok(_) => {}
                     Err(e) => {
-                        if tells(self.options.share, &mut self.resumed, &self.at, lost, sink)? {
+                        if self.announcer.tells(&self.at, lost, sink)? {
                             sink.unreadable(Error::io("statx", path(), e))?;
                         }
                         continue;
@@ -498,10 +502,13 @@ impl Walker<'_> {
             }
             let whole = frame.whole || take == Take::Whole;
             let place = self.place(depth, kind == Kind::Dir);
-            if place == Place::Part && self.options.share.is_some_and(|s| !s.takes_next()) {
+            let Some(begins) = self.announcer.part(place, kind == Kind::Dir) else {
                 continue;
+            };
+            let tells = self.announcer.tells(&self.at, place, sink)?;
+            if begins {
+                sink.part_begins()?;
             }
-            let tells = tells(self.options.share, &mut self.resumed, &self.at, place, sink)?;
             match (kind, stat) {
                 (Kind::Dir, _) if self.pruned(name) => {}
                 (Kind::Dir, _) => {
@@ -677,25 +684,62 @@ impl Newer {
     }
 }
 
-/// Whether an entry at `place` is announced: with a `share`, one above the parts only where
-/// the share says so (see [`Share`]); the first announced is preceded by [`Sink::resume`]
-/// of `at` (`resumed` says whether it was).
-fn tells<S: Sink>(
-    share: Option<&Share>,
-    resumed: &mut bool,
-    at: &DirPath,
-    place: Place,
-    sink: &mut S,
-) -> std::result::Result<bool, S::Error> {
-    let Some(share) = share else {
-        return Ok(true);
-    };
-    let tells = place != Place::Spine || share.tells_spine();
-    if tells && !*resumed {
-        *resumed = true;
-        sink.resume(at)?;
+/// Which entries a walk announces: with a `share`, its parts, and the entries above the
+/// parts only where the share says so (see [`Share`]); one announced after one that was
+/// not is preceded by [`Sink::resume`].
+struct Announcer<'a> {
+    share: Option<&'a Share>,
+    /// The last entry was announced.
+    announcing: bool,
+    /// How many more entries other than directories may join the part the last one began
+    /// ([`FILES_A_PART`]), and whether that part is the share's.
+    joining: usize,
+    taking: bool,
+}
+
+impl Announcer<'_> {
+    /// At an entry at `place` (a directory when `dir`): `None` where it is in a part that is
+    /// not the share's (a directory then not walked), else whether it begins a part. Up to
+    /// [`FILES_A_PART`] entries other than directories in a row are one part; a directory
+    /// ends such a run.
+    fn part(&mut self, place: Place, dir: bool) -> Option<bool> {
+        let share = match (place, self.share) {
+            (Place::Part, Some(share)) => share,
+            _ => {
+                self.joining *= usize::from(!dir);
+                return Some(false);
+            }
+        };
+        let begins = dir || self.joining == 0;
+        if begins {
+            self.taking = share.takes_next();
+            self.joining = if dir { 0 } else { FILES_A_PART };
+        }
+        self.joining = self.joining.saturating_sub(1);
+        if !self.taking {
+            self.announcing = false;
+            return None;
+        }
+        Some(begins)
     }
-    Ok(tells)
+
+    /// Whether an entry at `place` in the directory `at` is announced.
+    fn tells<S: Sink>(
+        &mut self,
+        at: &DirPath,
+        place: Place,
+        sink: &mut S,
+    ) -> std::result::Result<bool, S::Error> {
+        let Some(share) = self.share else {
+            return Ok(true);
+        };
+        let tells = place != Place::Spine || share.tells_spine();
+        if tells && !self.announcing {
+            sink.resume(at)?;
+        }
+        self.announcing = tells;
+        Ok(tells)
+    }
 }
 
 /// A sink that ignores everything it is told, for a directory walked unannounced (above

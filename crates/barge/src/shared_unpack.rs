@@ -114,9 +114,7 @@ impl SharedUnpack<'_> {
         let mut all = Landed::default();
         for landed in landed {
             let landed = landed?;
-            all.summary.add_entries(&landed.summary);
-            all.summary.dirs += landed.summary.dirs;
-            all.summary.root_mode = all.summary.root_mode.or(landed.summary.root_mode);
+            all.summary.add(&landed.summary);
             all.dirs.extend(landed.dirs);
             all.links.extend(landed.links);
         }

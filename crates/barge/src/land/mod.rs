@@ -77,6 +77,13 @@ impl LandSummary {
         self.kept += other.kept;
         self.not_restored.add(&other.not_restored);
     }
+
+    /// Adds what `other` landed, its directories too; a root's mode, where this has none.
+    pub(crate) fn add(&mut self, other: &LandSummary) {
+        self.add_entries(other);
+        self.dirs += other.dirs;
+        self.root_mode = self.root_mode.or(other.root_mode);
+    }
 }
 
 /// The content of a file of `size` bytes whose message came with `data`: all of it, or the

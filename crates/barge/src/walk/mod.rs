@@ -274,8 +274,9 @@ impl<'a> Walk<'a> {
     }
 
     /// Walks only `share` of the tree: its parts, and the directories above the parts it
-    /// announces; the others are walked unannounced. Before the first entry it announces,
-    /// [`Sink::resume`] says which directory the walk is in.
+    /// announces; the others are walked unannounced. Before each entry it announces after
+    /// entries it did not, [`Sink::resume`] says which directory the walk is in, and before
+    /// the first entry of each part, [`Sink::part_begins`] says so.
     pub fn share(mut self, share: &'a Share) -> Walk<'a> {
         self.share = Some(share);
         self

@@ -4,10 +4,11 @@
 //! places it) and its other files from the segments holding them, each decoded by a
 //! decoder resumed at it (an `EXTFILE` goes on into the segments its extents run into).
 
+use std::ops::Range;
 use std::os::fd::BorrowedFd;
 
 use rustix::buffer::spare_capacity;
-use rustix::io::pread;
+use rustix::io::{fcntl_dupfd_cloexec, pread};
 
 use crate::error::{Error, Result, TreePath};
 use crate::format::index::{Footer, Found, Index, RowKind};
@@ -16,6 +17,7 @@ use crate::interrupt::{retry, Cancel};
 use crate::land::select::Select;
 use crate::land::{Driver, Feed};
 use crate::source::input_at;
+use crate::sys::map::Mapped;
 use crate::tree::{Content, DirPath, Entry, Sink};
 use crate::Progress;
 
@@ -50,6 +52,24 @@ impl Seekable<'_> {
         // The capacity may be more than was asked for.
         buf.truncate(len);
         Ok(buf)
+    }
+
+    /// The bytes from archive offset `range.start` to `range.end`, mapped (not read: a
+    /// process landing a share of a large archive copies none of it into buffers); an
+    /// archive that ends before `range.end` is `truncated` there.
+    pub(crate) fn map(&self, range: Range<u64>) -> Result<Mapped> {
+        if range.end > self.len {
+            return Err(Error::Format {
+                offset: self.len,
+                path: TreePath::default(),
+                kind: FormatError::Truncated,
+            });
+        }
+        let at = input_at(range.start);
+        let dup =
+            fcntl_dupfd_cloexec(self.fd, 0).map_err(|e| Error::io("dup archive", at.clone(), e))?;
+        let len = range.end - range.start;
+        Mapped::new(dup, self.offset + range.start, len).map_err(|e| Error::io("mmap", at, e))
     }
 
     /// Its footer and index, checked but for the rows ([`Index::read_lazily`]); `None`
@@ -529,6 +549,35 @@ mod tests {
                 let lone = cat_of(&archive, &["l"], piped);
                 assert!(matches!(lone, Err(Error::StrippedLink { .. })), "{lone:?}");
             }
+        }
+    }
+
+    #[test]
+    fn a_mapped_range_is_the_archive_s_bytes_and_one_past_its_end_is_truncated() {
+        use std::io::Write;
+        use std::os::fd::AsFd;
+        let archive = archive(None);
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(b"before").unwrap();
+        file.write_all(&archive).unwrap();
+        let src = Seekable {
+            fd: file.as_fd(),
+            offset: 6,
+            len: archive.len() as u64,
+        };
+        let index = index_of(&archive);
+        let segs = index.segments();
+        let (at, end) = (segs[1].at, segs[2].at + segs[2].frame_len() as u64);
+        let mapped = src.map(at..end).unwrap();
+        assert_eq!(mapped.bytes(), &archive[at as usize..end as usize]);
+        match src.map(at..archive.len() as u64 + 1) {
+            Err(Error::Format { kind, offset, .. }) => {
+                assert_eq!(
+                    (kind, offset),
+                    (FormatError::Truncated, archive.len() as u64)
+                );
+            }
+            other => panic!("{:?}", other.map(|m| m.bytes().len())),
         }
     }
 

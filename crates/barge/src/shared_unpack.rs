@@ -24,6 +24,7 @@ use crate::land::restore::{Apply, Existing, NotRestored, Policy, Target};
 use crate::land::sync::{Setup, SyncLander};
 use crate::land::{count, Feed, Land, LandSummary};
 use crate::owners::Owners;
+use crate::sys::map::populate;
 use crate::sys::{DIR_FLAGS, DIR_HANDLE_FLAGS};
 use crate::tree::{Content, Device, Entry, Meta, Owner, Sink, Timestamp, Xattrs};
 use crate::Progress;
@@ -149,9 +150,15 @@ impl SharedUnpack<'_> {
         );
         let mut started = false;
         let mut run = || -> Result<()> {
+            // The share's frames, mapped in at once (plain unpack maps its archive too).
+            let last = segs[segments.end - 1];
+            let start = seg.at;
+            let mapped = self.src.map(start..last.at + last.frame_len() as u64)?;
+            populate(mapped.bytes());
             for seg in &segs[segments.clone()] {
-                let frame = self.src.read(seg.at, seg.frame_len(), &self.cancel)?;
-                let used = decode_with(&mut decoder, &frame, false, |decoder, event| {
+                let at = (seg.at - start) as usize;
+                let frame = &mapped.bytes()[at..at + seg.frame_len()];
+                let used = decode_with(&mut decoder, frame, false, |decoder, event| {
                     if !started && matches!(event, Event::Segment) {
                         started = true;
                         for name in decoder.dir_names() {

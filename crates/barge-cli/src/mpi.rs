@@ -857,18 +857,7 @@ fn pack_into(
     let split = agreed_split(world, || pack.split_depth(ranks).unwrap_or(SPINE));
     let threads = cores_of_mine(world);
     let (parts, mine) = whole(world, pack.plan_parts(split, rank, ranks, threads))?;
-    let mut all = vec![0u64; ranks as usize];
-    world.all_gather_into(&parts, &mut all[..]);
-    let parts = whole(
-        world,
-        match all.iter().all(|&p| p == parts) {
-            true => Ok(parts),
-            false => Err(anyhow!(
-                "the top levels of the tree changed while the ranks listed them"
-            )),
-        },
-    )?;
-    let plans = whole(world, all_plans(world, &mine, parts))?;
+    let (parts, plans) = whole(world, all_plans(world, parts, &mine))?;
     let weights: Vec<u64> = plans
         .iter()
         .take(parts as usize)
@@ -923,10 +912,16 @@ fn pack_into(
     Some((shared.summary, shared.index, end))
 }
 
-/// The plans of all parts (one for a tree without `parts`), in order, on every rank, from
-/// each rank's plans of the parts dealt to it (`mine`: rank r plans parts r, r + ranks, ...).
-fn all_plans(world: &SimpleCommunicator, mine: &[PartPlan], parts: u64) -> Result<Vec<PartPlan>> {
-    let mut bytes = Vec::new();
+/// Every rank's count of the tree's parts and its plans of those dealt to it (`mine`: rank r
+/// plans parts r, r + ranks, ...), gathered: the number of parts and all their plans (one
+/// for a tree without parts), in order, on every rank; an error on every rank where the
+/// ranks counted different numbers of parts (the top levels changed meanwhile).
+fn all_plans(
+    world: &SimpleCommunicator,
+    parts: u64,
+    mine: &[PartPlan],
+) -> Result<(u64, Vec<PartPlan>)> {
+    let mut bytes = parts.to_le_bytes().to_vec();
     for plan in mine {
         for n in [plan.entries, plan.bytes, plan.links.len() as u64] {
             bytes.extend(n.to_le_bytes());
@@ -942,10 +937,13 @@ fn all_plans(world: &SimpleCommunicator, mine: &[PartPlan], parts: u64) -> Resul
         bail!("the plans of the tree's parts ({total} bytes) are too large to share in one gather");
     }
     let all = all_bytes(world, &bytes);
-    let (ranks, units, mut rest) = (world.size() as u64, parts.max(1), &all[..]);
+    let (ranks, mut rest, mut counted) = (world.size() as u64, &all[..], Vec::new());
     let mut dealt: Vec<std::vec::IntoIter<PartPlan>> = (0..ranks)
         .map(|r| {
-            let count = units.saturating_sub(r).div_ceil(ranks);
+            // Each rank's plans are as many as its own count deals it.
+            let parts = number(&mut rest);
+            counted.push(parts);
+            let count = parts.max(1).saturating_sub(r).div_ceil(ranks);
             let plans: Vec<PartPlan> = (0..count)
                 .map(|_| {
                     let (entries, bytes, links) =
@@ -963,9 +961,13 @@ fn all_plans(world: &SimpleCommunicator, mine: &[PartPlan], parts: u64) -> Resul
             plans.into_iter()
         })
         .collect();
-    Ok((0..units)
+    if counted.iter().any(|&n| n != parts) {
+        bail!("the top levels of the tree changed while the ranks listed them");
+    }
+    let plans = (0..parts.max(1))
         .map(|i| dealt[(i % ranks) as usize].next().expect("dealt"))
-        .collect())
+        .collect();
+    Ok((parts, plans))
 }
 
 /// The sum of `n` over the ranks before this one (`MPI_Exscan`).

@@ -666,7 +666,7 @@ pub fn unpack(
 }
 
 /// This rank's share of its node's cores (the ranks on one node split them evenly; at
-/// least one): the threads it weighs a pack's parts or lands its segments on.
+/// least one): the threads it plans a pack's parts or lands its segments on.
 fn cores_of_mine(world: &SimpleCommunicator) -> usize {
     (Work::Cores.threads() / world.split_shared(0).size().max(1) as usize).max(1)
 }

@@ -158,7 +158,7 @@ impl Pack<'_> {
                         let root_records = share.first().then(|| self.shared_root());
                         let (root, progress) = (self.shared_root()?, Progress::default());
                         let none = Links::new();
-                        let settings = self.share_settings(&progress, 0, &none, true);
+                        let settings = self.plan_settings(&progress, 0, &none);
                         let plans = v2::plan_parts(settings, root_records.transpose()?, |p| {
                             walk.share(&share).run(root, p)
                         })?;
@@ -208,7 +208,7 @@ impl Pack<'_> {
     /// links (see [`Pack::pack_share`]; a first plan knows none: 0 and no links).
     pub fn plan_share(&self, share: &Share, first: u64, links: &Links) -> Result<Planned> {
         let progress = Progress::default();
-        let settings = self.share_settings(&progress, first, links, true);
+        let settings = self.plan_settings(&progress, first, links);
         // The first share carries the root directory's records, as packed.
         let root_records = share.first().then(|| self.shared_root()).transpose()?;
         let root = self.shared_root()?;
@@ -239,14 +239,13 @@ impl Pack<'_> {
         }
     }
 
-    /// How a share of this pack is planned (`counting`) or packed: its entries numbered
-    /// from `first`, the files of several links in `links` hard links.
-    fn share_settings<'s>(
+    /// How a share of this pack is planned: its entries numbered from `first`, the files of
+    /// several links in `links` hard links.
+    fn plan_settings<'s>(
         &self,
         progress: &'s Progress,
         first: u64,
         links: &'s Links,
-        counting: bool,
     ) -> v2::Settings<'s> {
         v2::Settings {
             archive: self.archive,
@@ -260,7 +259,7 @@ impl Pack<'_> {
             sharing: Some(v2::Sharing {
                 first,
                 links,
-                counting,
+                counting: true,
             }),
         }
     }

@@ -274,14 +274,12 @@ pub(super) fn plan_parts(
     let (_, tokens) = sync_channel(0);
     let (done, _) = channel();
     let mut planner = Planner::new(&settings, jobs, tokens, done);
-    // The first part begins with the root's records.
-    planner.parts = Some(Parts {
-        open: root.is_some(),
-        ..Parts::default()
-    });
+    planner.parts = Some(Parts::default());
+    // The first part begins with the root's records; a part is open once the walk resumed.
+    let rooted = root.is_some();
     root.map_or(Ok(()), |root| planner.root(root))
         .and_then(|()| source(&mut planner))?;
-    if planner.parts.as_ref().is_some_and(|p| p.open) {
+    if rooted || planner.parts.as_ref().is_some_and(|p| p.resumed) {
         planner.close_part()?;
     }
     Ok(planner.parts.take().map(|p| p.plans).unwrap_or_default())
@@ -614,10 +612,7 @@ pub(super) struct Planner<'a> {
 #[derive(Default)]
 struct Parts {
     plans: Vec<PartPlan>,
-    /// A part is being planned (from the root's records, the walk's resuming or the
-    /// beginning of its part).
-    open: bool,
-    /// The walk resumed before: a part was planned since, which the next resuming ends.
+    /// The walk resumed before: a part is being planned, which the next resuming ends.
     resumed: bool,
     /// Its part began (before: the directories above the parts before it).
     begun: bool,
@@ -1052,7 +1047,6 @@ impl Sink for Planner<'_> {
     /// with the next part.
     fn resume(&mut self, dir: &DirPath) -> Result<()> {
         if let Some(parts) = &mut self.parts {
-            parts.open = true;
             parts.begun = false;
             if std::mem::replace(&mut parts.resumed, true) {
                 self.close_part()?;

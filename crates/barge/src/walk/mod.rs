@@ -707,7 +707,9 @@ impl Announcer<'_> {
         let share = match (place, self.share) {
             (Place::Part, Some(share)) => share,
             _ => {
-                self.joining *= usize::from(!dir);
+                if dir {
+                    self.joining = 0;
+                }
                 return Some(false);
             }
         };

@@ -33,13 +33,13 @@ use barge::cp::{
     link_owner, Cp, CpReport, CpSummary, Deferred, Linked, Part, Verified, Wide, WIDE_CHUNK,
 };
 use barge::interrupt::Cancel;
-use barge::pack::share::{plan_run, tail, PartPlan, HEADER};
+use barge::pack::share::{plan_run, tail, FileStats, PartPlan, HEADER};
 use barge::pack::{Pack, PackSummary};
 use barge::share::{cut_runs, split_depth, Share, SPINE};
 use barge::threads::Work;
 use barge::Progress;
 use mpi::collective::SystemOperation;
-use mpi::datatype::PartitionMut;
+use mpi::datatype::{Partition, PartitionMut};
 use mpi::environment::Threading;
 use mpi::request::{Request, Scope};
 use mpi::topology::SimpleCommunicator;
@@ -856,7 +856,8 @@ fn pack_into(
     // A tree unopened splits anywhere: counting its parts says why.
     let split = agreed_split(world, || pack.split_depth(ranks).unwrap_or(SPINE));
     let threads = cores_of_mine(world);
-    let (parts, mine) = whole(world, pack.plan_parts(split, rank, ranks, threads))?;
+    let planned = whole(world, pack.plan_parts(split, rank, ranks, threads))?;
+    let (parts, mine, stats) = planned;
     let (parts, plans) = whole(world, all_plans(world, parts, &mine))?;
     let weights: Vec<u64> = plans
         .iter()
@@ -864,12 +865,15 @@ fn pack_into(
         .map(PartPlan::weight)
         .collect();
     let runs = cut_runs(&weights, ranks);
+    // The stats of the files this rank planned go to the ranks that pack them.
+    let known = run_stats(world, &runs, &stats);
+    drop(stats);
     let share = Share::new(rank, split, &runs);
     let units = share.units();
     let run = plan_run(&plans, units.start as usize..units.end as usize, raw);
     // A part that names first a file of several links that one before it names too has
     // shorter frames than planned (a hard link there): the run is planned again.
-    let planned = whole(world, pack.plan_share_of(&share, &run))?;
+    let planned = whole(world, pack.plan_share_of(&share, &run, &known))?;
     let (first, links) = (run.first, run.earlier);
     // Where the shares' frames go (this rank's and the end of all), by their lengths.
     let placed = |bytes: u64| {
@@ -888,7 +892,7 @@ fn pack_into(
     let spool = whole(world, spool)?;
     let out = spool.as_ref().unwrap_or(archive);
     let shared = together(world, progress, summed, || {
-        pack.pack_share(&share, first, &planned, &links, out.as_fd())
+        pack.pack_share(&share, (first, &planned), &links, &known, out.as_fd())
     });
     let shared = whole(world, shared)?;
     if std::env::var_os("BARGE_SHARE_STATS").is_some() {
@@ -968,6 +972,52 @@ fn all_plans(
         .map(|i| dealt[(i % ranks) as usize].next().expect("dealt"))
         .collect();
     Ok((parts, plans))
+}
+
+/// The metadata of the files of this rank's run ([`FileStats`]), in the order of its parts,
+/// from the ranks that planned them: each rank's `stats` (of the parts dealt to it: rank r
+/// planned r, r + ranks, ...) go, each after its part's number and length, to the rank
+/// whose run holds the part (`runs`, [`cut_runs`]); none where that would take over 2 GiB
+/// on a rank (then its files are stat'ed again).
+fn run_stats(world: &SimpleCommunicator, runs: &[u64], stats: &[FileStats]) -> FileStats {
+    let (rank, ranks) = (world.rank() as u64, world.size() as usize);
+    let mut to = vec![Vec::new(); ranks];
+    for (k, part) in stats.iter().enumerate() {
+        let number = rank + k as u64 * ranks as u64;
+        // A tree without parts has one unit, no rank's run: its files are stat'ed again.
+        if let Some(owner) = (0..ranks).find(|&r| (runs[r]..runs[r + 1]).contains(&number)) {
+            let bytes = part.as_bytes();
+            to[owner].extend(number.to_le_bytes());
+            to[owner].extend((bytes.len() as u64).to_le_bytes());
+            to[owner].extend_from_slice(bytes);
+        }
+    }
+    let counts: Vec<u64> = to.iter().map(|bytes| bytes.len() as u64).collect();
+    let mut coming = vec![0u64; ranks];
+    world.all_to_all_into(&counts[..], &mut coming[..]);
+    let most = counts.iter().sum::<u64>().max(coming.iter().sum());
+    let mut largest = 0u64;
+    world.all_reduce_into(&most, &mut largest, SystemOperation::max());
+    if i32::try_from(largest).is_err() {
+        return FileStats::default();
+    }
+    let counts: Vec<i32> = counts.iter().map(|&n| n as i32).collect();
+    let coming: Vec<i32> = coming.iter().map(|&n| n as i32).collect();
+    let mut received = vec![0u8; coming.iter().map(|&n| n as usize).sum()];
+    let (send_starts, receive_starts) = (starts(&counts), starts(&coming));
+    world.all_to_all_varcount_into(
+        &Partition::new(&to.concat()[..], counts, send_starts),
+        &mut PartitionMut::new(&mut received[..], coming, receive_starts),
+    );
+    let (mut rest, mut parts) = (&received[..], Vec::new());
+    while !rest.is_empty() {
+        let (number, len) = (number(&mut rest), number(&mut rest) as usize);
+        let (part, after) = rest.split_at(len);
+        parts.push((number, part));
+        rest = after;
+    }
+    parts.sort_unstable_by_key(|&(number, _)| number);
+    FileStats::joined(parts.into_iter().map(|(_, part)| part))
 }
 
 /// The sum of `n` over the ranks before this one (`MPI_Exscan`).

@@ -7,7 +7,8 @@
 //! entries start and which of its files of several links were named before it, and its
 //! parts sum to its plan ([`plan_run`]; planned again where a part names first a file a
 //! part before it names too: [`Pack::plan_share_of`]). Then it packs its share's frames
-//! ([`Pack::pack_share`]) where the shares before it end: straight into the archive when
+//! ([`Pack::pack_share`], with the stats its parts' plans read: [`FileStats`]) where the
+//! shares before it end: straight into the archive when
 //! their lengths were planned, else (zstd) into a file of its own, copied there after. One
 //! process writes the [`HEADER`] and, from every share's [`Shared::index`], the index and
 //! the footer ([`tail`]). The archive is a valid one whatever the number of processes: its
@@ -17,7 +18,7 @@ use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use rustix::fs::{fstat, openat, Mode};
+use rustix::fs::{fstat, openat, Mode, Statx};
 
 use super::{v2, Format, Pack, PackSummary};
 use crate::error::{Error, Result, TreePath};
@@ -25,7 +26,7 @@ use crate::format::segments::{share_index, shared_tail, Zstd};
 use crate::format::HEADER_V2;
 use crate::output::FdWriter;
 use crate::share::Share;
-use crate::sys::DIR_FLAGS;
+use crate::sys::{blank_statx, DIR_FLAGS};
 use crate::walk::Root;
 use crate::Progress;
 
@@ -73,6 +74,123 @@ impl PartPlan {
         self.bytes
             .saturating_add(self.entries.saturating_mul(ENTRY_WEIGHT))
     }
+}
+
+/// The metadata (`statx`) of the regular files a plan of parts read, in walk order with
+/// their paths from the root, so that the pack of those files does not read it again
+/// ([`Pack::pack_share`]): one stat a file, as dtar packs from the list its walk made.
+/// Records that concatenate: the stats of the parts of a run, in order, are one value.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FileStats(Vec<u8>);
+
+/// The bytes of a [`FileStats`] record after its path.
+const STAT_RECORD: usize = 2 + 4 * 3 + 8 * 3 + 4 * 2 + 8 + 4;
+
+impl FileStats {
+    /// Its records, to send to the process that packs the files.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The records `bytes` (as [`FileStats::as_bytes`] gave them, maybe several
+    /// concatenated).
+    pub fn from_bytes(bytes: Vec<u8>) -> FileStats {
+        FileStats(bytes)
+    }
+
+    /// The stats of all `parts`, in order, as one value.
+    pub fn joined<'p>(parts: impl IntoIterator<Item = &'p [u8]>) -> FileStats {
+        let mut all = Vec::new();
+        for part in parts {
+            all.extend_from_slice(part);
+        }
+        FileStats(all)
+    }
+
+    /// Adds the file `name` in the directory `dir` (its path from the root) as `st`
+    /// describes it.
+    pub(crate) fn push(&mut self, dir: &[u8], name: &[u8], st: &Statx) {
+        let slash = usize::from(!dir.is_empty());
+        let Ok(len) = u16::try_from(dir.len() + slash + name.len()) else {
+            // A path that long is stat'ed again by the pack.
+            return;
+        };
+        let out = &mut self.0;
+        out.extend(len.to_le_bytes());
+        out.extend_from_slice(dir);
+        out.extend_from_slice(&b"/"[..slash]);
+        out.extend_from_slice(name);
+        out.extend(st.stx_mode.to_le_bytes());
+        for n in [st.stx_nlink, st.stx_uid, st.stx_gid] {
+            out.extend(n.to_le_bytes());
+        }
+        for n in [st.stx_size, st.stx_blocks, st.stx_ino] {
+            out.extend(n.to_le_bytes());
+        }
+        for n in [st.stx_dev_major, st.stx_dev_minor] {
+            out.extend(n.to_le_bytes());
+        }
+        out.extend(st.stx_mtime.tv_sec.to_le_bytes());
+        out.extend(st.stx_mtime.tv_nsec.to_le_bytes());
+    }
+}
+
+/// The records of a [`FileStats`] not taken yet, taken in walk order
+/// ([`KnownStats::take`]).
+pub(crate) struct KnownStats<'s> {
+    rest: &'s [u8],
+}
+
+impl<'s> KnownStats<'s> {
+    pub(crate) fn new(stats: &'s FileStats) -> KnownStats<'s> {
+        KnownStats { rest: &stats.0 }
+    }
+
+    /// The stat of the file at `path` (from the root), when the records have it next;
+    /// records of files a walk passed without finding them (removed since) are dropped. A
+    /// record cut short (which no [`FileStats::push`] writes) ends them.
+    pub(crate) fn take(&mut self, path: &[u8]) -> Option<Statx> {
+        let components = |p: &'s [u8]| p.split(|&b| b == b'/');
+        loop {
+            let (len, after) = self.rest.split_first_chunk::<2>()?;
+            let len = usize::from(u16::from_le_bytes(*len));
+            if after.len() < len + STAT_RECORD {
+                self.rest = &[];
+                return None;
+            }
+            let (next, record) = after.split_at(len);
+            // Walk order: the entries of a directory by name, each directory's before the
+            // next name.
+            match components(next).cmp(path.split(|&b| b == b'/')) {
+                std::cmp::Ordering::Less => self.rest = &record[STAT_RECORD..],
+                std::cmp::Ordering::Greater => return None,
+                std::cmp::Ordering::Equal => {
+                    self.rest = &record[STAT_RECORD..];
+                    return Some(stat_of(&record[..STAT_RECORD]));
+                }
+            }
+        }
+    }
+}
+
+/// The `statx` a record (after its path) holds: the fields a pack uses, the others 0.
+fn stat_of(record: &[u8]) -> Statx {
+    let mut at = 0;
+    let mut take = |n: usize| {
+        at += n;
+        &record[at - n..at]
+    };
+    let mut st = blank_statx();
+    st.stx_mode = u16::from_le_bytes(take(2).try_into().expect("2 bytes"));
+    let mut u32s = || u32::from_le_bytes(take(4).try_into().expect("4 bytes"));
+    (st.stx_nlink, st.stx_uid, st.stx_gid) = (u32s(), u32s(), u32s());
+    let mut u64s = || u64::from_le_bytes(take(8).try_into().expect("8 bytes"));
+    (st.stx_size, st.stx_blocks, st.stx_ino) = (u64s(), u64s(), u64s());
+    let mut u32s = || u32::from_le_bytes(take(4).try_into().expect("4 bytes"));
+    (st.stx_dev_major, st.stx_dev_minor) = (u32s(), u32s());
+    st.stx_mtime.tv_sec = i64::from_le_bytes(take(8).try_into().expect("8 bytes"));
+    st.stx_mtime.tv_nsec = u32::from_le_bytes(take(4).try_into().expect("4 bytes"));
+    st
 }
 
 /// The plan of a run of parts, from its parts' ([`plan_run`]).
@@ -137,18 +255,20 @@ impl Pack<'_> {
     /// (every process finds the same in a tree that does not change meanwhile), and the
     /// plans of those numbered `process`, `process + processes`, ... in that order, each
     /// planned apart ([`PartPlan`]; with the root's records and what comes before the first
-    /// part, the first), on `threads` threads that each walk every `threads`-th of them.
-    /// No file is read (but sparse ones of at most 64 KiB).
+    /// part, the first), with the metadata of each one's files ([`FileStats`]), on
+    /// `threads` threads that each walk every `threads`-th of them. No file is read (but
+    /// sparse ones of at most 64 KiB).
     pub fn plan_parts(
         &self,
         split: usize,
         process: u32,
         processes: u32,
         threads: usize,
-    ) -> Result<(u64, Vec<PartPlan>)> {
+    ) -> Result<(u64, Vec<PartPlan>, Vec<FileStats>)> {
         let (processes, threads) = (u64::from(processes.max(1)), threads.max(1) as u64);
         let prune = HashSet::new();
-        let planned: Vec<Result<(u64, Vec<PartPlan>)>> = std::thread::scope(|scope| {
+        type Planned = (u64, Vec<(PartPlan, FileStats)>);
+        let planned: Vec<Result<Planned>> = std::thread::scope(|scope| {
             let walks: Vec<_> = (0..threads)
                 .map(|thread| {
                     let walk = self.walk(&prune);
@@ -158,7 +278,7 @@ impl Pack<'_> {
                         let root_records = share.first().then(|| self.shared_root());
                         let (root, progress) = (self.shared_root()?, Progress::default());
                         let none = Links::new();
-                        let settings = self.plan_settings(&progress, 0, &none);
+                        let settings = self.plan_settings(&progress, 0, &none, None);
                         let plans = v2::plan_parts(settings, root_records.transpose()?, |p| {
                             walk.share(&share).run(root, p)
                         })?;
@@ -189,10 +309,10 @@ impl Pack<'_> {
         // Thread t planned this process's parts t, t + threads, ...: dealt back in order.
         let mut planned: Vec<_> = planned.into_iter().map(|(_, p)| p.into_iter()).collect();
         let mine = units.saturating_sub(u64::from(process)).div_ceil(processes);
-        let plans = (0..mine)
+        let (plans, stats) = (0..mine)
             .map(|k| planned[(k % threads) as usize].next().expect("counted"))
-            .collect();
-        Ok((parts, plans))
+            .unzip();
+        Ok((parts, plans, stats))
     }
 
     /// The depth `processes` split the tree at ([`crate::share::split_depth`]).
@@ -205,10 +325,16 @@ impl Pack<'_> {
 
     /// Plans `share` without reading any file (but sparse ones of at most 64 KiB): its
     /// entries numbered from `first`, with the files of several links in `links` as hard
-    /// links (see [`Pack::pack_share`]; a first plan knows none: 0 and no links).
-    pub fn plan_share(&self, share: &Share, first: u64, links: &Links) -> Result<Planned> {
+    /// links (see [`Pack::pack_share`]; a first plan knows none: 0 and no links), the files
+    /// in `stats` as a plan of their parts found them.
+    pub fn plan_share(
+        &self,
+        share: &Share,
+        (first, links): (u64, &Links),
+        stats: &FileStats,
+    ) -> Result<Planned> {
         let progress = Progress::default();
-        let settings = self.plan_settings(&progress, first, links);
+        let settings = self.plan_settings(&progress, first, links, Some(stats));
         // The first share carries the root directory's records, as packed.
         let root_records = share.first().then(|| self.shared_root()).transpose()?;
         let root = self.shared_root()?;
@@ -222,11 +348,17 @@ impl Pack<'_> {
     /// The plan of `share`, the run of parts `run` sums: `run`'s where it holds, else the
     /// share planned again; an error where the tree changed since its parts were planned
     /// (another number of entries, which would number the next shares' wrongly).
-    pub fn plan_share_of(&self, share: &Share, run: &RunPlan) -> Result<Planned> {
+    /// `stats`: of the files of the run's parts ([`Pack::pack_share`]).
+    pub fn plan_share_of(
+        &self,
+        share: &Share,
+        run: &RunPlan,
+        stats: &FileStats,
+    ) -> Result<Planned> {
         if run.holds {
             return Ok(run.planned.clone());
         }
-        let planned = self.plan_share(share, run.first, &run.earlier)?;
+        let planned = self.plan_share(share, (run.first, &run.earlier), stats)?;
         match planned.entries == run.planned.entries {
             true => Ok(planned),
             false => Err(Error::Argument {
@@ -240,12 +372,13 @@ impl Pack<'_> {
     }
 
     /// How a share of this pack is planned: its entries numbered from `first`, the files of
-    /// several links in `links` hard links.
+    /// several links in `links` hard links, the files in `known` as their stats say.
     fn plan_settings<'s>(
         &self,
         progress: &'s Progress,
         first: u64,
         links: &'s Links,
+        known: Option<&'s FileStats>,
     ) -> v2::Settings<'s> {
         v2::Settings {
             archive: self.archive,
@@ -260,22 +393,25 @@ impl Pack<'_> {
                 first,
                 links,
                 counting: true,
+                known,
             }),
         }
     }
 
     /// Packs the frames of `share` into `out` (at its offset), as `planned`: its entries
     /// numbered from `first`, with the files of several links in `links` (by device and
-    /// inode) as hard links to those entries (their first names, in earlier shares).
+    /// inode) as hard links to those entries (their first names, in earlier shares), the
+    /// files in `stats` as their plan found them (their metadata not read again: a file
+    /// changed since is packed with that metadata, and its size as planned).
     /// A tree that changed since it was planned (another number of entries, or other
     /// frames' lengths where they were planned) is an error: then `out` holds frames that
     /// do not fit where the plan put them, maybe past `planned.bytes`.
     pub fn pack_share(
         mut self,
         share: &Share,
-        first: u64,
-        planned: &Planned,
+        (first, planned): (u64, &Planned),
         links: &Links,
+        stats: &FileStats,
         out: BorrowedFd<'_>,
     ) -> Result<Shared> {
         self.format = Format::V2;
@@ -284,6 +420,7 @@ impl Pack<'_> {
             first,
             links,
             counting: false,
+            known: Some(stats),
         };
         let (cancel, written) = (self.cancel.clone(), self.written);
         let (summary, wrote) =
@@ -379,31 +516,66 @@ mod tests {
         sparse.set_len(1 << 30).unwrap();
         let pack = || Pack::new(openat(CWD, root, DIR_FLAGS, Mode::empty()).unwrap());
         // Split at the top: the parts a, b, c and d (the first with the root's records).
-        let (parts, all) = pack().plan_parts(1, 0, 1, 1).unwrap();
+        let (parts, all, stats) = pack().plan_parts(1, 0, 1, 1).unwrap();
         let entries: Vec<u64> = all.iter().map(|p| p.entries).collect();
         assert_eq!((parts, entries), (4, vec![3, 1, 1, 3]));
+        // With each part, the metadata of its files, in walk order.
+        let paths = |stats: &FileStats| {
+            let (mut rest, mut paths) = (stats.as_bytes(), Vec::new());
+            while let Some((len, after)) = rest.split_first_chunk::<2>() {
+                let (path, record) = after.split_at(usize::from(u16::from_le_bytes(*len)));
+                paths.push(String::from_utf8(path.to_vec()).unwrap());
+                rest = &record[STAT_RECORD..];
+            }
+            paths
+        };
+        let want = [&["a/deeper/f"][..], &[], &["c"], &["d/g", "d/sparse"]];
+        assert_eq!(stats.iter().map(paths).collect::<Vec<_>>(), want);
+        let mut known = KnownStats::new(&stats[2]);
+        let c = known.take(b"c").unwrap();
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::symlink_metadata(root.join("c")).unwrap();
+        assert_eq!(
+            (c.stx_size, c.stx_ino, c.stx_mode),
+            (5000, meta.ino(), meta.mode() as u16)
+        );
+        let mtime = (c.stx_mtime.tv_sec, c.stx_mtime.tv_nsec as i64);
+        assert_eq!(mtime, (meta.mtime(), meta.mtime_nsec()));
+        // Taken in walk order: a file the walk passes without finding is dropped, one it
+        // has not come to is kept.
+        let mut known = KnownStats::new(&stats[3]);
+        assert!(known.take(b"d/f").is_none());
+        assert!(known.take(b"d/sparse").is_some());
+        assert!(known.take(b"d/g").is_none());
+        let planned = |r: (u64, Vec<PartPlan>, Vec<FileStats>)| (r.0, r.1);
         // A file's bytes are in its part's frames; a sparse file's holes are not.
         assert!((5000..6000).contains(&all[2].bytes), "{all:?}");
         assert!(all[3].bytes < 1000, "{all:?}");
         assert!(all[2].weight() > all[1].weight() + 5000);
         // On threads, or dealt to 3 processes: the same plans.
-        assert_eq!(pack().plan_parts(1, 0, 1, 3).unwrap(), (4, all.clone()));
-        let dealt = pack().plan_parts(1, 0, 3, 2).unwrap();
+        assert_eq!(
+            planned(pack().plan_parts(1, 0, 1, 3).unwrap()),
+            (4, all.clone())
+        );
+        let dealt = planned(pack().plan_parts(1, 0, 3, 2).unwrap());
         assert_eq!(dealt, (4, vec![all[0].clone(), all[3].clone()]));
         assert_eq!(
-            pack().plan_parts(1, 2, 3, 1).unwrap(),
+            planned(pack().plan_parts(1, 2, 3, 1).unwrap()),
             (4, vec![all[2].clone()])
         );
-        assert_eq!(pack().plan_parts(1, 5, 3, 1).unwrap(), (4, vec![]));
+        assert_eq!(planned(pack().plan_parts(1, 5, 3, 1).unwrap()), (4, vec![]));
         // Their frames are those of the whole share, stored raw.
         let share = Share::new(0, 1, &[0, 4]);
-        let whole = pack().plan_share(&share, 0, &Links::new()).unwrap();
+        let none = (0, &Links::new());
+        let whole = pack()
+            .plan_share(&share, none, &FileStats::default())
+            .unwrap();
         let sum: u64 = all.iter().map(|p| p.bytes).sum();
         assert_eq!((whole.entries, whole.bytes), (8, Some(sum)));
         // A tree without parts is one, the root's records.
         let empty = tempfile::tempdir().unwrap();
         let pack = Pack::new(openat(CWD, empty.path(), DIR_FLAGS, Mode::empty()).unwrap());
-        let (parts, plans) = pack.plan_parts(1, 0, 2, 1).unwrap();
+        let (parts, plans, _) = pack.plan_parts(1, 0, 2, 1).unwrap();
         assert_eq!((parts, plans.len(), plans[0].entries), (0, 1, 0));
         assert!(plans[0].bytes > 0);
     }

@@ -24,7 +24,7 @@ use rustix::fs::{
 use rustix::io::{fcntl_dupfd_cloexec, Errno};
 
 use super::packer::{INLINE_MAX, RING_FILES};
-use super::share::{Links, PartPlan, Planned};
+use super::share::{FileStats, KnownStats, Links, PartPlan, Planned};
 use super::{recorded, writer_gone, PackSummary, Update, Warning};
 use crate::compare::inode_key;
 use crate::error::{Error, Result, TreePath};
@@ -82,6 +82,8 @@ pub(super) struct Sharing<'a> {
     pub links: &'a Links,
     /// Only count the entries and note the files of several links ([`plan`]).
     pub counting: bool,
+    /// The metadata of files that a plan read ([`FileStats`]): not read again.
+    pub known: Option<&'a FileStats>,
 }
 
 /// What [`encode`] wrote of a share: the segments as the index lists them (from offset 0
@@ -264,12 +266,12 @@ pub(super) fn plan(
 
 /// Plans the parts a walk of a dealt share announces ([`crate::share::Share::dealt`]) each
 /// apart, as if each began a share ([`PartPlan`]), with the records of the root directory
-/// `root` first when given (the first part's).
+/// `root` first when given (the first part's); with each, the metadata of its files.
 pub(super) fn plan_parts(
     settings: Settings<'_>,
     root: Option<OwnedFd>,
     source: impl FnOnce(&mut Planner<'_>) -> Result<()>,
-) -> Result<Vec<PartPlan>> {
+) -> Result<Vec<(PartPlan, FileStats)>> {
     let (jobs, _) = channel();
     let (_, tokens) = sync_channel(0);
     let (done, _) = channel();
@@ -282,7 +284,8 @@ pub(super) fn plan_parts(
     if rooted || planner.parts.as_ref().is_some_and(|p| p.resumed) {
         planner.close_part()?;
     }
-    Ok(planner.parts.take().map(|p| p.plans).unwrap_or_default())
+    let parts = planner.parts.take().unwrap_or_default();
+    Ok(parts.plans.into_iter().zip(parts.stats).collect())
 }
 
 /// Writes the frames of the jobs in order as they come, handing back a token for each,
@@ -606,12 +609,19 @@ pub(super) struct Planner<'a> {
     cut_parts: bool,
     /// Planning parts apart ([`plan_parts`]).
     parts: Option<Parts>,
+    /// Files whose metadata a plan read ([`Sharing::known`]), and the path of the file
+    /// being planned, from the root, to find it there.
+    known: Option<KnownStats<'a>>,
+    path: Vec<u8>,
 }
 
 /// The parts planned apart so far, and the one being planned.
 #[derive(Default)]
 struct Parts {
     plans: Vec<PartPlan>,
+    /// The metadata of the files of each part planned, and of the one being planned.
+    stats: Vec<FileStats>,
+    planning: FileStats,
     /// The walk resumed before: a part is being planned, which the next resuming ends.
     resumed: bool,
     /// Its part began (before: the directories above the parts before it).
@@ -667,6 +677,8 @@ impl<'a> Planner<'a> {
             bytes: 0,
             cut_parts: settings.sharing.is_some() && settings.zstd.is_none(),
             parts: None,
+            known: (settings.sharing.and_then(|s| s.known)).map(KnownStats::new),
+            path: Vec::new(),
         }
     }
 
@@ -684,7 +696,10 @@ impl<'a> Planner<'a> {
             bytes: std::mem::take(&mut self.bytes),
             links,
         };
-        self.parts.as_mut().expect("parts planned").plans.push(plan);
+        let parts = self.parts.as_mut().expect("parts planned");
+        parts.plans.push(plan);
+        let stats = std::mem::take(&mut parts.planning);
+        parts.stats.push(stats);
         Ok(())
     }
 
@@ -744,10 +759,24 @@ impl<'a> Planner<'a> {
     /// Plans the regular file `name` in `dir`: left out, a hard link, a `FILE` or an
     /// `EXTFILE`.
     fn file(&mut self, dir: BorrowedFd<'_>, name: &[u8]) -> Result<()> {
-        let st = match statx(dir, name, AtFlags::SYMLINK_NOFOLLOW, STATX_MASK) {
+        let known = self.known.as_mut().and_then(|known| {
+            self.path.clear();
+            self.path.extend_from_slice(self.dir.as_bytes());
+            self.path
+                .extend_from_slice(&b"/"[..usize::from(!self.path.is_empty())]);
+            self.path.extend_from_slice(name);
+            known.take(&self.path)
+        });
+        let st = match known.map_or_else(
+            || statx(dir, name, AtFlags::SYMLINK_NOFOLLOW, STATX_MASK),
+            Ok,
+        ) {
             Ok(st) => st,
             Err(e) => return self.warn(Error::io("statx", self.dir.join(name), e)),
         };
+        if let Some(parts) = &mut self.parts {
+            parts.planning.push(self.dir.as_bytes(), name, &st);
+        }
         let kind = FileType::from_raw_mode(st.stx_mode.into());
         if kind != FileType::RegularFile {
             // Replaced since the directory was listed.
@@ -1352,7 +1381,7 @@ mod tests {
                     None => pack,
                 }
             };
-            let (parts, plans) = pack().plan_parts(split, 0, 1, 2).unwrap();
+            let (parts, plans, stats) = pack().plan_parts(split, 0, 1, 2).unwrap();
             // Split at 3: a/big, a's other files, a/b/deep, a/b's files, a/c's, link, many's
             // in 3 parts of at most 64 and z's (files in a row are parts of up to 64).
             // At the top: a, link, many and z.
@@ -1368,7 +1397,7 @@ mod tests {
                 let share = Share::new(rank, split, &runs);
                 // One pack for the three steps, as pack --mpi has.
                 let pack = pack();
-                let (again, mine) = pack.plan_parts(split, rank, ranks, 1).unwrap();
+                let (again, mine, _) = pack.plan_parts(split, rank, ranks, 1).unwrap();
                 assert_eq!(again, parts);
                 let dealt = plans.iter().skip(rank as usize).step_by(ranks as usize);
                 assert!(
@@ -1377,17 +1406,23 @@ mod tests {
                 );
                 let units = share.units();
                 let run = units.start as usize..units.end as usize;
+                // Half the ranks plan and pack with their files' metadata from the plans.
+                let known = match rank % 2 {
+                    0 => FileStats::joined(stats[run.clone()].iter().map(FileStats::as_bytes)),
+                    _ => FileStats::default(),
+                };
                 let plan = plan_run(&plans, run, zstd.is_none());
                 assert_eq!(
                     plan.first, entries,
                     "share {rank} of {ranks} begins where the last ends"
                 );
                 replanned += u32::from(!plan.holds);
-                let planned = pack.plan_share_of(&share, &plan).unwrap();
+                let planned = pack.plan_share_of(&share, &plan, &known).unwrap();
                 let (first, links) = (plan.first, plan.earlier);
                 let mut spool = tempfile::tempfile().unwrap();
-                let shared =
-                    (pack.pack_share(&share, first, &planned, &links, spool.as_fd())).unwrap();
+                let planned = (first, &planned);
+                let shared = pack.pack_share(&share, planned, &links, &known, spool.as_fd());
+                let (shared, planned) = (shared.unwrap(), planned.1);
                 let raw = zstd.is_none().then_some(shared.bytes);
                 assert_eq!(
                     planned.bytes, raw,
@@ -1424,12 +1459,16 @@ mod tests {
     fn whole_share(dir: &Path) -> (crate::share::Share, Planned) {
         let parts = pack_of(dir).plan_parts(1, 0, 1, 1).unwrap().0;
         let share = crate::share::Share::new(0, 1, &[0, parts]);
-        let planned = pack_of(dir).plan_share(&share, 0, &Links::new()).unwrap();
+        let none = (0, &Links::new());
+        let planned = pack_of(dir)
+            .plan_share(&share, none, &FileStats::default())
+            .unwrap();
         (share, planned)
     }
 
     /// A file that grew between the plan of its share and the pack, as the same number of
-    /// entries, fails the pack: its frames no longer fit where the plan put them.
+    /// entries, fails the pack: its frames no longer fit where the plan put them; unless the
+    /// pack takes its metadata from the plan of its part ([`FileStats`]).
     #[test]
     fn a_share_whose_file_grew_since_its_plan_fails() {
         let dir = tempfile::tempdir().unwrap();
@@ -1438,14 +1477,34 @@ mod tests {
         let (share, planned) = whole_share(dir.path());
         let spool = tempfile::tempfile().unwrap();
         let links = Links::new();
-        let same = pack().pack_share(&share, 0, &planned, &links, spool.as_fd());
+        let none = FileStats::default();
+        let same = pack().pack_share(&share, (0, &planned), &links, &none, spool.as_fd());
         assert_eq!(same.unwrap().bytes, planned.bytes.unwrap());
         fs::write(dir.path().join("f"), b"after, longer").unwrap();
-        let grown = pack().pack_share(&share, 0, &planned, &links, spool.as_fd());
+        let grown = pack().pack_share(&share, (0, &planned), &links, &none, spool.as_fd());
         let error = grown.unwrap_err().to_string();
         assert!(
             error.contains("a file changed size since it was planned"),
             "{error}"
+        );
+        // Packed with the metadata its plan read, it is stored as planned, with a warning.
+        fs::write(dir.path().join("f"), b"before").unwrap();
+        let (share, planned) = whole_share(dir.path());
+        let (_, _, stats) = pack().plan_parts(1, 0, 1, 1).unwrap();
+        fs::write(dir.path().join("f"), b"after, longer").unwrap();
+        let known = FileStats::joined(stats.iter().map(FileStats::as_bytes));
+        let packed = pack().pack_share(&share, (0, &planned), &links, &known, spool.as_fd());
+        let packed = packed.unwrap();
+        assert_eq!(packed.bytes, planned.bytes.unwrap());
+        let warnings: Vec<String> = packed
+            .summary
+            .warnings
+            .iter()
+            .map(|w| w.to_string())
+            .collect();
+        assert!(
+            warnings.iter().any(|w| w.contains("changed as we read it")),
+            "{warnings:?}"
         );
     }
 
@@ -1460,8 +1519,9 @@ mod tests {
         let (share, planned) = whole_share(dir.path());
         fs::create_dir(dir.path().join("g")).unwrap();
         let spool = tempfile::tempfile().unwrap();
-        let packed = pack().pack_share(&share, 0, &planned, &Links::new(), spool.as_fd());
-        let replanned = pack().plan_share(&share, 0, &Links::new());
+        let none = FileStats::default();
+        let packed = pack().pack_share(&share, (0, &planned), &Links::new(), &none, spool.as_fd());
+        let replanned = pack().plan_share(&share, (0, &Links::new()), &none);
         for error in [packed.err(), replanned.err()] {
             let error = error.expect("an error").to_string();
             assert!(error.contains("2 parts where 1 were counted"), "{error}");
@@ -1476,7 +1536,10 @@ mod tests {
             planned,
             holds: false,
         };
-        let error = pack().plan_share_of(&share, &run).unwrap_err().to_string();
+        let error = pack()
+            .plan_share_of(&share, &run, &none)
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("2 entries where 1 were planned"), "{error}");
     }
 

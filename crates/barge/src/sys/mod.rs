@@ -82,3 +82,9 @@ pub(crate) fn read_onto(
     unsafe { buf.set_len(buf.len() + n) };
     Ok(n)
 }
+
+/// A `statx` result with every field 0, to fill in from a record of one.
+pub(crate) fn blank_statx() -> Statx {
+    // SAFETY: `Statx` is a C struct of integers and arrays of them: all zeros is a value.
+    unsafe { std::mem::zeroed() }
+}

@@ -981,18 +981,21 @@ fn all_plans(
 /// on a rank (then its files are stat'ed again).
 fn run_stats(world: &SimpleCommunicator, runs: &[u64], stats: &[FileStats]) -> FileStats {
     let (rank, ranks) = (world.rank() as u64, world.size() as usize);
-    let mut to = vec![Vec::new(); ranks];
+    // This rank's parts ascend, and so do the runs: the bytes for each rank follow those
+    // for the ranks before it.
+    let size = stats.iter().map(|s| 16 + s.as_bytes().len()).sum();
+    let (mut sending, mut counts) = (Vec::with_capacity(size), vec![0u64; ranks]);
     for (k, part) in stats.iter().enumerate() {
         let number = rank + k as u64 * ranks as u64;
         // A tree without parts has one unit, no rank's run: its files are stat'ed again.
         if let Some(owner) = (0..ranks).find(|&r| (runs[r]..runs[r + 1]).contains(&number)) {
             let bytes = part.as_bytes();
-            to[owner].extend(number.to_le_bytes());
-            to[owner].extend((bytes.len() as u64).to_le_bytes());
-            to[owner].extend_from_slice(bytes);
+            sending.extend(number.to_le_bytes());
+            sending.extend((bytes.len() as u64).to_le_bytes());
+            sending.extend_from_slice(bytes);
+            counts[owner] += 16 + bytes.len() as u64;
         }
     }
-    let counts: Vec<u64> = to.iter().map(|bytes| bytes.len() as u64).collect();
     let mut coming = vec![0u64; ranks];
     world.all_to_all_into(&counts[..], &mut coming[..]);
     let most = counts.iter().sum::<u64>().max(coming.iter().sum());
@@ -1006,7 +1009,7 @@ fn run_stats(world: &SimpleCommunicator, runs: &[u64], stats: &[FileStats]) -> F
     let mut received = vec![0u8; coming.iter().map(|&n| n as usize).sum()];
     let (send_starts, receive_starts) = (starts(&counts), starts(&coming));
     world.all_to_all_varcount_into(
-        &Partition::new(&to.concat()[..], counts, send_starts),
+        &Partition::new(&sending[..], counts, send_starts),
         &mut PartitionMut::new(&mut received[..], coming, receive_starts),
     );
     let (mut rest, mut parts) = (&received[..], Vec::new());

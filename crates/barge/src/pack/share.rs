@@ -83,6 +83,10 @@ impl PartPlan {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FileStats(Vec<u8>);
 
+/// The most bytes of [`FileStats`] a process keeps from its plans: about 2.5 million
+/// files' worth (the files after are stat'ed again by their pack).
+const STATS_KEPT: usize = 256 << 20;
+
 /// The bytes of a [`FileStats`] record after its path.
 const STAT_RECORD: usize = 2 + 4 * 3 + 8 * 3 + 4 * 2 + 8 + 4;
 
@@ -279,7 +283,9 @@ impl Pack<'_> {
                         let (root, progress) = (self.shared_root()?, Progress::default());
                         let none = Links::new();
                         let settings = self.plan_settings(&progress, 0, &none, None);
-                        let plans = v2::plan_parts(settings, root_records.transpose()?, |p| {
+                        let root_records = root_records.transpose()?;
+                        let room = STATS_KEPT / threads as usize;
+                        let plans = v2::plan_parts(settings, root_records, room, |p| {
                             walk.share(&share).run(root, p)
                         })?;
                         Ok((share.seen(), plans))

@@ -266,17 +266,22 @@ pub(super) fn plan(
 
 /// Plans the parts a walk of a dealt share announces ([`crate::share::Share::dealt`]) each
 /// apart, as if each began a share ([`PartPlan`]), with the records of the root directory
-/// `root` first when given (the first part's); with each, the metadata of its files.
+/// `root` first when given (the first part's); with each, the metadata of its files, up to
+/// `stats` bytes of them in all (the files after are stat'ed again by their pack).
 pub(super) fn plan_parts(
     settings: Settings<'_>,
     root: Option<OwnedFd>,
+    stats: usize,
     source: impl FnOnce(&mut Planner<'_>) -> Result<()>,
 ) -> Result<Vec<(PartPlan, FileStats)>> {
     let (jobs, _) = channel();
     let (_, tokens) = sync_channel(0);
     let (done, _) = channel();
     let mut planner = Planner::new(&settings, jobs, tokens, done);
-    planner.parts = Some(Parts::default());
+    planner.parts = Some(Parts {
+        room: stats,
+        ..Parts::default()
+    });
     // The first part begins with the root's records; a part is open once the walk resumed.
     let rooted = root.is_some();
     root.map_or(Ok(()), |root| planner.root(root))
@@ -619,9 +624,11 @@ pub(super) struct Planner<'a> {
 #[derive(Default)]
 struct Parts {
     plans: Vec<PartPlan>,
-    /// The metadata of the files of each part planned, and of the one being planned.
+    /// The metadata of the files of each part planned, and of the one being planned; the
+    /// bytes they may take yet.
     stats: Vec<FileStats>,
     planning: FileStats,
+    room: usize,
     /// The walk resumed before: a part is being planned, which the next resuming ends.
     resumed: bool,
     /// Its part began (before: the directories above the parts before it).
@@ -699,6 +706,7 @@ impl<'a> Planner<'a> {
         let parts = self.parts.as_mut().expect("parts planned");
         parts.plans.push(plan);
         let stats = std::mem::take(&mut parts.planning);
+        parts.room = parts.room.saturating_sub(stats.as_bytes().len());
         parts.stats.push(stats);
         Ok(())
     }
@@ -774,7 +782,11 @@ impl<'a> Planner<'a> {
             Ok(st) => st,
             Err(e) => return self.warn(Error::io("statx", self.dir.join(name), e)),
         };
-        if let Some(parts) = &mut self.parts {
+        if let Some(parts) = self
+            .parts
+            .as_mut()
+            .filter(|p| p.planning.as_bytes().len() < p.room)
+        {
             parts.planning.push(self.dir.as_bytes(), name, &st);
         }
         let kind = FileType::from_raw_mode(st.stx_mode.into());

@@ -899,11 +899,11 @@ fn pack_into(
         let (first, end) = (runs[rank as usize], runs[rank as usize + 1]);
         let weight: u64 = weights[first as usize..end as usize].iter().sum();
         let total: u64 = weights.iter().sum();
-        let bytes = shared.bytes;
+        let (bytes, stated) = (shared.bytes, shared.stated);
         // One write, so that the ranks' lines do not interleave on a shared stderr.
         let line = format!(
             "share: rank {rank}: parts {first}..{end} of {parts}, weight {weight} of {total}, \
-             {bytes} bytes of frames\n"
+             {bytes} bytes of frames, {stated} files stat'ed again\n"
         );
         let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
     }

@@ -252,6 +252,8 @@ pub struct Shared {
     pub bytes: u64,
     /// What the index needs of the share, for [`tail`].
     pub index: Vec<u8>,
+    /// The files whose metadata the pack read: those its stats lacked.
+    pub stated: u64,
 }
 
 impl Pack<'_> {
@@ -431,7 +433,7 @@ impl Pack<'_> {
         let (cancel, written) = (self.cancel.clone(), self.written);
         let (summary, wrote) =
             self.run_shared(FdWriter(out, cancel), written, Some((share, sharing)))?;
-        let (segs, rows) = wrote.expect("a shared pack says what it wrote");
+        let (segs, rows, stated) = wrote.expect("a shared pack says what it wrote");
         share.passed_all()?;
         let changed = |what: String| Error::Argument {
             arg: "the tree".into(),
@@ -452,6 +454,7 @@ impl Pack<'_> {
             summary,
             bytes: segs.at(),
             index: share_index(&segs, &rows),
+            stated,
         })
     }
 

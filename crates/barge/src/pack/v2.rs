@@ -87,12 +87,13 @@ pub(super) struct Sharing<'a> {
 }
 
 /// What [`encode`] wrote of a share: the segments as the index lists them (from offset 0
-/// of what was written) and the index rows of its entries.
-pub(super) type Written = (Segs, Rows);
+/// of what was written), the index rows of its entries, and how many files it stat'ed
+/// (those [`Sharing::known`] lacked).
+pub(super) type Written = (Segs, Rows, u64);
 
 /// What the writer wrote: its bytes, the warnings of the files it read, and with a share
 /// what the index needs of it.
-type Wrote = (u64, Vec<Warning>, Option<Written>);
+type Wrote = (u64, Vec<Warning>, Option<(Segs, Rows)>);
 
 /// Where the data of a piece of a body comes from.
 enum Source {
@@ -220,6 +221,7 @@ pub(super) fn encode<W: ArchiveWriter>(
             .and_then(|()| planner.end());
         let summary = std::mem::take(&mut planner.summary);
         let update = planner.update.counted(PackSummary::default());
+        let stated = planner.stated;
         drop(planner);
         let written = written.join().expect("the writer does not panic");
         for worker in workers {
@@ -236,7 +238,7 @@ pub(super) fn encode<W: ArchiveWriter>(
             ..summary
         };
         summary.warnings.extend(warnings);
-        Ok((summary, share))
+        Ok((summary, share.map(|(segs, rows)| (segs, rows, stated))))
     })
 }
 
@@ -618,6 +620,8 @@ pub(super) struct Planner<'a> {
     /// being planned, from the root, to find it there.
     known: Option<KnownStats<'a>>,
     path: Vec<u8>,
+    /// Files stat'ed.
+    stated: u64,
 }
 
 /// The parts planned apart so far, and the one being planned.
@@ -686,6 +690,7 @@ impl<'a> Planner<'a> {
             parts: None,
             known: (settings.sharing.and_then(|s| s.known)).map(KnownStats::new),
             path: Vec::new(),
+            stated: 0,
         }
     }
 
@@ -776,7 +781,10 @@ impl<'a> Planner<'a> {
             known.take(&self.path)
         });
         let st = match known.map_or_else(
-            || statx(dir, name, AtFlags::SYMLINK_NOFOLLOW, STATX_MASK),
+            || {
+                self.stated += 1;
+                statx(dir, name, AtFlags::SYMLINK_NOFOLLOW, STATX_MASK)
+            },
             Ok,
         ) {
             Ok(st) => st,
@@ -1435,6 +1443,14 @@ mod tests {
                 let planned = (first, &planned);
                 let shared = pack.pack_share(&share, planned, &links, &known, spool.as_fd());
                 let (shared, planned) = (shared.unwrap(), planned.1);
+                // With their plans' stats, no file is stat'ed again.
+                assert_eq!(
+                    shared.stated == 0,
+                    rank % 2 == 0 || shared.summary.files == 0,
+                    "share {rank} of {ranks}: {} of {} files stat'ed",
+                    shared.stated,
+                    shared.summary.files
+                );
                 let raw = zstd.is_none().then_some(shared.bytes);
                 assert_eq!(
                     planned.bytes, raw,

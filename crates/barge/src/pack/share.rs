@@ -96,13 +96,8 @@ impl FileStats {
         &self.0
     }
 
-    /// The records `bytes` (as [`FileStats::as_bytes`] gave them, maybe several
-    /// concatenated).
-    pub fn from_bytes(bytes: Vec<u8>) -> FileStats {
-        FileStats(bytes)
-    }
-
-    /// The stats of all `parts`, in order, as one value.
+    /// The stats of all `parts` (each as [`FileStats::as_bytes`] gave it), in order, as one
+    /// value.
     pub fn joined<'p>(parts: impl IntoIterator<Item = &'p [u8]>) -> FileStats {
         let mut all = Vec::new();
         for part in parts {

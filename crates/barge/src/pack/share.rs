@@ -106,19 +106,15 @@ impl FileStats {
         FileStats(all)
     }
 
-    /// Adds the file `name` in the directory `dir` (its path from the root) as `st`
-    /// describes it.
-    pub(crate) fn push(&mut self, dir: &[u8], name: &[u8], st: &Statx) {
-        let slash = usize::from(!dir.is_empty());
-        let Ok(len) = u16::try_from(dir.len() + slash + name.len()) else {
+    /// Adds the file at `path` (from the root) as `st` describes it.
+    pub(crate) fn push(&mut self, path: &[u8], st: &Statx) {
+        let Ok(len) = u16::try_from(path.len()) else {
             // A path that long is stat'ed again by the pack.
             return;
         };
         let out = &mut self.0;
         out.extend(len.to_le_bytes());
-        out.extend_from_slice(dir);
-        out.extend_from_slice(&b"/"[..slash]);
-        out.extend_from_slice(name);
+        out.extend_from_slice(path);
         out.extend(st.stx_mode.to_le_bytes());
         for n in [st.stx_nlink, st.stx_uid, st.stx_gid] {
             out.extend(n.to_le_bytes());

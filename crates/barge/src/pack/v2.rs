@@ -617,7 +617,7 @@ pub(super) struct Planner<'a> {
     /// Planning parts apart ([`plan_parts`]).
     parts: Option<Parts>,
     /// Files whose metadata a plan read ([`Sharing::known`]), and the path of the file
-    /// being planned, from the root, to find it there.
+    /// being planned, from the root, to find it there or keep it with its parts' stats.
     known: Option<KnownStats<'a>>,
     path: Vec<u8>,
     /// Files stat'ed.
@@ -772,14 +772,16 @@ impl<'a> Planner<'a> {
     /// Plans the regular file `name` in `dir`: left out, a hard link, a `FILE` or an
     /// `EXTFILE`.
     fn file(&mut self, dir: BorrowedFd<'_>, name: &[u8]) -> Result<()> {
-        let known = self.known.as_mut().and_then(|known| {
+        // Its path from the root, by which a plan's stats are kept and found.
+        if self.known.is_some() || self.parts.is_some() {
             self.path.clear();
             self.path.extend_from_slice(self.dir.as_bytes());
-            self.path
-                .extend_from_slice(&b"/"[..usize::from(!self.path.is_empty())]);
+            if !self.path.is_empty() {
+                self.path.push(b'/');
+            }
             self.path.extend_from_slice(name);
-            known.take(&self.path)
-        });
+        }
+        let known = (self.known.as_mut()).and_then(|known| known.take(&self.path));
         let st = match known.map_or_else(
             || {
                 self.stated += 1;
@@ -795,7 +797,7 @@ impl<'a> Planner<'a> {
             .as_mut()
             .filter(|p| p.planning.as_bytes().len() < p.room)
         {
-            parts.planning.push(self.dir.as_bytes(), name, &st);
+            parts.planning.push(&self.path, &st);
         }
         let kind = FileType::from_raw_mode(st.stx_mode.into());
         if kind != FileType::RegularFile {

@@ -986,11 +986,11 @@ fn run_stats(world: &SimpleCommunicator, runs: &[u64], stats: &[FileStats]) -> F
     let size = stats.iter().map(|s| 16 + s.as_bytes().len()).sum();
     let (mut sending, mut counts) = (Vec::with_capacity(size), vec![0u64; ranks]);
     for (k, part) in stats.iter().enumerate() {
-        let number = rank + k as u64 * ranks as u64;
+        let at = rank + k as u64 * ranks as u64;
         // A tree without parts has one unit, no rank's run: its files are stat'ed again.
-        if let Some(owner) = (0..ranks).find(|&r| (runs[r]..runs[r + 1]).contains(&number)) {
+        if let Some(owner) = (0..ranks).find(|&r| (runs[r]..runs[r + 1]).contains(&at)) {
             let bytes = part.as_bytes();
-            sending.extend(number.to_le_bytes());
+            sending.extend(at.to_le_bytes());
             sending.extend((bytes.len() as u64).to_le_bytes());
             sending.extend_from_slice(bytes);
             counts[owner] += 16 + bytes.len() as u64;
@@ -1014,12 +1014,12 @@ fn run_stats(world: &SimpleCommunicator, runs: &[u64], stats: &[FileStats]) -> F
     );
     let (mut rest, mut parts) = (&received[..], Vec::new());
     while !rest.is_empty() {
-        let (number, len) = (number(&mut rest), number(&mut rest) as usize);
+        let (at, len) = (number(&mut rest), number(&mut rest) as usize);
         let (part, after) = rest.split_at(len);
-        parts.push((number, part));
+        parts.push((at, part));
         rest = after;
     }
-    parts.sort_unstable_by_key(|&(number, _)| number);
+    parts.sort_unstable_by_key(|&(at, _)| at);
     FileStats::joined(parts.into_iter().map(|(_, part)| part))
 }
 

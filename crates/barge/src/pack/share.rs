@@ -169,22 +169,26 @@ impl<'s> KnownStats<'s> {
 }
 
 /// The `statx` a record (after its path) holds: the fields a pack uses, the others 0.
-fn stat_of(record: &[u8]) -> Statx {
-    let mut at = 0;
-    let mut take = |n: usize| {
-        at += n;
-        &record[at - n..at]
-    };
+fn stat_of(mut record: &[u8]) -> Statx {
+    // The record's next N bytes (a record is STAT_RECORD long).
+    fn next<const N: usize>(record: &mut &[u8]) -> [u8; N] {
+        let (bytes, rest) = record.split_first_chunk::<N>().expect("a whole record");
+        *record = rest;
+        *bytes
+    }
     let mut st = blank_statx();
-    st.stx_mode = u16::from_le_bytes(take(2).try_into().expect("2 bytes"));
-    let mut u32s = || u32::from_le_bytes(take(4).try_into().expect("4 bytes"));
-    (st.stx_nlink, st.stx_uid, st.stx_gid) = (u32s(), u32s(), u32s());
-    let mut u64s = || u64::from_le_bytes(take(8).try_into().expect("8 bytes"));
-    (st.stx_size, st.stx_blocks, st.stx_ino) = (u64s(), u64s(), u64s());
-    let mut u32s = || u32::from_le_bytes(take(4).try_into().expect("4 bytes"));
-    (st.stx_dev_major, st.stx_dev_minor) = (u32s(), u32s());
-    st.stx_mtime.tv_sec = i64::from_le_bytes(take(8).try_into().expect("8 bytes"));
-    st.stx_mtime.tv_nsec = u32::from_le_bytes(take(4).try_into().expect("4 bytes"));
+    st.stx_mode = u16::from_le_bytes(next(&mut record));
+    for field in [&mut st.stx_nlink, &mut st.stx_uid, &mut st.stx_gid] {
+        *field = u32::from_le_bytes(next(&mut record));
+    }
+    for field in [&mut st.stx_size, &mut st.stx_blocks, &mut st.stx_ino] {
+        *field = u64::from_le_bytes(next(&mut record));
+    }
+    for field in [&mut st.stx_dev_major, &mut st.stx_dev_minor] {
+        *field = u32::from_le_bytes(next(&mut record));
+    }
+    st.stx_mtime.tv_sec = i64::from_le_bytes(next(&mut record));
+    st.stx_mtime.tv_nsec = u32::from_le_bytes(next(&mut record));
     st
 }
 

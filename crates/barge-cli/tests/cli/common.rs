@@ -42,6 +42,15 @@ pub fn tempdir() -> tempfile::TempDir {
     }
 }
 
+/// Held by each test that writes gigabytes, so that no two of them need that room at once
+/// (the suite runs tests in parallel, and the disk may not hold two).
+pub fn one_big_writer() -> std::sync::MutexGuard<'static, ()> {
+    static BIG_WRITER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    BIG_WRITER
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// A temporary directory with room for `bytes` more: on tmpfs when it has twice that free
 /// (so the test does not squeeze the machine's memory), else in the default place (disk).
 pub fn roomy_tempdir(bytes: u64) -> tempfile::TempDir {

@@ -409,6 +409,7 @@ fn archive_copy_of_usr_share_doc_as_nobody_equals_cp_a() {
 fn archive_copy_of_usr_lib_equals_cp_a() {
     require_root();
     let size: u64 = 8 << 30;
+    let _big = one_big_writer();
     let dir = roomy_tempdir(size);
     let work = Work {
         barge: bin(),

@@ -253,6 +253,7 @@ const FOUR_GIB: u64 = 1 << 32;
 
 #[test]
 fn file_of_exactly_4_gib_goes_through_as_file64() {
+    let _big = one_big_writer();
     let work = roomy_tempdir(FOUR_GIB);
     let src = work.path().join("src");
     fs::create_dir(&src).unwrap();

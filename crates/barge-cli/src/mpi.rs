@@ -2,7 +2,8 @@
 //! sharing one copy or one archive.
 //!
 //! `barge cp --mpi`: the ranks of an MPI job share one copy, one SRC after another. Each rank
-//! copies the parts of SRC that hash to it ([`Part::Rank`]); then every rank's names of
+//! copies the parts of SRC that hash to it ([`Part::Rank`]), then parts other ranks have
+//! not begun, which they give it on request ([`Market`]); then every rank's names of
 //! files of several links are gathered, and each such file is copied and linked by the one
 //! rank its device and inode hash to ([`link_owner`]), so that its names stay one file;
 //! then rank 0 gives the directories above the parts their metadata ([`Part::Spine`]).
@@ -22,6 +23,7 @@
 //! rows, gathered) and renames the archive into place.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::Duration;
 
 use std::os::fd::{AsFd, OwnedFd};
@@ -30,13 +32,14 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
 use barge::cp::{
-    link_owner, Cp, CpReport, CpSummary, Deferred, Linked, Part, Verified, Wide, WIDE_CHUNK,
+    link_owner, Cp, CpReport, CpSummary, Deferred, Ledger, Linked, Part, Verified, Wide, WIDE_CHUNK,
 };
 use barge::interrupt::Cancel;
 use barge::pack::share::{plan_run, tail, FileStats, PartPlan, HEADER};
 use barge::pack::{Pack, PackSummary};
 use barge::share::{cut_runs, split_depth, Share, SPINE};
 use barge::threads::Work;
+use barge::walk::Members;
 use barge::Progress;
 use mpi::collective::SystemOperation;
 use mpi::datatype::{Partition, PartitionMut};
@@ -166,8 +169,8 @@ struct Job<'a> {
 }
 
 impl Job<'_> {
-    /// Copies `src` as `dest`, the ranks sharing it: each copies the parts that hash to it,
-    /// then the files of several links by their owners, then the large files by ranges,
+    /// Copies `src` as `dest`, the ranks sharing it: each copies the parts that hash to it
+    /// and those others give it once its own are done, then the files of several links by their owners, then the large files by ranges,
     /// then rank 0 the directories above the parts. This rank's summary, or `None` on every
     /// rank where it failed as a whole on any (told once).
     fn copy(&self, src: &Path, dest: &Path) -> Option<CpSummary> {
@@ -200,7 +203,29 @@ impl Job<'_> {
             rustix::fs::openat(CWD, src, flags, Mode::empty())
                 .map_or(SPINE, |root| split_depth(root.as_fd(), ranks))
         });
-        let share = self.step(|| run(Part::Rank { rank, ranks, split }));
+        // Each rank its own parts, then parts other ranks have not begun, given on request.
+        let ledger = Arc::new(Ledger::default());
+        let market = Market::new(&ledger);
+        let mine = (cp.clone())
+            .part(Part::Rank { rank, ranks, split })
+            .ledger(ledger.clone());
+        let run = |cp: &Cp| cp.run_linked(src, dest, linked, self.progress, printer);
+        let share = together(world, self.progress, self.summed, Some(&market), || {
+            let own = run(&mine);
+            ledger.close();
+            let mut done = own?;
+            while let Some(parts) = market.more() {
+                let given = Members::new(&parts)?;
+                done.add(&run(&mine.clone().members(given))?);
+            }
+            Ok::<_, barge::Error>(done)
+        });
+        if std::env::var_os("BARGE_SHARE_STATS").is_some() {
+            let (gave, given) = ledger.traded();
+            let line = format!("share: rank {rank}: gave {gave} parts, was given {given}\n");
+            // One write, so that the ranks' lines do not interleave on a shared stderr.
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+        }
         let mut done = whole(world, share)?;
         // No rank with names of files of several links: no step for them.
         if let Some(names) = my_links(world, linked.take_deferred(), rank, ranks, &mut done) {
@@ -230,7 +255,7 @@ impl Job<'_> {
 
     /// Runs `work` on every rank together ([`together`]).
     fn step<T: Send>(&self, work: impl FnOnce() -> T + Send) -> T {
-        together(self.world, self.progress, self.summed, work)
+        together(self.world, self.progress, self.summed, None, work)
     }
 }
 
@@ -276,50 +301,227 @@ fn whole<T, E: Into<anyhow::Error>>(
     }
 }
 
-/// Runs `work` on a thread of its own while this thread sums every rank's progress into
-/// `summed` (what rank 0 shows), until the work of every rank is done: a barrier that
-/// keeps the progress line going. A rank whose work is done sums again at once and waits
-/// in that sum, so that the last rank's end is seen when it comes, not a tick later.
+/// Runs `work` on a thread of its own while this thread gathers every rank's progress,
+/// summed into `summed` (what rank 0 shows), until the work of every rank is done: a
+/// barrier that keeps the progress line going. A rank whose work is done gathers again at
+/// once and waits in that gather, so that the last rank's end is seen when it comes, not a
+/// tick later. With a `market`, this thread also trades parts for the work meanwhile.
 fn together<T: Send>(
     world: &SimpleCommunicator,
     progress: &Progress,
     summed: &Progress,
+    market: Option<&Market>,
     work: impl FnOnce() -> T + Send,
 ) -> T {
     let done = AtomicBool::new(false);
-    let ranks = world.size() as u64;
-    let summing = std::thread::current();
+    let ranks = world.size() as usize;
+    let main = std::thread::current();
+    let mut trader = market.map(Trader::new);
     std::thread::scope(|scope| {
         let worker = scope.spawn(|| {
             let result = work();
             done.store(true, Relaxed);
-            summing.unpark();
+            main.unpark();
             result
         });
         loop {
+            let ledger = market.map(|market| market.ledger);
+            let walking = ledger.is_some_and(Ledger::is_walking);
+            let pending = ledger.map_or(0, Ledger::pending);
             let mine = [
                 progress.entries(),
                 progress.bytes(),
                 u64::from(done.load(Relaxed)),
+                u64::from(walking),
+                pending,
             ];
-            let mut sums = [0u64; 3];
+            let mut all = vec![0u64; mine.len() * ranks];
             mpi::request::scope(|scope| {
-                let op = SystemOperation::sum();
-                settle(world.immediate_all_reduce_into(scope, &mine[..], &mut sums[..], op));
+                let mut request = world.immediate_all_gather_into(scope, &mine[..], &mut all[..]);
+                let mut nap = Duration::from_micros(10);
+                loop {
+                    if let Some(trader) = &mut trader {
+                        trader.trade(world);
+                    }
+                    match request.test() {
+                        Ok(_) => break,
+                        Err(waiting) => request = waiting,
+                    }
+                    std::thread::sleep(nap);
+                    nap = (nap * 2).min(NAP);
+                }
             });
-            summed.set(sums[0], sums[1]);
-            if sums[2] == ranks {
+            let ranks: Vec<&[u64]> = all.chunks(mine.len()).collect();
+            let total = |field: usize| ranks.iter().map(|rank| rank[field]).sum::<u64>();
+            summed.set(total(0), total(1));
+            if total(2) == ranks.len() as u64 {
                 break;
             }
-            if !done.load(Relaxed) {
-                // Woken early by the work's end (or spuriously: one more sum).
-                std::thread::park_timeout(TICK);
+            let next = std::time::Instant::now() + TICK;
+            if let Some(trader) = &mut trader {
+                trader.gathered(&ranks);
+            }
+            while !done.load(Relaxed) {
+                let left = next.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                match &mut trader {
+                    // Woken early by the work's end or wish (or spuriously).
+                    Some(trader) => {
+                        trader.trade(world);
+                        std::thread::park_timeout(left.min(NAP));
+                    }
+                    None => std::thread::park_timeout(left),
+                }
             }
         }
         worker
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     })
+}
+
+/// Tags of the messages by which a rank whose own parts are done asks another for parts
+/// that one has listed and not begun, and by which it gets them.
+const ASK: mpi::Tag = 1;
+const GIVE: mpi::Tag = 2;
+
+/// Work stealing during a share ([`Ledger`]): the worker of a rank whose own parts are
+/// done asks for more ([`Market::more`]); its main thread ([`Trader`]) asks the rank with
+/// the most parts listed and not begun, which gives half of them.
+struct Market<'a> {
+    ledger: &'a Ledger,
+    main: std::thread::Thread,
+    /// The worker waits for parts.
+    wants: AtomicBool,
+    /// What the main thread handed it: parts, or `None` when no rank will have any.
+    handed: std::sync::Mutex<Option<Option<Vec<Vec<u8>>>>>,
+    ready: std::sync::Condvar,
+}
+
+impl<'a> Market<'a> {
+    /// A market for the worker of this thread's [`together`].
+    fn new(ledger: &'a Ledger) -> Market<'a> {
+        Market {
+            ledger,
+            main: std::thread::current(),
+            wants: AtomicBool::new(false),
+            handed: std::sync::Mutex::new(None),
+            ready: std::sync::Condvar::new(),
+        }
+    }
+
+    /// Waits for parts of other ranks given to this one (taken in the ledger), or `None`
+    /// when no rank lists parts any more and none were left to give.
+    fn more(&self) -> Option<Vec<Vec<u8>>> {
+        self.wants.store(true, Relaxed);
+        self.main.unpark();
+        let handed = self.handed.lock().expect("no panics");
+        let mut handed = (self.ready)
+            .wait_while(handed, |handed| handed.is_none())
+            .expect("no panics");
+        handed.take().expect("handed")
+    }
+
+    fn hand(&self, parts: Option<Vec<Vec<u8>>>) {
+        self.wants.store(false, Relaxed);
+        *self.handed.lock().expect("no panics") = Some(parts);
+        self.ready.notify_one();
+    }
+}
+
+/// The main thread's side of a [`Market`].
+struct Trader<'m, 'a> {
+    market: &'m Market<'a>,
+    /// The rank asked, until it answers.
+    asked: Option<mpi::Rank>,
+    /// Asked since the last gather: an empty answer is asked again after the next.
+    asked_lately: bool,
+    /// Each rank's `[walking, pending]` at the last gather.
+    ranks: Vec<[u64; 2]>,
+}
+
+impl<'m, 'a> Trader<'m, 'a> {
+    fn new(market: &'m Market<'a>) -> Trader<'m, 'a> {
+        Trader {
+            market,
+            asked: None,
+            asked_lately: false,
+            ranks: Vec::new(),
+        }
+    }
+
+    /// Takes each rank's `[.., walking, pending]` as gathered.
+    fn gathered(&mut self, ranks: &[&[u64]]) {
+        self.ranks = ranks.iter().map(|rank| [rank[3], rank[4]]).collect();
+        self.asked_lately = false;
+    }
+
+    /// Answers the asks of other ranks, takes the answer to this one's, and asks when the
+    /// worker wants parts. A rank that gives parts is walking and asks no one, and a rank
+    /// that asks gives none (its own walk is over): an answer's blocking send waits for no
+    /// send of the asker's.
+    fn trade(&mut self, world: &SimpleCommunicator) {
+        let ledger = self.market.ledger;
+        while let Some(ask) = world.any_process().immediate_matched_probe_with_tag(ASK) {
+            let (_, from) = ask.matched_receive_vec::<u8>();
+            let parts = paths_bytes(&ledger.give());
+            (world.process_at_rank(from.source_rank())).send_with_tag(&parts[..], GIVE);
+        }
+        if let Some(asked) = self.asked {
+            let rank = world.process_at_rank(asked);
+            if let Some(answer) = rank.immediate_matched_probe_with_tag(GIVE) {
+                self.asked = None;
+                let parts = paths_of(&answer.matched_receive_vec::<u8>().0);
+                if !parts.is_empty() {
+                    ledger.receive(&parts);
+                    self.market.hand(Some(parts));
+                }
+            }
+        }
+        if !self.market.wants.load(Relaxed) || self.asked.is_some() || self.asked_lately {
+            return;
+        }
+        let me = world.rank() as usize;
+        let others = || (0..self.ranks.len()).filter(|&r| r != me);
+        match others().max_by_key(|&r| self.ranks[r][1]) {
+            Some(most) if self.ranks[most][1] > 0 => {
+                world
+                    .process_at_rank(most as mpi::Rank)
+                    .send_with_tag(&[0u8][..], ASK);
+                self.asked = Some(most as mpi::Rank);
+                self.asked_lately = true;
+            }
+            // None walks: no rank will list parts again.
+            _ if !self.ranks.is_empty() && others().all(|r| self.ranks[r][0] == 0) => {
+                self.market.hand(None)
+            }
+            _ => {}
+        }
+    }
+}
+
+/// `paths`, each after its length, in one buffer.
+fn paths_bytes(paths: &[Vec<u8>]) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for path in paths {
+        bytes.extend((path.len() as u64).to_le_bytes());
+        bytes.extend(path);
+    }
+    bytes
+}
+
+/// The paths of [`paths_bytes`]'s buffer.
+fn paths_of(mut rest: &[u8]) -> Vec<Vec<u8>> {
+    let mut paths = Vec::new();
+    while !rest.is_empty() {
+        let len = number(&mut rest) as usize;
+        let (path, after) = rest.split_at(len);
+        rest = after;
+        paths.push(path.to_vec());
+    }
+    paths
 }
 
 /// Waits for `request` to complete, asleep between tests: MPICH's blocking calls poll on
@@ -635,7 +837,7 @@ pub fn unpack(
     let size = input.size();
     let work = || -> Option<LandSummary> {
         let threads = cores_of_mine(&world) as u32;
-        let landed = together(&world, &progress, &summed, || {
+        let landed = together(&world, &progress, &summed, None, || {
             anyhow::Ok(shared.land_on(&root, (rank, ranks), threads, &progress)?)
         });
         let mut landed = whole(&world, landed)?;
@@ -891,7 +1093,7 @@ fn pack_into(
     };
     let spool = whole(world, spool)?;
     let out = spool.as_ref().unwrap_or(archive);
-    let shared = together(world, progress, summed, || {
+    let shared = together(world, progress, summed, None, || {
         pack.pack_share(&share, (first, &planned), &links, &known, out.as_fd())
     });
     let shared = whole(world, shared)?;

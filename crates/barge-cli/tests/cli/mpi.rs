@@ -481,6 +481,52 @@ fn mpi_pack_into_its_own_tree_leaves_the_archive_out() {
 /// more (1.5 times it). No rank stats a file again: the plans' stats reach the ranks that
 /// pack the files.
 #[test]
+fn ranks_whose_parts_are_done_take_parts_another_has_not_begun() {
+    let work = tempdir();
+    let src = work.path().join("src");
+    // Split at the top (32 directories a rank); rank 0's parts hold nearly every file.
+    for d in 0..130 {
+        let name = format!("d{d:03}");
+        let files = match barge::cp::part_owner(name.as_bytes(), 4) {
+            0 => 300,
+            _ => 1,
+        };
+        let dir = src.join(&name);
+        fs::create_dir_all(&dir).unwrap();
+        for f in 0..files {
+            file(
+                &dir.join(format!("f{f}")),
+                format!("{d}/{f}\n").as_bytes(),
+                0o640,
+            );
+        }
+    }
+    let plain = work.path().join("plain");
+    let plain_done = summary(barge(["cp", "-a", "--json"]).arg(&src).arg(&plain));
+    let ranks = work.path().join("ranks");
+    let mut cp = mpi_cp(&[&src, &ranks], &["-a"]);
+    let out = run_ok(cp.env("BARGE_SHARE_STATS", "1"), None);
+    let stats = String::from_utf8_lossy(&out.stderr);
+    let traded = |rank: usize| -> (u64, u64) {
+        let line = (stats.lines())
+            .find_map(|line| line.strip_prefix(&format!("share: rank {rank}: gave ")))
+            .unwrap_or_else(|| panic!("no line of rank {rank}: {stats}"));
+        let (gave, given) = line.split_once(" parts, was given ").unwrap();
+        (gave.parse().unwrap(), given.parse().unwrap())
+    };
+    let (gave, _) = traded(0);
+    let given: u64 = (1..4).map(|rank| traded(rank).1).sum();
+    assert!(gave > 0 && given == gave, "{stats}");
+    let done: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for field in ["dirs", "files", "bytes"] {
+        assert_eq!(done[field], plain_done[field], "{field}: {done}");
+    }
+    assert_equal_trees(&plain, &ranks, "cp --mpi -a with parts given away vs cp -a");
+    let again = summary(&mut mpi_cp(&[&src.join(""), &ranks], &["-a", "-u"]));
+    assert_eq!(again["files"], 0, "{again}");
+}
+
+#[test]
 fn mpi_pack_shares_are_cut_by_weight() {
     let work = tempdir();
     let src = work.path().join("src");

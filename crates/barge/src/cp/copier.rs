@@ -27,7 +27,7 @@ use rustix::fs::{
 };
 use rustix::io::Errno;
 
-use super::{Change, Cp, CpCounts, CpReport, CpSummary, Deferred, Part};
+use super::{part_owner, Change, Cp, CpCounts, CpReport, CpSummary, Deferred, Part};
 use crate::compare::{first_difference, inode_key, xattr_digest, Buffers, Facts, Rule};
 use crate::error::{Error, Result, TreePath};
 use crate::land::restore::{Apply, Existing, NotRestored, Policy, Target};
@@ -1207,7 +1207,7 @@ impl<'a> ParallelVisitor for Copier<'a> {
             return Err(WalkState::Quit);
         }
         let path = parent.relative(Some(entry.name));
-        if !(self.cp().part).takes(|| path.clone(), parent.depth() + 1, true) {
+        if !self.cp().takes(|| path.clone(), parent.depth() + 1, true) {
             return Err(WalkState::Skip);
         }
         if *self.shared.target.lock().expect("no panics") == Some(inode_key(stat)) {
@@ -1248,7 +1248,7 @@ impl<'a> ParallelVisitor for Copier<'a> {
         stat: &Statx,
     ) -> WalkState {
         let path = || dir.relative(Some(entry.name));
-        if !self.cp().part.takes(path, dir.depth() + 1, false) {
+        if !self.cp().takes(path, dir.depth() + 1, false) {
             return WalkState::Continue;
         }
         if entry.kind == Kind::File && stat.stx_size >= SPREAD && !self.cp().dry_run {
@@ -1261,6 +1261,18 @@ impl<'a> ParallelVisitor for Copier<'a> {
             return WalkState::Continue;
         }
         self.copy_entry(dir, fd, entry.name, stat)
+    }
+
+    fn will_enter(&mut self, dir: &Dir<DestDir<'a>>, subdirs: &[(&[u8], bool)]) {
+        let cp = self.cp();
+        if let (Some(ledger), Part::Rank { rank, ranks, split }) = (&cp.ledger, cp.part) {
+            if dir.depth() + 1 == split {
+                // Those taken whole: the others only lead to members, their owner's to walk.
+                let parts = subdirs.iter().filter(|(_, whole)| *whole);
+                let paths = parts.map(|(name, _)| dir.relative(Some(name)));
+                ledger.list(paths.filter(|path| part_owner(path, ranks) == rank));
+            }
+        }
     }
 
     fn error(&mut self, error: Error) -> WalkState {

@@ -26,12 +26,12 @@ mod dest;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rustix::fs::{openat, statx, AtFlags, Mode, Statx, StatxFlags, CWD};
 use twox_hash::XxHash3_64;
@@ -228,6 +228,118 @@ pub enum Part {
     },
 }
 
+/// Which of `ranks` processes owns the part at `path` below SRC ([`Part::Rank`]).
+pub fn part_owner(path: &[u8], ranks: u32) -> u32 {
+    (XxHash3_64::oneshot(path) % u64::from(ranks)) as u32
+}
+
+/// The part directories of a shared copy ([`Part::Rank`] with [`Cp::ledger`]) this process
+/// owns, has listed and has not begun, which it may give to a process whose own are done
+/// (work stealing), and those it was given: each part is begun by one process, its owner
+/// or the one it was given to.
+#[derive(Debug, Default)]
+pub struct Ledger(Mutex<LedgerParts>);
+
+#[derive(Debug, Default)]
+struct LedgerParts {
+    /// Listed and not begun: by path, and by when they were listed (the walk begins the
+    /// last listed first, so the first are given).
+    pending: HashMap<Vec<u8>, u64>,
+    by_listing: BTreeMap<u64, Vec<u8>>,
+    listed: u64,
+    given: HashSet<Vec<u8>>,
+    received: HashSet<Vec<u8>>,
+    /// This process's own walk is over: nothing more is listed.
+    closed: bool,
+}
+
+impl Ledger {
+    fn parts(&self) -> std::sync::MutexGuard<'_, LedgerParts> {
+        self.0.lock().expect("no panics")
+    }
+
+    /// Notes parts of this process's that its walk listed.
+    fn list(&self, paths: impl IntoIterator<Item = Vec<u8>>) {
+        let mut parts = self.parts();
+        if parts.closed {
+            return;
+        }
+        let parts = &mut *parts;
+        for path in paths.into_iter().filter(|path| !parts.given.contains(path)) {
+            let at = parts.listed;
+            parts.listed += 1;
+            parts.by_listing.insert(at, path.clone());
+            parts.pending.insert(path, at);
+        }
+    }
+
+    /// Whether this process begins its own part at `path`: not when it was given away.
+    fn begin(&self, path: &[u8]) -> bool {
+        let mut parts = self.parts();
+        match parts.pending.remove(path) {
+            Some(at) => {
+                parts.by_listing.remove(&at);
+                true
+            }
+            None => !parts.given.contains(path),
+        }
+    }
+
+    /// Whether the part at `path`, another process's, was given to this one.
+    fn was_given(&self, path: &[u8]) -> bool {
+        self.parts().received.contains(path)
+    }
+
+    /// Whether this process's own walk goes on (it may list more parts): until
+    /// [`Ledger::close`].
+    pub fn is_walking(&self) -> bool {
+        !self.parts().closed
+    }
+
+    /// How many parts this process has listed and not begun (none once it is closed).
+    pub fn pending(&self) -> u64 {
+        self.parts().pending.len() as u64
+    }
+
+    /// Gives away half of the parts not begun (the first listed, rounded up), which this
+    /// process will then not copy.
+    pub fn give(&self) -> Vec<Vec<u8>> {
+        let mut parts = self.parts();
+        let half = parts.pending.len().div_ceil(2);
+        let mut gone = Vec::with_capacity(half);
+        while gone.len() < half {
+            let Some((_, path)) = parts.by_listing.pop_first() else {
+                break;
+            };
+            parts.pending.remove(&path);
+            parts.given.insert(path.clone());
+            gone.push(path);
+        }
+        gone
+    }
+
+    /// How many parts this process gave away, and how many it was given.
+    pub fn traded(&self) -> (usize, usize) {
+        let parts = self.parts();
+        (parts.given.len(), parts.received.len())
+    }
+
+    /// Takes another process's parts at `paths`, given to this one, which a copy with
+    /// [`Cp::members`] of them then copies.
+    pub fn receive(&self, paths: &[Vec<u8>]) {
+        self.parts().received.extend(paths.iter().cloned());
+    }
+
+    /// Ends this process's own walk: what it listed and has not begun it never will (the
+    /// walk stopped), and nothing more is listed.
+    pub fn close(&self) {
+        let mut parts = self.parts();
+        parts.closed = true;
+        parts.pending.clear();
+        parts.by_listing.clear();
+    }
+}
+
 /// Which of `ranks` processes links the names of the file of source device and inode `key`
 /// (all of them, so that they stay one file).
 pub fn link_owner(key: (u64, u64), ranks: u32) -> u32 {
@@ -246,7 +358,7 @@ impl Part {
             Part::Whole => true,
             Part::Spine { split } => place(depth, dir, split) != Place::Part,
             Part::Rank { rank, ranks, split } => match place(depth, dir, split) {
-                Place::Part => XxHash3_64::oneshot(&path()) % u64::from(ranks) == u64::from(rank),
+                Place::Part => part_owner(&path(), ranks) == rank,
                 _ => true,
             },
         }
@@ -274,6 +386,7 @@ pub struct Cp {
     exclude: Exclude,
     threads: usize,
     part: Part,
+    ledger: Option<Arc<Ledger>>,
     cancel: Cancel,
     /// The umask copies are created under.
     umask: u32,
@@ -302,6 +415,7 @@ impl Default for Cp {
             exclude: Exclude::default(),
             threads: Work::Walk.threads(),
             part: Part::Whole,
+            ledger: None,
             cancel: Cancel::new(),
             umask: crate::root::process_umask(),
             one_file_system: false,
@@ -421,6 +535,31 @@ impl Cp {
     pub fn part(mut self, part: Part) -> Cp {
         self.part = part;
         self
+    }
+
+    /// With [`Part::Rank`], notes in `ledger` the part directories this process owns as
+    /// its walk lists them, and begins only those not given away since, besides those of
+    /// other processes given to it (see [`Ledger`]).
+    pub fn ledger(mut self, ledger: Arc<Ledger>) -> Cp {
+        self.ledger = Some(ledger);
+        self
+    }
+
+    /// Whether this process copies the entry at `path` below SRC ([`Part::takes`]); a part
+    /// directory of a copy with a [`Cp::ledger`] as its ledger says.
+    fn takes(&self, path: impl FnOnce() -> Vec<u8>, depth: usize, dir: bool) -> bool {
+        match (&self.ledger, self.part) {
+            (Some(ledger), Part::Rank { rank, ranks, split })
+                if dir && place(depth, dir, split) == Place::Part =>
+            {
+                let path = path();
+                match part_owner(&path, ranks) == rank {
+                    true => ledger.begin(&path),
+                    false => ledger.was_given(&path),
+                }
+            }
+            _ => self.part.takes(path, depth, dir),
+        }
     }
 
     /// Uses at most `threads` threads (see [`WalkParallel::threads`]).

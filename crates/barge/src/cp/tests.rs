@@ -885,6 +885,53 @@ fn three_parts_then_their_links_then_the_top_make_the_whole_copy() {
     }
 }
 
+#[test]
+fn parts_given_away_are_copied_once_by_the_process_given_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dest) = (dir.path().join("src"), dir.path().join("dest"));
+    mkdir(&src, 0o755);
+    for i in 0..12 {
+        let part = src.join(format!("d{i}"));
+        mkdir(&part, 0o755);
+        mkdir(&part.join("sub"), 0o750);
+        write(&part.join("sub/f"), format!("{i}").as_bytes(), 0o640);
+    }
+    write(&src.join("top"), b"top", 0o644);
+    age(&src);
+    let (ranks, split) = (2, 1);
+    let share = |rank, ledger: &Arc<Ledger>| {
+        cp().part(Part::Rank { rank, ranks, split })
+            .ledger(ledger.clone())
+    };
+    let mut done = CpSummary::default();
+    // Process 1 listed its parts and gives half of them away before it begins them.
+    let (mine, given) = (Arc::new(Ledger::default()), Arc::new(Ledger::default()));
+    let parts = (0..12).map(|i| format!("d{i}").into_bytes());
+    given.list(parts.filter(|path| part_owner(path, ranks) == 1));
+    let listed = given.pending();
+    let away = given.give();
+    assert_eq!(away.len() as u64, listed.div_ceil(2), "{listed} listed");
+    assert!(!away.is_empty() && given.pending() == listed - away.len() as u64);
+    done.add(&copied(&share(1, &given), &src, &dest));
+    given.close();
+    assert_eq!(given.pending(), 0);
+    for path in &away {
+        let path = Path::new(std::ffi::OsStr::from_bytes(path));
+        assert!(!dest.join(path).exists(), "{path:?} was given away");
+    }
+    // Process 0 copies its own parts, then those it was given, then the top.
+    done.add(&copied(&share(0, &mine), &src, &dest));
+    mine.close();
+    mine.receive(&away);
+    let members = Members::new(&away).unwrap();
+    done.add(&copied(&share(0, &mine).members(members), &src, &dest));
+    done.add(&copied(&cp().part(Part::Spine { split }), &src, &dest));
+    assert_eq!(differences(&src, &dest), Vec::<String>::new());
+    assert_eq!(times_and_modes(&src), times_and_modes(&dest));
+    let whole = copied(&cp(), &src, &dir.path().join("whole"));
+    assert_eq!(done.counts, whole.counts, "each entry counted once");
+}
+
 /// An update compares a directory's extended attributes as it does a file's: a directory
 /// whose attribute differs in DEST gets SRC's again, one holding an attribute SRC lacks
 /// loses it, and one that matches is not touched (its change time stays).

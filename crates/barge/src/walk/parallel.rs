@@ -137,6 +137,11 @@ pub trait ParallelVisitor {
     /// threads).
     fn listed(&mut self, _dir: &Dir<Self::State>) {}
 
+    /// The subdirectories of `dir` its listing found, each with whether everything in it is
+    /// walked (else only what leads to a member), to be entered later, maybe on other
+    /// threads. By default nothing.
+    fn will_enter(&mut self, _dir: &Dir<Self::State>, _subdirs: &[(&[u8], bool)]) {}
+
     /// The subdirectory `name` of `parent` could not be opened or stated (`cause`); `stat`
     /// is its `statx` by name, where that worked. By default reported to
     /// [`ParallelVisitor::error`] as `open directory`.
@@ -770,6 +775,7 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
         if subdirs.is_empty() || self.quit.load(Relaxed) {
             return;
         }
+        visitor.will_enter(dir, &subdirs);
         dir.pending.store(subdirs.len(), Relaxed);
         // The root's fd is not counted: it is kept to the end.
         if dir.parent.is_none() || self.held_fds.fetch_add(1, Relaxed) < self.fd_budget {

@@ -436,8 +436,9 @@ struct Trader<'m, 'a> {
     market: &'m Market<'a>,
     /// The rank asked, until it answers.
     asked: Option<mpi::Rank>,
-    /// Asked since the last gather: an empty answer is asked again after the next.
-    asked_lately: bool,
+    /// An answer since the last gather was empty (its numbers are out of date): asked again
+    /// after the next.
+    stale: bool,
     /// Each rank's `[walking, pending]` at the last gather.
     ranks: Vec<[u64; 2]>,
 }
@@ -447,7 +448,7 @@ impl<'m, 'a> Trader<'m, 'a> {
         Trader {
             market,
             asked: None,
-            asked_lately: false,
+            stale: false,
             ranks: Vec::new(),
         }
     }
@@ -455,7 +456,7 @@ impl<'m, 'a> Trader<'m, 'a> {
     /// Takes each rank's `[.., walking, pending]` as gathered.
     fn gathered(&mut self, ranks: &[&[u64]]) {
         self.ranks = ranks.iter().map(|rank| [rank[3], rank[4]]).collect();
-        self.asked_lately = false;
+        self.stale = false;
     }
 
     /// Answers the asks of other ranks, takes the answer to this one's, and asks when the
@@ -474,13 +475,14 @@ impl<'m, 'a> Trader<'m, 'a> {
             if let Some(answer) = rank.immediate_matched_probe_with_tag(GIVE) {
                 self.asked = None;
                 let parts = paths_of(&answer.matched_receive_vec::<u8>().0);
+                self.stale = parts.is_empty();
                 if !parts.is_empty() {
                     ledger.receive(&parts);
                     self.market.hand(Some(parts));
                 }
             }
         }
-        if !self.market.wants.load(Relaxed) || self.asked.is_some() || self.asked_lately {
+        if !self.market.wants.load(Relaxed) || self.asked.is_some() || self.stale {
             return;
         }
         let me = world.rank() as usize;
@@ -491,7 +493,6 @@ impl<'m, 'a> Trader<'m, 'a> {
                     .process_at_rank(most as mpi::Rank)
                     .send_with_tag(&[0u8][..], ASK);
                 self.asked = Some(most as mpi::Rank);
-                self.asked_lately = true;
             }
             // None walks: no rank will list parts again.
             _ if !self.ranks.is_empty() && others().all(|r| self.ranks[r][0] == 0) => {

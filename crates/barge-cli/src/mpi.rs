@@ -361,7 +361,10 @@ fn together<T: Send>(
             if let Some(trader) = &mut trader {
                 trader.gathered(&ranks);
             }
-            while !done.load(Relaxed) {
+            // A worker that waits for parts waits, as a done one, in the next gather: the
+            // end of the last walk is seen when it comes.
+            let waits = || market.is_some_and(|market| market.wants.load(Relaxed));
+            while !done.load(Relaxed) && !waits() {
                 let left = next.saturating_duration_since(std::time::Instant::now());
                 if left.is_zero() {
                     break;

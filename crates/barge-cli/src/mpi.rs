@@ -334,6 +334,7 @@ fn together<T: Send>(
                 u64::from(done.load(Relaxed)),
                 u64::from(walking),
                 pending,
+                u64::from(market.is_some_and(|market| market.wants.load(Relaxed))),
             ];
             let mut all = vec![0u64; mine.len() * ranks];
             mpi::request::scope(|scope| {
@@ -359,7 +360,7 @@ fn together<T: Send>(
             }
             let next = std::time::Instant::now() + TICK;
             if let Some(trader) = &mut trader {
-                trader.gathered(&ranks);
+                trader.gathered(&ranks, world.rank() as usize);
             }
             // A worker that waits for parts waits, as a done one, in the next gather: the
             // end of the last walk is seen when it comes.
@@ -369,13 +370,14 @@ fn together<T: Send>(
                 if left.is_zero() {
                     break;
                 }
+                // Woken early by the work's end or wish (or spuriously). Asks are looked
+                // for every millisecond while another rank wants parts, else at the gathers.
                 match &mut trader {
-                    // Woken early by the work's end or wish (or spuriously).
-                    Some(trader) => {
+                    Some(trader) if trader.asked_for => {
                         trader.trade(world);
                         std::thread::park_timeout(left.min(NAP));
                     }
-                    None => std::thread::park_timeout(left),
+                    _ => std::thread::park_timeout(left),
                 }
             }
         }
@@ -444,6 +446,8 @@ struct Trader<'m, 'a> {
     stale: bool,
     /// Each rank's `[walking, pending]` at the last gather.
     ranks: Vec<[u64; 2]>,
+    /// Another rank wanted parts at the last gather.
+    asked_for: bool,
 }
 
 impl<'m, 'a> Trader<'m, 'a> {
@@ -453,12 +457,14 @@ impl<'m, 'a> Trader<'m, 'a> {
             asked: None,
             stale: false,
             ranks: Vec::new(),
+            asked_for: false,
         }
     }
 
-    /// Takes each rank's `[.., walking, pending]` as gathered.
-    fn gathered(&mut self, ranks: &[&[u64]]) {
+    /// Takes each rank's `[.., walking, pending, wants]` as gathered (`me`: this rank).
+    fn gathered(&mut self, ranks: &[&[u64]], me: usize) {
         self.ranks = ranks.iter().map(|rank| [rank[3], rank[4]]).collect();
+        self.asked_for = (ranks.iter().enumerate()).any(|(r, rank)| r != me && rank[5] > 0);
         self.stale = false;
     }
 

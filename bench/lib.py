@@ -80,7 +80,8 @@ Data sets (on /dev/shm/barge-bench, cached, rebuilt when missing)
   SETS                                   default names: "linux", "small", "tiny-many"
   OPT_IN_SETS                            names only run when asked for: "flat-million",
                                          "big-files" (8 x 128 MiB, one dir), "one-big" (1 GiB),
-                                         "disks" (linux, for bench/suites/disks.py)
+                                         "disks" (linux, for bench/suites/disks.py),
+                                         "skewed" (200 dirs of unequal file counts)
   dataset(name) -> DataSet(name, root, files, dirs, bytes, digest, meta_digest)
   FORMATS                                "barge", "tar", "cpio", "bsdtar"; ARCHIVE_FORMATS
                                          "barge -a", "tar --xattrs": everything as root
@@ -127,7 +128,7 @@ LINUX_TARBALL = "/usr/src/linux-source-6.1.tar.xz"
 SETS = ("linux", "small", "tiny-many")
 # Sets too large or slow for the default run (`bench/run --sets flat-million`): 1,000,000 files
 # take ~5 GiB of tmpfs per copy and a minute per checked run.
-OPT_IN_SETS = ("flat-million", "big-files", "one-big", "disks")
+OPT_IN_SETS = ("flat-million", "big-files", "one-big", "disks", "skewed")
 # Sets that are another set's tree under their own name (for the suites that know them):
 # "disks" is linux written to loop-mounted ext4 and xfs images (bench/suites/disks.py).
 ALIASES = {"disks": "linux"}
@@ -137,7 +138,15 @@ FORMATS = ("barge", "tar", "cpio", "bsdtar")
 ARCHIVE_FORMATS = ("barge -a", "tar --xattrs")
 FLOOR = "floor"
 # Bump when a data set's recipe changes, so cached trees are rebuilt.
-RECIPE = {"linux": 3, "small": 2, "tiny-many": 2, "flat-million": 2, "big-files": 1, "one-big": 1}
+RECIPE = {
+    "linux": 3,
+    "small": 2,
+    "tiny-many": 2,
+    "flat-million": 2,
+    "big-files": 1,
+    "one-big": 1,
+    "skewed": 1,
+}
 # Bump when tree_digest changes: cached sets then get their digests recomputed (not rebuilt).
 DIGEST_VERSION = 2
 # Processes whose presence during a run means the machine was busy (other engineers compiling).
@@ -828,6 +837,20 @@ def _make_tiny_many(dst):
                 f.write(rng.randbytes(rng.randint(1024, 8192)))
 
 
+def _make_skewed(dst):
+    """200 directories of unequal file counts (Pareto, shape 1.1, at least 15, at most 4,000:
+    17,282 files, the largest directory 2,369), files of 1-2,000 random bytes, seeds 34 and
+    35: a tree whose parts hashed to the ranks leave them unequal shares (issue 34's
+    stealing)."""
+    counts, rng = random.Random(34), random.Random(35)
+    for d in range(200):
+        sub = os.path.join(dst, f"d{d:03}")
+        os.makedirs(sub)
+        for i in range(min(4000, int(counts.paretovariate(1.1) * 15))):
+            with open(os.path.join(sub, f"f{i}"), "wb") as f:
+                f.write(rng.randbytes(1 + (i * 37) % 2000))
+
+
 def _make_flat_million(dst):
     """1,000,000 files of 100-200 bytes in one directory, seed 5: the shape of an ML image
     data set (issue 17), with contents small enough for tmpfs."""
@@ -879,6 +902,7 @@ _MAKERS = {
     "flat-million": _make_flat_million,
     "big-files": _make_big_files,
     "one-big": _make_one_big,
+    "skewed": _make_skewed,
 }
 _datasets = {}
 

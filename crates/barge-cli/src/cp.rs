@@ -132,7 +132,9 @@ pub struct CpArgs {
     #[arg(short = 'j', long, value_name = "N", default_value_t = Work::Walk.threads())]
     threads: usize,
     /// Share the copy among the ranks of the MPI job this runs in (`mpiexec -n N barge-mpi
-    /// cp --mpi SRC... DEST`, or srun): each SRC in turn; see docs/SCALE.md.
+    /// cp --mpi SRC... DEST`, or srun): each SRC in turn, its parts dealt to the ranks by
+    /// hash, a rank whose own are done taking parts another has not begun; see
+    /// docs/SCALE.md.
     #[arg(long, conflicts_with_all = ["dry_run", "files_from"])]
     pub(crate) mpi: bool,
     #[command(flatten)]

@@ -32,7 +32,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
 use barge::cp::{
-    link_owner, Cp, CpReport, CpSummary, Deferred, Ledger, Linked, Part, Verified, Wide, WIDE_CHUNK,
+    link_owner, Change, Cp, CpReport, CpSummary, Deferred, Ledger, Linked, Part, Verified, Wide,
+    WIDE_CHUNK,
 };
 use barge::interrupt::Cancel;
 use barge::pack::share::{plan_run, tail, FileStats, PartPlan, HEADER};
@@ -215,8 +216,8 @@ impl Job<'_> {
             ledger.close();
             let mut done = own?;
             while let Some(parts) = market.more() {
-                let given = Members::new(&parts)?;
-                done.add(&run(&mine.clone().members(given))?);
+                let given = mine.clone().members(Members::new(&parts)?);
+                done.add(&given.run_linked(src, dest, linked, self.progress, &Given(printer))?);
             }
             Ok::<_, barge::Error>(done)
         });
@@ -385,6 +386,25 @@ fn together<T: Send>(
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     })
+}
+
+/// The report of a copy of parts another rank gave: one gone since that rank listed it is
+/// told as an error of the copy, as a directory gone between its listing and its opening
+/// is, not as a `-T` member missing.
+struct Given<'a>(&'a Printer);
+
+impl CpReport for Given<'_> {
+    fn error(&self, error: barge::Error) {
+        self.0.error(error);
+    }
+
+    fn change(&self, change: Change, path: &barge::TreePath) {
+        self.0.change(change, path);
+    }
+
+    fn missing(&self, error: barge::Error) {
+        self.0.error(error);
+    }
 }
 
 /// Tags of the messages by which a rank whose own parts are done asks another for parts

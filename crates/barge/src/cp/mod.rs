@@ -246,8 +246,11 @@ struct LedgerParts {
     /// last listed first, so the first are given).
     pending: HashMap<Vec<u8>, u64>,
     by_listing: BTreeMap<u64, Vec<u8>>,
+    /// How many were listed so far (the next one's place in `by_listing`).
     listed: u64,
+    /// This process's, given away.
     given: HashSet<Vec<u8>>,
+    /// Other processes', given to this one.
     received: HashSet<Vec<u8>>,
     /// This process's own walk is over: nothing more is listed.
     closed: bool,

@@ -886,6 +886,31 @@ fn three_parts_then_their_links_then_the_top_make_the_whole_copy() {
 }
 
 #[test]
+fn a_ledger_gives_the_first_listed_half_and_nothing_once_closed() {
+    let ledger = Ledger::default();
+    let path = |name: &str| name.as_bytes().to_vec();
+    ledger.list(["p0", "p1", "p2", "p3", "p4"].map(path));
+    assert!(ledger.begin(b"p4"));
+    assert_eq!(
+        ledger.give(),
+        [path("p0"), path("p1")],
+        "half of 4, first listed"
+    );
+    assert!(!ledger.begin(b"p0"), "given away");
+    ledger.list([path("p1")]);
+    assert_eq!(ledger.pending(), 2, "a part given away stays given");
+    assert!(ledger.begin(b"p9"), "a part never listed is begun");
+    assert!(ledger.is_walking());
+    ledger.close();
+    assert_eq!((ledger.pending(), ledger.is_walking()), (0, false));
+    ledger.list([path("q")]);
+    assert!(ledger.give().is_empty(), "nothing listed once closed");
+    ledger.receive(&[path("r")]);
+    assert!(ledger.was_given(b"r") && !ledger.was_given(b"p2"));
+    assert_eq!(ledger.traded(), (2, 1));
+}
+
+#[test]
 fn parts_given_away_are_copied_once_by_the_process_given_them() {
     let dir = tempfile::tempdir().unwrap();
     let (src, dest) = (dir.path().join("src"), dir.path().join("dest"));

@@ -171,8 +171,9 @@ struct Job<'a> {
 
 impl Job<'_> {
     /// Copies `src` as `dest`, the ranks sharing it: each copies the parts that hash to it
-    /// and those others give it once its own are done, then the files of several links by their owners, then the large files by ranges,
-    /// then rank 0 the directories above the parts. This rank's summary, or `None` on every
+    /// and those others give it once its own are done, then the files of several links by
+    /// their owners, then the large files by ranges, then rank 0 the directories above the
+    /// parts. This rank's summary, or `None` on every
     /// rank where it failed as a whole on any (told once).
     fn copy(&self, src: &Path, dest: &Path) -> Option<CpSummary> {
         let (world, cp, linked, printer) = (self.world, self.cp, self.linked, self.printer);
@@ -210,9 +211,8 @@ impl Job<'_> {
         let mine = (cp.clone())
             .part(Part::Rank { rank, ranks, split })
             .ledger(ledger.clone());
-        let run = |cp: &Cp| cp.run_linked(src, dest, linked, self.progress, printer);
         let share = together(world, self.progress, self.summed, Some(&market), || {
-            let own = run(&mine);
+            let own = mine.run_linked(src, dest, linked, self.progress, printer);
             ledger.close();
             let mut done = own?;
             while let Some(parts) = market.more() {
@@ -318,6 +318,7 @@ fn together<T: Send>(
     let ranks = world.size() as usize;
     let main = std::thread::current();
     let mut trader = market.map(Trader::new);
+    let waits = || market.is_some_and(|market| market.wants.load(Relaxed));
     std::thread::scope(|scope| {
         let worker = scope.spawn(|| {
             let result = work();
@@ -335,7 +336,7 @@ fn together<T: Send>(
                 u64::from(done.load(Relaxed)),
                 u64::from(walking),
                 pending,
-                u64::from(market.is_some_and(|market| market.wants.load(Relaxed))),
+                u64::from(waits()),
             ];
             let mut all = vec![0u64; mine.len() * ranks];
             mpi::request::scope(|scope| {
@@ -365,7 +366,6 @@ fn together<T: Send>(
             }
             // A worker that waits for parts waits, as a done one, in the next gather: the
             // end of the last walk is seen when it comes.
-            let waits = || market.is_some_and(|market| market.wants.load(Relaxed));
             while !done.load(Relaxed) && !waits() {
                 let left = next.saturating_duration_since(std::time::Instant::now());
                 if left.is_zero() {
@@ -536,8 +536,7 @@ impl<'m, 'a> Trader<'m, 'a> {
 fn paths_bytes(paths: &[Vec<u8>]) -> Vec<u8> {
     let mut bytes = Vec::new();
     for path in paths {
-        bytes.extend((path.len() as u64).to_le_bytes());
-        bytes.extend(path);
+        put_sized(&mut bytes, path);
     }
     bytes
 }
@@ -546,10 +545,7 @@ fn paths_bytes(paths: &[Vec<u8>]) -> Vec<u8> {
 fn paths_of(mut rest: &[u8]) -> Vec<Vec<u8>> {
     let mut paths = Vec::new();
     while !rest.is_empty() {
-        let len = number(&mut rest) as usize;
-        let (path, after) = rest.split_at(len);
-        rest = after;
-        paths.push(path.to_vec());
+        paths.push(sized(&mut rest).to_vec());
     }
     paths
 }
@@ -580,10 +576,10 @@ fn my_links(
 ) -> Option<Vec<Vec<u8>>> {
     let mut bytes = Vec::new();
     for ((dev, ino), path) in &deferred {
-        for n in [*dev, *ino, path.len() as u64] {
+        for n in [*dev, *ino] {
             bytes.extend(n.to_le_bytes());
         }
-        bytes.extend(path);
+        put_sized(&mut bytes, path);
     }
     if i32::try_from(bytes.len()).is_err() {
         failure(&anyhow!(
@@ -601,9 +597,7 @@ fn my_links(
     let mut rest = &all[..];
     while !rest.is_empty() {
         let key = (number(&mut rest), number(&mut rest));
-        let len = number(&mut rest) as usize;
-        let (path, after) = rest.split_at(len);
-        rest = after;
+        let path = sized(&mut rest);
         if link_owner(key, ranks) == rank {
             mine.push((key, path.to_vec()));
         }
@@ -617,18 +611,14 @@ fn all_wide(world: &SimpleCommunicator, mine: Vec<Wide>) -> Vec<Wide> {
     let mut bytes = Vec::new();
     for (path, size) in &mine {
         bytes.extend(size.to_le_bytes());
-        bytes.extend((path.len() as u64).to_le_bytes());
-        bytes.extend(path);
+        put_sized(&mut bytes, path);
     }
     let all = all_bytes(world, &bytes);
     let mut rest = &all[..];
     let mut files = Vec::new();
     while !rest.is_empty() {
         let size = number(&mut rest);
-        let len = number(&mut rest) as usize;
-        let (path, after) = rest.split_at(len);
-        rest = after;
-        files.push((path.to_vec(), size));
+        files.push((sized(&mut rest).to_vec(), size));
     }
     files.sort_unstable();
     files
@@ -675,18 +665,14 @@ fn wide(
     let mut bytes = Vec::new();
     for (i, name) in made.into_inner().expect("no panics") {
         bytes.extend((i as u64).to_le_bytes());
-        bytes.extend((name.len() as u64).to_le_bytes());
-        bytes.extend(name);
+        put_sized(&mut bytes, &name);
     }
     let all = all_bytes(world, &bytes);
     let mut names = vec![None; files.len()];
     let mut rest = &all[..];
     while !rest.is_empty() {
         let i = number(&mut rest) as usize;
-        let len = number(&mut rest) as usize;
-        let (name, after) = rest.split_at(len);
-        rest = after;
-        names[i] = Some(name.to_vec());
+        names[i] = Some(sized(&mut rest).to_vec());
     }
     let (rank, ranks) = (world.rank() as u64, world.size() as u64);
     let broken = std::sync::Mutex::new(vec![0u64; files.len()]);
@@ -765,6 +751,20 @@ fn number(rest: &mut &[u8]) -> u64 {
     let (n, after) = rest.split_at(8);
     *rest = after;
     u64::from_le_bytes(n.try_into().expect("8 bytes"))
+}
+
+/// Appends `bytes` after their length (a little-endian u64), as [`sized`] reads them.
+fn put_sized(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend((bytes.len() as u64).to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+/// The bytes after their length at the start of `rest` ([`put_sized`]), taken off it.
+fn sized<'b>(rest: &mut &'b [u8]) -> &'b [u8] {
+    let len = number(rest) as usize;
+    let (bytes, after) = rest.split_at(len);
+    *rest = after;
+    bytes
 }
 
 /// Where each of the pieces `counts` long starts, one after the other.
@@ -1223,8 +1223,7 @@ fn run_stats(world: &SimpleCommunicator, runs: &[u64], stats: &[FileStats]) -> F
         if let Some(owner) = (0..ranks).find(|&r| (runs[r]..runs[r + 1]).contains(&at)) {
             let bytes = part.as_bytes();
             sending.extend(at.to_le_bytes());
-            sending.extend((bytes.len() as u64).to_le_bytes());
-            sending.extend_from_slice(bytes);
+            put_sized(&mut sending, bytes);
             counts[owner] += 16 + bytes.len() as u64;
         }
     }
@@ -1246,10 +1245,8 @@ fn run_stats(world: &SimpleCommunicator, runs: &[u64], stats: &[FileStats]) -> F
     );
     let (mut rest, mut parts) = (&received[..], Vec::new());
     while !rest.is_empty() {
-        let (at, len) = (number(&mut rest), number(&mut rest) as usize);
-        let (part, after) = rest.split_at(len);
-        parts.push((at, part));
-        rest = after;
+        let at = number(&mut rest);
+        parts.push((at, sized(&mut rest)));
     }
     parts.sort_unstable_by_key(|&(at, _)| at);
     FileStats::joined(parts.into_iter().map(|(_, part)| part))

@@ -408,6 +408,8 @@ pub(super) struct Copier<'a> {
     wide: wide::Step,
     /// The last copy of a directory of another thread reopened on this one, and its fd here.
     reopened: Option<(Arc<DestFd>, Arc<DestFd>)>,
+    /// The source file the walk opened to state it, while that entry is copied.
+    opened: Option<OwnedFd>,
 }
 
 impl Drop for Copier<'_> {
@@ -443,6 +445,7 @@ impl<'a> Copier<'a> {
             jobs: Vec::new(),
             wide: wide::Step::Whole,
             reopened: None,
+            opened: None,
         }
     }
 
@@ -1261,6 +1264,26 @@ impl<'a> ParallelVisitor for Copier<'a> {
             return WalkState::Continue;
         }
         self.copy_entry(dir, fd, entry.name, stat)
+    }
+
+    /// A copy that writes files opens them anyway; `--update` and a dry run open fewer.
+    fn opens_files(&self) -> bool {
+        !(self.cp().update || self.cp().dry_run)
+    }
+
+    fn opened_file(
+        &mut self,
+        dir: &Dir<DestDir<'a>>,
+        fd: BorrowedFd<'_>,
+        entry: &Entry<'_>,
+        stat: &Statx,
+        file: OwnedFd,
+    ) -> WalkState {
+        self.opened = Some(file);
+        let state = self.entry(dir, fd, entry, stat);
+        // Unused where the entry was left to a job, linked or skipped.
+        self.opened = None;
+        state
     }
 
     fn will_enter(&mut self, dir: &Dir<DestDir<'a>>, subdirs: &[(&[u8], bool)]) {

@@ -10,8 +10,11 @@
 //! so any depth works within the fd limit. Each opened directory costs one `openat` and one
 //! `statx` on its fd, every other entry one `statx` relative to its directory's fd (both
 //! with the one `tree::STATX_MASK`): visitors get each entry with its [`Meta`] and that
-//! `statx`, and stat nothing themselves. Nothing is followed: directories are opened with
-//! `O_NOFOLLOW`, by single-component names, entries stated with `AT_SYMLINK_NOFOLLOW`.
+//! `statx`, and stat nothing themselves. A visitor that reads every file (the copier) has
+//! the walk open each regular file and state it on its fd instead, handed over open
+//! ([`ParallelVisitor::opens_files`]): the lookup by name is made once. Nothing is
+//! followed: directories and files are opened with `O_NOFOLLOW`, by single-component names,
+//! entries stated with `AT_SYMLINK_NOFOLLOW`.
 //!
 //! A visitor attaches its own state to each directory it enters ([`ParallelVisitor::State`]:
 //! du's subtotal slot, a copier's destination directory fd), which the directory's entries
@@ -44,7 +47,7 @@ use crate::error::{Error, TreePath};
 use crate::exclude::Exclude;
 use crate::sys::dir::{dirent_buffer, Listing};
 use crate::sys::thread::{go_solo, reap, spawn_elsewhere, Queued, ThreadFd};
-use crate::sys::{reopen, DIR_FLAGS};
+use crate::sys::{reopen, DIR_FLAGS, FILE_FLAGS};
 use crate::tree::STATX_MASK;
 use crate::tree::{Entry, Kind, Meta};
 use crate::walk::{Members, Take};
@@ -123,6 +126,29 @@ pub trait ParallelVisitor {
         entry: &Entry<'_>,
         stat: &Statx,
     ) -> WalkState;
+
+    /// Whether the walk opens each regular file (`sys::FILE_FLAGS`) and states it through
+    /// that fd, handing both to [`ParallelVisitor::opened_file`]: for a visitor that opens
+    /// every file anyway, a `statx` on the fd saves the lookup of one by name. By default
+    /// not.
+    fn opens_files(&self) -> bool {
+        false
+    }
+
+    /// A regular file of `dir`, as [`ParallelVisitor::entry`] has it, opened by the walk as
+    /// `file` ([`ParallelVisitor::opens_files`]; the fd is this thread's only). By default
+    /// [`ParallelVisitor::entry`].
+    fn opened_file(
+        &mut self,
+        dir: &Dir<Self::State>,
+        fd: BorrowedFd<'_>,
+        entry: &Entry<'_>,
+        stat: &Statx,
+        file: OwnedFd,
+    ) -> WalkState {
+        drop(file);
+        self.entry(dir, fd, entry, stat)
+    }
 
     /// The entry `name` of `dir` could not be stated (`cause`): by default nothing when it
     /// is gone since the listing, else reported to [`ParallelVisitor::error`] as `statx`.
@@ -723,6 +749,7 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
             Err(e) => self.obey(visitor.error(Error::io("getdents64", dir.path(None), e))),
             Ok(()) => {
                 self.listed.fetch_add(scratch.listing.len() as u64, Relaxed);
+                let opens = visitor.opens_files();
                 for i in 0..scratch.listing.len() {
                     let (name, file_type) = scratch.listing.get(i);
                     let is_dir = file_type == FileType::Directory;
@@ -741,8 +768,15 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
                         subdirs.push((name, whole));
                         continue;
                     }
-                    let flags = AtFlags::SYMLINK_NOFOLLOW;
-                    let state = match statx(fd.as_fd(), name, flags, STATX_MASK) {
+                    // Where that fails (gone, a symlink now, unreadable), stated by name.
+                    let file = (opens && file_type == FileType::RegularFile)
+                        .then(|| openat(fd.as_fd(), name, FILE_FLAGS, Mode::empty()).ok())
+                        .flatten();
+                    let stated = match &file {
+                        Some(file) => statx(file, "", AtFlags::EMPTY_PATH, STATX_MASK),
+                        None => statx(fd.as_fd(), name, AtFlags::SYMLINK_NOFOLLOW, STATX_MASK),
+                    };
+                    let state = match stated {
                         Err(cause) => visitor.unstated(dir, name, cause),
                         // Listed without a type, or swapped in since the listing.
                         Ok(stat) if Kind::of_mode(stat.stx_mode.into()) == Kind::Dir => {
@@ -753,7 +787,12 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
                         Ok(stat) => {
                             let kind = Kind::of_mode(stat.stx_mode.into());
                             let entry = Entry::new(name, kind, Meta::of_statx(&stat));
-                            let state = visitor.entry(dir, fd.as_fd(), &entry, &stat);
+                            let state = match file {
+                                Some(file) if kind == Kind::File => {
+                                    visitor.opened_file(dir, fd.as_fd(), &entry, &stat, file)
+                                }
+                                _ => visitor.entry(dir, fd.as_fd(), &entry, &stat),
+                            };
                             self.take_jobs(
                                 dir,
                                 &fd,
@@ -1192,6 +1231,97 @@ mod tests {
             matches!(error, Some(Errno::LOOP | Errno::NOTDIR)),
             "{error:?}"
         );
+    }
+
+    /// Each entry as `name opened` (the fd's inode checked against the stat) or `name by
+    /// name`.
+    #[derive(Default)]
+    struct Seen(Mutex<Vec<String>>);
+
+    struct Opening<'a>(&'a Seen);
+
+    impl<'a> ParallelVisitorBuilder for &'a Seen {
+        type Visitor = Opening<'a>;
+
+        fn build(&mut self) -> Opening<'a> {
+            Opening(self)
+        }
+    }
+
+    impl ParallelVisitor for Opening<'_> {
+        type State = ();
+        type Job = std::convert::Infallible;
+
+        fn enter_dir(
+            &mut self,
+            _: &Dir<()>,
+            _: &Entry<'_>,
+            _: BorrowedFd<'_>,
+            _: &Statx,
+        ) -> Result<(), WalkState> {
+            Ok(())
+        }
+
+        fn opens_files(&self) -> bool {
+            true
+        }
+
+        fn opened_file(
+            &mut self,
+            _: &Dir<()>,
+            _: BorrowedFd<'_>,
+            entry: &Entry<'_>,
+            stat: &Statx,
+            file: OwnedFd,
+        ) -> WalkState {
+            let ino = statx(&file, "", AtFlags::EMPTY_PATH, StatxFlags::INO).unwrap();
+            assert_eq!(ino.stx_ino, stat.stx_ino);
+            let name = String::from_utf8_lossy(entry.name);
+            self.0 .0.lock().unwrap().push(format!("{name} opened"));
+            WalkState::Continue
+        }
+
+        fn entry(
+            &mut self,
+            _: &Dir<()>,
+            _: BorrowedFd<'_>,
+            entry: &Entry<'_>,
+            _: &Statx,
+        ) -> WalkState {
+            let name = String::from_utf8_lossy(entry.name);
+            self.0 .0.lock().unwrap().push(format!("{name} by name"));
+            WalkState::Continue
+        }
+
+        fn error(&mut self, error: Error) -> WalkState {
+            panic!("{error}");
+        }
+    }
+
+    #[test]
+    fn a_visitor_that_opens_files_gets_regular_files_open_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join("d")).unwrap();
+        fs::write(dir.path().join("f"), b"f").unwrap();
+        fs::write(dir.path().join("d/g"), b"g").unwrap();
+        symlink("f", dir.path().join("l")).unwrap();
+        rustix::fs::mknodat(
+            CWD,
+            dir.path().join("p"),
+            FileType::Fifo,
+            Mode::RUSR | Mode::WUSR,
+            0,
+        )
+        .unwrap();
+        let seen = Seen::default();
+        let fd = openat(CWD, dir.path(), DIR_FLAGS, Mode::empty()).unwrap();
+        WalkParallel::new(fd, b"top")
+            .threads(2)
+            .visit(&mut &seen, ());
+        let mut seen = seen.0.into_inner().unwrap();
+        seen.sort();
+        // The fifo was not opened (it would block a plain open), nor the symlink followed.
+        assert_eq!(seen, ["f opened", "g opened", "l by name", "p by name"]);
     }
 
     #[test]

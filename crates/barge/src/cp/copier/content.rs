@@ -73,8 +73,11 @@ impl Copier<'_> {
             });
         }
         let src_path = || at.src_path(shared);
-        let src = openat(at.src, at.src_name, FILE_FLAGS, Mode::empty())
-            .map_err(|e| Error::io("open", src_path(), e))?;
+        let src = match self.opened.take() {
+            Some(opened) => opened,
+            None => openat(at.src, at.src_name, FILE_FLAGS, Mode::empty())
+                .map_err(|e| Error::io("open", src_path(), e))?,
+        };
         let mode = Mode::from_raw_mode(apply.create_mode());
         let path = || at.dest_path(shared);
         let place = at.crowd.map(|crowd| shared.crowds.join(crowd));

@@ -769,7 +769,7 @@ impl<'b, B: ParallelVisitorBuilder + Send> Walk<'b, B> {
                         continue;
                     }
                     // Where that fails (gone, a symlink now, unreadable), stated by name.
-                    let file = (opens && file_type == FileType::RegularFile)
+                    let file = (opens && whole && file_type == FileType::RegularFile)
                         .then(|| openat(fd.as_fd(), name, FILE_FLAGS, Mode::empty()).ok())
                         .flatten();
                     let stated = match &file {
@@ -1238,13 +1238,13 @@ mod tests {
     #[derive(Default)]
     struct Seen(Mutex<Vec<String>>);
 
-    struct Opening<'a>(&'a Seen);
+    struct Opening<'a>(&'a Mutex<Vec<String>>);
 
     impl<'a> ParallelVisitorBuilder for &'a Seen {
         type Visitor = Opening<'a>;
 
         fn build(&mut self) -> Opening<'a> {
-            Opening(self)
+            Opening(&self.0)
         }
     }
 
@@ -1277,7 +1277,7 @@ mod tests {
             let ino = statx(&file, "", AtFlags::EMPTY_PATH, StatxFlags::INO).unwrap();
             assert_eq!(ino.stx_ino, stat.stx_ino);
             let name = String::from_utf8_lossy(entry.name);
-            self.0 .0.lock().unwrap().push(format!("{name} opened"));
+            self.0.lock().unwrap().push(format!("{name} opened"));
             WalkState::Continue
         }
 
@@ -1289,7 +1289,7 @@ mod tests {
             _: &Statx,
         ) -> WalkState {
             let name = String::from_utf8_lossy(entry.name);
-            self.0 .0.lock().unwrap().push(format!("{name} by name"));
+            self.0.lock().unwrap().push(format!("{name} by name"));
             WalkState::Continue
         }
 
@@ -1320,7 +1320,7 @@ mod tests {
             .visit(&mut &seen, ());
         let mut seen = seen.0.into_inner().unwrap();
         seen.sort();
-        // The fifo was not opened (it would block a plain open), nor the symlink followed.
+        // Only regular files are opened: not the fifo, nor the symlink (never followed).
         assert_eq!(seen, ["f opened", "g opened", "l by name", "p by name"]);
     }
 
